@@ -1,0 +1,94 @@
+{{/*
+Chart name, truncated to 63 characters (the DNS label limit of some name fields).
+*/}}
+{{- define "switchyard.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Fully qualified app name: the release name when it already contains the chart name (so
+release "switchyard" gives "switchyard"), otherwise "<release>-<chart>". Truncated to 63.
+*/}}
+{{- define "switchyard.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 63 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/*
+Chart name and version, for the helm.sh/chart label.
+*/}}
+{{- define "switchyard.chart" -}}
+{{- printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Labels on every object.
+*/}}
+{{- define "switchyard.labels" -}}
+helm.sh/chart: {{ include "switchyard.chart" . }}
+{{ include "switchyard.selectorLabels" . }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/component: operator
+app.kubernetes.io/part-of: switchyard
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+{{- end }}
+
+{{/*
+Selector labels: the Deployment's selector and the metrics Service's selector. Immutable on a
+Deployment, so never add to them.
+*/}}
+{{- define "switchyard.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "switchyard.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+Name of the ServiceAccount the operator runs as. Without serviceAccount.create a name is
+required: falling back to the namespace's "default" ServiceAccount would grant the operator's
+cluster-wide permissions to every pod that uses it.
+*/}}
+{{- define "switchyard.serviceAccountName" -}}
+{{- if .Values.serviceAccount.create }}
+{{- default (include "switchyard.fullname" .) .Values.serviceAccount.name }}
+{{- else if .Values.serviceAccount.name }}
+{{- .Values.serviceAccount.name }}
+{{- else }}
+{{- fail "serviceAccount.name must be set when serviceAccount.create is false" }}
+{{- end }}
+{{- end }}
+
+{{/*
+Operator image reference.
+*/}}
+{{- define "switchyard.image" -}}
+{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+Sidecar image reference, passed to the operator as --sidecar-image.
+*/}}
+{{- define "switchyard.sidecarImage" -}}
+{{- printf "%s:%s" .Values.sidecar.image.repository (.Values.sidecar.image.tag | default .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+Name of the namespaced Role and RoleBinding for the leader-election Lease.
+*/}}
+{{- define "switchyard.leaderElectionRoleName" -}}
+{{- printf "%s-leader-election" (include "switchyard.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+Name of the metrics Service.
+*/}}
+{{- define "switchyard.metricsServiceName" -}}
+{{- printf "%s-metrics" (include "switchyard.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}

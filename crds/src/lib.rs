@@ -1,0 +1,22 @@
+//! Rust types of the Switchyard custom resources: `Router` and `Manager` in `switchyard.dev/v1alpha1`.
+//!
+//! Pure types and pure checks; no I/O. The CRD YAML in `charts/switchyard-crds/templates/` is generated
+//! from these types by the `crdgen` binary, and a test fails when it is stale.
+
+pub mod common;
+pub mod crd;
+pub mod event_type;
+pub mod manager;
+pub mod router;
+pub mod schema;
+pub mod status;
+pub mod yaml;
+
+pub use event_type::EventType;
+pub use manager::{Manager, ManagerSpec};
+pub use router::{Router, RouterSpec};
+
+/// API group of every Switchyard resource.
+pub const GROUP: &str = "switchyard.dev";
+/// The one served and stored version.
+pub const VERSION: &str = "v1alpha1";

@@ -1,0 +1,385 @@
+//! The `Manager` custom resource: the user's handler containers plus the sidecar that feeds them events.
+
+use crate::common::Duration;
+use crate::event_type::EventType;
+use crate::schema;
+use crate::status::ManagerStatus;
+use k8s_openapi::api::core::v1::PodTemplateSpec;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A Manager: the event types it handles, how its sidecar reaches the app, its workers and its scaling.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "switchyard.dev",
+    version = "v1alpha1",
+    kind = "Manager",
+    namespaced,
+    status = "ManagerStatus",
+    shortname = "mgr",
+    category = "switchyard",
+    doc = "A Manager runs the handler containers for a set of event types, with the Switchyard sidecar that delivers events to them.",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        description = "Whether the manager pods are ready",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Events",
+        type_ = "string",
+        description = "Event types handled",
+        json_path = ".status.eventTypes"
+    ),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        description = "Current pods",
+        json_path = ".status.replicas"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.scaling) || !self.scaling.enabled || self.events.all(e, has(self.scaling.targets) && e in self.scaling.targets)",
+        "messageExpression": "'scaling is enabled, so every event type needs a target in spec.scaling.targets; missing: ' + self.events.filter(e, !has(self.scaling.targets) || !(e in self.scaling.targets)).join(', ')",
+        "fieldPath": ".scaling.targets",
+        "reason": "FieldValueRequired",
+    },
+    {
+        "rule": "!has(self.scaling) || !has(self.scaling.targets) || self.scaling.targets.all(k, k in self.events)",
+        "messageExpression": "'scaling.targets names event types this Manager does not handle: ' + self.scaling.targets.filter(k, !(k in self.events)).join(', ')",
+        "fieldPath": ".scaling.targets",
+    },
+    {
+        "rule": "!has(self.workers) || !has(self.workers.deadLetter) || !(self.workers.deadLetter in self.events)",
+        "message": "workers.deadLetter must not be one of this Manager's own event types (it would loop)",
+        "fieldPath": ".workers.deadLetter",
+    },
+]))]
+pub struct ManagerSpec {
+    /// The Router whose events this Manager handles.
+    pub router_ref: RouterRef,
+    /// Event types this Manager handles; each name appears once.
+    #[schemars(length(min = 1, max = 64), extend("x-kubernetes-list-type" = "set"))]
+    pub events: Vec<EventType>,
+    /// How the sidecar reaches the handler app inside the pod.
+    #[serde(default)]
+    pub app: App,
+    /// Pod template of the handler containers; the operator adds the sidecar as a native sidecar.
+    pub template: PodTemplateSpec,
+    /// Delivery to the app: concurrency, queue, deadline, retries, dead letters, ordering.
+    #[serde(default)]
+    pub workers: Workers,
+    /// Pods per Deployment. Set by `kubectl scale` or by the autoscaler when scaling is enabled.
+    #[serde(default = "one")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub replicas: i32,
+    /// Scaling by event-type load.
+    #[serde(default)]
+    pub scaling: Scaling,
+}
+
+fn one() -> i32 {
+    1
+}
+
+/// Reference to a Router in the same namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterRef {
+    /// Name of the Router.
+    #[schemars(length(min = 1, max = 253))]
+    pub name: String,
+}
+
+/// How the sidecar delivers events to the app.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct App {
+    /// Port the app listens on inside the pod (localhost).
+    #[serde(default = "default_app_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+    /// Protocol the app speaks: CloudEvents over HTTP (binary mode) or the gRPC Handler service.
+    #[serde(default)]
+    pub protocol: AppProtocol,
+    /// HTTP path events are POSTed to (HTTP protocol only).
+    #[serde(default = "default_app_path")]
+    #[schemars(regex(pattern = r"^/[A-Za-z0-9._~/-]*$"), length(max = 1024))]
+    pub path: String,
+}
+
+fn default_app_port() -> i32 {
+    8000
+}
+
+fn default_app_path() -> String {
+    "/".into()
+}
+
+impl Default for App {
+    fn default() -> Self {
+        App {
+            port: default_app_port(),
+            protocol: AppProtocol::default(),
+            path: default_app_path(),
+        }
+    }
+}
+
+/// Protocols the app can speak.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AppProtocol {
+    /// CloudEvents HTTP binary mode.
+    #[default]
+    Http,
+    /// The gRPC `Handler` service.
+    Grpc,
+}
+
+/// Worker settings of the manager sidecar.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Workers {
+    /// Events delivered to the app at once, per pod.
+    #[serde(default = "default_max_in_flight")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub max_in_flight: i32,
+    /// Events waiting for a worker, per pod; past it the sender is told to back off.
+    #[serde(default = "default_queue_capacity")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub queue_capacity: i32,
+    /// Deadline of one delivery attempt.
+    #[serde(default = "default_timeout")]
+    #[schemars(schema_with = "schema::duration")]
+    pub timeout: Duration,
+    /// Retries of failed deliveries.
+    #[serde(default)]
+    pub retries: Retries,
+    /// Event type that receives events whose retries ran out. Dropped with a metric when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dead_letter: Option<EventType>,
+    /// JSON pointer into the payload (e.g. `/customerId`); events with the same key are delivered in order.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^(/[^/]+)+$"), length(max = 256))]
+    pub ordering_key: Option<String>,
+}
+
+fn default_max_in_flight() -> i32 {
+    64
+}
+
+fn default_queue_capacity() -> i32 {
+    1024
+}
+
+fn default_timeout() -> Duration {
+    Duration::from(std::time::Duration::from_secs(30))
+}
+
+impl Default for Workers {
+    fn default() -> Self {
+        Workers {
+            max_in_flight: default_max_in_flight(),
+            queue_capacity: default_queue_capacity(),
+            timeout: default_timeout(),
+            retries: Retries::default(),
+            dead_letter: None,
+            ordering_key: None,
+        }
+    }
+}
+
+/// Retry policy: exponential backoff with jitter.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Retries {
+    /// Delivery attempts in all, the first included; 1 means no retry.
+    #[serde(default = "default_attempts")]
+    #[schemars(range(min = 1, max = 20))]
+    pub attempts: i32,
+    /// Wait before the first retry; doubles with each further one.
+    #[serde(default = "default_backoff")]
+    #[schemars(schema_with = "schema::duration")]
+    pub backoff: Duration,
+    /// Longest wait between retries.
+    #[serde(default = "default_max_backoff")]
+    #[schemars(schema_with = "schema::duration")]
+    pub max_backoff: Duration,
+}
+
+fn default_attempts() -> i32 {
+    3
+}
+
+fn default_backoff() -> Duration {
+    Duration::from(std::time::Duration::from_millis(100))
+}
+
+fn default_max_backoff() -> Duration {
+    Duration::from(std::time::Duration::from_secs(10))
+}
+
+impl Default for Retries {
+    fn default() -> Self {
+        Retries {
+            attempts: default_attempts(),
+            backoff: default_backoff(),
+            max_backoff: default_max_backoff(),
+        }
+    }
+}
+
+/// Scaling by event-type load.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.minReplicas <= self.maxReplicas",
+    "messageExpression": "'minReplicas (' + string(self.minReplicas) + ') must not exceed maxReplicas (' + string(self.maxReplicas) + ')'",
+    "fieldPath": ".minReplicas",
+}]))]
+pub struct Scaling {
+    /// Let the operator set replicas from load. When false, `kubectl scale` or an HPA decides.
+    #[serde(default)]
+    pub enabled: bool,
+    /// Fewest pods per Deployment; 0 allows scale to zero.
+    #[serde(default = "one")]
+    #[schemars(range(min = 0, max = 10000))]
+    pub min_replicas: i32,
+    /// Most pods per Deployment.
+    #[serde(default = "default_max_replicas")]
+    #[schemars(range(min = 1, max = 10000))]
+    pub max_replicas: i32,
+    /// Target load per pod, by event type.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    pub targets: BTreeMap<String, ScalingTarget>,
+    /// One Deployment for all event types, or one per event type scaled on its own.
+    #[serde(default)]
+    pub split: Split,
+    /// How fast to scale up.
+    #[serde(default)]
+    pub scale_up: ScaleUp,
+    /// How fast to scale down.
+    #[serde(default)]
+    pub scale_down: ScaleDown,
+}
+
+fn default_max_replicas() -> i32 {
+    10
+}
+
+impl Default for Scaling {
+    fn default() -> Self {
+        Scaling {
+            enabled: false,
+            min_replicas: 1,
+            max_replicas: default_max_replicas(),
+            targets: BTreeMap::new(),
+            split: Split::default(),
+            scale_up: ScaleUp::default(),
+            scale_down: ScaleDown::default(),
+        }
+    }
+}
+
+/// Target load of one pod for one event type: exactly one of the fields.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.targetInFlight) != has(self.targetRate)",
+    "message": "a scaling target sets exactly one of targetInFlight or targetRate",
+}]))]
+pub struct ScalingTarget {
+    /// Events in flight per pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 100000))]
+    pub target_in_flight: Option<i32>,
+    /// Arrivals per second per pod.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0.001, max = 10000000.0))]
+    pub target_rate: Option<f64>,
+}
+
+/// How a Manager's event types map to Deployments.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum Split {
+    /// One Deployment serves every event type.
+    #[default]
+    Shared,
+    /// One Deployment per event type, each scaled on its own load.
+    PerEventType,
+}
+
+/// Scale-up behaviour (Knative KPA style stable and panic windows).
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleUp {
+    /// Averaging window of the stable mode.
+    #[serde(default = "default_stable_window")]
+    #[schemars(schema_with = "schema::duration")]
+    pub stable_window: Duration,
+    /// Averaging window of the panic mode, entered when load reaches panicThreshold × target.
+    #[serde(default = "default_panic_window")]
+    #[schemars(schema_with = "schema::duration")]
+    pub panic_window: Duration,
+    /// Load, as a multiple of the target, that enters panic mode.
+    #[serde(default = "default_panic_threshold")]
+    #[schemars(range(min = 1.1, max = 100.0))]
+    pub panic_threshold: f64,
+}
+
+fn default_stable_window() -> Duration {
+    Duration::from(std::time::Duration::from_secs(60))
+}
+
+fn default_panic_window() -> Duration {
+    Duration::from(std::time::Duration::from_secs(6))
+}
+
+fn default_panic_threshold() -> f64 {
+    2.0
+}
+
+impl Default for ScaleUp {
+    fn default() -> Self {
+        ScaleUp {
+            stable_window: default_stable_window(),
+            panic_window: default_panic_window(),
+            panic_threshold: default_panic_threshold(),
+        }
+    }
+}
+
+/// Scale-down behaviour.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ScaleDown {
+    /// Replicas only go down after the load has stayed lower for this long.
+    #[serde(default = "default_stable_window")]
+    #[schemars(schema_with = "schema::duration")]
+    pub stabilization_window: Duration,
+}
+
+impl Default for ScaleDown {
+    fn default() -> Self {
+        ScaleDown {
+            stabilization_window: default_stable_window(),
+        }
+    }
+}

@@ -1,0 +1,493 @@
+//! The `Router` custom resource: the edge that turns HTTP, WebSocket and gRPC requests into events.
+
+use crate::common::{Duration, PodOverrides, SecretKeyRef};
+use crate::event_type::EventType;
+use crate::schema;
+use crate::status::RouterStatus;
+use k8s_openapi::api::core::v1::ResourceRequirements;
+use kube::CustomResource;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A Router: listeners, the routes that map requests to event types, and the edge middleware.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[kube(
+    group = "switchyard.dev",
+    version = "v1alpha1",
+    kind = "Router",
+    namespaced,
+    status = "RouterStatus",
+    shortname = "rtr",
+    category = "switchyard",
+    doc = "A Router accepts HTTP, WebSocket and gRPC requests, turns each into a typed event and routes it to the Manager that handles that event type.",
+    scale(
+        spec_replicas_path = ".spec.replicas",
+        status_replicas_path = ".status.replicas",
+        label_selector_path = ".status.selector"
+    ),
+    printcolumn(
+        name = "Ready",
+        type_ = "string",
+        description = "Whether the router pods are ready",
+        json_path = ".status.conditions[?(@.type==\"Ready\")].status"
+    ),
+    printcolumn(
+        name = "Routes",
+        type_ = "integer",
+        description = "Number of routes",
+        json_path = ".status.routes"
+    ),
+    printcolumn(
+        name = "Replicas",
+        type_ = "integer",
+        priority = 1,
+        description = "Ready router pods",
+        json_path = ".status.readyReplicas"
+    ),
+    printcolumn(
+        name = "Age",
+        type_ = "date",
+        json_path = ".metadata.creationTimestamp"
+    )
+)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.listeners.grpc) || self.listeners.grpc.port != self.listeners.http.port",
+        "message": "listeners.grpc.port must differ from listeners.http.port",
+        "fieldPath": ".listeners.grpc.port",
+    },
+    {
+        "rule": "!self.routes.exists(r, has(r.websocket)) || has(self.listeners.websocket)",
+        "message": "a route with `websocket` needs listeners.websocket",
+        "fieldPath": ".listeners",
+    },
+    {
+        "rule": "!self.routes.exists(r, has(r.grpc)) || has(self.listeners.grpc)",
+        "message": "a route with `grpc` needs listeners.grpc",
+        "fieldPath": ".listeners",
+    },
+]))]
+pub struct RouterSpec {
+    /// Number of router pods. Also set through the scale subresource (`kubectl scale router/NAME`).
+    #[serde(default = "one")]
+    #[schemars(range(min = 0, max = 1000))]
+    pub replicas: i32,
+    /// Where the router listens.
+    pub listeners: Listeners,
+    /// Routes from requests to event types. Checked in order; the first match wins.
+    #[schemars(length(min = 1, max = 512))]
+    pub routes: Vec<Route>,
+    /// Edge middleware, applied in the order listed.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 16))]
+    pub middleware: Vec<Middleware>,
+    /// Tracing export. Off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<Tracing>,
+    /// Broker queues and response deadline.
+    #[serde(default)]
+    pub broker: Broker,
+    /// Compute resources of the router sidecar container.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    /// Overrides merged into the router pods (labels, annotations, scheduling).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_template: Option<PodOverrides>,
+}
+
+fn one() -> i32 {
+    1
+}
+
+/// Ports and paths the router serves.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Listeners {
+    /// HTTP listener (HTTP/1.1 and h2c). WebSocket upgrades are served on the same port.
+    pub http: HttpListener,
+    /// WebSocket endpoint on the HTTP port. Off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub websocket: Option<WebSocketListener>,
+    /// gRPC listener. Off when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<GrpcListener>,
+    /// TLS for the HTTP and gRPC listeners. Plain text when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tls: Option<Tls>,
+}
+
+/// The HTTP listener.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpListener {
+    /// TCP port, 1 to 65535.
+    #[serde(default = "default_http_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+}
+
+fn default_http_port() -> i32 {
+    8080
+}
+
+/// The WebSocket endpoint.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebSocketListener {
+    /// Path of the upgrade request, e.g. `/ws`.
+    #[serde(default = "default_ws_path")]
+    #[schemars(regex(pattern = r"^/[A-Za-z0-9._~/-]*$"), length(max = 256))]
+    pub path: String,
+    /// Largest accepted message in bytes; a larger one gets an error message.
+    #[serde(default = "default_ws_max_message")]
+    #[schemars(range(min = 1, max = 67108864))]
+    pub max_message_bytes: i64,
+}
+
+fn default_ws_path() -> String {
+    "/ws".into()
+}
+
+fn default_ws_max_message() -> i64 {
+    1 << 20
+}
+
+/// The gRPC listener.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrpcListener {
+    /// TCP port, 1 to 65535; must differ from the HTTP port.
+    #[serde(default = "default_grpc_port")]
+    #[schemars(range(min = 1, max = 65535))]
+    pub port: i32,
+}
+
+fn default_grpc_port() -> i32 {
+    50051
+}
+
+/// TLS settings.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Tls {
+    /// Name of a `kubernetes.io/tls` Secret in the same namespace (keys `tls.crt` and `tls.key`).
+    #[schemars(length(min = 1, max = 253))]
+    pub secret_name: String,
+}
+
+/// One route: exactly one of `http`, `websocket` or `grpc`, mapped to an event type.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "[has(self.http), has(self.websocket), has(self.grpc)].filter(x, x).size() == 1",
+        "message": "a route sets exactly one of http, websocket or grpc",
+    },
+    {
+        "rule": "!has(self.params) || has(self.http)",
+        "message": "params apply to http routes only",
+        "fieldPath": ".params",
+    },
+]))]
+pub struct Route {
+    /// Event type the request becomes; the Manager that lists it handles it.
+    pub event: EventType,
+    /// Match an HTTP method and path template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub http: Option<HttpRoute>,
+    /// Match a WebSocket message by its `command` field.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub websocket: Option<WebSocketRoute>,
+    /// Match a gRPC `Call` or `Connect` message by method name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<GrpcRoute>,
+    /// Types of the `{name}` parameters in the HTTP path template; untyped parameters are strings.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("maxProperties" = 16))]
+    pub params: Option<BTreeMap<String, ParamType>>,
+    /// JSON Schema (draft 2020-12) the request body must satisfy; checked at the edge.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::free_form_object")]
+    pub schema: Option<serde_json::Value>,
+    /// Deadline for the reply; overrides broker.responseTimeout for this route.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::optional_duration")]
+    pub timeout: Option<Duration>,
+}
+
+/// An HTTP route.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct HttpRoute {
+    /// HTTP method.
+    pub method: HttpMethod,
+    /// Path template, e.g. `/orders/{id}`; `{name}` captures one segment.
+    #[schemars(regex(pattern = r"^/[A-Za-z0-9._~/{}-]*$"), length(max = 1024))]
+    pub path: String,
+}
+
+/// HTTP methods a route can match.
+#[derive(
+    Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, JsonSchema,
+)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum HttpMethod {
+    /// GET
+    Get,
+    /// POST
+    Post,
+    /// PUT
+    Put,
+    /// PATCH
+    Patch,
+    /// DELETE
+    Delete,
+}
+
+/// A WebSocket route.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct WebSocketRoute {
+    /// Value of the message's `command` field, e.g. `noop`.
+    #[schemars(regex(pattern = r"^[A-Za-z][A-Za-z0-9._-]*$"), length(max = 128))]
+    pub command: String,
+}
+
+/// A gRPC route.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GrpcRoute {
+    /// Method name carried in the generic `Call`/`Connect` request, e.g. `noop`.
+    #[schemars(regex(pattern = r"^[A-Za-z][A-Za-z0-9._/-]*$"), length(max = 256))]
+    pub method: String,
+}
+
+/// Type of a path parameter; a value that does not parse gets 400 naming the parameter.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum ParamType {
+    /// Any non-empty segment.
+    String,
+    /// A signed 64-bit integer.
+    Integer,
+    /// A floating-point number.
+    Number,
+    /// `true` or `false`.
+    Boolean,
+    /// A UUID.
+    Uuid,
+}
+
+/// One middleware: exactly one of its fields.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "[has(self.timing), has(self.cors), has(self.auth), has(self.rateLimit), has(self.bodyLimit)].filter(x, x).size() == 1",
+    "message": "a middleware entry sets exactly one of timing, cors, auth, rateLimit or bodyLimit",
+}]))]
+pub struct Middleware {
+    /// Adds the `Server-Timing` header with one entry per stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub timing: Option<Timing>,
+    /// Cross-origin resource sharing.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cors: Option<Cors>,
+    /// Authentication by JWT or API key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub auth: Option<Auth>,
+    /// Token-bucket rate limit per client key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate_limit: Option<RateLimit>,
+    /// Largest accepted request body.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub body_limit: Option<BodyLimit>,
+}
+
+/// Server-Timing settings.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Timing {
+    /// Also add `trace;desc=<trace-id>` when tracing is on.
+    #[serde(default = "yes")]
+    pub trace_id: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// CORS settings.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Cors {
+    /// Allowed origins; `*` allows any.
+    #[schemars(length(min = 1, max = 64))]
+    pub allow_origins: Vec<String>,
+    /// Allowed methods; all route methods when empty.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_methods: Vec<HttpMethod>,
+    /// Allowed request headers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub allow_headers: Vec<String>,
+    /// How long browsers may cache a preflight answer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "schema::optional_duration")]
+    pub max_age: Option<Duration>,
+}
+
+/// Authentication: exactly one of `jwt` or `apiKey`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "has(self.jwt) != has(self.apiKey)",
+    "message": "auth sets exactly one of jwt or apiKey",
+}]))]
+pub struct Auth {
+    /// JSON Web Tokens in the `Authorization: Bearer` header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jwt: Option<Jwt>,
+    /// Static API keys in a header.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub api_key: Option<ApiKey>,
+}
+
+/// JWT verification.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Jwt {
+    /// Signature algorithm.
+    pub algorithm: JwtAlgorithm,
+    /// Secret key holding the HS256 shared secret or the RS256 public key (PEM).
+    pub key_secret_ref: SecretKeyRef,
+    /// Required `iss` claim, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// Required `aud` claim, when set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub audience: Option<String>,
+}
+
+/// JWT signature algorithms.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum JwtAlgorithm {
+    /// HMAC with SHA-256 (shared secret).
+    HS256,
+    /// RSA PKCS#1 v1.5 with SHA-256 (public key).
+    RS256,
+}
+
+/// API-key check.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ApiKey {
+    /// Header that carries the key.
+    #[serde(default = "default_api_key_header")]
+    #[schemars(regex(pattern = r"^[A-Za-z0-9-]+$"), length(max = 128))]
+    pub header: String,
+    /// Secret key holding the accepted keys, one per line.
+    pub keys_secret_ref: SecretKeyRef,
+}
+
+fn default_api_key_header() -> String {
+    "x-api-key".into()
+}
+
+/// Token-bucket rate limit.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "self.burst >= self.requestsPerSecond",
+        "message": "burst must be at least requestsPerSecond",
+        "fieldPath": ".burst",
+    },
+    {
+        "rule": "self.key != 'header' || has(self.header)",
+        "message": "key: header needs the header field",
+        "fieldPath": ".header",
+    },
+]))]
+pub struct RateLimit {
+    /// Sustained requests per second per client key.
+    #[schemars(range(min = 1, max = 10000000))]
+    pub requests_per_second: i32,
+    /// Bucket size: the largest burst a client key may send at once.
+    #[schemars(range(min = 1, max = 10000000))]
+    pub burst: i32,
+    /// What identifies a client.
+    #[serde(default)]
+    pub key: RateLimitKey,
+    /// Header whose value is the client key, with `key: header`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub header: Option<String>,
+}
+
+/// What identifies a client for rate limiting.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum RateLimitKey {
+    /// The peer IP address.
+    #[default]
+    ClientIp,
+    /// A request header's value.
+    Header,
+}
+
+/// Request body limit.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct BodyLimit {
+    /// Largest body in bytes; a larger one gets 413.
+    #[schemars(range(min = 1, max = 1073741824))]
+    pub max_bytes: i64,
+}
+
+/// Trace export.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Tracing {
+    /// OTLP/gRPC endpoint of a collector, e.g. `http://otel-collector:4317`.
+    #[schemars(regex(pattern = r"^https?://.+"), length(max = 1024))]
+    pub otlp_endpoint: String,
+    /// Fraction of root traces sampled, 0 to 1; a sampled parent is always followed.
+    #[serde(default = "default_sampling")]
+    #[schemars(range(min = 0.0, max = 1.0))]
+    pub sampling_ratio: f64,
+}
+
+fn default_sampling() -> f64 {
+    1.0
+}
+
+/// Broker settings.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Broker {
+    /// Requests waiting for a Manager, per router pod; past it the router answers 503 with Retry-After.
+    #[serde(default = "default_queue_capacity")]
+    #[schemars(range(min = 1, max = 1000000))]
+    pub queue_capacity: i32,
+    /// How long a request may wait for its reply before it gets 504.
+    #[serde(default = "default_response_timeout")]
+    #[schemars(schema_with = "schema::duration")]
+    pub response_timeout: Duration,
+}
+
+fn default_queue_capacity() -> i32 {
+    1024
+}
+
+fn default_response_timeout() -> Duration {
+    Duration::from(std::time::Duration::from_secs(30))
+}
+
+impl Default for Broker {
+    fn default() -> Self {
+        Broker {
+            queue_capacity: default_queue_capacity(),
+            response_timeout: default_response_timeout(),
+        }
+    }
+}

@@ -1,0 +1,97 @@
+//! Status types of both resources.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Condition type: the resource serves traffic.
+pub const READY: &str = "Ready";
+/// Condition type: children are being created or rolled out.
+pub const PROGRESSING: &str = "Progressing";
+/// Condition type: the spec cannot be realised, or a child failed.
+pub const DEGRADED: &str = "Degraded";
+
+/// Observed state of a Router.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterStatus {
+    /// Generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready, Progressing and Degraded, with reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Router pods.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Ready router pods.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Label selector of the router pods, for the scale subresource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// Number of routes served.
+    #[serde(default)]
+    pub routes: i32,
+}
+
+/// Observed state of a Manager.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagerStatus {
+    /// Generation of the spec this status describes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Ready, Progressing and Degraded, with reasons.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["type"]))]
+    pub conditions: Vec<Condition>,
+    /// Pods across the Manager's Deployments.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Ready pods across the Manager's Deployments.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Replicas the autoscaler asked for, when scaling is enabled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_replicas: Option<i32>,
+    /// Label selector of the Manager's pods, for the scale subresource.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub selector: Option<String>,
+    /// The handled event types, comma-separated (for `kubectl get`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub event_types: Option<String>,
+    /// Per-event-type figures.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["event"]))]
+    pub events: Vec<EventTypeStatus>,
+}
+
+/// Observed figures of one event type.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct EventTypeStatus {
+    /// Event type.
+    pub event: String,
+    /// Deployment that serves it.
+    pub deployment: String,
+    /// Pods of that Deployment.
+    #[serde(default)]
+    pub replicas: i32,
+    /// Ready pods of that Deployment.
+    #[serde(default)]
+    pub ready_replicas: i32,
+    /// Replicas the autoscaler asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub desired_replicas: Option<i32>,
+    /// Arrivals per second, from the sidecars' load reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// Events in flight, from the sidecars' load reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<f64>,
+    /// 99th percentile latency in milliseconds, from the sidecars' load reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_ms: Option<f64>,
+}

@@ -1,0 +1,91 @@
+//! Reading Router and Manager objects from multi-document YAML, as `kubectl apply -f` and
+//! `switchyard up -f` accept it.
+
+use crate::{Manager, Router};
+use serde::Deserialize;
+
+/// The Switchyard objects found in a YAML file.
+#[derive(Debug, Default, Clone)]
+pub struct Objects {
+    /// Routers, in file order.
+    pub routers: Vec<Router>,
+    /// Managers, in file order.
+    pub managers: Vec<Manager>,
+}
+
+/// Why a YAML file could not be read.
+#[derive(Debug, thiserror::Error)]
+pub enum YamlError {
+    /// The text is not YAML.
+    #[error("document {doc}: {source}")]
+    Syntax {
+        /// 1-based document index.
+        doc: usize,
+        /// Parser error with line and column.
+        source: serde_saphyr::Error,
+    },
+    /// A document is a Router or Manager with a field of the wrong shape.
+    #[error("document {doc} ({kind} {name}): {message}")]
+    Shape {
+        /// 1-based document index.
+        doc: usize,
+        /// kind of the document.
+        kind: String,
+        /// metadata.name of the document.
+        name: String,
+        /// serde's message, which names the field.
+        message: String,
+    },
+}
+
+#[derive(Deserialize)]
+struct Head {
+    #[serde(default, rename = "apiVersion")]
+    api_version: String,
+    #[serde(default)]
+    kind: String,
+    #[serde(default)]
+    metadata: Option<serde_json::Value>,
+}
+
+/// Parses every document; keeps Routers and Managers of `switchyard.dev/v1alpha1`, skips other kinds.
+pub fn parse(text: &str) -> Result<Objects, YamlError> {
+    let docs: Vec<serde_json::Value> =
+        serde_saphyr::from_multiple(text).map_err(|source| YamlError::Syntax { doc: 0, source })?;
+    let mut out = Objects::default();
+    for (i, doc) in docs.into_iter().enumerate() {
+        if doc.is_null() {
+            continue;
+        }
+        let head: Head = match serde_json::from_value(doc.clone()) {
+            Ok(h) => h,
+            Err(_) => continue,
+        };
+        if head.api_version != format!("{}/{}", crate::GROUP, crate::VERSION) {
+            continue;
+        }
+        let name = head
+            .metadata
+            .as_ref()
+            .and_then(|m| m.get("name"))
+            .and_then(|n| n.as_str())
+            .unwrap_or("<unnamed>")
+            .to_owned();
+        let shape = |e: serde_path_to_error::Error<serde_json::Error>| YamlError::Shape {
+            doc: i + 1,
+            kind: head.kind.clone(),
+            name: name.clone(),
+            message: format!("{}: {}", e.path(), e.inner()),
+        };
+        match head.kind.as_str() {
+            "Router" => out
+                .routers
+                .push(serde_path_to_error::deserialize(doc).map_err(shape)?),
+            "Manager" => out
+                .managers
+                .push(serde_path_to_error::deserialize(doc).map_err(shape)?),
+            _ => {}
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,243 @@
+//! The CRDs as the API server will see them: committed YAML is fresh, the quickstart is valid,
+//! and the cross-field CEL rules reject what they should, with messages that name the field.
+
+use kube::CustomResourceExt;
+use kube::core::cel::validate_cel;
+use switchyard_crds::{Manager, Router, crd, yaml};
+
+fn quickstart() -> yaml::Objects {
+    let text = include_str!("../../examples/quickstart.yaml");
+    yaml::parse(text).expect("quickstart parses")
+}
+
+fn manager(patch: serde_json::Value) -> Manager {
+    let mut m = serde_json::to_value(&quickstart().managers[0]).expect("serializes");
+    json_merge(&mut m, patch);
+    serde_json::from_value(m).expect("patched manager is well-formed")
+}
+
+fn router(patch: serde_json::Value) -> Router {
+    let mut r = serde_json::to_value(&quickstart().routers[0]).expect("serializes");
+    json_merge(&mut r, patch);
+    serde_json::from_value(r).expect("patched router is well-formed")
+}
+
+/// RFC 7386 merge patch, enough to state each bad case as a small diff of the quickstart.
+fn json_merge(target: &mut serde_json::Value, patch: serde_json::Value) {
+    match (target, patch) {
+        (serde_json::Value::Object(t), serde_json::Value::Object(p)) => {
+            for (k, v) in p {
+                if v.is_null() {
+                    t.remove(&k);
+                } else {
+                    json_merge(t.entry(k).or_insert(serde_json::Value::Null), v);
+                }
+            }
+        }
+        (t, p) => *t = p,
+    }
+}
+
+fn cel_errors<T: CustomResourceExt + serde::Serialize>(obj: &T) -> String {
+    match validate_cel(obj) {
+        Ok(()) => String::new(),
+        Err(e) => format!("{e:?}"),
+    }
+}
+
+#[test]
+fn committed_crd_yaml_is_fresh() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    for (file, text) in crd::all_yaml().expect("renders") {
+        let path = format!("{root}/{}/{file}", crd::CHART_DIR);
+        let committed = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            committed == text,
+            "{path} is stale: run `cargo run -p switchyard-crds --bin crdgen` and commit the result"
+        );
+    }
+}
+
+#[test]
+fn crds_have_status_scale_short_names_and_printer_columns() {
+    for (crd, short, cols) in [
+        (Router::crd(), "rtr", vec!["Ready", "Routes", "Age"]),
+        (
+            Manager::crd(),
+            "mgr",
+            vec!["Ready", "Events", "Replicas", "Age"],
+        ),
+    ] {
+        let v = &crd.spec.versions[0];
+        let sub = v.subresources.as_ref().expect("subresources");
+        assert!(sub.status.is_some(), "{}", crd.spec.names.kind);
+        let scale = sub.scale.as_ref().expect("scale subresource");
+        assert_eq!(scale.spec_replicas_path, ".spec.replicas");
+        assert_eq!(
+            scale.label_selector_path.as_deref(),
+            Some(".status.selector")
+        );
+        assert_eq!(
+            crd.spec.names.short_names.as_deref(),
+            Some(&[short.to_owned()][..])
+        );
+        let names: Vec<_> = v
+            .additional_printer_columns
+            .iter()
+            .flatten()
+            .map(|c| c.name.as_str())
+            .collect();
+        for col in cols {
+            assert!(
+                names.contains(&col),
+                "{} lacks column {col}: {names:?}",
+                crd.spec.names.kind
+            );
+        }
+    }
+}
+
+#[test]
+fn every_spec_field_has_a_description() {
+    fn walk(path: &str, schema: &serde_json::Value, missing: &mut Vec<String>) {
+        let Some(props) = schema.get("properties").and_then(|p| p.as_object()) else {
+            if let Some(items) = schema.get("items") {
+                walk(&format!("{path}[]"), items, missing);
+            }
+            if let Some(extra) = schema.get("additionalProperties").filter(|a| a.is_object()) {
+                walk(&format!("{path}{{}}"), extra, missing);
+            }
+            return;
+        };
+        for (name, sub) in props {
+            let here = format!("{path}.{name}");
+            if sub
+                .get("description")
+                .and_then(|d| d.as_str())
+                .is_none_or(str::is_empty)
+            {
+                missing.push(here.clone());
+            }
+            walk(&here, sub, missing);
+        }
+    }
+    for crd in [Router::crd(), Manager::crd()] {
+        let schema = serde_json::to_value(&crd.spec.versions[0].schema).expect("schema");
+        let mut missing = vec![];
+        walk(
+            "",
+            &schema["openAPIV3Schema"]["properties"]["spec"],
+            &mut missing,
+        );
+        walk(
+            "",
+            &schema["openAPIV3Schema"]["properties"]["status"],
+            &mut missing,
+        );
+        assert!(
+            missing.is_empty(),
+            "{} fields without description: {missing:?}",
+            crd.spec.names.kind
+        );
+    }
+}
+
+#[test]
+fn quickstart_passes_every_cel_rule() {
+    let q = quickstart();
+    assert_eq!((q.routers.len(), q.managers.len()), (1, 1));
+    assert_eq!(cel_errors(&q.routers[0]), "");
+    assert_eq!(cel_errors(&q.managers[0]), "");
+}
+
+#[test]
+fn min_above_max_is_rejected_naming_both() {
+    let m = manager(serde_json::json!({"spec": {"scaling": {"minReplicas": 5, "maxReplicas": 2}}}));
+    let err = cel_errors(&m);
+    assert!(
+        err.contains("minReplicas (5) must not exceed maxReplicas (2)"),
+        "{err}"
+    );
+}
+
+#[test]
+fn enabled_scaling_needs_a_target_per_event_type() {
+    let m = manager(
+        serde_json::json!({"spec": {"scaling": {"enabled": true, "targets": {"echo": null}}}}),
+    );
+    let err = cel_errors(&m);
+    assert!(err.contains("missing: echo"), "{err}");
+    let off = manager(
+        serde_json::json!({"spec": {"scaling": {"enabled": false, "targets": {"echo": null}}}}),
+    );
+    assert_eq!(cel_errors(&off), "");
+}
+
+#[test]
+fn targets_for_unknown_event_types_are_rejected() {
+    let m = manager(
+        serde_json::json!({"spec": {"scaling": {"targets": {"orders.create": {"targetRate": 5.0}}}}}),
+    );
+    assert!(
+        cel_errors(&m).contains("does not handle: orders.create"),
+        "{}",
+        cel_errors(&m)
+    );
+}
+
+#[test]
+fn a_target_sets_exactly_one_measure() {
+    let m = manager(
+        serde_json::json!({"spec": {"scaling": {"targets": {"noop": {"targetRate": 5.0}}}}}),
+    );
+    assert!(
+        cel_errors(&m).contains("exactly one of targetInFlight or targetRate"),
+        "{}",
+        cel_errors(&m)
+    );
+}
+
+#[test]
+fn dead_letter_may_not_loop_back() {
+    let m = manager(serde_json::json!({"spec": {"workers": {"deadLetter": "noop"}}}));
+    assert!(cel_errors(&m).contains("would loop"), "{}", cel_errors(&m));
+}
+
+#[test]
+fn grpc_and_http_ports_must_differ() {
+    let r = router(serde_json::json!({"spec": {"listeners": {"grpc": {"port": 8080}}}}));
+    assert!(cel_errors(&r).contains("must differ"), "{}", cel_errors(&r));
+}
+
+#[test]
+fn a_route_has_exactly_one_kind() {
+    let mut r = router(serde_json::json!({}));
+    r.spec.routes[0].websocket = Some(switchyard_crds::router::WebSocketRoute {
+        command: "x".into(),
+    });
+    assert!(
+        cel_errors(&r).contains("exactly one of http, websocket or grpc"),
+        "{}",
+        cel_errors(&r)
+    );
+}
+
+#[test]
+fn websocket_routes_need_the_websocket_listener() {
+    let r = router(serde_json::json!({"spec": {"listeners": {"websocket": null}}}));
+    assert!(
+        cel_errors(&r).contains("needs listeners.websocket"),
+        "{}",
+        cel_errors(&r)
+    );
+}
+
+#[test]
+fn yaml_errors_name_the_document_and_field() {
+    let text = "apiVersion: switchyard.dev/v1alpha1\nkind: Manager\nmetadata: {name: m}\nspec:\n  routerRef: {name: r}\n  events: [a]\n  template: {spec: {containers: []}}\n  replicas: lots\n";
+    let err = yaml::parse(text).expect_err("bad replicas").to_string();
+    assert!(
+        err.contains("Manager m") && err.contains("replicas"),
+        "{err}"
+    );
+}
