@@ -1,0 +1,48 @@
+//! The admin HTTP server: `/metrics`, `/healthz`, `/readyz`.
+
+use crate::metrics::Metrics;
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+/// Shared admin state.
+#[derive(Clone)]
+pub struct Admin {
+    /// Metrics to expose.
+    pub metrics: Arc<Metrics>,
+    /// False until the API server was reached once, and again while shutting down.
+    pub ready: Arc<AtomicBool>,
+}
+
+/// The admin routes.
+pub fn router(admin: Admin) -> Router {
+    Router::new()
+        .route("/metrics", get(metrics))
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .with_state(admin)
+}
+
+async fn metrics(State(a): State<Admin>) -> impl IntoResponse {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        a.metrics.encode(),
+    )
+}
+
+// A standby replica (not leader) is ready: it serves metrics and can take over, and rolling updates of
+// the operator Deployment must not wait on an election.
+async fn readyz(State(a): State<Admin>) -> impl IntoResponse {
+    if a.ready.load(Ordering::Relaxed) {
+        (StatusCode::OK, "ready")
+    } else {
+        (StatusCode::SERVICE_UNAVAILABLE, "not ready")
+    }
+}

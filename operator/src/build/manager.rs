@@ -1,0 +1,203 @@
+//! Children of a Manager: one Deployment (or one per event type), a Service and the rendered config.
+
+use super::BuildSettings;
+use super::meta::{self, MANAGER};
+use super::sidecar::{self, Role};
+use crate::Error;
+use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, EnvVar, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+use std::collections::BTreeMap;
+use switchyard_crds::manager::Split;
+use switchyard_crds::{EventType, Manager};
+use switchyard_protocol::config::{self, ManagerConfig};
+use switchyard_protocol::ports;
+
+/// Environment variable telling a manager pod's sidecar which event types its Deployment serves.
+pub const EVENT_TYPES_ENV: &str = "SWITCHYARD_EVENT_TYPES";
+/// Environment variable telling the app where the sidecar's local API is.
+pub const LOCAL_API_ENV: &str = "SWITCHYARD_LOCAL_API";
+
+/// The desired children of one Manager.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ManagerChildren {
+    /// Rendered manager-role config.
+    pub config_map: ConfigMap,
+    /// One Deployment (`split: shared`) or one per event type (`split: perEventType`).
+    pub deployments: Vec<Deployment>,
+    /// Service whose endpoints are all the Manager's pods.
+    pub service: Service,
+}
+
+/// Name of the Manager's Service (and of its Deployment with `split: shared`).
+pub fn service_name(manager: &str) -> String {
+    format!("{manager}-manager")
+}
+
+/// Name of the Manager's ConfigMap.
+pub fn config_map_name(manager: &str) -> String {
+    format!("{manager}-manager-config")
+}
+
+/// Name of the Deployment serving one event type with `split: perEventType`.
+pub fn per_type_name(manager: &str, event: &EventType) -> String {
+    format!("{manager}-{}", event.dns_fragment())
+}
+
+/// Builds every child of `manager`.
+pub fn build(manager: &Manager, settings: &BuildSettings) -> Result<ManagerChildren, Error> {
+    let name = manager.name_any();
+    let spec = &manager.spec;
+    let labels = meta::labels(MANAGER, &name);
+    let selector = meta::selector(MANAGER, &name);
+    let rendered = serde_json::to_string_pretty(&ManagerConfig {
+        name: name.clone(),
+        namespace: manager
+            .namespace()
+            .ok_or(Error::MissingMetadata("namespace"))?,
+        router: spec.router_ref.name.clone(),
+        events: spec.events.clone(),
+        app: spec.app.clone(),
+        workers: spec.workers.clone(),
+        split: spec.scaling.split,
+    })
+    .map_err(|e| Error::Build {
+        what: "manager config".into(),
+        message: e.to_string(),
+    })?;
+    let config_hash = meta::hash(&rendered);
+
+    let config_map = ConfigMap {
+        metadata: meta::child_meta(manager, config_map_name(&name), labels.clone())?,
+        data: Some(BTreeMap::from([(config::FILE_NAME.to_owned(), rendered)])),
+        ..ConfigMap::default()
+    };
+
+    // (Deployment name, extra selector labels, event types served)
+    let groups: Vec<(String, BTreeMap<String, String>, Vec<EventType>)> = match spec.scaling.split {
+        Split::Shared => vec![(service_name(&name), BTreeMap::new(), spec.events.clone())],
+        Split::PerEventType => spec
+            .events
+            .iter()
+            .map(|e| {
+                let extra = BTreeMap::from([(meta::EVENT_TYPE.to_owned(), e.dns_fragment())]);
+                (per_type_name(&name, e), extra, vec![e.clone()])
+            })
+            .collect(),
+    };
+
+    let deployments = groups
+        .into_iter()
+        .map(|(deploy_name, extra, events)| {
+            let mut sel = selector.clone();
+            sel.extend(extra);
+            let mut dep_labels = labels.clone();
+            dep_labels.extend(sel.clone());
+            Ok(Deployment {
+                metadata: meta::child_meta(manager, deploy_name, dep_labels)?,
+                spec: Some(DeploymentSpec {
+                    replicas: Some(spec.replicas),
+                    selector: LabelSelector {
+                        match_labels: Some(sel.clone()),
+                        ..LabelSelector::default()
+                    },
+                    template: pod_template(manager, settings, &sel, &config_hash, &events),
+                    ..DeploymentSpec::default()
+                }),
+                ..Deployment::default()
+            })
+        })
+        .collect::<Result<Vec<_>, Error>>()?;
+
+    let service = Service {
+        metadata: meta::child_meta(manager, service_name(&name), labels)?,
+        spec: Some(ServiceSpec {
+            selector: Some(selector),
+            ports: Some(vec![ServicePort {
+                name: Some("frames".into()),
+                port: i32::from(ports::MANAGER_INBOUND),
+                target_port: Some(IntOrString::String("frames".into())),
+                protocol: Some("TCP".into()),
+                ..ServicePort::default()
+            }]),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    };
+
+    Ok(ManagerChildren {
+        config_map,
+        deployments,
+        service,
+    })
+}
+
+/// The user's pod template plus the sidecar (a native sidecar: an init container with
+/// `restartPolicy: Always`, so it is up before the app and does not keep Jobs alive).
+fn pod_template(
+    manager: &Manager,
+    settings: &BuildSettings,
+    selector: &BTreeMap<String, String>,
+    config_hash: &str,
+    events: &[EventType],
+) -> PodTemplateSpec {
+    let mut template = manager.spec.template.clone();
+    let mut metadata = template.metadata.take().unwrap_or_default();
+    // The user's metadata is kept, but name/namespace/ownership of a template are meaningless there.
+    let mut labels = metadata.labels.take().unwrap_or_default();
+    labels.extend(selector.clone());
+    let mut annotations = metadata.annotations.take().unwrap_or_default();
+    annotations.insert(meta::CONFIG_HASH.into(), config_hash.to_owned());
+    let metadata = ObjectMeta {
+        labels: Some(labels),
+        annotations: Some(annotations),
+        ..ObjectMeta::default()
+    };
+
+    let mut pod = template.spec.take().unwrap_or_default();
+    let event_list = events
+        .iter()
+        .map(EventType::as_str)
+        .collect::<Vec<_>>()
+        .join(",");
+    let mut side = sidecar::container(
+        settings,
+        Role::Manager,
+        &[("frames", i32::from(ports::MANAGER_INBOUND))],
+        None,
+        vec![EnvVar {
+            name: EVENT_TYPES_ENV.into(),
+            value: Some(event_list),
+            ..EnvVar::default()
+        }],
+    );
+    side.restart_policy = Some("Always".into());
+    let mut init = vec![side];
+    init.extend(pod.init_containers.take().unwrap_or_default());
+    pod.init_containers = Some(init);
+
+    let local_api = format!("http://127.0.0.1:{}", ports::MANAGER_LOCAL_API);
+    for c in &mut pod.containers {
+        let env = c.env.get_or_insert_with(Vec::new);
+        if !env.iter().any(|e| e.name == LOCAL_API_ENV) {
+            env.push(EnvVar {
+                name: LOCAL_API_ENV.into(),
+                value: Some(local_api.clone()),
+                ..EnvVar::default()
+            });
+        }
+    }
+    pod.volumes
+        .get_or_insert_with(Vec::new)
+        .push(sidecar::config_volume(&config_map_name(
+            &manager.name_any(),
+        )));
+    PodTemplateSpec {
+        metadata: Some(metadata),
+        spec: Some(pod),
+    }
+}

@@ -1,0 +1,14 @@
+//! Pure builders: from a custom resource (plus observed facts) to the desired child objects.
+//! No I/O here; everything is unit-tested from YAML fixtures.
+
+pub mod manager;
+pub mod meta;
+pub mod router;
+pub mod sidecar;
+
+/// Inputs of the build step that come from the operator's settings, not from the resource.
+#[derive(Clone, Debug)]
+pub struct BuildSettings {
+    /// Image of the sidecar container.
+    pub sidecar_image: String,
+}

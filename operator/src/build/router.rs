@@ -1,0 +1,201 @@
+//! Children of a Router: the router-role Deployment, its Service and the rendered config.
+
+use super::BuildSettings;
+use super::meta::{self, ROUTER};
+use super::sidecar::{self, Role};
+use crate::Error;
+use k8s_openapi::api::apps::v1::{
+    Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
+};
+use k8s_openapi::api::core::v1::{
+    ConfigMap, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use kube::ResourceExt;
+use std::collections::BTreeMap;
+use switchyard_crds::{Manager, Router};
+use switchyard_protocol::config::{self, Destination, RouterConfig};
+use switchyard_protocol::ports;
+
+/// The desired children of one Router.
+#[derive(Clone, Debug, PartialEq)]
+pub struct RouterChildren {
+    /// Rendered routing config.
+    pub config_map: ConfigMap,
+    /// Router pods.
+    pub deployment: Deployment,
+    /// Service in front of the router pods.
+    pub service: Service,
+}
+
+/// Name of the router Deployment and Service.
+pub fn workload_name(router: &str) -> String {
+    format!("{router}-router")
+}
+
+/// Name of the router's ConfigMap.
+pub fn config_map_name(router: &str) -> String {
+    format!("{router}-router-config")
+}
+
+/// The rendered config: the spec plus where each event type goes. `managers` are the Managers that
+/// name this Router; when two claim one event type the first by name wins (validation reports it).
+pub fn render_config(router: &Router, managers: &[Manager]) -> Result<RouterConfig, Error> {
+    let mut sorted: Vec<&Manager> = managers.iter().collect();
+    sorted.sort_by_key(|m| m.name_any());
+    let mut destinations = BTreeMap::new();
+    for m in sorted {
+        let name = m.name_any();
+        let per_type = m.spec.scaling.split == switchyard_crds::manager::Split::PerEventType;
+        for event in &m.spec.events {
+            let mut pod_selector = meta::selector(meta::MANAGER, &name);
+            if per_type {
+                pod_selector.insert(meta::EVENT_TYPE.into(), event.dns_fragment());
+            }
+            destinations
+                .entry(event.clone())
+                .or_insert_with(|| Destination {
+                    manager: name.clone(),
+                    service: super::manager::service_name(&name),
+                    port: ports::MANAGER_INBOUND,
+                    pod_selector,
+                });
+        }
+    }
+    Ok(RouterConfig {
+        name: router.name_any(),
+        namespace: router
+            .namespace()
+            .ok_or(Error::MissingMetadata("namespace"))?,
+        spec: router.spec.clone(),
+        destinations,
+    })
+}
+
+/// Builds every child of `router`.
+pub fn build(
+    router: &Router,
+    managers: &[Manager],
+    settings: &BuildSettings,
+) -> Result<RouterChildren, Error> {
+    let name = router.name_any();
+    let labels = meta::labels(ROUTER, &name);
+    let selector = meta::selector(ROUTER, &name);
+    let rendered =
+        serde_json::to_string_pretty(&render_config(router, managers)?).map_err(|e| {
+            Error::Build {
+                what: "router config".into(),
+                message: e.to_string(),
+            }
+        })?;
+    let config_hash = meta::hash(&rendered);
+
+    let config_map = ConfigMap {
+        metadata: meta::child_meta(router, config_map_name(&name), labels.clone())?,
+        data: Some(BTreeMap::from([(config::FILE_NAME.to_owned(), rendered)])),
+        ..ConfigMap::default()
+    };
+
+    let listeners = &router.spec.listeners;
+    let mut serving = vec![("http", listeners.http.port)];
+    if let Some(grpc) = &listeners.grpc {
+        serving.push(("grpc", grpc.port));
+    }
+    let container = sidecar::container(
+        settings,
+        Role::Router,
+        &serving,
+        router.spec.resources.clone(),
+        vec![],
+    );
+
+    let overrides = router.spec.pod_template.clone().unwrap_or_default();
+    let mut pod_labels = overrides.labels.clone();
+    pod_labels.extend(selector.clone());
+    let mut annotations = overrides.annotations.clone();
+    annotations.insert(meta::CONFIG_HASH.into(), config_hash);
+
+    let deployment = Deployment {
+        metadata: meta::child_meta(router, workload_name(&name), labels.clone())?,
+        spec: Some(DeploymentSpec {
+            replicas: Some(router.spec.replicas),
+            selector: LabelSelector {
+                match_labels: Some(selector.clone()),
+                ..LabelSelector::default()
+            },
+            // Surge before removing: a router rollout never drops serving capacity.
+            strategy: Some(DeploymentStrategy {
+                type_: Some("RollingUpdate".into()),
+                rolling_update: Some(RollingUpdateDeployment {
+                    max_surge: Some(IntOrString::String("25%".into())),
+                    max_unavailable: Some(IntOrString::Int(0)),
+                }),
+            }),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(pod_labels),
+                    annotations: Some(annotations),
+                    ..ObjectMeta::default()
+                }),
+                spec: Some(PodSpec {
+                    containers: vec![container],
+                    volumes: Some(vec![sidecar::config_volume(&config_map_name(&name))]),
+                    node_selector: non_empty(overrides.node_selector),
+                    tolerations: (!overrides.tolerations.is_empty())
+                        .then_some(overrides.tolerations),
+                    affinity: overrides.affinity,
+                    service_account_name: overrides.service_account_name,
+                    priority_class_name: overrides.priority_class_name,
+                    image_pull_secrets: (!overrides.image_pull_secrets.is_empty())
+                        .then_some(overrides.image_pull_secrets),
+                    // Drain on SIGTERM needs time to finish in-flight requests.
+                    termination_grace_period_seconds: Some(30),
+                    ..PodSpec::default()
+                }),
+            },
+            ..DeploymentSpec::default()
+        }),
+        ..Deployment::default()
+    };
+
+    let service = Service {
+        metadata: meta::child_meta(router, workload_name(&name), labels)?,
+        spec: Some(ServiceSpec {
+            selector: Some(selector),
+            ports: Some(
+                serving
+                    .iter()
+                    .map(|(port_name, port)| ServicePort {
+                        name: Some((*port_name).to_owned()),
+                        port: *port,
+                        target_port: Some(IntOrString::String((*port_name).to_owned())),
+                        protocol: Some("TCP".into()),
+                        // h2c on the http port, gRPC on grpc: tells meshes and gateways the protocol.
+                        app_protocol: Some(
+                            if *port_name == "grpc" {
+                                "kubernetes.io/h2c"
+                            } else {
+                                "http"
+                            }
+                            .into(),
+                        ),
+                        ..ServicePort::default()
+                    })
+                    .collect(),
+            ),
+            ..ServiceSpec::default()
+        }),
+        ..Service::default()
+    };
+
+    Ok(RouterChildren {
+        config_map,
+        deployment,
+        service,
+    })
+}
+
+fn non_empty(m: BTreeMap<String, String>) -> Option<BTreeMap<String, String>> {
+    (!m.is_empty()).then_some(m)
+}

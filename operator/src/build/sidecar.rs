@@ -1,0 +1,150 @@
+//! The sidecar container, in router or manager role.
+
+use super::BuildSettings;
+use k8s_openapi::api::core::v1::{
+    Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
+    HTTPGetAction, ObjectFieldSelector, Probe, ResourceRequirements, SeccompProfile,
+    SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use std::collections::BTreeMap;
+use switchyard_protocol::{config, ports};
+
+/// Name of the sidecar container; reserved in Manager templates.
+pub const CONTAINER: &str = "switchyard-sidecar";
+/// Name of the config volume; reserved in Manager templates.
+pub const CONFIG_VOLUME: &str = "switchyard-config";
+
+/// Role of a sidecar.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// Edge: listener, broker, router.
+    Router,
+    /// Inbound delivery and workers next to the app.
+    Manager,
+}
+
+impl Role {
+    fn arg(self) -> &'static str {
+        match self {
+            Role::Router => "router",
+            Role::Manager => "manager",
+        }
+    }
+}
+
+/// The sidecar container. `ports` are the role's serving ports (name, port); the admin port is added.
+pub fn container(
+    settings: &BuildSettings,
+    role: Role,
+    ports: &[(&str, i32)],
+    resources: Option<ResourceRequirements>,
+    extra_env: Vec<EnvVar>,
+) -> Container {
+    let mut container_ports: Vec<ContainerPort> = ports
+        .iter()
+        .map(|(name, port)| ContainerPort {
+            name: Some((*name).to_owned()),
+            container_port: *port,
+            protocol: Some("TCP".into()),
+            ..ContainerPort::default()
+        })
+        .collect();
+    container_ports.push(ContainerPort {
+        name: Some("admin".into()),
+        container_port: i32::from(ports::ADMIN),
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    });
+    let probe = |path: &str| Probe {
+        http_get: Some(HTTPGetAction {
+            path: Some(path.to_owned()),
+            port: IntOrString::String("admin".into()),
+            ..HTTPGetAction::default()
+        }),
+        period_seconds: Some(5),
+        ..Probe::default()
+    };
+    let mut env = vec![
+        field_env("POD_NAME", "metadata.name"),
+        field_env("POD_NAMESPACE", "metadata.namespace"),
+    ];
+    env.extend(extra_env);
+    Container {
+        name: CONTAINER.into(),
+        image: Some(settings.sidecar_image.clone()),
+        args: Some(vec![
+            role.arg().into(),
+            "--config".into(),
+            format!("{}/{}", config::MOUNT_DIR, config::FILE_NAME),
+        ]),
+        env: Some(env),
+        ports: Some(container_ports),
+        readiness_probe: Some(probe("/readyz")),
+        liveness_probe: Some(probe("/healthz")),
+        resources: Some(resources.unwrap_or_else(default_resources)),
+        volume_mounts: Some(vec![VolumeMount {
+            name: CONFIG_VOLUME.into(),
+            mount_path: config::MOUNT_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        }]),
+        security_context: Some(SecurityContext {
+            allow_privilege_escalation: Some(false),
+            read_only_root_filesystem: Some(true),
+            run_as_non_root: Some(true),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                ..Capabilities::default()
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                ..SeccompProfile::default()
+            }),
+            ..SecurityContext::default()
+        }),
+        ..Container::default()
+    }
+}
+
+/// The volume that mounts the rendered config.
+pub fn config_volume(config_map: &str) -> Volume {
+    Volume {
+        name: CONFIG_VOLUME.into(),
+        config_map: Some(ConfigMapVolumeSource {
+            name: config_map.to_owned(),
+            ..ConfigMapVolumeSource::default()
+        }),
+        ..Volume::default()
+    }
+}
+
+fn field_env(name: &str, path: &str) -> EnvVar {
+    EnvVar {
+        name: name.into(),
+        value_from: Some(EnvVarSource {
+            field_ref: Some(ObjectFieldSelector {
+                field_path: path.into(),
+                ..ObjectFieldSelector::default()
+            }),
+            ..EnvVarSource::default()
+        }),
+        ..EnvVar::default()
+    }
+}
+
+// Requests sized for a sidecar at moderate load; the memory limit bounds a leak, not normal use.
+fn default_resources() -> ResourceRequirements {
+    ResourceRequirements {
+        requests: Some(BTreeMap::from([
+            ("cpu".into(), Quantity("100m".into())),
+            ("memory".into(), Quantity("32Mi".into())),
+        ])),
+        limits: Some(BTreeMap::from([(
+            "memory".into(),
+            Quantity("256Mi".into()),
+        )])),
+        ..ResourceRequirements::default()
+    }
+}

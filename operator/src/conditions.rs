@@ -1,0 +1,265 @@
+//! Pure status logic: rollout facts of the children in, Ready/Progressing/Degraded conditions out.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use switchyard_crds::status::{DEGRADED, PROGRESSING, READY};
+
+/// Rollout state of one Deployment, read from its status.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Rollout {
+    /// spec.replicas.
+    pub desired: i32,
+    /// status.replicas.
+    pub replicas: i32,
+    /// status.readyReplicas.
+    pub ready: i32,
+    /// status.availableReplicas.
+    pub available: i32,
+    /// status.updatedReplicas.
+    pub updated: i32,
+    /// The Deployment controller has seen the latest spec.
+    pub observed: bool,
+}
+
+impl Rollout {
+    /// Facts of a Deployment as returned by the API server.
+    pub fn of(d: &Deployment) -> Self {
+        let status = d.status.clone().unwrap_or_default();
+        let generation = d.metadata.generation.unwrap_or(0);
+        Rollout {
+            desired: d.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1),
+            replicas: status.replicas.unwrap_or(0),
+            ready: status.ready_replicas.unwrap_or(0),
+            available: status.available_replicas.unwrap_or(0),
+            updated: status.updated_replicas.unwrap_or(0),
+            observed: status.observed_generation.unwrap_or(0) >= generation,
+        }
+    }
+
+    /// Every desired pod runs the latest template and is available, and no old pod is left.
+    pub fn complete(&self) -> bool {
+        self.observed
+            && self.updated >= self.desired
+            && self.available >= self.desired
+            && self.replicas == self.desired
+    }
+
+    /// Sum of several Deployments' facts; complete only if each is.
+    pub fn total(all: &[Rollout]) -> (Rollout, bool) {
+        let sum = all.iter().fold(
+            Rollout {
+                observed: true,
+                ..Rollout::default()
+            },
+            |a, r| Rollout {
+                desired: a.desired + r.desired,
+                replicas: a.replicas + r.replicas,
+                ready: a.ready + r.ready,
+                available: a.available + r.available,
+                updated: a.updated + r.updated,
+                observed: a.observed && r.observed,
+            },
+        );
+        (sum, all.iter().all(Rollout::complete))
+    }
+}
+
+/// Why a resource cannot be fully served.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Problem {
+    /// CamelCase reason, e.g. `InvalidSpec`, `RouterNotFound`.
+    pub reason: &'static str,
+    /// What is wrong, naming the field, and what to do.
+    pub message: String,
+    /// The spec could not be applied at all (no children built from it).
+    pub blocks_apply: bool,
+}
+
+/// The three conditions for `generation`, keeping lastTransitionTime of any condition whose status
+/// did not change, so an unchanged world writes an unchanged status.
+pub fn compute(
+    generation: Option<i64>,
+    rollout: Option<(Rollout, bool)>,
+    problem: Option<&Problem>,
+    existing: &[Condition],
+    now: &Time,
+) -> Vec<Condition> {
+    let blocked = problem.is_some_and(|p| p.blocks_apply);
+    let (ready, ready_reason, ready_msg) = match (blocked, rollout) {
+        (true, _) => (
+            false,
+            "InvalidSpec",
+            "the spec cannot be applied; see the Degraded condition".to_owned(),
+        ),
+        (false, None) => (false, "Pending", "children not created yet".to_owned()),
+        (false, Some((r, complete))) if complete => (
+            true,
+            "Available",
+            format!("{}/{} pods ready", r.ready, r.desired),
+        ),
+        (false, Some((r, _))) => (
+            false,
+            "PodsNotReady",
+            format!("{}/{} pods available", r.available, r.desired),
+        ),
+    };
+    let (progressing, prog_reason, prog_msg) = match rollout {
+        Some((r, false)) if !blocked => (
+            true,
+            "RollingOut",
+            format!(
+                "{} of {} pods updated, {} available",
+                r.updated, r.desired, r.available
+            ),
+        ),
+        _ => (false, "Complete", "no rollout in progress".to_owned()),
+    };
+    let (degraded, deg_reason, deg_msg) = match problem {
+        Some(p) => (true, p.reason, p.message.clone()),
+        None => (false, "AsExpected", "no problems found".to_owned()),
+    };
+    [
+        (READY, ready, ready_reason, ready_msg),
+        (PROGRESSING, progressing, prog_reason, prog_msg),
+        (DEGRADED, degraded, deg_reason, deg_msg),
+    ]
+    .into_iter()
+    .map(|(type_, status, reason, message)| {
+        let status = if status { "True" } else { "False" };
+        let last = existing
+            .iter()
+            .find(|c| c.type_ == type_ && c.status == status)
+            .map(|c| c.last_transition_time.clone())
+            .unwrap_or_else(|| now.clone());
+        Condition {
+            type_: type_.into(),
+            status: status.into(),
+            reason: reason.into(),
+            message,
+            observed_generation: generation,
+            last_transition_time: last,
+        }
+    })
+    .collect()
+}
+
+/// Status of the `Ready` condition in a list, if present.
+pub fn ready_status(conditions: &[Condition]) -> Option<&str> {
+    conditions
+        .iter()
+        .find(|c| c.type_ == READY)
+        .map(|c| c.status.as_str())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::jiff::Timestamp;
+
+    fn t(secs: i64) -> Time {
+        Time(Timestamp::from_second(secs).expect("valid"))
+    }
+
+    fn done(n: i32) -> Rollout {
+        Rollout {
+            desired: n,
+            replicas: n,
+            ready: n,
+            available: n,
+            updated: n,
+            observed: true,
+        }
+    }
+
+    #[test]
+    fn complete_rollout_is_ready_and_not_progressing() {
+        let c = compute(Some(3), Some(Rollout::total(&[done(2)])), None, &[], &t(10));
+        assert_eq!(
+            c.iter()
+                .map(|c| (c.type_.as_str(), c.status.as_str()))
+                .collect::<Vec<_>>(),
+            [
+                ("Ready", "True"),
+                ("Progressing", "False"),
+                ("Degraded", "False")
+            ]
+        );
+        assert!(c.iter().all(|c| c.observed_generation == Some(3)));
+        assert_eq!(c[0].message, "2/2 pods ready");
+    }
+
+    #[test]
+    fn unavailable_pods_progress_and_are_not_ready() {
+        let r = Rollout {
+            available: 1,
+            ..done(3)
+        };
+        let c = compute(Some(1), Some(Rollout::total(&[r])), None, &[], &t(10));
+        assert_eq!(
+            (c[0].status.as_str(), c[0].reason.as_str()),
+            ("False", "PodsNotReady")
+        );
+        assert_eq!(c[1].status, "True");
+    }
+
+    #[test]
+    fn invalid_spec_degrades_and_blocks_ready() {
+        let p = Problem {
+            reason: "InvalidSpec",
+            message: "spec.routes[1].http: dup".into(),
+            blocks_apply: true,
+        };
+        let c = compute(Some(2), None, Some(&p), &[], &t(10));
+        assert_eq!(
+            (c[0].status.as_str(), c[0].reason.as_str()),
+            ("False", "InvalidSpec")
+        );
+        assert_eq!(
+            (c[2].status.as_str(), c[2].message.as_str()),
+            ("True", "spec.routes[1].http: dup")
+        );
+    }
+
+    #[test]
+    fn transition_time_only_moves_on_change() {
+        let first = compute(Some(1), Some(Rollout::total(&[done(1)])), None, &[], &t(10));
+        let same = compute(
+            Some(1),
+            Some(Rollout::total(&[done(1)])),
+            None,
+            &first,
+            &t(20),
+        );
+        assert_eq!(first, same, "nothing changed, nothing rewritten");
+        let flipped = compute(
+            Some(1),
+            Some(Rollout::total(&[Rollout {
+                ready: 0,
+                available: 0,
+                ..done(1)
+            }])),
+            None,
+            &first,
+            &t(30),
+        );
+        assert_eq!(flipped[0].last_transition_time, t(30));
+        assert_eq!(
+            flipped[2].last_transition_time,
+            t(10),
+            "Degraded stayed False"
+        );
+    }
+
+    #[test]
+    fn total_needs_every_deployment_complete() {
+        let (sum, complete) = Rollout::total(&[
+            done(1),
+            Rollout {
+                observed: false,
+                ..done(2)
+            },
+        ]);
+        assert_eq!(sum.desired, 3);
+        assert!(!complete);
+    }
+}

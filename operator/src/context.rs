@@ -1,0 +1,39 @@
+//! State shared by the controllers.
+
+use crate::metrics::Metrics;
+use kube::Client;
+use kube::runtime::events::{Recorder, Reporter};
+use std::sync::Arc;
+
+/// What a reconcile needs besides the object.
+pub struct Context {
+    /// API client.
+    pub client: Client,
+    /// Emits Kubernetes Events.
+    pub recorder: Recorder,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Inputs of the pure build step that do not come from the resource.
+    pub build: crate::build::BuildSettings,
+}
+
+impl Context {
+    /// A context for the given client, reporting events as `identity`.
+    pub fn new(
+        client: Client,
+        metrics: Arc<Metrics>,
+        build: crate::build::BuildSettings,
+        identity: String,
+    ) -> Self {
+        let reporter = Reporter {
+            controller: crate::FIELD_MANAGER.into(),
+            instance: Some(identity),
+        };
+        Context {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            metrics,
+            build,
+        }
+    }
+}

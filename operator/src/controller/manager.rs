@@ -1,0 +1,276 @@
+//! Manager controller: Manager → Deployment(s) with the native sidecar, Service and rendered config.
+
+use super::events;
+use crate::apply::{apply, prune};
+use crate::build::{self, meta};
+use crate::conditions::{self, Problem, Rollout};
+use crate::context::Context;
+use crate::validate;
+use crate::{Error, Result};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use switchyard_crds::status::{EventTypeStatus, ManagerStatus};
+use switchyard_crds::{Manager, Router};
+
+const NAME: &str = "manager";
+
+/// Runs the Manager controller until `shutdown` resolves.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let client = ctx.client.clone();
+    let owned = watcher::Config::default().labels(&format!(
+        "{}={}",
+        meta::MANAGED_BY,
+        crate::FIELD_MANAGER
+    ));
+    let controller = Controller::new(
+        Api::<Manager>::all(client.clone()),
+        watcher::Config::default(),
+    );
+    let managers = controller.store();
+    controller
+        .owns(Api::<Deployment>::all(client.clone()), owned.clone())
+        .owns(Api::<Service>::all(client.clone()), owned.clone())
+        .owns(Api::<ConfigMap>::all(client.clone()), owned)
+        // A Router appearing or going away changes the RouterNotFound condition of its Managers.
+        .watches(
+            Api::<Router>::all(client),
+            watcher::Config::default(),
+            move |r: Router| {
+                let ns = r.namespace();
+                let name = r.name_any();
+                managers
+                    .state()
+                    .into_iter()
+                    .filter(|m| m.namespace() == ns && m.spec.router_ref.name == name)
+                    .map(|m| ObjectRef::from_obj(&*m))
+                    .collect::<Vec<_>>()
+            },
+        )
+        .graceful_shutdown_on(shutdown)
+        .run(reconcile, error_policy, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(error = %e, "manager controller event");
+            }
+        })
+        .await;
+}
+
+#[tracing::instrument(skip_all, fields(manager = %manager.name_any(), namespace = manager.namespace().unwrap_or_default()))]
+async fn reconcile(manager: Arc<Manager>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.metrics.reconcile(NAME);
+    let started = Instant::now();
+    let res = reconcile_inner(&manager, &ctx).await;
+    ctx.metrics.observe_duration(NAME, started.elapsed());
+    res
+}
+
+async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
+    let ns = manager
+        .namespace()
+        .ok_or(Error::MissingMetadata("namespace"))?;
+    let name = manager.name_any();
+    let uid = manager.uid().ok_or(Error::MissingMetadata("uid"))?;
+
+    // observe
+    let router_name = &manager.spec.router_ref.name;
+    let router = Api::<Router>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(router_name)
+        .await
+        .map_err(|source| Error::Observe {
+            what: format!("router {ns}/{router_name}"),
+            source,
+        })?;
+
+    // validate
+    let errors = validate::manager::validate(&name, &manager.spec);
+    let problem = if !errors.is_empty() {
+        ctx.metrics.invalid_spec(NAME);
+        Some(Problem {
+            reason: "InvalidSpec",
+            message: validate::summary(&errors),
+            blocks_apply: true,
+        })
+    } else if router.is_none() {
+        Some(Problem {
+            reason: "RouterNotFound",
+            message: format!(
+                "spec.routerRef.name: Router {router_name:?} does not exist in namespace {ns}; no traffic reaches this Manager until it does"
+            ),
+            blocks_apply: false,
+        })
+    } else {
+        None
+    };
+
+    // build + apply + prune (an invalid spec leaves the last good children serving)
+    let mut rollout = None;
+    let mut per_type = Vec::new();
+    let mut applied = String::new();
+    if !problem.as_ref().is_some_and(|p| p.blocks_apply) {
+        let children = build::manager::build(manager, &ctx.build)?;
+        apply(&ctx.client, &children.config_map).await?;
+        apply(&ctx.client, &children.service).await?;
+        let mut rollouts = Vec::new();
+        let mut names = Vec::new();
+        for d in &children.deployments {
+            let stored = apply(&ctx.client, d).await?;
+            let r = Rollout::of(&stored);
+            let dep_name = stored.name_any();
+            // Which event types this Deployment serves: all with `shared`, its own with `perEventType`.
+            let served = served_event_types(manager, &stored);
+            for e in served {
+                per_type.push(EventTypeStatus {
+                    event: e,
+                    deployment: dep_name.clone(),
+                    replicas: r.replicas,
+                    ready_replicas: r.ready,
+                    ..EventTypeStatus::default()
+                });
+            }
+            rollouts.push(r);
+            names.push(dep_name);
+        }
+        let selector = meta::selector_string(&meta::selector(meta::MANAGER, &name));
+        let pruned = prune::<Deployment>(&ctx.client, &ns, &selector, &uid, &names).await?;
+        if !pruned.is_empty() {
+            let note = format!(
+                "deleted Deployments no longer wanted: {}",
+                pruned.join(", ")
+            );
+            events::publish(
+                ctx,
+                &manager.object_ref(&()),
+                EventType::Normal,
+                "Pruned",
+                "Prune",
+                note,
+            )
+            .await;
+        }
+        rollout = Some(Rollout::total(&rollouts));
+        applied = format!(
+            "Deployments {}, Service {}, ConfigMap {}",
+            names.join(", "),
+            build::manager::service_name(&name),
+            build::manager::config_map_name(&name)
+        );
+    }
+
+    // status
+    let old = manager.status.clone().unwrap_or_default();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let generation = manager.meta().generation;
+    let conditions =
+        conditions::compute(generation, rollout, problem.as_ref(), &old.conditions, &now);
+    let (sum, _) = rollout.unwrap_or_default();
+    let status = ManagerStatus {
+        observed_generation: generation,
+        conditions,
+        replicas: if rollout.is_some() {
+            sum.replicas
+        } else {
+            old.replicas
+        },
+        ready_replicas: if rollout.is_some() {
+            sum.ready
+        } else {
+            old.ready_replicas
+        },
+        desired_replicas: old.desired_replicas,
+        selector: Some(meta::selector_string(&meta::selector(meta::MANAGER, &name))),
+        event_types: Some(
+            manager
+                .spec
+                .events
+                .iter()
+                .map(|e| e.as_str())
+                .collect::<Vec<_>>()
+                .join(","),
+        ),
+        events: if rollout.is_some() {
+            merge_load(per_type, &old.events)
+        } else {
+            old.events.clone()
+        },
+    };
+    if status != old {
+        Api::<Manager>::namespaced(ctx.client.clone(), &ns)
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "status": status })),
+            )
+            .await
+            .map_err(|source| Error::Status {
+                what: format!("manager {ns}/{name}"),
+                source,
+            })?;
+        events::on_status_change(
+            ctx,
+            &manager.object_ref(&()),
+            old.observed_generation,
+            status.observed_generation,
+            &old.conditions,
+            &status.conditions,
+            &applied,
+        )
+        .await;
+    }
+    Ok(Action::requeue(Duration::from_secs(600)))
+}
+
+/// Event types a stored Deployment of `manager` serves.
+fn served_event_types(manager: &Manager, deployment: &Deployment) -> Vec<String> {
+    let label = deployment.labels().get(meta::EVENT_TYPE);
+    manager
+        .spec
+        .events
+        .iter()
+        .filter(|e| label.is_none_or(|l| *l == e.dns_fragment()))
+        .map(|e| e.as_str().to_owned())
+        .collect()
+}
+
+/// Keeps the load figures (written by the autoscaler) of event types that are still present.
+fn merge_load(mut fresh: Vec<EventTypeStatus>, old: &[EventTypeStatus]) -> Vec<EventTypeStatus> {
+    for f in &mut fresh {
+        if let Some(o) = old.iter().find(|o| o.event == f.event) {
+            f.desired_replicas = o.desired_replicas;
+            f.rate = o.rate;
+            f.in_flight = o.in_flight;
+            f.p99_ms = o.p99_ms;
+        }
+    }
+    fresh
+}
+
+fn error_policy(manager: Arc<Manager>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failure(NAME, err);
+    tracing::warn!(manager = %manager.name_any(), error = %err, "reconcile failed");
+    let obj = manager.object_ref(&());
+    let note = err.to_string();
+    tokio::spawn(async move {
+        events::publish(
+            &ctx,
+            &obj,
+            EventType::Warning,
+            "ReconcileFailed",
+            "Reconcile",
+            note,
+        )
+        .await;
+    });
+    Action::requeue(Duration::from_secs(5))
+}

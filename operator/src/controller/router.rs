@@ -1,0 +1,216 @@
+//! Router controller: Router → router Deployment, Service and rendered-config ConfigMap.
+
+use super::events;
+use crate::apply::apply;
+use crate::build::{self, meta};
+use crate::conditions::{self, Problem, Rollout};
+use crate::context::Context;
+use crate::validate;
+use crate::{Error, Result};
+use futures::StreamExt;
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::runtime::controller::{Action, Controller};
+use kube::runtime::events::EventType;
+use kube::runtime::reflector::ObjectRef;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use switchyard_crds::status::RouterStatus;
+use switchyard_crds::{Manager, Router};
+
+const NAME: &str = "router";
+
+/// Runs the Router controller until `shutdown` resolves.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+    let client = ctx.client.clone();
+    let owned = watcher::Config::default().labels(&format!(
+        "{}={}",
+        meta::MANAGED_BY,
+        crate::FIELD_MANAGER
+    ));
+    Controller::new(
+        Api::<Router>::all(client.clone()),
+        watcher::Config::default(),
+    )
+    .owns(Api::<Deployment>::all(client.clone()), owned.clone())
+    .owns(Api::<Service>::all(client.clone()), owned.clone())
+    .owns(Api::<ConfigMap>::all(client.clone()), owned)
+    // A Manager's event types are part of its Router's rendered config.
+    .watches(
+        Api::<Manager>::all(client),
+        watcher::Config::default(),
+        |m: Manager| {
+            m.namespace()
+                .map(|ns| ObjectRef::<Router>::new(&m.spec.router_ref.name).within(&ns))
+        },
+    )
+    .graceful_shutdown_on(shutdown)
+    .run(reconcile, error_policy, ctx)
+    .for_each(|res| async move {
+        if let Err(e) = res {
+            tracing::debug!(error = %e, "router controller event");
+        }
+    })
+    .await;
+}
+
+#[tracing::instrument(skip_all, fields(router = %router.name_any(), namespace = router.namespace().unwrap_or_default()))]
+async fn reconcile(router: Arc<Router>, ctx: Arc<Context>) -> Result<Action> {
+    ctx.metrics.reconcile(NAME);
+    let started = Instant::now();
+    let res = reconcile_inner(&router, &ctx).await;
+    ctx.metrics.observe_duration(NAME, started.elapsed());
+    res
+}
+
+async fn reconcile_inner(router: &Router, ctx: &Context) -> Result<Action> {
+    let ns = router
+        .namespace()
+        .ok_or(Error::MissingMetadata("namespace"))?;
+    let name = router.name_any();
+
+    // observe
+    let managers: Vec<Manager> = Api::<Manager>::namespaced(ctx.client.clone(), &ns)
+        .list(&ListParams::default())
+        .await
+        .map_err(|source| Error::Observe {
+            what: format!("managers in {ns}"),
+            source,
+        })?
+        .items
+        .into_iter()
+        .filter(|m| m.spec.router_ref.name == name && m.meta().deletion_timestamp.is_none())
+        .collect();
+
+    // validate
+    let errors = validate::router::validate(&name, &router.spec);
+    let problem = if !errors.is_empty() {
+        ctx.metrics.invalid_spec(NAME);
+        Some(Problem {
+            reason: "InvalidSpec",
+            message: validate::summary(&errors),
+            blocks_apply: true,
+        })
+    } else {
+        event_type_conflicts(&managers).map(|message| Problem {
+            reason: "EventTypeConflict",
+            message,
+            blocks_apply: false,
+        })
+    };
+
+    // build + apply (an invalid spec leaves the last good children serving)
+    let mut rollout = None;
+    let mut applied = String::new();
+    if !problem.as_ref().is_some_and(|p| p.blocks_apply) {
+        let children = build::router::build(router, &managers, &ctx.build)?;
+        apply(&ctx.client, &children.config_map).await?;
+        apply(&ctx.client, &children.service).await?;
+        let deployment = apply(&ctx.client, &children.deployment).await?;
+        rollout = Some(Rollout::total(&[Rollout::of(&deployment)]));
+        applied = format!(
+            "Deployment {0}, Service {0}, ConfigMap {1}",
+            build::router::workload_name(&name),
+            build::router::config_map_name(&name)
+        );
+    }
+
+    // status
+    let old = router.status.clone().unwrap_or_default();
+    let now = Time(k8s_openapi::jiff::Timestamp::now());
+    let generation = router.meta().generation;
+    let conditions =
+        conditions::compute(generation, rollout, problem.as_ref(), &old.conditions, &now);
+    let (sum, _) = rollout.unwrap_or_default();
+    let status = RouterStatus {
+        observed_generation: generation,
+        conditions,
+        replicas: if rollout.is_some() {
+            sum.replicas
+        } else {
+            old.replicas
+        },
+        ready_replicas: if rollout.is_some() {
+            sum.ready
+        } else {
+            old.ready_replicas
+        },
+        selector: Some(meta::selector_string(&meta::selector(meta::ROUTER, &name))),
+        routes: i32::try_from(router.spec.routes.len()).unwrap_or(i32::MAX),
+    };
+    if status != old {
+        Api::<Router>::namespaced(ctx.client.clone(), &ns)
+            .patch_status(
+                &name,
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({ "status": status })),
+            )
+            .await
+            .map_err(|source| Error::Status {
+                what: format!("router {ns}/{name}"),
+                source,
+            })?;
+        let obj = router.object_ref(&());
+        events::on_status_change(
+            ctx,
+            &obj,
+            old.observed_generation,
+            status.observed_generation,
+            &old.conditions,
+            &status.conditions,
+            &applied,
+        )
+        .await;
+    }
+    // Owned-object watches trigger reconciles on every change; the periodic one repairs drift that
+    // a missed watch event would otherwise leave.
+    Ok(Action::requeue(Duration::from_secs(600)))
+}
+
+/// Event types claimed by more than one Manager of this Router, as a message.
+fn event_type_conflicts(managers: &[Manager]) -> Option<String> {
+    let mut owners: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for m in managers {
+        for e in &m.spec.events {
+            owners.entry(e.as_str()).or_default().push(m.name_any());
+        }
+    }
+    let conflicts: Vec<String> = owners
+        .into_iter()
+        .filter(|(_, ms)| ms.len() > 1)
+        .map(|(e, mut ms)| {
+            ms.sort();
+            format!(
+                "event type {e} is claimed by Managers {}; {} receives it",
+                ms.join(", "),
+                ms[0]
+            )
+        })
+        .collect();
+    (!conflicts.is_empty()).then(|| conflicts.join("; "))
+}
+
+fn error_policy(router: Arc<Router>, err: &Error, ctx: Arc<Context>) -> Action {
+    ctx.metrics.failure(NAME, err);
+    tracing::warn!(router = %router.name_any(), error = %err, "reconcile failed");
+    let obj = router.object_ref(&());
+    let note = err.to_string();
+    tokio::spawn(async move {
+        events::publish(
+            &ctx,
+            &obj,
+            EventType::Warning,
+            "ReconcileFailed",
+            "Reconcile",
+            note,
+        )
+        .await;
+    });
+    Action::requeue(Duration::from_secs(5))
+}

@@ -1,0 +1,21 @@
+//! The Switchyard operator: one controller per custom resource, each a pipeline
+//! observe → validate → build → apply → status. Only observe, apply and status touch the API server;
+//! `validate` and `build` are pure and unit-tested from YAML fixtures.
+
+pub mod admin;
+pub mod apply;
+pub mod build;
+pub mod conditions;
+pub mod context;
+pub mod controller;
+pub mod error;
+pub mod leader;
+pub mod metrics;
+pub mod settings;
+pub mod telemetry;
+pub mod validate;
+
+pub use error::{Error, Result};
+
+/// Field manager of every server-side apply, and the `managed-by` label value.
+pub const FIELD_MANAGER: &str = "switchyard-operator";

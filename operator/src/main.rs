@@ -1,0 +1,152 @@
+//! `switchyard-operator`: thin shell around the library — settings, telemetry, admin server,
+//! leader election, controllers, clean shutdown.
+
+use clap::Parser;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use switchyard_operator::admin::{self, Admin};
+use switchyard_operator::build::BuildSettings;
+use switchyard_operator::context::Context;
+use switchyard_operator::leader::{self, LeaseConfig};
+use switchyard_operator::metrics::Metrics;
+use switchyard_operator::settings::Settings;
+use switchyard_operator::{controller, telemetry};
+use tokio::sync::watch;
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let settings = Settings::parse();
+    if let Err(e) = telemetry::init(&settings.log_level, settings.log_format) {
+        eprintln!("switchyard-operator: {e}");
+        return ExitCode::from(2);
+    }
+    match run(settings).await {
+        Ok(code) => code,
+        Err(e) => {
+            tracing::error!(error = format!("{e:#}"), "operator failed");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
+    let client = kube::Client::try_default().await.map_err(|e| {
+        anyhow::anyhow!("no Kubernetes client configuration (KUBECONFIG or in-cluster): {e}")
+    })?;
+    let metrics = Arc::new(Metrics::default());
+    let ready = Arc::new(AtomicBool::new(false));
+
+    let listener = tokio::net::TcpListener::bind(settings.metrics_addr)
+        .await
+        .map_err(|e| anyhow::anyhow!("--metrics-addr {}: {e}", settings.metrics_addr))?;
+    let app = admin::router(Admin {
+        metrics: metrics.clone(),
+        ready: ready.clone(),
+    });
+    tokio::spawn(async move {
+        if let Err(e) = axum::serve(listener, app).await {
+            tracing::error!(error = %e, "admin server stopped");
+        }
+    });
+
+    let version = client
+        .apiserver_version()
+        .await
+        .map_err(|e| anyhow::anyhow!("cannot reach the API server: {e}"))?;
+    tracing::info!(server = %version.git_version, addr = %settings.metrics_addr, "connected");
+    ready.store(true, Ordering::Relaxed);
+
+    // One shutdown signal, cloned into every task that must stop: SIGTERM or Ctrl-C.
+    let (stop_tx, stop_rx) = watch::channel(false);
+    tokio::spawn(async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown requested");
+        let _ = stop_tx.send(true);
+    });
+    let stopped = {
+        let rx = stop_rx.clone();
+        move || {
+            let mut rx = rx.clone();
+            async move {
+                let _ = rx.wait_for(|s| *s).await;
+            }
+        }
+    };
+
+    let identity = settings.identity();
+    let lease = LeaseConfig::new(
+        settings.lease_name.clone(),
+        settings.lease_namespace.clone(),
+        identity.clone(),
+    );
+    if settings.leader_election {
+        tokio::select! {
+            () = leader::acquire(&client, &lease, &metrics) => {}
+            () = stopped() => return Ok(ExitCode::SUCCESS),
+        }
+    } else {
+        metrics.set_leader(true);
+    }
+
+    let ctx = Arc::new(Context::new(
+        client.clone(),
+        metrics.clone(),
+        BuildSettings {
+            sidecar_image: settings.sidecar_image.clone(),
+        },
+        identity,
+    ));
+    // Controllers stop on a shutdown signal or when leadership is lost; losing it exits non-zero so the
+    // pod restarts as a fresh candidate rather than keeping stale caches.
+    let (lost_tx, lost_rx) = watch::channel(false);
+    if settings.leader_election {
+        let (client, lease, metrics) = (client.clone(), lease.clone(), metrics.clone());
+        tokio::spawn(async move {
+            leader::hold(&client, &lease, &metrics).await;
+            let _ = lost_tx.send(true);
+        });
+    }
+    let end = {
+        let stopped = stopped();
+        let mut lost = lost_rx.clone();
+        async move {
+            tokio::select! {
+                () = stopped => {}
+                _ = lost.wait_for(|l| *l) => {}
+            }
+        }
+    };
+    let end = futures::future::FutureExt::shared(Box::pin(end));
+    controller::run(ctx, end).await;
+
+    if *lost_rx.borrow() {
+        return Ok(ExitCode::FAILURE);
+    }
+    ready.store(false, Ordering::Relaxed);
+    if settings.leader_election {
+        leader::release(&client, &lease).await;
+    }
+    tracing::info!("stopped cleanly");
+    Ok(ExitCode::SUCCESS)
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = ctrl_c => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = ctrl_c.await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

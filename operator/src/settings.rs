@@ -1,0 +1,62 @@
+//! Command-line settings of the operator, validated once at start-up.
+
+use clap::{Parser, ValueEnum};
+use std::net::SocketAddr;
+
+/// Log output format.
+#[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
+pub enum LogFormat {
+    /// One JSON object per line, for log pipelines.
+    Json,
+    /// Human-readable lines.
+    Text,
+}
+
+/// The Switchyard operator.
+#[derive(Parser, Clone, Debug)]
+#[command(name = "switchyard-operator", version, about)]
+pub struct Settings {
+    /// Address of /metrics, /healthz and /readyz.
+    #[arg(long, env = "SWITCHYARD_METRICS_ADDR", default_value = "0.0.0.0:8080")]
+    pub metrics_addr: SocketAddr,
+    /// Image of the sidecar the operator injects into Router and Manager pods.
+    #[arg(
+        long,
+        env = "SWITCHYARD_SIDECAR_IMAGE",
+        default_value = "ghcr.io/switchyard-dev/switchyard-sidecar:0.1.0"
+    )]
+    pub sidecar_image: String,
+    /// Log filter, e.g. `info` or `info,kube=debug`.
+    #[arg(long, env = "SWITCHYARD_LOG_LEVEL", default_value = "info")]
+    pub log_level: String,
+    /// Log format.
+    #[arg(long, env = "SWITCHYARD_LOG_FORMAT", value_enum, default_value_t = LogFormat::Json)]
+    pub log_format: LogFormat,
+    /// Run controllers only while holding the Lease, so several replicas are safe.
+    #[arg(long, env = "SWITCHYARD_LEADER_ELECTION", default_value_t = true, action = clap::ArgAction::Set)]
+    pub leader_election: bool,
+    /// Name of the leader-election Lease.
+    #[arg(
+        long,
+        env = "SWITCHYARD_LEASE_NAME",
+        default_value = "switchyard-operator"
+    )]
+    pub lease_name: String,
+    /// Namespace of the leader-election Lease (the operator's own namespace in a pod).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "default")]
+    pub lease_namespace: String,
+    /// Identity in the Lease (the pod name in a cluster); defaults to host name and process id.
+    #[arg(long, env = "POD_NAME")]
+    pub identity: Option<String>,
+}
+
+impl Settings {
+    /// The identity to hold the Lease under.
+    pub fn identity(&self) -> String {
+        self.identity.clone().unwrap_or_else(|| {
+            let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+                .unwrap_or_else(|_| "operator".into());
+            format!("{}-{}", host.trim(), std::process::id())
+        })
+    }
+}

@@ -1,0 +1,18 @@
+//! Structured logging through `tracing`.
+
+use crate::settings::LogFormat;
+use tracing_subscriber::{EnvFilter, fmt, prelude::*};
+
+/// Installs the global subscriber; an invalid filter is reported, not ignored.
+pub fn init(filter: &str, format: LogFormat) -> anyhow::Result<()> {
+    let filter =
+        EnvFilter::try_new(filter).map_err(|e| anyhow::anyhow!("--log-level {filter:?}: {e}"))?;
+    let registry = tracing_subscriber::registry().with(filter);
+    match format {
+        LogFormat::Json => registry
+            .with(fmt::layer().json().flatten_event(true))
+            .try_init()?,
+        LogFormat::Text => registry.with(fmt::layer()).try_init()?,
+    }
+    Ok(())
+}

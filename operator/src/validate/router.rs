@@ -1,0 +1,88 @@
+//! Checks of a Router spec beyond its schema.
+
+use super::path_template;
+use super::{FieldError, check_name};
+use std::collections::HashMap;
+use switchyard_crds::RouterSpec;
+
+/// Every problem of `spec`, in field order; empty when valid.
+pub fn validate(name: &str, spec: &RouterSpec) -> Vec<FieldError> {
+    let mut out = Vec::new();
+    check_name(name, &mut out);
+    let mut http_seen: HashMap<(String, String), usize> = HashMap::new();
+    let mut ws_seen: HashMap<&str, usize> = HashMap::new();
+    let mut grpc_seen: HashMap<&str, usize> = HashMap::new();
+    for (i, route) in spec.routes.iter().enumerate() {
+        let at = format!("spec.routes[{i}]");
+        if let Some(http) = &route.http {
+            match path_template::parse(&http.path) {
+                Err(e) => out.push(FieldError::new(format!("{at}.http.path"), e)),
+                Ok(t) => {
+                    let key = (format!("{:?}", http.method).to_uppercase(), t.shape.clone());
+                    if let Some(first) = http_seen.get(&key) {
+                        out.push(FieldError::new(
+                            format!("{at}.http"),
+                            format!(
+                                "{} {} is already routed by spec.routes[{first}]",
+                                key.0, http.path
+                            ),
+                        ));
+                    } else {
+                        http_seen.insert(key, i);
+                    }
+                    for p in route.params.iter().flat_map(|m| m.keys()) {
+                        if !t.params.contains(p) {
+                            out.push(FieldError::new(
+                                format!("{at}.params.{p}"),
+                                format!("no {{{p}}} in path {}", http.path),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        if let Some(ws) = &route.websocket
+            && let Some(first) = ws_seen.insert(ws.command.as_str(), i)
+        {
+            out.push(FieldError::new(
+                format!("{at}.websocket.command"),
+                format!(
+                    "command {:?} is already routed by spec.routes[{first}]",
+                    ws.command
+                ),
+            ));
+        }
+        if let Some(grpc) = &route.grpc
+            && let Some(first) = grpc_seen.insert(grpc.method.as_str(), i)
+        {
+            out.push(FieldError::new(
+                format!("{at}.grpc.method"),
+                format!(
+                    "method {:?} is already routed by spec.routes[{first}]",
+                    grpc.method
+                ),
+            ));
+        }
+    }
+    let mut kinds: HashMap<&str, usize> = HashMap::new();
+    for (i, m) in spec.middleware.iter().enumerate() {
+        let kind = [
+            (m.timing.is_some(), "timing"),
+            (m.cors.is_some(), "cors"),
+            (m.auth.is_some(), "auth"),
+            (m.rate_limit.is_some(), "rateLimit"),
+            (m.body_limit.is_some(), "bodyLimit"),
+        ]
+        .into_iter()
+        .find_map(|(set, k)| set.then_some(k));
+        if let Some(kind) = kind
+            && let Some(first) = kinds.insert(kind, i)
+        {
+            out.push(FieldError::new(
+                format!("spec.middleware[{i}].{kind}"),
+                format!("{kind} is already configured at spec.middleware[{first}]"),
+            ));
+        }
+    }
+    out
+}

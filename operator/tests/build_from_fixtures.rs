@@ -1,0 +1,299 @@
+//! The pure build and validate steps, driven from YAML fixtures: what a user applies in, the exact
+//! children (or the exact field errors) out.
+
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::PodSpec;
+use switchyard_crds::{Manager, Router, yaml};
+use switchyard_operator::build::{self, BuildSettings, meta};
+use switchyard_operator::validate;
+use switchyard_protocol::config::{ManagerConfig, RouterConfig};
+
+const SIDECAR: &str = "registry.example/switchyard-sidecar:test";
+
+fn settings() -> BuildSettings {
+    BuildSettings {
+        sidecar_image: SIDECAR.into(),
+    }
+}
+
+fn quickstart() -> (Router, Manager) {
+    let mut objs =
+        yaml::parse(include_str!("../../examples/quickstart.yaml")).expect("quickstart parses");
+    let mut r = objs.routers.remove(0);
+    let mut m = objs.managers.remove(0);
+    for (meta, uid) in [
+        (&mut r.metadata, "uid-router"),
+        (&mut m.metadata, "uid-manager"),
+    ] {
+        meta.namespace = Some("demo".into());
+        meta.uid = Some(uid.into());
+    }
+    (r, m)
+}
+
+fn fixture(text: &str) -> yaml::Objects {
+    yaml::parse(text).expect("fixture parses")
+}
+
+fn pod(d: &Deployment) -> &PodSpec {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .expect("pod spec")
+}
+
+#[test]
+fn router_children_are_owned_labelled_and_wired_to_the_config() {
+    let (router, manager) = quickstart();
+    let c =
+        build::router::build(&router, std::slice::from_ref(&manager), &settings()).expect("builds");
+
+    for meta in [
+        &c.deployment.metadata,
+        &c.service.metadata,
+        &c.config_map.metadata,
+    ] {
+        let owner = &meta.owner_references.as_ref().expect("owner refs")[0];
+        assert_eq!(
+            (owner.kind.as_str(), owner.name.as_str(), owner.uid.as_str()),
+            ("Router", "edge", "uid-router")
+        );
+        assert_eq!(owner.controller, Some(true));
+        assert_eq!(
+            meta.labels.as_ref().expect("labels")[meta::MANAGED_BY],
+            "switchyard-operator"
+        );
+        assert_eq!(meta.namespace.as_deref(), Some("demo"));
+    }
+    assert_eq!(c.deployment.metadata.name.as_deref(), Some("edge-router"));
+    assert_eq!(
+        c.config_map.metadata.name.as_deref(),
+        Some("edge-router-config")
+    );
+
+    let spec = c.deployment.spec.as_ref().expect("spec");
+    assert_eq!(spec.replicas, Some(1));
+    let container = &pod(&c.deployment).containers[0];
+    assert_eq!(container.image.as_deref(), Some(SIDECAR));
+    assert_eq!(container.args.as_deref().expect("args")[0], "router");
+    let ports: Vec<_> = container
+        .ports
+        .iter()
+        .flatten()
+        .map(|p| (p.name.clone().unwrap_or_default(), p.container_port))
+        .collect();
+    assert_eq!(
+        ports,
+        [
+            ("http".into(), 8080),
+            ("grpc".into(), 50051),
+            ("admin".into(), 9901)
+        ]
+    );
+
+    let svc_ports: Vec<_> = c
+        .service
+        .spec
+        .as_ref()
+        .and_then(|s| s.ports.clone())
+        .expect("ports");
+    assert_eq!(
+        svc_ports.iter().map(|p| p.port).collect::<Vec<_>>(),
+        [8080, 50051]
+    );
+
+    let rendered: RouterConfig =
+        serde_json::from_str(&c.config_map.data.as_ref().expect("data")["config.json"])
+            .expect("config parses");
+    assert_eq!(rendered.spec, router.spec);
+    let noop = &rendered.destinations[&"noop".into()];
+    assert_eq!(
+        (noop.manager.as_str(), noop.service.as_str(), noop.port),
+        ("handlers", "handlers-manager", 7070)
+    );
+    assert!(rendered.destinations.contains_key(&"echo".into()));
+
+    let hash = &spec
+        .template
+        .metadata
+        .as_ref()
+        .and_then(|m| m.annotations.clone())
+        .expect("annotations")[meta::CONFIG_HASH];
+    assert_eq!(
+        hash,
+        &meta::hash(&c.config_map.data.as_ref().expect("data")["config.json"])
+    );
+}
+
+#[test]
+fn building_twice_gives_identical_objects() {
+    let (router, manager) = quickstart();
+    let a = build::router::build(&router, std::slice::from_ref(&manager), &settings()).expect("a");
+    let b = build::router::build(&router, std::slice::from_ref(&manager), &settings()).expect("b");
+    assert_eq!(
+        a, b,
+        "a reconcile with nothing changed must apply the same bytes"
+    );
+    assert_eq!(
+        build::manager::build(&manager, &settings()).expect("a"),
+        build::manager::build(&manager, &settings()).expect("b")
+    );
+}
+
+#[test]
+fn manager_gets_a_native_sidecar_and_keeps_the_users_template() {
+    let (_, manager) = quickstart();
+    let c = build::manager::build(&manager, &settings()).expect("builds");
+    assert_eq!(c.deployments.len(), 1);
+    let d = &c.deployments[0];
+    assert_eq!(d.metadata.name.as_deref(), Some("handlers-manager"));
+    let p = pod(d);
+    let init = p.init_containers.as_ref().expect("init containers");
+    assert_eq!(init[0].name, "switchyard-sidecar");
+    assert_eq!(
+        init[0].restart_policy.as_deref(),
+        Some("Always"),
+        "native sidecar"
+    );
+    assert_eq!(init[0].args.as_deref().expect("args")[0], "manager");
+    let env: Vec<_> = init[0]
+        .env
+        .iter()
+        .flatten()
+        .map(|e| (e.name.as_str(), e.value.clone()))
+        .collect();
+    assert!(
+        env.contains(&("SWITCHYARD_EVENT_TYPES", Some("noop,echo".into()))),
+        "{env:?}"
+    );
+    assert_eq!(p.containers[0].name, "app");
+    assert!(
+        p.containers[0]
+            .env
+            .iter()
+            .flatten()
+            .any(|e| e.name == "SWITCHYARD_LOCAL_API")
+    );
+    assert!(
+        p.volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == "switchyard-config")
+    );
+
+    let cfg: ManagerConfig =
+        serde_json::from_str(&c.config_map.data.as_ref().expect("data")["config.json"])
+            .expect("config parses");
+    assert_eq!(cfg.router, "edge");
+    assert_eq!(cfg.workers.max_in_flight, 64);
+    assert_eq!(cfg.app.path, "/events");
+}
+
+#[test]
+fn per_event_type_split_builds_one_deployment_per_type() {
+    let mut m = fixture(include_str!("fixtures/per-event-type.yaml"))
+        .managers
+        .remove(0);
+    m.metadata.namespace = Some("shop".into());
+    let c = build::manager::build(&m, &settings()).expect("builds");
+    let names: Vec<_> = c
+        .deployments
+        .iter()
+        .filter_map(|d| d.metadata.name.clone())
+        .collect();
+    assert_eq!(names, ["orders-orders-create", "orders-orders-get"]);
+    for (d, event) in c.deployments.iter().zip(["orders-create", "orders-get"]) {
+        let spec = d.spec.as_ref().expect("spec");
+        assert_eq!(spec.replicas, Some(2));
+        let sel = spec.selector.match_labels.as_ref().expect("selector");
+        assert_eq!(sel[meta::EVENT_TYPE], event);
+        let tpl_labels = spec
+            .template
+            .metadata
+            .as_ref()
+            .and_then(|m| m.labels.clone())
+            .expect("labels");
+        assert_eq!(tpl_labels["tier"], "backend", "user labels are kept");
+        assert_eq!(tpl_labels[meta::EVENT_TYPE], event);
+        let init = pod(d).init_containers.as_ref().expect("init");
+        assert_eq!(
+            init.iter().map(|c| c.name.as_str()).collect::<Vec<_>>(),
+            ["switchyard-sidecar", "migrate"]
+        );
+    }
+    // The Service spans every pod of the Manager; routers pick per-type pods by label.
+    let svc_sel = c
+        .service
+        .spec
+        .as_ref()
+        .and_then(|s| s.selector.clone())
+        .expect("selector");
+    assert!(!svc_sel.contains_key(meta::EVENT_TYPE));
+}
+
+#[test]
+fn per_event_type_destinations_select_the_types_pods() {
+    let (router, _) = quickstart();
+    let mut m = fixture(include_str!("fixtures/per-event-type.yaml"))
+        .managers
+        .remove(0);
+    m.metadata.namespace = Some("demo".into());
+    let cfg = build::router::render_config(&router, &[m]).expect("renders");
+    let d = &cfg.destinations[&"orders.create".into()];
+    assert_eq!(d.pod_selector[meta::EVENT_TYPE], "orders-create");
+}
+
+#[test]
+fn quickstart_is_valid() {
+    let (router, manager) = quickstart();
+    assert_eq!(validate::router::validate("edge", &router.spec), []);
+    assert_eq!(validate::manager::validate("handlers", &manager.spec), []);
+}
+
+#[test]
+fn invalid_router_reports_every_field() {
+    let r = fixture(include_str!("fixtures/invalid-router.yaml"))
+        .routers
+        .remove(0);
+    let errors: Vec<String> = validate::router::validate("broken", &r.spec)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            "spec.routes[1].http: GET /orders/{orderId} is already routed by spec.routes[0]",
+            "spec.routes[2].params.page: no {page} in path /orders",
+            "spec.routes[4].websocket.command: command \"go\" is already routed by spec.routes[3]",
+            "spec.routes[5].http.path: segment \"x{id}\": a parameter must be a whole segment such as {id}",
+            "spec.middleware[1].bodyLimit: bodyLimit is already configured at spec.middleware[0]",
+        ]
+    );
+}
+
+#[test]
+fn invalid_manager_reports_reserved_names_and_ports() {
+    let m = fixture(include_str!("fixtures/invalid-manager.yaml"))
+        .managers
+        .remove(0);
+    let fields: Vec<String> = validate::manager::validate("clash", &m.spec)
+        .into_iter()
+        .map(|e| e.field)
+        .collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.app.port",
+            "spec.template.spec.containers[0].name",
+            "spec.template.spec.volumes[0].name"
+        ]
+    );
+}
+
+#[test]
+fn long_names_are_rejected_before_children_would_be() {
+    let (router, _) = quickstart();
+    let long = "r".repeat(48);
+    let errors = validate::router::validate(&long, &router.spec);
+    assert_eq!(errors[0].field, "metadata.name");
+}

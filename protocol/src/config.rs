@@ -1,0 +1,62 @@
+//! Rendered sidecar configuration: the operator writes it into a ConfigMap, the sidecar reads it.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use switchyard_crds::EventType;
+use switchyard_crds::manager::{App, Split, Workers};
+use switchyard_crds::router::RouterSpec;
+
+/// File name of the rendered config inside the ConfigMap and the mounted volume.
+pub const FILE_NAME: &str = "config.json";
+/// Where the sidecar finds its config in a pod.
+pub const MOUNT_DIR: &str = "/etc/switchyard";
+
+/// Configuration of a sidecar in router role.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RouterConfig {
+    /// Name of the Router.
+    pub name: String,
+    /// Namespace of the Router.
+    pub namespace: String,
+    /// The Router spec as applied.
+    pub spec: RouterSpec,
+    /// Where each event type goes.
+    pub destinations: BTreeMap<EventType, Destination>,
+}
+
+/// The Manager that handles an event type, and how to reach its pods.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct Destination {
+    /// Name of the Manager.
+    pub manager: String,
+    /// Service whose endpoints are the Manager's pods.
+    pub service: String,
+    /// Inbound frame port on those pods.
+    pub port: u16,
+    /// Pod labels that select the pods serving this event type (a subset of the Service's pods with
+    /// `split: perEventType`).
+    pub pod_selector: BTreeMap<String, String>,
+}
+
+/// Configuration of a sidecar in manager role.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagerConfig {
+    /// Name of the Manager.
+    pub name: String,
+    /// Namespace of the Manager.
+    pub namespace: String,
+    /// Router whose events it handles.
+    pub router: String,
+    /// Event types handled by the Manager as a whole; a pod handles the subset in its
+    /// `SWITCHYARD_EVENT_TYPES` environment variable.
+    pub events: Vec<EventType>,
+    /// How events reach the app.
+    pub app: App,
+    /// Delivery settings.
+    pub workers: Workers,
+    /// How event types map to Deployments.
+    pub split: Split,
+}
