@@ -54,13 +54,13 @@ use std::collections::BTreeMap;
 #[schemars(extend("x-kubernetes-validations" = [
     {
         "rule": "!has(self.scaling) || !self.scaling.enabled || self.events.all(e, has(self.scaling.targets) && e in self.scaling.targets)",
-        "messageExpression": "'scaling is enabled, so every event type needs a target in spec.scaling.targets; missing: ' + self.events.filter(e, !has(self.scaling.targets) || !(e in self.scaling.targets)).join(', ')",
+        "message": "scaling is enabled, so every event type in spec.events needs a target in spec.scaling.targets",
         "fieldPath": ".scaling.targets",
         "reason": "FieldValueRequired",
     },
     {
         "rule": "!has(self.scaling) || !has(self.scaling.targets) || self.scaling.targets.all(k, k in self.events)",
-        "messageExpression": "'scaling.targets names event types this Manager does not handle: ' + self.scaling.targets.filter(k, !(k in self.events)).join(', ')",
+        "message": "every key of scaling.targets must be one of spec.events",
         "fieldPath": ".scaling.targets",
     },
     {
@@ -249,7 +249,7 @@ impl Default for Retries {
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
     "rule": "self.minReplicas <= self.maxReplicas",
-    "messageExpression": "'minReplicas (' + string(self.minReplicas) + ') must not exceed maxReplicas (' + string(self.maxReplicas) + ')'",
+    "message": "minReplicas must not exceed maxReplicas",
     "fieldPath": ".minReplicas",
 }]))]
 pub struct Scaling {

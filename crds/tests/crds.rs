@@ -155,7 +155,7 @@ fn min_above_max_is_rejected_naming_both() {
     let m = manager(serde_json::json!({"spec": {"scaling": {"minReplicas": 5, "maxReplicas": 2}}}));
     let err = cel_errors(&m);
     assert!(
-        err.contains("minReplicas (5) must not exceed maxReplicas (2)"),
+        err.contains("minReplicas must not exceed maxReplicas"),
         "{err}"
     );
 }
@@ -166,7 +166,7 @@ fn enabled_scaling_needs_a_target_per_event_type() {
         serde_json::json!({"spec": {"scaling": {"enabled": true, "targets": {"echo": null}}}}),
     );
     let err = cel_errors(&m);
-    assert!(err.contains("missing: echo"), "{err}");
+    assert!(err.contains("needs a target in spec.scaling.targets"), "{err}");
     let off = manager(
         serde_json::json!({"spec": {"scaling": {"enabled": false, "targets": {"echo": null}}}}),
     );
@@ -179,7 +179,7 @@ fn targets_for_unknown_event_types_are_rejected() {
         serde_json::json!({"spec": {"scaling": {"targets": {"orders.create": {"targetRate": 5.0}}}}}),
     );
     assert!(
-        cel_errors(&m).contains("does not handle: orders.create"),
+        cel_errors(&m).contains("must be one of spec.events"),
         "{}",
         cel_errors(&m)
     );

@@ -2,4 +2,5 @@
 //! ConfigMap the operator writes and the file the sidecar reads), well-known ports, and label keys.
 
 pub mod config;
+pub mod frame;
 pub mod ports;

@@ -9,7 +9,7 @@ use switchyard_crds::RouterSpec;
 pub fn validate(name: &str, spec: &RouterSpec) -> Vec<FieldError> {
     let mut out = Vec::new();
     check_name(name, &mut out);
-    let mut http_seen: HashMap<(String, String), usize> = HashMap::new();
+    let mut http_seen: HashMap<(&str, String), usize> = HashMap::new();
     let mut ws_seen: HashMap<&str, usize> = HashMap::new();
     let mut grpc_seen: HashMap<&str, usize> = HashMap::new();
     for (i, route) in spec.routes.iter().enumerate() {
@@ -18,7 +18,7 @@ pub fn validate(name: &str, spec: &RouterSpec) -> Vec<FieldError> {
             match path_template::parse(&http.path) {
                 Err(e) => out.push(FieldError::new(format!("{at}.http.path"), e)),
                 Ok(t) => {
-                    let key = (format!("{:?}", http.method).to_uppercase(), t.shape.clone());
+                    let key = (http.method.as_str(), t.shape.clone());
                     if let Some(first) = http_seen.get(&key) {
                         out.push(FieldError::new(
                             format!("{at}.http"),

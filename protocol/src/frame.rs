@@ -1,0 +1,400 @@
+//! Frames between router and manager sidecars: one multiplexed TCP connection per pod pair.
+//!
+//! Wire format (all integers big-endian):
+//! ```text
+//! frame   := len:u32 kind:u8 flags:u8 id:u64 body        (len counts everything after itself)
+//! REQUEST  body := deadline_ms:u32 event:str8 ce_id:str8 traceparent:str8 content_type:str8 payload
+//! RESPONSE body := status:u16 queue_us:u32 app_us:u32 content_type:str8 payload
+//! CANCEL   body := (empty)                 the client went away; the manager stops the work
+//! CREDIT   body := credits:u32             the manager grants that many more requests
+//! PING/PONG body := nonce:u64              heartbeats
+//! GOAWAY   body := reason (rest, UTF-8)    the peer drains: no new requests on this connection
+//! str8    := len:u8 bytes (UTF-8)
+//! ```
+//! Pure: no I/O. [`FrameCodec`] plugs it into `tokio_util::codec::Framed`.
+
+use bytes::{Buf, BufMut, Bytes, BytesMut};
+use std::fmt;
+
+/// Size of `kind`, `flags` and `id`, the fixed part after the length.
+const FIXED: usize = 1 + 1 + 8;
+/// Default largest frame: 16 MiB of payload plus headers.
+pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024 + 1024;
+
+/// Flag on a REQUEST: fire-and-forget; the manager sends no RESPONSE.
+pub const FLAG_NO_REPLY: u8 = 0x01;
+
+/// One frame.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Frame {
+    /// An event to handle.
+    Request(Request),
+    /// The answer to a request with the same id.
+    Response(Response),
+    /// Stop working on request `id`.
+    Cancel {
+        /// Request id.
+        id: u64,
+    },
+    /// Permission to send `credits` more requests (credit-based flow control: nothing is dropped).
+    Credit {
+        /// Additional requests allowed.
+        credits: u32,
+    },
+    /// Heartbeat.
+    Ping {
+        /// Echoed in the PONG.
+        nonce: u64,
+    },
+    /// Heartbeat answer.
+    Pong {
+        /// The PING's nonce.
+        nonce: u64,
+    },
+    /// The sender drains; no new requests on this connection.
+    GoAway {
+        /// Why.
+        reason: String,
+    },
+}
+
+/// An event sent for handling.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Request {
+    /// Connection-unique request id.
+    pub id: u64,
+    /// [`FLAG_NO_REPLY`] and future flags.
+    pub flags: u8,
+    /// Milliseconds the sender will wait; 0 means no deadline.
+    pub deadline_ms: u32,
+    /// Event type.
+    pub event: String,
+    /// CloudEvents id.
+    pub ce_id: String,
+    /// W3C traceparent, empty when none.
+    pub traceparent: String,
+    /// Media type of the payload.
+    pub content_type: String,
+    /// The event data.
+    pub payload: Bytes,
+}
+
+/// The answer to a request.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Response {
+    /// Id of the request answered.
+    pub id: u64,
+    /// HTTP-style status of the handling.
+    pub status: u16,
+    /// Microseconds the event waited in the manager's queue.
+    pub queue_us: u32,
+    /// Microseconds the app took.
+    pub app_us: u32,
+    /// Media type of the payload.
+    pub content_type: String,
+    /// The reply data.
+    pub payload: Bytes,
+}
+
+mod kind {
+    pub const REQUEST: u8 = 1;
+    pub const RESPONSE: u8 = 2;
+    pub const CANCEL: u8 = 3;
+    pub const CREDIT: u8 = 4;
+    pub const PING: u8 = 5;
+    pub const PONG: u8 = 6;
+    pub const GOAWAY: u8 = 7;
+}
+
+/// Why bytes are not a valid frame. The connection that sent them is closed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FrameError {
+    /// The length prefix exceeds the limit.
+    TooLarge {
+        /// Announced length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// Unknown frame kind.
+    UnknownKind(u8),
+    /// The body ends before a field does.
+    Truncated(&'static str),
+    /// A string field is not UTF-8.
+    NotUtf8(&'static str),
+    /// A string field is longer than 255 bytes and cannot be encoded.
+    FieldTooLong(&'static str),
+}
+
+impl fmt::Display for FrameError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            FrameError::TooLarge { len, max } => write!(f, "frame of {len} bytes exceeds the limit of {max}"),
+            FrameError::UnknownKind(k) => write!(f, "unknown frame kind {k}"),
+            FrameError::Truncated(field) => write!(f, "frame truncated in {field}"),
+            FrameError::NotUtf8(field) => write!(f, "{field} is not UTF-8"),
+            FrameError::FieldTooLong(field) => write!(f, "{field} is longer than 255 bytes"),
+        }
+    }
+}
+
+impl std::error::Error for FrameError {}
+
+impl From<FrameError> for std::io::Error {
+    fn from(e: FrameError) -> Self {
+        std::io::Error::new(std::io::ErrorKind::InvalidData, e)
+    }
+}
+
+fn put_str8(dst: &mut BytesMut, s: &str, field: &'static str) -> Result<(), FrameError> {
+    let len = u8::try_from(s.len()).map_err(|_| FrameError::FieldTooLong(field))?;
+    dst.put_u8(len);
+    dst.put_slice(s.as_bytes());
+    Ok(())
+}
+
+fn get_str8(src: &mut Bytes, field: &'static str) -> Result<String, FrameError> {
+    if src.remaining() < 1 {
+        return Err(FrameError::Truncated(field));
+    }
+    let len = usize::from(src.get_u8());
+    if src.remaining() < len {
+        return Err(FrameError::Truncated(field));
+    }
+    let raw = src.split_to(len);
+    String::from_utf8(raw.to_vec()).map_err(|_| FrameError::NotUtf8(field))
+}
+
+fn need(src: &Bytes, n: usize, field: &'static str) -> Result<(), FrameError> {
+    if src.remaining() < n { Err(FrameError::Truncated(field)) } else { Ok(()) }
+}
+
+/// Appends the encoding of `frame` to `dst`.
+pub fn encode(frame: &Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
+    let start = dst.len();
+    dst.put_u32(0); // patched below
+    match frame {
+        Frame::Request(r) => {
+            dst.reserve(FIXED + 4 + 4 + r.event.len() + r.ce_id.len() + r.traceparent.len() + r.content_type.len() + r.payload.len());
+            dst.put_u8(kind::REQUEST);
+            dst.put_u8(r.flags);
+            dst.put_u64(r.id);
+            dst.put_u32(r.deadline_ms);
+            put_str8(dst, &r.event, "event")?;
+            put_str8(dst, &r.ce_id, "ce_id")?;
+            put_str8(dst, &r.traceparent, "traceparent")?;
+            put_str8(dst, &r.content_type, "content_type")?;
+            dst.put_slice(&r.payload);
+        }
+        Frame::Response(r) => {
+            dst.reserve(FIXED + 2 + 8 + 1 + r.content_type.len() + r.payload.len());
+            dst.put_u8(kind::RESPONSE);
+            dst.put_u8(0);
+            dst.put_u64(r.id);
+            dst.put_u16(r.status);
+            dst.put_u32(r.queue_us);
+            dst.put_u32(r.app_us);
+            put_str8(dst, &r.content_type, "content_type")?;
+            dst.put_slice(&r.payload);
+        }
+        Frame::Cancel { id } => {
+            dst.put_u8(kind::CANCEL);
+            dst.put_u8(0);
+            dst.put_u64(*id);
+        }
+        Frame::Credit { credits } => {
+            dst.put_u8(kind::CREDIT);
+            dst.put_u8(0);
+            dst.put_u64(0);
+            dst.put_u32(*credits);
+        }
+        Frame::Ping { nonce } | Frame::Pong { nonce } => {
+            dst.put_u8(if matches!(frame, Frame::Ping { .. }) { kind::PING } else { kind::PONG });
+            dst.put_u8(0);
+            dst.put_u64(0);
+            dst.put_u64(*nonce);
+        }
+        Frame::GoAway { reason } => {
+            dst.put_u8(kind::GOAWAY);
+            dst.put_u8(0);
+            dst.put_u64(0);
+            dst.put_slice(reason.as_bytes());
+        }
+    }
+    let len = dst.len() - start - 4;
+    let len32 = u32::try_from(len).map_err(|_| FrameError::TooLarge { len, max: u32::MAX as usize })?;
+    dst[start..start + 4].copy_from_slice(&len32.to_be_bytes());
+    Ok(())
+}
+
+/// Decodes one frame from the front of `src`, if a whole one is there. Consumes it on success.
+pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameError> {
+    if src.len() < 4 {
+        return Ok(None);
+    }
+    let len = u32::from_be_bytes([src[0], src[1], src[2], src[3]]) as usize;
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
+    }
+    if len < FIXED {
+        return Err(FrameError::Truncated("header"));
+    }
+    if src.len() < 4 + len {
+        src.reserve(4 + len - src.len());
+        return Ok(None);
+    }
+    src.advance(4);
+    let mut body = src.split_to(len).freeze();
+    let k = body.get_u8();
+    let flags = body.get_u8();
+    let id = body.get_u64();
+    let frame = match k {
+        kind::REQUEST => {
+            need(&body, 4, "deadline")?;
+            let deadline_ms = body.get_u32();
+            let event = get_str8(&mut body, "event")?;
+            let ce_id = get_str8(&mut body, "ce_id")?;
+            let traceparent = get_str8(&mut body, "traceparent")?;
+            let content_type = get_str8(&mut body, "content_type")?;
+            Frame::Request(Request { id, flags, deadline_ms, event, ce_id, traceparent, content_type, payload: body })
+        }
+        kind::RESPONSE => {
+            need(&body, 10, "status")?;
+            let status = body.get_u16();
+            let queue_us = body.get_u32();
+            let app_us = body.get_u32();
+            let content_type = get_str8(&mut body, "content_type")?;
+            Frame::Response(Response { id, status, queue_us, app_us, content_type, payload: body })
+        }
+        kind::CANCEL => Frame::Cancel { id },
+        kind::CREDIT => {
+            need(&body, 4, "credits")?;
+            Frame::Credit { credits: body.get_u32() }
+        }
+        kind::PING | kind::PONG => {
+            need(&body, 8, "nonce")?;
+            let nonce = body.get_u64();
+            if k == kind::PING { Frame::Ping { nonce } } else { Frame::Pong { nonce } }
+        }
+        kind::GOAWAY => Frame::GoAway {
+            reason: String::from_utf8(body.to_vec()).map_err(|_| FrameError::NotUtf8("reason"))?,
+        },
+        other => return Err(FrameError::UnknownKind(other)),
+    };
+    Ok(Some(frame))
+}
+
+/// `tokio_util` codec for [`Frame`]s with a frame-size limit.
+#[derive(Clone, Copy, Debug)]
+pub struct FrameCodec {
+    max: usize,
+}
+
+impl FrameCodec {
+    /// A codec that rejects frames larger than `max` bytes.
+    pub fn new(max: usize) -> Self {
+        FrameCodec { max }
+    }
+}
+
+impl Default for FrameCodec {
+    fn default() -> Self {
+        FrameCodec::new(DEFAULT_MAX_FRAME)
+    }
+}
+
+impl tokio_util::codec::Decoder for FrameCodec {
+    type Item = Frame;
+    type Error = std::io::Error;
+
+    fn decode(&mut self, src: &mut BytesMut) -> Result<Option<Frame>, std::io::Error> {
+        decode(src, self.max).map_err(Into::into)
+    }
+}
+
+impl tokio_util::codec::Encoder<Frame> for FrameCodec {
+    type Error = std::io::Error;
+
+    fn encode(&mut self, frame: Frame, dst: &mut BytesMut) -> Result<(), std::io::Error> {
+        encode(&frame, dst).map_err(Into::into)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn roundtrip(f: Frame) {
+        let mut buf = BytesMut::new();
+        encode(&f, &mut buf).expect("encodes");
+        let len = buf.len();
+        // Every strict prefix is "not yet", never an error or a wrong frame.
+        for cut in 0..len {
+            let mut part = BytesMut::from(&buf[..cut]);
+            assert_eq!(decode(&mut part, DEFAULT_MAX_FRAME), Ok(None), "prefix {cut} of {f:?}");
+        }
+        assert_eq!(decode(&mut buf, DEFAULT_MAX_FRAME), Ok(Some(f)));
+        assert!(buf.is_empty());
+    }
+
+    fn request(payload: &[u8]) -> Frame {
+        Frame::Request(Request {
+            id: 7,
+            flags: FLAG_NO_REPLY,
+            deadline_ms: 30_000,
+            event: "orders.create".into(),
+            ce_id: "abc".into(),
+            traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+            content_type: "application/json".into(),
+            payload: Bytes::copy_from_slice(payload),
+        })
+    }
+
+    #[test]
+    fn every_kind_roundtrips() {
+        roundtrip(request(b"{\"value\":1}"));
+        roundtrip(request(b""));
+        roundtrip(Frame::Response(Response {
+            id: u64::MAX,
+            status: 503,
+            queue_us: 12,
+            app_us: 345,
+            content_type: "text/plain".into(),
+            payload: Bytes::from_static(b"busy"),
+        }));
+        roundtrip(Frame::Cancel { id: 3 });
+        roundtrip(Frame::Credit { credits: 64 });
+        roundtrip(Frame::Ping { nonce: 9 });
+        roundtrip(Frame::Pong { nonce: 9 });
+        roundtrip(Frame::GoAway { reason: "draining".into() });
+    }
+
+    #[test]
+    fn back_to_back_frames_split_cleanly() {
+        let mut buf = BytesMut::new();
+        encode(&Frame::Ping { nonce: 1 }, &mut buf).expect("a");
+        encode(&request(b"x"), &mut buf).expect("b");
+        assert_eq!(decode(&mut buf, DEFAULT_MAX_FRAME), Ok(Some(Frame::Ping { nonce: 1 })));
+        assert_eq!(decode(&mut buf, DEFAULT_MAX_FRAME), Ok(Some(request(b"x"))));
+        assert_eq!(decode(&mut buf, DEFAULT_MAX_FRAME), Ok(None));
+    }
+
+    #[test]
+    fn oversize_and_garbage_are_errors_not_panics() {
+        let mut big = BytesMut::from(&[0xff, 0xff, 0xff, 0xff][..]);
+        assert!(matches!(decode(&mut big, 1024), Err(FrameError::TooLarge { .. })));
+        let mut unknown = BytesMut::from(&[0, 0, 0, 10, 99, 0, 0, 0, 0, 0, 0, 0, 0, 0][..]);
+        assert_eq!(decode(&mut unknown, 1024), Err(FrameError::UnknownKind(99)));
+        let mut short = BytesMut::from(&[0, 0, 0, 11, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0][..]);
+        assert_eq!(decode(&mut short, 1024), Err(FrameError::Truncated("deadline")));
+        let mut tiny = BytesMut::from(&[0, 0, 0, 2, 1, 0][..]);
+        assert_eq!(decode(&mut tiny, 1024), Err(FrameError::Truncated("header")));
+    }
+
+    #[test]
+    fn long_header_fields_are_refused_on_encode() {
+        let Frame::Request(mut r) = request(b"") else { unreachable!() };
+        r.event = "e".repeat(256);
+        assert_eq!(encode(&Frame::Request(r), &mut BytesMut::new()), Err(FrameError::FieldTooLong("event")));
+    }
+}
