@@ -9,7 +9,7 @@ CARGO ?= cargo
 .PHONY: test lint unit e2e tools cluster-up cluster-down demo down crds
 
 test: lint
-	$(CARGO) test --workspace --all-targets
+	$(CARGO) test --workspace --all-targets --no-fail-fast
 
 lint:
 	$(CARGO) fmt --all -- --check

@@ -166,7 +166,10 @@ fn enabled_scaling_needs_a_target_per_event_type() {
         serde_json::json!({"spec": {"scaling": {"enabled": true, "targets": {"echo": null}}}}),
     );
     let err = cel_errors(&m);
-    assert!(err.contains("needs a target in spec.scaling.targets"), "{err}");
+    assert!(
+        err.contains("needs a target in spec.scaling.targets"),
+        "{err}"
+    );
     let off = manager(
         serde_json::json!({"spec": {"scaling": {"enabled": false, "targets": {"echo": null}}}}),
     );

@@ -12,7 +12,11 @@ pub fn init(filter: &str, format: LogFormat) -> anyhow::Result<()> {
         LogFormat::Json => registry
             .with(fmt::layer().json().flatten_event(true))
             .try_init()?,
-        LogFormat::Text => registry.with(fmt::layer()).try_init()?,
+        LogFormat::Text => {
+            // Colour codes only for a terminal; in a log file they are noise.
+            let ansi = std::io::IsTerminal::is_terminal(&std::io::stdout());
+            registry.with(fmt::layer().with_ansi(ansi)).try_init()?
+        }
     }
     Ok(())
 }

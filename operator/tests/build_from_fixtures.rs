@@ -121,8 +121,12 @@ fn router_children_are_owned_labelled_and_wired_to_the_config() {
         .expect("annotations")[meta::CONFIG_HASH];
     assert_eq!(
         hash,
-        &meta::hash(&c.config_map.data.as_ref().expect("data")["config.json"])
+        &meta::hash(&serde_json::to_string(&router.spec).expect("spec"))
     );
+    // A new Manager changes the routing table but must not roll the router pods.
+    let alone = build::router::build(&router, &[], &settings()).expect("builds");
+    assert_ne!(alone.config_map, c.config_map);
+    assert_eq!(alone.deployment, c.deployment);
 }
 
 #[test]

@@ -23,6 +23,10 @@ pub struct RouterConfig {
     pub spec: RouterSpec,
     /// Where each event type goes.
     pub destinations: BTreeMap<EventType, Destination>,
+    /// Manager name -> `host:port` of its manager sidecars' frame listeners: the static endpoint table of
+    /// local mode. A Manager missing here is found through its Service's DNS name instead.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub static_endpoints: BTreeMap<String, Vec<String>>,
 }
 
 /// The Manager that handles an event type, and how to reach its pods.

@@ -129,7 +129,9 @@ pub enum FrameError {
 impl fmt::Display for FrameError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            FrameError::TooLarge { len, max } => write!(f, "frame of {len} bytes exceeds the limit of {max}"),
+            FrameError::TooLarge { len, max } => {
+                write!(f, "frame of {len} bytes exceeds the limit of {max}")
+            }
             FrameError::UnknownKind(k) => write!(f, "unknown frame kind {k}"),
             FrameError::Truncated(field) => write!(f, "frame truncated in {field}"),
             FrameError::NotUtf8(field) => write!(f, "{field} is not UTF-8"),
@@ -166,7 +168,11 @@ fn get_str8(src: &mut Bytes, field: &'static str) -> Result<String, FrameError> 
 }
 
 fn need(src: &Bytes, n: usize, field: &'static str) -> Result<(), FrameError> {
-    if src.remaining() < n { Err(FrameError::Truncated(field)) } else { Ok(()) }
+    if src.remaining() < n {
+        Err(FrameError::Truncated(field))
+    } else {
+        Ok(())
+    }
 }
 
 /// Appends the encoding of `frame` to `dst`.
@@ -175,7 +181,16 @@ pub fn encode(frame: &Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
     dst.put_u32(0); // patched below
     match frame {
         Frame::Request(r) => {
-            dst.reserve(FIXED + 4 + 4 + r.event.len() + r.ce_id.len() + r.traceparent.len() + r.content_type.len() + r.payload.len());
+            dst.reserve(
+                FIXED
+                    + 4
+                    + 4
+                    + r.event.len()
+                    + r.ce_id.len()
+                    + r.traceparent.len()
+                    + r.content_type.len()
+                    + r.payload.len(),
+            );
             dst.put_u8(kind::REQUEST);
             dst.put_u8(r.flags);
             dst.put_u64(r.id);
@@ -209,7 +224,11 @@ pub fn encode(frame: &Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
             dst.put_u32(*credits);
         }
         Frame::Ping { nonce } | Frame::Pong { nonce } => {
-            dst.put_u8(if matches!(frame, Frame::Ping { .. }) { kind::PING } else { kind::PONG });
+            dst.put_u8(if matches!(frame, Frame::Ping { .. }) {
+                kind::PING
+            } else {
+                kind::PONG
+            });
             dst.put_u8(0);
             dst.put_u64(0);
             dst.put_u64(*nonce);
@@ -222,7 +241,10 @@ pub fn encode(frame: &Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
         }
     }
     let len = dst.len() - start - 4;
-    let len32 = u32::try_from(len).map_err(|_| FrameError::TooLarge { len, max: u32::MAX as usize })?;
+    let len32 = u32::try_from(len).map_err(|_| FrameError::TooLarge {
+        len,
+        max: u32::MAX as usize,
+    })?;
     dst[start..start + 4].copy_from_slice(&len32.to_be_bytes());
     Ok(())
 }
@@ -256,7 +278,16 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
             let ce_id = get_str8(&mut body, "ce_id")?;
             let traceparent = get_str8(&mut body, "traceparent")?;
             let content_type = get_str8(&mut body, "content_type")?;
-            Frame::Request(Request { id, flags, deadline_ms, event, ce_id, traceparent, content_type, payload: body })
+            Frame::Request(Request {
+                id,
+                flags,
+                deadline_ms,
+                event,
+                ce_id,
+                traceparent,
+                content_type,
+                payload: body,
+            })
         }
         kind::RESPONSE => {
             need(&body, 10, "status")?;
@@ -264,17 +295,30 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
             let queue_us = body.get_u32();
             let app_us = body.get_u32();
             let content_type = get_str8(&mut body, "content_type")?;
-            Frame::Response(Response { id, status, queue_us, app_us, content_type, payload: body })
+            Frame::Response(Response {
+                id,
+                status,
+                queue_us,
+                app_us,
+                content_type,
+                payload: body,
+            })
         }
         kind::CANCEL => Frame::Cancel { id },
         kind::CREDIT => {
             need(&body, 4, "credits")?;
-            Frame::Credit { credits: body.get_u32() }
+            Frame::Credit {
+                credits: body.get_u32(),
+            }
         }
         kind::PING | kind::PONG => {
             need(&body, 8, "nonce")?;
             let nonce = body.get_u64();
-            if k == kind::PING { Frame::Ping { nonce } } else { Frame::Pong { nonce } }
+            if k == kind::PING {
+                Frame::Ping { nonce }
+            } else {
+                Frame::Pong { nonce }
+            }
         }
         kind::GOAWAY => Frame::GoAway {
             reason: String::from_utf8(body.to_vec()).map_err(|_| FrameError::NotUtf8("reason"))?,
@@ -331,7 +375,11 @@ mod tests {
         // Every strict prefix is "not yet", never an error or a wrong frame.
         for cut in 0..len {
             let mut part = BytesMut::from(&buf[..cut]);
-            assert_eq!(decode(&mut part, DEFAULT_MAX_FRAME), Ok(None), "prefix {cut} of {f:?}");
+            assert_eq!(
+                decode(&mut part, DEFAULT_MAX_FRAME),
+                Ok(None),
+                "prefix {cut} of {f:?}"
+            );
         }
         assert_eq!(decode(&mut buf, DEFAULT_MAX_FRAME), Ok(Some(f)));
         assert!(buf.is_empty());
@@ -366,7 +414,9 @@ mod tests {
         roundtrip(Frame::Credit { credits: 64 });
         roundtrip(Frame::Ping { nonce: 9 });
         roundtrip(Frame::Pong { nonce: 9 });
-        roundtrip(Frame::GoAway { reason: "draining".into() });
+        roundtrip(Frame::GoAway {
+            reason: "draining".into(),
+        });
     }
 
     #[test]
@@ -374,7 +424,10 @@ mod tests {
         let mut buf = BytesMut::new();
         encode(&Frame::Ping { nonce: 1 }, &mut buf).expect("a");
         encode(&request(b"x"), &mut buf).expect("b");
-        assert_eq!(decode(&mut buf, DEFAULT_MAX_FRAME), Ok(Some(Frame::Ping { nonce: 1 })));
+        assert_eq!(
+            decode(&mut buf, DEFAULT_MAX_FRAME),
+            Ok(Some(Frame::Ping { nonce: 1 }))
+        );
         assert_eq!(decode(&mut buf, DEFAULT_MAX_FRAME), Ok(Some(request(b"x"))));
         assert_eq!(decode(&mut buf, DEFAULT_MAX_FRAME), Ok(None));
     }
@@ -382,19 +435,33 @@ mod tests {
     #[test]
     fn oversize_and_garbage_are_errors_not_panics() {
         let mut big = BytesMut::from(&[0xff, 0xff, 0xff, 0xff][..]);
-        assert!(matches!(decode(&mut big, 1024), Err(FrameError::TooLarge { .. })));
+        assert!(matches!(
+            decode(&mut big, 1024),
+            Err(FrameError::TooLarge { .. })
+        ));
         let mut unknown = BytesMut::from(&[0, 0, 0, 10, 99, 0, 0, 0, 0, 0, 0, 0, 0, 0][..]);
         assert_eq!(decode(&mut unknown, 1024), Err(FrameError::UnknownKind(99)));
         let mut short = BytesMut::from(&[0, 0, 0, 11, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0][..]);
-        assert_eq!(decode(&mut short, 1024), Err(FrameError::Truncated("deadline")));
+        assert_eq!(
+            decode(&mut short, 1024),
+            Err(FrameError::Truncated("deadline"))
+        );
         let mut tiny = BytesMut::from(&[0, 0, 0, 2, 1, 0][..]);
-        assert_eq!(decode(&mut tiny, 1024), Err(FrameError::Truncated("header")));
+        assert_eq!(
+            decode(&mut tiny, 1024),
+            Err(FrameError::Truncated("header"))
+        );
     }
 
     #[test]
     fn long_header_fields_are_refused_on_encode() {
-        let Frame::Request(mut r) = request(b"") else { unreachable!() };
+        let Frame::Request(mut r) = request(b"") else {
+            unreachable!()
+        };
         r.event = "e".repeat(256);
-        assert_eq!(encode(&Frame::Request(r), &mut BytesMut::new()), Err(FrameError::FieldTooLong("event")));
+        assert_eq!(
+            encode(&Frame::Request(r), &mut BytesMut::new()),
+            Err(FrameError::FieldTooLong("event"))
+        );
     }
 }

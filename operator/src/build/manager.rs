@@ -49,13 +49,11 @@ pub fn per_type_name(manager: &str, event: &EventType) -> String {
 }
 
 /// Builds every child of `manager`.
-pub fn build(manager: &Manager, settings: &BuildSettings) -> Result<ManagerChildren, Error> {
-    let name = manager.name_any();
+/// The manager-role sidecar config of `manager`.
+pub fn render_config(manager: &Manager) -> Result<ManagerConfig, Error> {
     let spec = &manager.spec;
-    let labels = meta::labels(MANAGER, &name);
-    let selector = meta::selector(MANAGER, &name);
-    let rendered = serde_json::to_string_pretty(&ManagerConfig {
-        name: name.clone(),
+    Ok(ManagerConfig {
+        name: manager.name_any(),
         namespace: manager
             .namespace()
             .ok_or(Error::MissingMetadata("namespace"))?,
@@ -65,10 +63,18 @@ pub fn build(manager: &Manager, settings: &BuildSettings) -> Result<ManagerChild
         workers: spec.workers.clone(),
         split: spec.scaling.split,
     })
-    .map_err(|e| Error::Build {
-        what: "manager config".into(),
-        message: e.to_string(),
-    })?;
+}
+
+pub fn build(manager: &Manager, settings: &BuildSettings) -> Result<ManagerChildren, Error> {
+    let name = manager.name_any();
+    let spec = &manager.spec;
+    let labels = meta::labels(MANAGER, &name);
+    let selector = meta::selector(MANAGER, &name);
+    let rendered =
+        serde_json::to_string_pretty(&render_config(manager)?).map_err(|e| Error::Build {
+            what: "manager config".into(),
+            message: e.to_string(),
+        })?;
     let config_hash = meta::hash(&rendered);
 
     let config_map = ConfigMap {

@@ -70,6 +70,7 @@ pub fn render_config(router: &Router, managers: &[Manager]) -> Result<RouterConf
             .ok_or(Error::MissingMetadata("namespace"))?,
         spec: router.spec.clone(),
         destinations,
+        static_endpoints: BTreeMap::new(),
     })
 }
 
@@ -89,7 +90,13 @@ pub fn build(
                 message: e.to_string(),
             }
         })?;
-    let config_hash = meta::hash(&rendered);
+    // Only the spec rolls the router pods. Destinations follow Managers coming and going; the sidecar
+    // picks those up from the updated ConfigMap (and the operator's table stream) without a restart.
+    let spec_json = serde_json::to_string(&router.spec).map_err(|e| Error::Build {
+        what: "router spec".into(),
+        message: e.to_string(),
+    })?;
+    let config_hash = meta::hash(&spec_json);
 
     let config_map = ConfigMap {
         metadata: meta::child_meta(router, config_map_name(&name), labels.clone())?,

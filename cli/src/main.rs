@@ -1,0 +1,86 @@
+//! `switchyard`: the user's command line.
+//!
+//! - `switchyard check -f FILE.yaml`: the checks the API server and the operator would make, offline.
+//! - `switchyard routes -f FILE.yaml`: the route table the Router would serve.
+//! - `switchyard crds`: the CRD YAML, for `kubectl apply --server-side -f -`.
+//! - `switchyard up -f FILE.yaml`: the same YAML run as local processes, no cluster.
+
+mod check;
+mod routes;
+mod up;
+
+use clap::{Parser, Subcommand};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+#[derive(Parser)]
+#[command(
+    name = "switchyard",
+    version,
+    about = "Switchyard: Kubernetes-native event routing"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Check Router and Manager YAML as the API server (CEL rules) and the operator would.
+    Check {
+        /// YAML file with Router and Manager documents.
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+    /// Print the route table of each Router in the file, with the Manager that handles each event type.
+    Routes {
+        /// YAML file with Router and Manager documents.
+        #[arg(short = 'f', long = "file")]
+        file: PathBuf,
+    },
+    /// Print the CustomResourceDefinitions as YAML.
+    Crds,
+    /// Run the Routers and Managers of a file as local processes on 127.0.0.1 (no cluster).
+    Up(up::Args),
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Check { file } => read(&file).and_then(|objs| check::run(&objs)),
+        Command::Routes { file } => read(&file).map(|objs| routes::print(&objs)),
+        Command::Crds => print_crds(),
+        Command::Up(args) => match up::run(args) {
+            Ok(code) => return code,
+            Err(e) => Err(e),
+        },
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("switchyard: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn read(file: &PathBuf) -> anyhow::Result<switchyard_crds::yaml::Objects> {
+    let text =
+        std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let objs = switchyard_crds::yaml::parse(&text)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    if objs.routers.is_empty() && objs.managers.is_empty() {
+        anyhow::bail!(
+            "{}: no Router or Manager of switchyard.dev/v1alpha1 found",
+            file.display()
+        );
+    }
+    Ok(objs)
+}
+
+fn print_crds() -> anyhow::Result<()> {
+    for (_, text) in switchyard_crds::crd::all_yaml()? {
+        print!("---\n{text}");
+    }
+    Ok(())
+}

@@ -1,0 +1,126 @@
+//! `switchyard up -f FILE.yaml`: the Routers and Managers of a manifest as local processes on 127.0.0.1, no
+//! cluster.
+//!
+//! Per Manager: its app (the first container's `command` + `args`) and a manager-role sidecar; per Router: a
+//! router-role sidecar whose config sends each Manager's events straight to that Manager's local sidecar
+//! (`staticEndpoints`) instead of Service endpoints. Apps get `PORT` and, when several Managers declare the same
+//! `app.port`, distinct ports from 8000 upward (a `--port N` argument is rewritten to match).
+//!
+//! Start order is apps, manager sidecars, routers, each waited on until ready; stop order is the reverse.
+
+mod child;
+mod config;
+mod locate;
+mod plan;
+mod ports;
+mod probe;
+mod supervisor;
+
+use anyhow::Context;
+use child::Output;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use supervisor::{Stop, Supervisor};
+
+/// Flags of `switchyard up`.
+#[derive(clap::Args, Debug)]
+pub struct Args {
+    /// YAML file with Router and Manager documents (the same you would `kubectl apply`).
+    #[arg(short = 'f', long = "file")]
+    file: PathBuf,
+    /// Don't start the apps; run them yourself on the printed ports.
+    #[arg(long)]
+    no_app: bool,
+    /// The switchyard-sidecar binary (default: next to switchyard, then on PATH, then $SWITCHYARD_SIDECAR).
+    #[arg(long, value_name = "PATH")]
+    sidecar: Option<PathBuf>,
+    /// Write each process's output to DIR/<name>.log instead of prefixing it on this terminal.
+    #[arg(long, value_name = "DIR")]
+    logs: Option<PathBuf>,
+}
+
+/// Runs until Ctrl-C / SIGTERM (exit 0) or until a process fails (exit 1).
+pub fn run(args: Args) -> anyhow::Result<ExitCode> {
+    let objs = crate::read(&args.file)?;
+    let problems = crate::check::problems(&objs);
+    if !problems.is_empty() {
+        for p in &problems {
+            eprintln!("{}: {p}", args.file.display());
+        }
+        anyhow::bail!("{} problem(s) found; nothing started", problems.len());
+    }
+    let sidecar = locate::sidecar(args.sidecar.as_deref())?;
+    let state = tempfile::Builder::new()
+        .prefix("switchyard-up-")
+        .tempdir()
+        .context("creating a state directory")?;
+    let plan = plan::plan(
+        &objs,
+        &plan::Options {
+            state_dir: state.path(),
+            sidecar: &sidecar,
+            apps: !args.no_app,
+        },
+        &mut ports::LocalPorts::default(),
+    )?;
+    for (path, text) in &plan.files {
+        std::fs::write(path, text).with_context(|| path.display().to_string())?;
+    }
+    let output = match &args.logs {
+        Some(dir) => {
+            std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
+            Output::Logs(dir.clone())
+        }
+        None => Output::Prefixed {
+            width: plan.procs.iter().map(|p| p.label.len()).max().unwrap_or(0),
+        },
+    };
+
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let code = runtime.block_on(async {
+        println!("configs in {}", state.path().display());
+        if let Some(dir) = &args.logs {
+            println!("logs in {}", dir.display());
+        }
+        for note in &plan.notes {
+            println!("{note}");
+        }
+        let mut sup = Supervisor::new(output)?;
+        let mut stop = None;
+        for spec in &plan.procs {
+            if let Err(s) = sup.start(spec).await {
+                stop = Some(s);
+                break;
+            }
+        }
+        let stop = match stop {
+            Some(s) => s,
+            None => {
+                match &plan.try_command {
+                    Some(cmd) => println!("ready: try {cmd}"),
+                    None => println!("ready"),
+                }
+                sup.watch().await
+            }
+        };
+        let code = match &stop {
+            Stop::Signal(name) => {
+                println!("{name}: stopping");
+                ExitCode::SUCCESS
+            }
+            Stop::Failed(why) => {
+                eprintln!("✗ {why}; stopping the rest");
+                ExitCode::FAILURE
+            }
+        };
+        sup.shutdown().await;
+        anyhow::Ok(code)
+    })?;
+    // Dropping the runtime drops the watcher tasks, whose kill_on_drop ends anything that somehow survived.
+    drop(runtime);
+    drop(state);
+    Ok(code)
+}

@@ -1,0 +1,537 @@
+//! What `switchyard up` will start, decided before anything starts: programs, arguments, environment, ports,
+//! config files and how to tell each process is ready. Pure apart from the port source and program lookup.
+
+use super::config;
+use super::locate;
+use super::ports::PortSource;
+use anyhow::{Context, bail};
+use kube::ResourceExt;
+use std::collections::BTreeMap;
+use std::net::{Ipv4Addr, SocketAddr};
+use std::path::{Path, PathBuf};
+use switchyard_crds::yaml::Objects;
+use switchyard_crds::{Manager, Router};
+
+/// Environment variable giving the app its port (the `PORT` convention), set for every app.
+pub const PORT_ENV: &str = "PORT";
+/// Environment variable telling the app where its manager sidecar's local API is.
+pub const LOCAL_API_ENV: &str = "SWITCHYARD_LOCAL_API";
+/// Environment variable telling the manager sidecar which event types it serves.
+pub const EVENT_TYPES_ENV: &str = "SWITCHYARD_EVENT_TYPES";
+/// The example app answers `/healthz`; other apps are only known to listen.
+const EXAMPLE_APP: &str = "switchyard-example-app";
+
+/// Start order; shutdown goes the other way so no process loses its downstream while it still has traffic.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Tier {
+    /// The user's handler apps.
+    App,
+    /// Manager-role sidecars.
+    Manager,
+    /// Router-role sidecars.
+    Router,
+}
+
+/// How to tell a process is ready.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Probe {
+    /// `GET path` answers 200.
+    Http {
+        /// Where.
+        addr: SocketAddr,
+        /// Which path.
+        path: &'static str,
+    },
+    /// A TCP connect succeeds.
+    Tcp(SocketAddr),
+}
+
+/// One process to start.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ProcSpec {
+    /// Human name, also the output prefix and log file name, e.g. `app handlers`.
+    pub label: String,
+    /// When it starts and stops.
+    pub tier: Tier,
+    /// Executable.
+    pub program: PathBuf,
+    /// Arguments.
+    pub args: Vec<String>,
+    /// Environment added to the inherited one.
+    pub env: Vec<(String, String)>,
+    /// Readiness check.
+    pub probe: Probe,
+    /// Where it listens, printed once ready.
+    pub listening: String,
+}
+
+/// Everything a run needs.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Plan {
+    /// Config files to write before starting: path and content.
+    pub files: Vec<(PathBuf, String)>,
+    /// Processes in start order.
+    pub procs: Vec<ProcSpec>,
+    /// Lines to print before starting (e.g. apps the user runs with `--no-app`).
+    pub notes: Vec<String>,
+    /// A command to try once everything is ready.
+    pub try_command: Option<String>,
+}
+
+/// Inputs of planning besides the objects.
+pub struct Options<'a> {
+    /// Where config files go.
+    pub state_dir: &'a Path,
+    /// The sidecar binary.
+    pub sidecar: &'a Path,
+    /// Start the apps (false with `--no-app`).
+    pub apps: bool,
+}
+
+const LOCALHOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
+
+/// Plans a run of `objs`, which have passed validation.
+pub fn plan(
+    objs: &Objects,
+    opts: &Options<'_>,
+    ports: &mut dyn PortSource,
+) -> anyhow::Result<Plan> {
+    let mut plan = Plan {
+        files: Vec::new(),
+        procs: Vec::new(),
+        notes: Vec::new(),
+        try_command: None,
+    };
+    // Routers bind the ports their spec names; check those first so a clash is reported before anything runs,
+    // and so no app or sidecar is handed one of them.
+    for r in &objs.routers {
+        for (field, port) in router_ports(r) {
+            let port =
+                u16::try_from(port).with_context(|| format!("Router {}: {field}", r.name_any()))?;
+            if !ports.available(port) {
+                bail!(
+                    "Router {}: {field}: 127.0.0.1:{port} is already in use (is another `switchyard up` running?)",
+                    r.name_any()
+                );
+            }
+            ports.claim(port);
+        }
+    }
+
+    let mut endpoints: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    let mut sidecars = Vec::new();
+    for m in &objs.managers {
+        let name = m.name_any();
+        let declared = u16::try_from(m.spec.app.port)
+            .with_context(|| format!("Manager {name}: spec.app.port"))?;
+        // With --no-app the user runs the app, presumably on the port the spec declares.
+        let app_port = if opts.apps {
+            ports.app(declared)?
+        } else {
+            declared
+        };
+        let local_api = ports.ephemeral()?;
+        let local_api_url = format!("http://{LOCALHOST}:{local_api}");
+        if opts.apps {
+            plan.procs.push(app_proc(m, app_port, &local_api_url)?);
+        } else {
+            plan.notes.push(format!(
+                "· app {name}: not started (--no-app); run it on {LOCALHOST}:{app_port} with {LOCAL_API_ENV}={local_api_url}"
+            ));
+        }
+
+        let listen = ports.ephemeral()?;
+        let admin = ports.ephemeral()?;
+        let config_path = opts.state_dir.join(format!("manager-{name}.json"));
+        let config = serde_json::to_string_pretty(&config::manager_config(m, app_port)?)?;
+        plan.files.push((config_path.clone(), config));
+        let events = m
+            .spec
+            .events
+            .iter()
+            .map(|e| e.as_str())
+            .collect::<Vec<_>>()
+            .join(",");
+        endpoints
+            .entry(name.clone())
+            .or_default()
+            .push(format!("{LOCALHOST}:{listen}"));
+        sidecars.push(ProcSpec {
+            label: format!("manager sidecar {name}"),
+            tier: Tier::Manager,
+            program: opts.sidecar.to_owned(),
+            args: vec![
+                "manager".into(),
+                // Humans read this output; the JSON default is for log collectors in a cluster.
+                "--log-format".into(),
+                "text".into(),
+                "--config".into(),
+                config_path.display().to_string(),
+                "--listen".into(),
+                format!("{LOCALHOST}:{listen}"),
+                "--admin-addr".into(),
+                format!("{LOCALHOST}:{admin}"),
+                "--app-addr".into(),
+                format!("{LOCALHOST}:{app_port}"),
+            ],
+            env: vec![
+                (EVENT_TYPES_ENV.into(), events),
+                // The sidecar CLI has no flag for its local API address yet; the variable tells it where the app
+                // expects it, as it tells the app.
+                (LOCAL_API_ENV.into(), local_api_url),
+            ],
+            probe: Probe::Http {
+                addr: SocketAddr::from((LOCALHOST, admin)),
+                path: "/readyz",
+            },
+            listening: format!("on {LOCALHOST}:{listen} (admin :{admin})"),
+        });
+    }
+    plan.procs.extend(sidecars);
+
+    for r in &objs.routers {
+        let name = r.name_any();
+        let managers: Vec<Manager> = objs
+            .managers
+            .iter()
+            .filter(|m| m.spec.router_ref.name == name)
+            .cloned()
+            .collect();
+        let admin = ports.ephemeral()?;
+        let config_path = opts.state_dir.join(format!("router-{name}.json"));
+        let config = config::router_config(r, &managers, &endpoints)
+            .with_context(|| format!("Router {name}: rendering its config"))?;
+        plan.files
+            .push((config_path.clone(), serde_json::to_string_pretty(&config)?));
+        plan.procs.push(ProcSpec {
+            label: format!("router {name}"),
+            tier: Tier::Router,
+            program: opts.sidecar.to_owned(),
+            args: vec![
+                "router".into(),
+                // Humans read this output; the JSON default is for log collectors in a cluster.
+                "--log-format".into(),
+                "text".into(),
+                "--config".into(),
+                config_path.display().to_string(),
+                "--bind".into(),
+                LOCALHOST.to_string(),
+                "--admin-addr".into(),
+                format!("{LOCALHOST}:{admin}"),
+            ],
+            env: Vec::new(),
+            probe: Probe::Http {
+                addr: SocketAddr::from((LOCALHOST, admin)),
+                path: "/readyz",
+            },
+            listening: format!("{} (admin :{admin})", edge_urls(r)),
+        });
+        if plan.try_command.is_none() {
+            plan.try_command = try_command(r);
+        }
+    }
+    Ok(plan)
+}
+
+/// The app process of `manager`: the first container's `command` + `args`, run on `port`.
+fn app_proc(manager: &Manager, port: u16, local_api_url: &str) -> anyhow::Result<ProcSpec> {
+    let name = manager.name_any();
+    let field = "spec.template.spec.containers[0]";
+    let container = manager
+        .spec
+        .template
+        .spec
+        .as_ref()
+        .and_then(|s| s.containers.first())
+        .with_context(|| format!("Manager {name}: {field}: no container to run"))?;
+    let mut argv: Vec<String> = container.command.clone().unwrap_or_default();
+    argv.extend(container.args.clone().unwrap_or_default());
+    let Some((program, args)) = argv.split_first() else {
+        bail!(
+            "Manager {name}: {field}.command: needed to run the app locally (outside a container the image's \
+             entrypoint is unknown); set it, or pass --no-app and run the app yourself"
+        );
+    };
+    let path = locate::program(program).with_context(|| {
+        format!(
+            "Manager {name}: {field}.command: {program:?} not found next to switchyard nor on PATH; build or \
+             install it, or pass --no-app and run the app yourself"
+        )
+    })?;
+
+    let mut env: Vec<(String, String)> = container
+        .env
+        .iter()
+        .flatten()
+        // valueFrom (Secrets, ConfigMaps, the downward API) needs a cluster; those variables are left unset.
+        .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
+        .filter(|(k, _)| k != PORT_ENV && k != LOCAL_API_ENV)
+        .collect();
+    env.push((PORT_ENV.into(), port.to_string()));
+    // Locally only this address reaches the sidecar, whatever the manifest says.
+    env.push((LOCAL_API_ENV.into(), local_api_url.to_owned()));
+
+    let addr = SocketAddr::from((LOCALHOST, port));
+    let probe = if locate::file_name(&path) == EXAMPLE_APP {
+        Probe::Http {
+            addr,
+            path: "/healthz",
+        }
+    } else {
+        Probe::Tcp(addr)
+    };
+    Ok(ProcSpec {
+        label: format!("app {name}"),
+        tier: Tier::App,
+        program: path,
+        args: rewrite_port(args, port),
+        env,
+        probe,
+        listening: format!("on {addr}"),
+    })
+}
+
+/// `args` with the value of `--port N` / `--port=N` replaced by `port`, so several Managers declaring the same
+/// app port can run side by side. Apps that take their port another way get it from `PORT`.
+pub fn rewrite_port(args: &[String], port: u16) -> Vec<String> {
+    let mut out = Vec::with_capacity(args.len());
+    let mut next_is_port = false;
+    for a in args {
+        if next_is_port {
+            out.push(port.to_string());
+            next_is_port = false;
+        } else if a == "--port" {
+            out.push(a.clone());
+            next_is_port = true;
+        } else if a.starts_with("--port=") {
+            out.push(format!("--port={port}"));
+        } else {
+            out.push(a.clone());
+        }
+    }
+    out
+}
+
+/// The ports a Router's sidecar binds, with the field that sets each.
+fn router_ports(r: &Router) -> Vec<(&'static str, i32)> {
+    let l = &r.spec.listeners;
+    let mut out = vec![("spec.listeners.http.port", l.http.port)];
+    if let Some(g) = &l.grpc {
+        out.push(("spec.listeners.grpc.port", g.port));
+    }
+    out
+}
+
+/// `http://127.0.0.1:8080  ws://127.0.0.1:8080/ws  grpc 127.0.0.1:50051`.
+fn edge_urls(r: &Router) -> String {
+    let l = &r.spec.listeners;
+    let (http, ws) = if l.tls.is_some() {
+        ("https", "wss")
+    } else {
+        ("http", "ws")
+    };
+    let mut out = format!("{http}://{LOCALHOST}:{}", l.http.port);
+    if let Some(w) = &l.websocket {
+        out.push_str(&format!("  {ws}://{LOCALHOST}:{}{}", l.http.port, w.path));
+    }
+    if let Some(g) = &l.grpc {
+        out.push_str(&format!("  grpc {LOCALHOST}:{}", g.port));
+    }
+    out
+}
+
+/// A curl command for the Router's first HTTP route without path parameters (GET routes first).
+fn try_command(r: &Router) -> Option<String> {
+    let l = &r.spec.listeners;
+    let scheme = if l.tls.is_some() { "https" } else { "http" };
+    let http: Vec<_> = r
+        .spec
+        .routes
+        .iter()
+        .filter_map(|route| route.http.as_ref())
+        .filter(|h| !h.path.contains('{'))
+        .collect();
+    let method = |h: &&switchyard_crds::router::HttpRoute| {
+        serde_json::to_value(h.method)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_owned))
+            .unwrap_or_default()
+    };
+    let route = http
+        .iter()
+        .find(|h| method(h) == "GET")
+        .or_else(|| http.first())?;
+    let url = format!("{scheme}://{LOCALHOST}:{}{}", l.http.port, route.path);
+    Some(match method(route).as_str() {
+        "GET" => format!("curl -i {url}"),
+        m => format!("curl -i -X {m} -H 'content-type: application/json' -d '{{}}' {url}"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::up::ports::PortSource;
+
+    /// Hands out ports deterministically and treats `busy` as taken.
+    struct FakePorts {
+        next: u16,
+        busy: Vec<u16>,
+    }
+
+    impl PortSource for FakePorts {
+        fn ephemeral(&mut self) -> anyhow::Result<u16> {
+            self.next += 1;
+            Ok(self.next)
+        }
+        fn available(&mut self, port: u16) -> bool {
+            !self.busy.contains(&port)
+        }
+        fn claim(&mut self, port: u16) {
+            self.busy.push(port);
+        }
+    }
+
+    const TWO_MANAGERS: &str = r#"
+apiVersion: switchyard.dev/v1alpha1
+kind: Router
+metadata: {name: edge}
+spec:
+  listeners: {http: {port: 8080}, websocket: {path: /ws}}
+  routes:
+    - event: echo
+      http: {method: POST, path: /echo}
+    - event: noop
+      http: {method: GET, path: /noop}
+---
+apiVersion: switchyard.dev/v1alpha1
+kind: Manager
+metadata: {name: a}
+spec:
+  routerRef: {name: edge}
+  events: [noop]
+  app: {port: 8000, path: /events}
+  template:
+    spec:
+      containers:
+        - name: app
+          command: [/bin/sh, -c, "exec sleep 1", --port, "8000"]
+          env:
+            - {name: GREETING, value: hi}
+            - {name: FROM_SECRET, valueFrom: {secretKeyRef: {name: s, key: k}}}
+---
+apiVersion: switchyard.dev/v1alpha1
+kind: Manager
+metadata: {name: b}
+spec:
+  routerRef: {name: edge}
+  events: [echo]
+  app: {port: 8000}
+  template:
+    spec:
+      containers:
+        - name: app
+          command: [/bin/sh]
+          args: [-c, "exec sleep 1", --port=8000]
+"#;
+
+    fn plan_of(yaml: &str, apps: bool) -> anyhow::Result<Plan> {
+        let objs = switchyard_crds::yaml::parse(yaml)?;
+        let mut ports = FakePorts {
+            next: 40000,
+            busy: Vec::new(),
+        };
+        let opts = Options {
+            state_dir: Path::new("/state"),
+            sidecar: Path::new("/bin/switchyard-sidecar"),
+            apps,
+        };
+        plan(&objs, &opts, &mut ports)
+    }
+
+    #[test]
+    fn same_app_port_gets_distinct_local_ports() -> anyhow::Result<()> {
+        let p = plan_of(TWO_MANAGERS, true)?;
+        let labels: Vec<_> = p.procs.iter().map(|p| p.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "app a",
+                "app b",
+                "manager sidecar a",
+                "manager sidecar b",
+                "router edge"
+            ]
+        );
+        assert_eq!(p.procs[0].args, ["-c", "exec sleep 1", "--port", "8000"]);
+        assert_eq!(p.procs[1].args, ["-c", "exec sleep 1", "--port=8001"]);
+        assert!(p.procs[0].env.contains(&("PORT".into(), "8000".into())));
+        assert!(p.procs[1].env.contains(&("PORT".into(), "8001".into())));
+        assert!(p.procs[0].env.contains(&("GREETING".into(), "hi".into())));
+        assert!(!p.procs[0].env.iter().any(|(k, _)| k == "FROM_SECRET"));
+        assert!(p.procs[3].args.contains(&"127.0.0.1:8001".to_owned()));
+        assert_eq!(
+            p.procs[1].probe,
+            Probe::Tcp(SocketAddr::from((LOCALHOST, 8001)))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn router_config_points_at_local_manager_sidecars() -> anyhow::Result<()> {
+        let p = plan_of(TWO_MANAGERS, true)?;
+        let (path, text) = p
+            .files
+            .iter()
+            .find(|(path, _)| path.ends_with("router-edge.json"))
+            .context("router config")?;
+        assert_eq!(path, Path::new("/state/router-edge.json"));
+        let cfg: switchyard_protocol::config::RouterConfig = serde_json::from_str(text)?;
+        assert_eq!(cfg.namespace, "default");
+        let listen_a = p.procs[2].args[6].clone();
+        assert_eq!(cfg.static_endpoints.get("a"), Some(&vec![listen_a]));
+        assert_eq!(cfg.static_endpoints.len(), 2);
+
+        let (_, text) = p
+            .files
+            .iter()
+            .find(|(path, _)| path.ends_with("manager-b.json"))
+            .context("manager config")?;
+        let cfg: switchyard_protocol::config::ManagerConfig = serde_json::from_str(text)?;
+        assert_eq!(cfg.app.port, 8001);
+        assert_eq!(
+            p.try_command.as_deref(),
+            Some("curl -i http://127.0.0.1:8080/noop")
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn no_app_keeps_declared_ports_and_starts_only_sidecars() -> anyhow::Result<()> {
+        let p = plan_of(TWO_MANAGERS, false)?;
+        assert!(p.procs.iter().all(|p| p.tier != Tier::App));
+        assert_eq!(p.notes.len(), 2);
+        assert!(p.procs[1].args.contains(&"127.0.0.1:8000".to_owned()));
+        Ok(())
+    }
+
+    #[test]
+    fn missing_command_names_the_field() {
+        let yaml = TWO_MANAGERS.replace("command: [/bin/sh]\n", "image: x\n");
+        let err = plan_of(&yaml, true).err().map(|e| format!("{e:#}"));
+        assert!(
+            err.as_deref()
+                .is_some_and(|e| e.contains("Manager b: spec.template.spec.containers[0].command")),
+            "{err:?}"
+        );
+    }
+
+    #[test]
+    fn rewrites_port_flags_only() {
+        let args = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        assert_eq!(
+            rewrite_port(&args(&["--port", "1", "--portal", "x", "--port=2"]), 9),
+            args(&["--port", "9", "--portal", "x", "--port=9"])
+        );
+    }
+}

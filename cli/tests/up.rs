@@ -1,0 +1,282 @@
+//! `switchyard up` as a user runs it: the real binary, real child processes, real sockets.
+//!
+//! The end-to-end test needs `switchyard-sidecar` and `switchyard-example-app` built next to `switchyard` (as
+//! `cargo test --workspace` or `cargo build --workspace` leaves them); it builds nothing itself and fails,
+//! naming them, when they are missing: a skipped end-to-end test would hide a broken build.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+const SWITCHYARD: &str = env!("CARGO_BIN_EXE_switchyard");
+
+fn repo_file(rel: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
+}
+
+fn target_dir() -> PathBuf {
+    Path::new(SWITCHYARD)
+        .parent()
+        .map(Path::to_owned)
+        .unwrap_or_default()
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("free port")
+}
+
+/// The quickstart with its Router on free ports, so tests don't fight over 8080 with each other or a user.
+fn quickstart_on_free_ports(dir: &Path) -> (PathBuf, u16) {
+    let text = std::fs::read_to_string(repo_file("examples/quickstart.yaml")).expect("quickstart");
+    let http = free_port();
+    let text = text
+        .replace("port: 8080", &format!("port: {http}"))
+        .replace("port: 50051", &format!("port: {}", free_port()));
+    let path = dir.join("quickstart.yaml");
+    std::fs::write(&path, text).expect("write manifest");
+    (path, http)
+}
+
+/// Runs `switchyard` to completion (these runs fail before starting anything).
+fn run(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String) {
+    let mut cmd = Command::new(SWITCHYARD);
+    cmd.args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let out = cmd.output().expect("run switchyard");
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status, text)
+}
+
+#[test]
+fn bad_file_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (path, _) = quickstart_on_free_ports(dir.path());
+    let text = std::fs::read_to_string(&path).expect("read");
+    std::fs::write(
+        &path,
+        text.replace("name: edge\n  events:", "name: nowhere\n  events:"),
+    )
+    .expect("write");
+    let (status, out) = run(&["up", "-f", &path.display().to_string()], &[]);
+    assert!(!status.success(), "{out}");
+    assert!(out.contains("spec.routerRef.name"), "{out}");
+    assert!(out.contains("nothing started"), "{out}");
+}
+
+#[test]
+fn wrong_shape_is_refused_naming_the_field() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (path, _) = quickstart_on_free_ports(dir.path());
+    let text = std::fs::read_to_string(&path).expect("read");
+    std::fs::write(&path, text.replace("maxInFlight: 64", "maxInFlight: lots")).expect("write");
+    let (status, out) = run(&["up", "-f", &path.display().to_string()], &[]);
+    assert!(!status.success(), "{out}");
+    assert!(out.contains("maxInFlight"), "{out}");
+}
+
+#[test]
+fn missing_sidecar_flag_is_explained() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (path, _) = quickstart_on_free_ports(dir.path());
+    let (status, out) = run(
+        &[
+            "up",
+            "-f",
+            &path.display().to_string(),
+            "--sidecar",
+            "/nonexistent/switchyard-sidecar",
+        ],
+        &[],
+    );
+    assert!(!status.success(), "{out}");
+    assert!(
+        out.contains("--sidecar /nonexistent/switchyard-sidecar"),
+        "{out}"
+    );
+    assert!(out.contains("cargo build -p switchyard-sidecar"), "{out}");
+}
+
+#[test]
+fn sidecar_not_found_anywhere_is_explained() {
+    // A copy of switchyard alone in a directory, with an empty PATH: nothing to find next to it or on PATH.
+    let dir = tempfile::tempdir().expect("tempdir");
+    let lonely = dir.path().join("switchyard");
+    std::fs::copy(SWITCHYARD, &lonely).expect("copy switchyard");
+    let (manifest, _) = quickstart_on_free_ports(dir.path());
+    let out = Command::new(&lonely)
+        .args(["up", "-f", &manifest.display().to_string()])
+        .env("PATH", "")
+        .env_remove("SWITCHYARD_SIDECAR")
+        .output()
+        .expect("run switchyard copy");
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{text}");
+    assert!(text.contains("switchyard-sidecar not found"), "{text}");
+    assert!(text.contains("SWITCHYARD_SIDECAR"), "{text}");
+}
+
+/// Kills `switchyard up` if the test fails midway. `switchyard up` itself then takes its children down
+/// (kill_on_drop on SIGKILL is not possible, so the test sends SIGTERM first).
+struct Up {
+    child: Child,
+    lines: mpsc::Receiver<String>,
+    seen: Vec<String>,
+}
+
+impl Up {
+    fn wait_for(&mut self, needle: &str, timeout: Duration) -> Option<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            let left = deadline.checked_duration_since(Instant::now())?;
+            match self.lines.recv_timeout(left) {
+                Ok(line) => {
+                    self.seen.push(line.clone());
+                    if line.contains(needle) {
+                        return Some(line);
+                    }
+                }
+                Err(_) => return None,
+            }
+        }
+    }
+
+    fn term(&self) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+    }
+
+    fn wait_exit(&mut self, timeout: Duration) -> Option<ExitStatus> {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return Some(status);
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        None
+    }
+}
+
+impl Drop for Up {
+    fn drop(&mut self) {
+        if matches!(self.child.try_wait(), Ok(None)) {
+            self.term();
+            if self.wait_exit(Duration::from_secs(30)).is_none() {
+                let _ = self.child.kill();
+                let _ = self.child.wait();
+            }
+        }
+    }
+}
+
+fn get(port: u16, path: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+#[test]
+fn quickstart_answers_noop_through_both_sidecars() {
+    let missing: Vec<_> = ["switchyard-sidecar", "switchyard-example-app"]
+        .into_iter()
+        .filter(|b| !target_dir().join(b).is_file())
+        .collect();
+    if !missing.is_empty() {
+        panic!(
+            "{missing:?} not built in {}; run `cargo build --workspace` first",
+            target_dir().display()
+        );
+    }
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (manifest, http) = quickstart_on_free_ports(dir.path());
+    let mut child = Command::new(SWITCHYARD)
+        .args(["up", "-f", &manifest.display().to_string()])
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn switchyard up");
+    let (tx, lines) = mpsc::channel();
+    for pipe in [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    // Only the reader threads hold senders now, so the channel closes when switchyard up's pipes do.
+    drop(tx);
+    let mut up = Up {
+        child,
+        lines,
+        seen: Vec::new(),
+    };
+
+    let ready = up.wait_for("ready: try curl", Duration::from_secs(60));
+    assert!(ready.is_some(), "never ready:\n{}", up.seen.join("\n"));
+    assert!(
+        up.seen.iter().any(|l| l.starts_with("✓ app handlers")),
+        "{:?}",
+        up.seen
+    );
+    assert!(
+        up.seen
+            .iter()
+            .any(|l| l.starts_with("✓ manager sidecar handlers")),
+        "{:?}",
+        up.seen
+    );
+    assert!(
+        up.seen.iter().any(|l| l.starts_with("✓ router edge")),
+        "{:?}",
+        up.seen
+    );
+
+    let answer = get(http, "/noop").expect("GET /noop");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#"{"ok":true}"#), "{answer}");
+
+    up.term();
+    let status = up.wait_exit(Duration::from_secs(40));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}\n{}",
+        up.seen.join("\n")
+    );
+    // Everything it started is gone: the router's port is free again.
+    assert!(TcpStream::connect(("127.0.0.1", http)).is_err());
+}

@@ -1,0 +1,554 @@
+//! The operator as a local process: built with cargo, run with the chart ServiceAccount's token,
+//! probed over its metrics port, stopped with SIGTERM (or killed) at the end.
+
+use crate::SYSTEM_NAMESPACE;
+use crate::cluster::Cluster;
+use crate::cmd::Cmd;
+use crate::lock::FileLock;
+use anyhow::{Context, Result, anyhow, bail};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::sync::OnceCell;
+
+/// Package and binary name of the operator.
+pub const OPERATOR_PACKAGE: &str = "switchyard-operator";
+
+static BINARY: OnceCell<Result<PathBuf, String>> = OnceCell::const_new();
+
+/// Builds the operator once per process (`$CARGO build -p switchyard-operator`) and returns the
+/// path of `<target dir>/debug/switchyard-operator`.
+pub async fn operator_binary() -> Result<PathBuf> {
+    let result = BINARY
+        .get_or_init(|| async { build_operator().await.map_err(|e| format!("{e:#}")) })
+        .await;
+    result
+        .clone()
+        .map_err(|e| anyhow!("cannot build the operator: {e}"))
+}
+
+fn target_dir() -> PathBuf {
+    let repo = crate::repo_root();
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => repo.join(dir), // join keeps an absolute path as is
+        _ => repo.join("target"),
+    }
+}
+
+async fn build_operator() -> Result<PathBuf> {
+    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
+    Cmd::new(cargo)
+        .args(["build", "-p", OPERATOR_PACKAGE, "--bin", OPERATOR_PACKAGE])
+        .timeout(Duration::from_secs(60 * 60))
+        .ok()
+        .await?;
+    let bin = target_dir().join("debug").join(OPERATOR_PACKAGE);
+    if !bin.is_file() {
+        bail!(
+            "`cargo build` succeeded but {} does not exist",
+            bin.display()
+        );
+    }
+    Ok(bin)
+}
+
+/// How to run one operator process.
+#[derive(Clone, Debug)]
+pub struct OperatorOpts {
+    /// `--identity` and POD_NAME; also names the log file.
+    pub identity: String,
+    /// `--leader-election=true|false`.
+    pub leader_election: bool,
+    /// `--lease-name` (in switchyard-system, where the chart's Role grants Leases).
+    pub lease_name: String,
+    /// Further arguments.
+    pub extra_args: Vec<String>,
+}
+
+impl OperatorOpts {
+    /// An operator without leader election.
+    pub fn new(identity: impl Into<String>) -> Self {
+        OperatorOpts {
+            identity: identity.into(),
+            leader_election: false,
+            lease_name: "switchyard-operator".into(),
+            extra_args: Vec::new(),
+        }
+    }
+
+    /// Turns leader election on with the given Lease.
+    pub fn leader_election(mut self, lease_name: impl Into<String>) -> Self {
+        self.leader_election = true;
+        self.lease_name = lease_name.into();
+        self
+    }
+}
+
+/// Exclusive right to run operator processes (see [`crate::lock`]). Taking it also kills operator
+/// processes that an earlier, aborted test run left behind (recorded in `<work>/operators/`).
+#[derive(Debug)]
+pub struct OperatorLock {
+    _lock: FileLock,
+}
+
+impl OperatorLock {
+    /// Waits for the lock, then clears leftovers.
+    pub async fn acquire() -> Result<OperatorLock> {
+        let lock = FileLock::acquire("operator").await?;
+        kill_orphans().await;
+        Ok(OperatorLock { _lock: lock })
+    }
+}
+
+fn pid_dir() -> PathBuf {
+    let dir = crate::work_dir().join("operators");
+    let _ = std::fs::create_dir_all(&dir);
+    dir
+}
+
+/// Kills processes recorded in `<work>/operators/PID` that still run the operator binary. Only
+/// called with the operator lock held, when no live test owns an operator.
+async fn kill_orphans() {
+    let Ok(entries) = std::fs::read_dir(pid_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Some(pid) = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .and_then(|n| n.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        let argv0 = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let argv0 = argv0.split(|b| *b == 0).next().unwrap_or_default();
+        let runs_operator = Path::new(&*String::from_utf8_lossy(argv0))
+            .file_name()
+            .is_some_and(|n| n == OPERATOR_PACKAGE);
+        if runs_operator {
+            eprintln!("[e2e] killing operator pid {pid} left over from an earlier run");
+            let _ = Cmd::new("kill")
+                .args(["-KILL", &pid.to_string()])
+                .output()
+                .await;
+        }
+        let _ = std::fs::remove_file(&path);
+    }
+}
+
+/// A running operator process. Killed (SIGKILL) when dropped; [`Operator::stop`] ends it with
+/// SIGTERM instead and reports the exit code.
+#[derive(Debug)]
+pub struct Operator {
+    child: tokio::process::Child,
+    pid: u32,
+    /// Port of /metrics, /healthz and /readyz on 127.0.0.1.
+    pub port: u16,
+    /// `--identity`.
+    pub identity: String,
+    /// File receiving its stdout and stderr.
+    pub log: PathBuf,
+    pid_file: PathBuf,
+}
+
+impl Operator {
+    /// Builds (once) and starts the operator with the chart ServiceAccount's kubeconfig, and waits
+    /// until /healthz answers 200. Fails with the log tail if it exits or never gets healthy.
+    pub async fn start(cluster: &Cluster, opts: OperatorOpts) -> Result<Operator> {
+        refuse_foreign_operator(cluster).await?;
+        let bin = operator_binary().await?;
+        let kubeconfig = cluster.operator_kubeconfig().await?;
+        let port = free_port()?;
+        let logs = crate::work_dir().join("logs");
+        std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
+        let log = logs.join(format!(
+            "operator-{}-{}.log",
+            opts.identity,
+            crate::unique_suffix()
+        ));
+        let out =
+            std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+        let err = out.try_clone()?;
+        let mut cmd = tokio::process::Command::new(&bin);
+        cmd.arg("--metrics-addr")
+            .arg(format!("127.0.0.1:{port}"))
+            .args(["--sidecar-image", crate::SIDECAR_IMAGE])
+            .args(["--log-format", "text", "--log-level", "info"])
+            .arg(format!("--leader-election={}", opts.leader_election))
+            .args(["--lease-name", &opts.lease_name])
+            .args(["--lease-namespace", SYSTEM_NAMESPACE])
+            .args(["--identity", &opts.identity])
+            .args(&opts.extra_args)
+            .env("KUBECONFIG", kubeconfig)
+            .env("POD_NAMESPACE", SYSTEM_NAMESPACE)
+            .env("POD_NAME", &opts.identity)
+            .current_dir(crate::work_dir())
+            .stdin(Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .kill_on_drop(true);
+        let child = cmd
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let pid = child.id().context("the operator has no pid")?;
+        let pid_file = pid_dir().join(pid.to_string());
+        let _ = std::fs::write(&pid_file, format!("{}\n", log.display()));
+        let mut op = Operator {
+            child,
+            pid,
+            port,
+            identity: opts.identity,
+            log,
+            pid_file,
+        };
+        op.wait_healthy(crate::timeout()).await?;
+        Ok(op)
+    }
+
+    async fn wait_healthy(&mut self, within: Duration) -> Result<()> {
+        let start = Instant::now();
+        loop {
+            if let Some(status) = self.child.try_wait()? {
+                bail!(
+                    "operator {} exited with {status} before /healthz answered; log {}:\n{}",
+                    self.identity,
+                    self.log.display(),
+                    self.log_tail(60)
+                );
+            }
+            let last = match self.get("/healthz").await {
+                Ok((200, _)) => return Ok(()),
+                Ok((code, body)) => format!("HTTP {code}: {body}"),
+                Err(e) => format!("{e:#}"),
+            };
+            if start.elapsed() > within {
+                bail!(
+                    "operator {} not healthy after {within:?} (last: {last}); log {}:\n{}",
+                    self.identity,
+                    self.log.display(),
+                    self.log_tail(60)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+
+    /// Process id.
+    pub fn pid(&self) -> u32 {
+        self.pid
+    }
+
+    /// The last `n` lines of its log.
+    pub fn log_tail(&self, n: usize) -> String {
+        crate::tail_file(&self.log, n)
+    }
+
+    /// Still running?
+    pub fn is_running(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(None))
+    }
+
+    /// GET `path` on the metrics port: (status code, body).
+    pub async fn get(&self, path: &str) -> Result<(u16, String)> {
+        http_get(self.port, path).await
+    }
+
+    /// GET /metrics, which must answer 200.
+    pub async fn metrics(&self) -> Result<Metrics> {
+        match self.get("/metrics").await? {
+            (200, body) => Ok(Metrics(body)),
+            (code, body) => bail!("GET /metrics answered {code}: {body}"),
+        }
+    }
+
+    /// SIGTERM, then waits up to 20 s for the exit; returns the exit code (None: killed by a
+    /// signal). Kills it and fails if it does not exit in time.
+    pub async fn stop(mut self) -> Result<Option<i32>> {
+        if let Some(status) = self.child.try_wait()? {
+            bail!(
+                "operator {} had already exited with {status}; log:\n{}",
+                self.identity,
+                self.log_tail(40)
+            );
+        }
+        Cmd::new("kill")
+            .args(["-TERM", &self.pid.to_string()])
+            .ok()
+            .await?;
+        match tokio::time::timeout(Duration::from_secs(20), self.child.wait()).await {
+            Ok(status) => Ok(status?.code()),
+            Err(_) => {
+                let _ = self.child.start_kill();
+                let _ = self.child.wait().await;
+                bail!(
+                    "operator {} did not exit within 20 s of SIGTERM; log:\n{}",
+                    self.identity,
+                    self.log_tail(40)
+                )
+            }
+        }
+    }
+
+    /// SIGKILL (a crash, as far as the cluster can tell) and reaps it.
+    pub async fn kill(&mut self) -> Result<()> {
+        self.child.start_kill()?;
+        self.child.wait().await?;
+        Ok(())
+    }
+}
+
+impl Drop for Operator {
+    fn drop(&mut self) {
+        // kill_on_drop sends SIGKILL once the Child goes; do it now so it is dead before the pid
+        // file, the record that lets a later run clean up, is removed.
+        let _ = self.child.start_kill();
+        let _ = std::fs::remove_file(&self.pid_file);
+    }
+}
+
+/// Lease of an operator started with the chart's defaults (the tests' own operators either run
+/// without leader election or with a Lease of a unique name).
+pub const DEFAULT_LEASE: &str = "switchyard-operator";
+
+/// Fails when another operator, one these tests did not start (say `e2e/cluster/demo`'s), is
+/// running against the cluster: it would reconcile the tests' objects too, so a test could pass
+/// on its work or fail on its fights. Detected by a recently renewed default Lease.
+pub async fn refuse_foreign_operator(cluster: &Cluster) -> Result<()> {
+    use k8s_openapi::api::coordination::v1::Lease;
+    let leases: kube::Api<Lease> = kube::Api::namespaced(cluster.client().await?, SYSTEM_NAMESPACE);
+    let Some(lease) = leases.get_opt(DEFAULT_LEASE).await? else {
+        return Ok(());
+    };
+    let spec = lease.spec.unwrap_or_default();
+    let (Some(holder), Some(renewed)) = (spec.holder_identity, spec.renew_time) else {
+        return Ok(());
+    };
+    let age = k8s_openapi::jiff::Timestamp::now().as_second() - renewed.0.as_second();
+    let duration = i64::from(spec.lease_duration_seconds.unwrap_or(15));
+    if !holder.is_empty() && age <= 2 * duration {
+        bail!(
+            "another switchyard operator is running against this cluster: Lease \
+             {SYSTEM_NAMESPACE}/{DEFAULT_LEASE} is held by {holder:?}, renewed {age}s ago. It would \
+             reconcile the tests' objects as well; stop it first (e.g. `e2e/cluster/demo --down`)"
+        );
+    }
+    Ok(())
+}
+
+/// A TCP port on 127.0.0.1 free at the time of the call.
+pub fn free_port() -> Result<u16> {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
+    Ok(listener.local_addr()?.port())
+}
+
+/// Minimal HTTP/1.0 GET to 127.0.0.1:`port` (no client dependency needed): (status, body).
+pub async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+    let exchange = async {
+        let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
+        stream
+            .write_all(
+                format!("GET {path} HTTP/1.0\r\nHost: 127.0.0.1:{port}\r\nAccept: */*\r\n\r\n")
+                    .as_bytes(),
+            )
+            .await?;
+        let mut raw = Vec::new();
+        stream.read_to_end(&mut raw).await?;
+        anyhow::Ok(raw)
+    };
+    let raw = tokio::time::timeout(Duration::from_secs(10), exchange)
+        .await
+        .map_err(|_| anyhow!("GET 127.0.0.1:{port}{path} timed out"))?
+        .with_context(|| format!("GET 127.0.0.1:{port}{path}"))?;
+    let text = String::from_utf8_lossy(&raw);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .ok_or_else(|| anyhow!("malformed HTTP response from :{port}{path}: {text:?}"))?;
+    let code = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|c| c.parse::<u16>().ok())
+        .ok_or_else(|| anyhow!("no status code in {head:?}"))?;
+    let chunked = head.lines().any(|l| {
+        let l = l.to_ascii_lowercase();
+        l.starts_with("transfer-encoding:") && l.contains("chunked")
+    });
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_string()
+    };
+    Ok((code, body))
+}
+
+fn dechunk(mut rest: &str) -> String {
+    let mut out = String::new();
+    while let Some((size, after)) = rest.split_once("\r\n") {
+        let Ok(size) = usize::from_str_radix(size.split(';').next().unwrap_or("").trim(), 16)
+        else {
+            break;
+        };
+        if size == 0 || after.len() < size {
+            out.push_str(after.get(..size.min(after.len())).unwrap_or(""));
+            break;
+        }
+        out.push_str(&after[..size]);
+        rest = after[size..].trim_start_matches("\r\n");
+    }
+    out
+}
+
+/// One Prometheus / OpenMetrics text exposition.
+#[derive(Clone, Debug)]
+pub struct Metrics(pub String);
+
+/// Labels of one sample.
+pub type Labels = BTreeMap<String, String>;
+
+impl Metrics {
+    /// Every sample of exactly the metric `name` (e.g. `switchyard_operator_leader`, or a
+    /// histogram's `..._bucket`), with its labels.
+    pub fn samples(&self, name: &str) -> Vec<(Labels, f64)> {
+        let mut out = Vec::new();
+        for line in self.0.lines() {
+            let line = line.trim();
+            if line.is_empty() || line.starts_with('#') {
+                continue;
+            }
+            let end = line.find(['{', ' ']).unwrap_or(line.len());
+            if &line[..end] != name {
+                continue;
+            }
+            let (labels, rest) = if line[end..].starts_with('{') {
+                match line[end..].find('}') {
+                    Some(close) => (
+                        parse_labels(&line[end + 1..end + close]),
+                        &line[end + close + 1..],
+                    ),
+                    None => continue,
+                }
+            } else {
+                (Labels::new(), &line[end..])
+            };
+            if let Some(value) = rest.split_whitespace().next().and_then(parse_value) {
+                out.push((labels, value));
+            }
+        }
+        out
+    }
+
+    /// Sum over all samples of `name` (0 when absent).
+    pub fn sum(&self, name: &str) -> f64 {
+        self.samples(name).iter().map(|(_, v)| v).sum()
+    }
+
+    /// Sum over the samples of `name` whose `label` value contains `needle`, case-insensitively.
+    pub fn sum_where(&self, name: &str, label: &str, needle: &str) -> f64 {
+        let needle = needle.to_ascii_lowercase();
+        self.samples(name)
+            .iter()
+            .filter(|(l, _)| {
+                l.get(label)
+                    .is_some_and(|v| v.to_ascii_lowercase().contains(&needle))
+            })
+            .map(|(_, v)| v)
+            .sum()
+    }
+
+    /// The value of a metric that has one sample, if present.
+    pub fn value(&self, name: &str) -> Option<f64> {
+        self.samples(name).first().map(|(_, v)| *v)
+    }
+
+    /// Whether any line (sample or `# TYPE`/`# HELP`) names the metric family `name`.
+    pub fn mentions(&self, name: &str) -> bool {
+        self.0.lines().any(|l| {
+            let l = l
+                .trim_start_matches("# TYPE ")
+                .trim_start_matches("# HELP ");
+            l.starts_with(name)
+        })
+    }
+}
+
+fn parse_value(v: &str) -> Option<f64> {
+    match v {
+        "+Inf" => Some(f64::INFINITY),
+        "-Inf" => Some(f64::NEG_INFINITY),
+        _ => v.parse().ok(),
+    }
+}
+
+fn parse_labels(s: &str) -> Labels {
+    let mut labels = Labels::new();
+    let mut rest = s;
+    while let Some((key, after)) = rest.split_once("=\"") {
+        let mut value = String::new();
+        let mut chars = after.char_indices();
+        let mut end = after.len();
+        while let Some((i, c)) = chars.next() {
+            match c {
+                '\\' => {
+                    if let Some((_, e)) = chars.next() {
+                        value.push(if e == 'n' { '\n' } else { e });
+                    }
+                }
+                '"' => {
+                    end = i + 1;
+                    break;
+                }
+                c => value.push(c),
+            }
+        }
+        labels.insert(key.trim().trim_start_matches(',').trim().to_string(), value);
+        rest = after[end..].trim_start_matches(',');
+    }
+    labels
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_prometheus_and_openmetrics_samples() {
+        let m = Metrics(
+            "# HELP switchyard_operator_leader Leader.\n\
+             # TYPE switchyard_operator_leader gauge\n\
+             switchyard_operator_leader 1\n\
+             switchyard_operator_reconciles_total{controller=\"router\"} 3\n\
+             switchyard_operator_reconciles_total{controller=\"manager\",x=\"a\\\"b\"} 2 1700000000\n\
+             switchyard_operator_reconcile_duration_seconds_bucket{controller=\"router\",le=\"+Inf\"} 3\n\
+             # EOF\n"
+                .into(),
+        );
+        assert_eq!(m.value("switchyard_operator_leader"), Some(1.0));
+        assert_eq!(m.sum("switchyard_operator_reconciles_total"), 5.0);
+        assert_eq!(
+            m.sum_where(
+                "switchyard_operator_reconciles_total",
+                "controller",
+                "Router"
+            ),
+            3.0
+        );
+        let s = m.samples("switchyard_operator_reconciles_total");
+        assert_eq!(s[1].0.get("x").map(String::as_str), Some("a\"b"));
+        assert!(m.mentions("switchyard_operator_reconcile_duration_seconds"));
+        assert_eq!(
+            m.samples("switchyard_operator_reconcile_duration_seconds_bucket")
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn dechunks() {
+        assert_eq!(
+            dechunk("5\r\nhello\r\n6\r\n world\r\n0\r\n\r\n"),
+            "hello world"
+        );
+    }
+}

@@ -1,0 +1,705 @@
+//! Charts and CRDs against the real API server, no operator needed: helm install/template/lint,
+//! the chart's RBAC as the operator's token sees it, CRD schema and CEL rejections, printer
+//! columns and `kubectl explain`. Each test works in a namespace of its own, so they run in
+//! parallel.
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{Pod, Service, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ListParams};
+use serde_json::Value;
+use std::collections::BTreeSet;
+use switchyard_e2e::{
+    CRD_RELEASE, Cmd, KUBE_VERSION, RELEASE, SYSTEM_NAMESPACE, TestNamespace, charts_dir, cluster,
+    fixtures,
+};
+
+/// `helm template` of a chart from the repository, parsed into its documents.
+async fn template(chart: &str, extra: &[&str]) -> Result<Vec<Value>> {
+    let out = Cmd::helm_offline()
+        .args(["template", RELEASE])
+        .arg(charts_dir().join(chart))
+        .args(["--namespace", SYSTEM_NAMESPACE])
+        .args(["--kube-version", KUBE_VERSION])
+        .args(extra)
+        .ok()
+        .await?;
+    parse_documents(&out.stdout)
+}
+
+fn parse_documents(yaml: &str) -> Result<Vec<Value>> {
+    let docs: Vec<Value> =
+        serde_saphyr::from_multiple(yaml).context("parsing helm template output")?;
+    Ok(docs.into_iter().filter(|d| d.is_object()).collect())
+}
+
+fn find<'a>(docs: &'a [Value], kind: &str, name: &str) -> Result<&'a Value> {
+    docs.iter()
+        .find(|d| d["kind"] == kind && d["metadata"]["name"] == name)
+        .with_context(|| format!("no {kind}/{name} in the rendered chart"))
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|s| s.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[tokio::test]
+async fn charts_install_with_helm() -> Result<()> {
+    let c = cluster().await?;
+    let out = c
+        .helm()
+        .args(["list", "--all-namespaces", "--output", "json"])
+        .ok()
+        .await?;
+    let releases: Vec<Value> = serde_json::from_str(&out.stdout)?;
+    for name in [CRD_RELEASE, RELEASE] {
+        let r = releases
+            .iter()
+            .find(|r| r["name"] == name)
+            .with_context(|| format!("no helm release {name}: {releases:?}"))?;
+        ensure!(
+            r["status"] == "deployed",
+            "release {name} is {}",
+            r["status"]
+        );
+        if name == RELEASE {
+            ensure!(
+                r["namespace"] == SYSTEM_NAMESPACE,
+                "release {name} is in {}",
+                r["namespace"]
+            );
+        } else if r["namespace"] != SYSTEM_NAMESPACE {
+            eprintln!(
+                "[e2e] note: release {name} lives in namespace {} (installed there by something else)",
+                r["namespace"]
+            );
+        }
+    }
+
+    let client = c.client().await?;
+    let crds: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for name in ["routers.switchyard.dev", "managers.switchyard.dev"] {
+        let crd = crds.get(name).await?;
+        let established = crd
+            .status
+            .and_then(|s| s.conditions)
+            .unwrap_or_default()
+            .iter()
+            .any(|c| c.type_ == "Established" && c.status == "True");
+        ensure!(established, "CRD {name} is not Established");
+        let version = crd
+            .spec
+            .versions
+            .iter()
+            .find(|v| v.name == "v1alpha1")
+            .with_context(|| format!("CRD {name} has no v1alpha1"))?;
+        let sub = version.subresources.as_ref();
+        ensure!(
+            version.served && version.storage,
+            "{name} v1alpha1 not served+stored"
+        );
+        ensure!(
+            sub.is_some_and(|s| s.status.is_some() && s.scale.is_some()),
+            "CRD {name} lacks the status or scale subresource"
+        );
+    }
+
+    Api::<ServiceAccount>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .get(RELEASE)
+        .await
+        .context("ServiceAccount switchyard")?;
+    Api::<ClusterRole>::all(client.clone())
+        .get(RELEASE)
+        .await
+        .context("ClusterRole switchyard")?;
+    Api::<ClusterRoleBinding>::all(client.clone())
+        .get(RELEASE)
+        .await
+        .context("ClusterRoleBinding switchyard")?;
+    let le = "switchyard-leader-election";
+    Api::<Role>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .get(le)
+        .await
+        .context("Role switchyard-leader-election")?;
+    Api::<RoleBinding>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .get(le)
+        .await
+        .context("RoleBinding switchyard-leader-election")?;
+    let svc = Api::<Service>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .get("switchyard-metrics")
+        .await
+        .context("Service switchyard-metrics")?;
+    let port_names: Vec<_> = svc
+        .spec
+        .and_then(|s| s.ports)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|p| p.name)
+        .collect();
+    ensure!(
+        port_names == ["metrics"],
+        "switchyard-metrics ports: {port_names:?}"
+    );
+    let deploy = Api::<Deployment>::namespaced(client.clone(), SYSTEM_NAMESPACE)
+        .get(RELEASE)
+        .await
+        .context("Deployment switchyard")?;
+    let want = deploy.spec.as_ref().and_then(|s| s.replicas).unwrap_or(1);
+
+    // The chart's operator pods land on the kwok fake nodes (they never really run there).
+    let pods = Api::<Pod>::namespaced(client, SYSTEM_NAMESPACE);
+    switchyard_e2e::eventually(
+        "the chart's operator pods to be scheduled on kwok nodes",
+        switchyard_e2e::timeout(),
+        || async {
+            let list = pods
+                .list(&ListParams::default().labels("app.kubernetes.io/instance=switchyard"))
+                .await?;
+            let nodes: Vec<String> = list
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter_map(|p| p.spec.as_ref().and_then(|s| s.node_name.clone()))
+                .collect();
+            ensure!(
+                nodes.len() == want as usize && nodes.iter().all(|n| n.starts_with("kwok-node-")),
+                "want {want} operator pods on kwok nodes, scheduled on: {nodes:?}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    Ok(())
+}
+
+#[tokio::test]
+async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
+    let docs = template("switchyard", &[]).await?;
+    let expected = [
+        ("ServiceAccount", "switchyard"),
+        ("ClusterRole", "switchyard"),
+        ("ClusterRoleBinding", "switchyard"),
+        ("Role", "switchyard-leader-election"),
+        ("RoleBinding", "switchyard-leader-election"),
+        ("Service", "switchyard-metrics"),
+        ("Deployment", "switchyard"),
+    ];
+    for (kind, name) in expected {
+        let doc = find(&docs, kind, name)?;
+        if !matches!(kind, "ClusterRole" | "ClusterRoleBinding") {
+            ensure!(
+                doc["metadata"]["namespace"] == SYSTEM_NAMESPACE,
+                "{kind}/{name} is not in {SYSTEM_NAMESPACE}: {}",
+                doc["metadata"]
+            );
+        }
+    }
+    let kinds: BTreeSet<String> = docs
+        .iter()
+        .filter_map(|d| d["kind"].as_str().map(str::to_string))
+        .collect();
+    ensure!(
+        !kinds.contains("Secret"),
+        "the operator chart renders a Secret: {kinds:?}"
+    );
+
+    let rules = find(&docs, "ClusterRole", "switchyard")?["rules"]
+        .as_array()
+        .context("ClusterRole without rules")?
+        .clone();
+    ensure!(!rules.is_empty(), "ClusterRole has no rules");
+    for rule in &rules {
+        let (groups, resources, verbs) = (
+            strings(&rule["apiGroups"]),
+            strings(&rule["resources"]),
+            strings(&rule["verbs"]),
+        );
+        ensure!(
+            !groups
+                .iter()
+                .chain(&resources)
+                .chain(&verbs)
+                .any(|s| s.contains('*')),
+            "wildcard in ClusterRole rule {rule}"
+        );
+        ensure!(
+            !resources
+                .iter()
+                .any(|r| r == "secrets" || r.starts_with("secrets/")),
+            "ClusterRole grants access to secrets: {rule}"
+        );
+        ensure!(
+            !verbs
+                .iter()
+                .any(|v| matches!(v.as_str(), "escalate" | "bind" | "impersonate")),
+            "ClusterRole grants a privilege-escalation verb: {rule}"
+        );
+        ensure!(
+            rule.get("nonResourceURLs").is_none(),
+            "ClusterRole grants nonResourceURLs: {rule}"
+        );
+    }
+    // What the operator needs is there.
+    let grants = |group: &str, resource: &str, verb: &str| {
+        rules.iter().any(|r| {
+            strings(&r["apiGroups"]).iter().any(|g| g == group)
+                && strings(&r["resources"]).iter().any(|x| x == resource)
+                && strings(&r["verbs"]).iter().any(|v| v == verb)
+        })
+    };
+    for (group, resource, verb) in [
+        ("switchyard.dev", "routers", "watch"),
+        ("switchyard.dev", "managers", "watch"),
+        ("switchyard.dev", "routers/status", "patch"),
+        ("switchyard.dev", "managers/status", "patch"),
+        ("apps", "deployments", "create"),
+        ("apps", "deployments", "patch"),
+        ("apps", "deployments", "delete"),
+        ("", "services", "create"),
+        ("", "configmaps", "create"),
+        ("events.k8s.io", "events", "create"),
+    ] {
+        ensure!(
+            grants(group, resource, verb),
+            "ClusterRole does not grant {verb} {group}/{resource}"
+        );
+    }
+    let role = find(&docs, "Role", "switchyard-leader-election")?;
+    ensure!(
+        role["rules"].as_array().is_some_and(|rs| rs
+            .iter()
+            .any(|r| strings(&r["apiGroups"]) == ["coordination.k8s.io"]
+                && strings(&r["resources"]) == ["leases"])),
+        "leader-election Role does not cover leases: {role}"
+    );
+
+    let crb = find(&docs, "ClusterRoleBinding", "switchyard")?;
+    ensure!(
+        crb["roleRef"]["kind"] == "ClusterRole" && crb["roleRef"]["name"] == "switchyard",
+        "ClusterRoleBinding roleRef: {}",
+        crb["roleRef"]
+    );
+    ensure!(
+        crb["subjects"][0]["kind"] == "ServiceAccount"
+            && crb["subjects"][0]["name"] == "switchyard"
+            && crb["subjects"][0]["namespace"] == SYSTEM_NAMESPACE,
+        "ClusterRoleBinding subjects: {}",
+        crb["subjects"]
+    );
+
+    let deploy = find(&docs, "Deployment", "switchyard")?;
+    let pod = &deploy["spec"]["template"]["spec"];
+    ensure!(
+        pod["serviceAccountName"] == "switchyard",
+        "serviceAccountName: {}",
+        pod["serviceAccountName"]
+    );
+    let container = &pod["containers"][0];
+    let args = strings(&container["args"]);
+    for want in ["--leader-election=true", "--lease-name=switchyard-operator"] {
+        ensure!(
+            args.iter().any(|a| a == want),
+            "operator args {args:?} lack {want}"
+        );
+    }
+    for prefix in [
+        "--metrics-addr=",
+        "--sidecar-image=",
+        "--log-format=",
+        "--log-level=",
+    ] {
+        ensure!(
+            args.iter().any(|a| a.starts_with(prefix)),
+            "operator args {args:?} lack {prefix}…"
+        );
+    }
+    let env: Vec<String> = container["env"]
+        .as_array()
+        .map(|e| {
+            e.iter()
+                .filter_map(|v| v["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    ensure!(
+        env.contains(&"POD_NAME".to_string()) && env.contains(&"POD_NAMESPACE".to_string()),
+        "operator env {env:?} lacks POD_NAME/POD_NAMESPACE"
+    );
+    ensure!(
+        container["livenessProbe"]["httpGet"]["path"] == "/healthz"
+            && container["readinessProbe"]["httpGet"]["path"] == "/readyz",
+        "probes: {} {}",
+        container["livenessProbe"],
+        container["readinessProbe"]
+    );
+
+    // The chart refuses replicas without leader election, and unknown values.
+    let out = Cmd::helm_offline()
+        .args(["template", RELEASE])
+        .arg(charts_dir().join("switchyard"))
+        .args(["--namespace", SYSTEM_NAMESPACE])
+        .args(["--kube-version", KUBE_VERSION])
+        .args([
+            "--set",
+            "replicaCount=2",
+            "--set",
+            "leaderElection.enabled=false",
+        ])
+        .fails()
+        .await?;
+    ensure!(
+        out.stderr.contains("leaderElection.enabled=true"),
+        "unexpected error for replicaCount=2 without leader election: {}",
+        out.stderr
+    );
+    Cmd::helm_offline()
+        .args(["template", RELEASE])
+        .arg(charts_dir().join("switchyard"))
+        .args(["--namespace", SYSTEM_NAMESPACE])
+        .args(["--kube-version", KUBE_VERSION])
+        .args(["--set", "noSuchValue=1"])
+        .fails()
+        .await
+        .context("an unknown value must be rejected by values.schema.json")?;
+
+    // The CRD chart renders exactly the two CRDs.
+    let crds = template("switchyard-crds", &[]).await?;
+    let names: BTreeSet<String> = crds
+        .iter()
+        .map(|d| {
+            format!(
+                "{}/{}",
+                d["kind"].as_str().unwrap_or("?"),
+                d["metadata"]["name"].as_str().unwrap_or("?")
+            )
+        })
+        .collect();
+    ensure!(
+        names
+            == BTreeSet::from([
+                "CustomResourceDefinition/managers.switchyard.dev".to_string(),
+                "CustomResourceDefinition/routers.switchyard.dev".to_string(),
+            ]),
+        "CRD chart renders {names:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn charts_lint_strict() -> Result<()> {
+    for chart in ["switchyard-crds", "switchyard"] {
+        let out = Cmd::helm_offline()
+            .args(["lint", "--strict"])
+            .arg(charts_dir().join(chart))
+            .args(["--kube-version", KUBE_VERSION])
+            .ok()
+            .await
+            .with_context(|| format!("helm lint --strict {chart}"))?;
+        ensure!(
+            out.stdout.contains("0 chart(s) failed"),
+            "helm lint {chart}: {}",
+            out.combined()
+        );
+        ensure!(
+            !out.stdout.contains("[WARNING]") && !out.stdout.contains("[ERROR]"),
+            "helm lint {chart} reports findings:\n{}",
+            out.stdout
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn operator_token_has_no_more_rights_than_needed() -> Result<()> {
+    let c = cluster().await?;
+    let kc = c.operator_kubeconfig().await?;
+    let can_i = |args: &[&str]| {
+        Cmd::kubectl(kc)
+            .args(["auth", "can-i"])
+            .args(args.iter().copied())
+            .output()
+    };
+    let mut wrong = Vec::new();
+    for (args, want) in [
+        (
+            &["list", "routers.switchyard.dev", "--all-namespaces"][..],
+            "yes",
+        ),
+        (
+            &["watch", "managers.switchyard.dev", "--all-namespaces"][..],
+            "yes",
+        ),
+        (
+            &[
+                "patch",
+                "routers.switchyard.dev",
+                "--subresource=status",
+                "-n",
+                "default",
+            ][..],
+            "yes",
+        ),
+        (&["create", "deployments.apps", "-n", "default"][..], "yes"),
+        (&["create", "configmaps", "-n", "default"][..], "yes"),
+        (
+            &["create", "events.events.k8s.io", "-n", "default"][..],
+            "yes",
+        ),
+        (
+            &[
+                "update",
+                "leases.coordination.k8s.io",
+                "-n",
+                SYSTEM_NAMESPACE,
+            ][..],
+            "yes",
+        ),
+        (&["list", "secrets", "--all-namespaces"][..], "no"),
+        (&["get", "secrets", "-n", SYSTEM_NAMESPACE][..], "no"),
+        (&["delete", "namespaces"][..], "no"),
+        (
+            &["create", "routers.switchyard.dev", "-n", "default"][..],
+            "no",
+        ),
+        (
+            &["update", "leases.coordination.k8s.io", "-n", "default"][..],
+            "no",
+        ),
+        (&["create", "pods", "-n", "default"][..], "no"),
+        (&["create", "clusterrolebindings"][..], "no"),
+    ] {
+        let out = can_i(args).await?;
+        if out.stdout.trim() != want {
+            wrong.push(format!(
+                "can-i {} => {:?} (want {want}) {}",
+                args.join(" "),
+                out.stdout.trim(),
+                out.stderr.trim()
+            ));
+        }
+    }
+    ensure!(
+        wrong.is_empty(),
+        "operator token permissions:\n{}",
+        wrong.join("\n")
+    );
+
+    // Real requests, not just the review API.
+    let out = Cmd::kubectl(kc)
+        .args(["get", "secrets", "--all-namespaces"])
+        .fails()
+        .await?;
+    ensure!(
+        out.stderr.to_lowercase().contains("forbidden"),
+        "listing secrets failed, but not as forbidden: {}",
+        out.stderr
+    );
+    let out = Cmd::kubectl(kc)
+        .args(["delete", "namespace", "default", "--dry-run=server"])
+        .fails()
+        .await?;
+    ensure!(
+        out.stderr.to_lowercase().contains("forbidden"),
+        "deleting a namespace failed, but not as forbidden: {}",
+        out.stderr
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn api_server_rejects_invalid_objects_naming_the_field() -> Result<()> {
+    let c = cluster().await?;
+    let ns = TestNamespace::create(c, "reject").await?;
+    let cases = [
+        (
+            "scaling min > max",
+            fixtures::manager(
+                "bad-minmax",
+                "edge",
+                "[noop]",
+                "  scaling:\n    minReplicas: 5\n    maxReplicas: 2\n",
+            ),
+            vec!["spec.scaling.minReplicas", "must not exceed maxReplicas"],
+        ),
+        (
+            "event-type name",
+            fixtures::manager("bad-event", "edge", "[Orders.Create]", ""),
+            vec!["spec.events[0]", "should match"],
+        ),
+        (
+            "duplicate event type",
+            fixtures::manager("bad-dup", "edge", "[noop, noop]", ""),
+            vec!["spec.events[1]", "Duplicate value"],
+        ),
+        (
+            "http port out of range",
+            fixtures::router("bad-port").replace("port: 8080", "port: 70000"),
+            vec!["spec.listeners.http.port", "less than or equal to 65535"],
+        ),
+        (
+            "scaling enabled without targets",
+            fixtures::manager(
+                "bad-targets",
+                "edge",
+                "[noop, echo]",
+                "  scaling:\n    enabled: true\n",
+            ),
+            vec!["spec.scaling.targets", "missing:"],
+        ),
+    ];
+    let mut failures = Vec::new();
+    for (what, yaml, wants) in &cases {
+        let out = c
+            .kubectl()
+            .args(["apply", "-n", &ns.name, "-f", "-"])
+            .stdin(yaml.clone())
+            .output()
+            .await?;
+        if out.success() {
+            failures.push(format!("{what}: accepted:\n{}", out.stdout));
+            continue;
+        }
+        let missing: Vec<_> = wants.iter().filter(|w| !out.stderr.contains(**w)).collect();
+        if !missing.is_empty() {
+            failures.push(format!(
+                "{what}: error lacks {missing:?}:\n{}",
+                out.stderr.trim()
+            ));
+        }
+    }
+    let left = c
+        .kubectl()
+        .args(["get", "routers,managers", "-n", &ns.name, "-o", "name"])
+        .ok()
+        .await?;
+    if !left.stdout.trim().is_empty() {
+        failures.push(format!("objects were created: {}", left.stdout));
+    }
+    if !failures.is_empty() {
+        bail!("{}", failures.join("\n\n"));
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn kubectl_shows_printer_columns_and_explains_fields() -> Result<()> {
+    let c = cluster().await?;
+    let ns = TestNamespace::create(c, "columns").await?;
+    c.kubectl()
+        .args(["apply", "-n", &ns.name, "-f"])
+        .arg(fixtures::quickstart())
+        .ok()
+        .await?;
+
+    let out = c
+        .kubectl()
+        .args(["get", "routers,managers", "-n", &ns.name])
+        .ok()
+        .await?;
+    let headers: Vec<Vec<&str>> = out
+        .stdout
+        .lines()
+        .filter(|l| l.starts_with("NAME"))
+        .map(|l| l.split_whitespace().collect())
+        .collect();
+    ensure!(
+        headers.len() == 2,
+        "expected two tables (routers, managers):\n{}",
+        out.stdout
+    );
+    ensure!(
+        headers[0] == ["NAME", "READY", "ROUTES", "AGE"],
+        "router columns {:?}:\n{}",
+        headers[0],
+        out.stdout
+    );
+    ensure!(
+        headers[1] == ["NAME", "READY", "EVENTS", "REPLICAS", "AGE"],
+        "manager columns {:?}:\n{}",
+        headers[1],
+        out.stdout
+    );
+    ensure!(
+        out.stdout.contains("router.switchyard.dev/edge")
+            && out.stdout.contains("manager.switchyard.dev/handlers"),
+        "objects missing from:\n{}",
+        out.stdout
+    );
+    // The router's REPLICAS column has priority 1: shown with -o wide.
+    let wide = c
+        .kubectl()
+        .args(["get", "routers", "-n", &ns.name, "-o", "wide"])
+        .ok()
+        .await?;
+    let header: Vec<&str> = wide
+        .stdout
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .split_whitespace()
+        .collect();
+    ensure!(
+        header == ["NAME", "READY", "ROUTES", "REPLICAS", "AGE"],
+        "router wide columns {header:?}"
+    );
+    // Short names and the category.
+    let out = c
+        .kubectl()
+        .args(["get", "rtr,mgr", "-n", &ns.name, "-o", "name"])
+        .ok()
+        .await?;
+    ensure!(
+        out.stdout.contains("router.switchyard.dev/edge")
+            && out.stdout.contains("manager.switchyard.dev/handlers"),
+        "short names: {}",
+        out.stdout
+    );
+    let out = c
+        .kubectl()
+        .args(["get", "switchyard", "-n", &ns.name, "-o", "name"])
+        .ok()
+        .await?;
+    ensure!(
+        out.stdout.contains("router.switchyard.dev/edge")
+            && out.stdout.contains("manager.switchyard.dev/handlers"),
+        "category switchyard: {}",
+        out.stdout
+    );
+
+    let out = c
+        .kubectl()
+        .args(["explain", "manager.spec.workers"])
+        .ok()
+        .await?;
+    for want in [
+        "maxInFlight",
+        "Events delivered to the app at once",
+        "queueCapacity",
+        "retries",
+    ] {
+        ensure!(
+            out.stdout.contains(want),
+            "`kubectl explain manager.spec.workers` lacks {want:?}:\n{}",
+            out.stdout
+        );
+    }
+    let out = c
+        .kubectl()
+        .args(["explain", "router.spec.listeners.http.port"])
+        .ok()
+        .await?;
+    ensure!(
+        out.stdout.contains("TCP port, 1 to 65535"),
+        "`kubectl explain router.spec.listeners.http.port`:\n{}",
+        out.stdout
+    );
+    Ok(())
+}

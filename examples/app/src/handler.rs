@@ -1,0 +1,124 @@
+//! One request: `/healthz`, or a CloudEvent in HTTP binary mode dispatched by its `ce-type` header.
+
+use crate::burn::{self, Burner};
+use crate::problem;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
+use hyper::{Method, Request, Response, StatusCode};
+use std::convert::Infallible;
+
+/// Largest event data accepted; larger gets 413 rather than unbounded buffering.
+pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
+
+const JSON: &str = "application/json";
+
+/// Shared, cheap-to-clone state of the handlers.
+#[derive(Clone, Default)]
+pub struct Handlers {
+    burner: Burner,
+}
+
+impl Handlers {
+    /// Answers one request; never fails at the HTTP level (every problem is a response).
+    pub async fn handle(
+        &self,
+        req: Request<Incoming>,
+    ) -> Result<Response<Full<Bytes>>, Infallible> {
+        if req.uri().path() == "/healthz" {
+            return Ok(match *req.method() {
+                Method::GET | Method::HEAD => json(StatusCode::OK, r#"{"ok":true}"#),
+                _ => method_not_allowed("GET, HEAD"),
+            });
+        }
+        // Events come as POSTs to whatever path the Manager's `app.path` names, so the path is not checked.
+        if req.method() != Method::POST {
+            return Ok(method_not_allowed("POST"));
+        }
+        let ce_type = match req.headers().get("ce-type").map(HeaderValue::to_str) {
+            Some(Ok(t)) if !t.is_empty() => t.to_owned(),
+            Some(_) => {
+                return Ok(problem::response(
+                    StatusCode::BAD_REQUEST,
+                    "Invalid ce-type header",
+                    "ce-type must be a non-empty visible ASCII string",
+                ));
+            }
+            None => {
+                return Ok(problem::response(
+                    StatusCode::BAD_REQUEST,
+                    "Missing ce-type header",
+                    "a CloudEvent in HTTP binary mode carries its type in the ce-type header",
+                ));
+            }
+        };
+        let content_type = req.headers().get(CONTENT_TYPE).cloned();
+        let body = match Limited::new(req.into_body(), MAX_BODY_BYTES)
+            .collect()
+            .await
+        {
+            Ok(collected) => collected.to_bytes(),
+            Err(e) if e.is::<http_body_util::LengthLimitError>() => {
+                return Ok(problem::response(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    "Event data too large",
+                    &format!("event data is limited to {MAX_BODY_BYTES} bytes"),
+                ));
+            }
+            Err(e) => {
+                return Ok(problem::response(
+                    StatusCode::BAD_REQUEST,
+                    "Unreadable event data",
+                    &e.to_string(),
+                ));
+            }
+        };
+        Ok(match ce_type.as_str() {
+            "noop" => json(StatusCode::OK, r#"{"ok":true}"#),
+            "echo" => echo(body, content_type),
+            "burn" => match burn::parse_ms(&body) {
+                Ok(ms) => {
+                    self.burner.burn(ms).await;
+                    json(StatusCode::OK, &format!(r#"{{"burned_ms":{ms}}}"#))
+                }
+                Err(detail) => {
+                    problem::response(StatusCode::BAD_REQUEST, "Invalid burn parameters", &detail)
+                }
+            },
+            other => problem::response(
+                StatusCode::NOT_FOUND,
+                "Unknown event type",
+                &format!("no handler for event type {other}"),
+            ),
+        })
+    }
+}
+
+/// The event data back, with its content type (none when the request had none).
+fn echo(body: Bytes, content_type: Option<HeaderValue>) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(body));
+    if let Some(ct) = content_type {
+        resp.headers_mut().insert(CONTENT_TYPE, ct);
+    }
+    resp
+}
+
+fn json(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
+    *resp.status_mut() = status;
+    resp.headers_mut()
+        .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
+    resp
+}
+
+fn method_not_allowed(allow: &'static str) -> Response<Full<Bytes>> {
+    let mut resp = problem::response(
+        StatusCode::METHOD_NOT_ALLOWED,
+        "Method not allowed",
+        &format!("this path accepts {allow}"),
+    );
+    resp.headers_mut()
+        .insert(ALLOW, HeaderValue::from_static(allow));
+    resp
+}

@@ -1,0 +1,12 @@
+//! The quickstart's handler app: receives CloudEvents in HTTP binary mode from a manager sidecar and answers by
+//! event type (`noop`, `echo`, `burn`). Kept on bare hyper so its own cost stays out of the way when it is used to
+//! measure the mesh.
+
+mod burn;
+mod handler;
+mod problem;
+mod server;
+
+pub use burn::{DEFAULT_BURN_MS, MAX_BURN_MS};
+pub use handler::MAX_BODY_BYTES;
+pub use server::serve;

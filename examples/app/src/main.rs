@@ -1,0 +1,70 @@
+//! `switchyard-example-app --port 8000 [--bind 127.0.0.1]`: the quickstart's handler container.
+
+use clap::Parser;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::process::ExitCode;
+use tokio::net::TcpListener;
+
+#[derive(Parser)]
+#[command(
+    name = "switchyard-example-app",
+    version,
+    about = "CloudEvents handler answering noop, echo and burn"
+)]
+struct Args {
+    /// TCP port to listen on.
+    #[arg(long, env = "PORT", default_value_t = 8000)]
+    port: u16,
+    /// Address to bind; in a pod only the sidecar next to the app calls it, so loopback is enough.
+    #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
+    bind: IpAddr,
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let args = Args::parse();
+    let addr = SocketAddr::new(args.bind, args.port);
+    let listener = match TcpListener::bind(addr).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("switchyard-example-app: cannot listen on {addr}: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let local = listener.local_addr().unwrap_or(addr);
+    eprintln!("switchyard-example-app: listening on {local}");
+    match switchyard_example_app::serve(listener, shutdown_signal()).await {
+        Ok(()) => {
+            eprintln!("switchyard-example-app: stopped");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("switchyard-example-app: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// Completes on SIGTERM (the kubelet, `switchyard up`) or SIGINT (Ctrl-C).
+async fn shutdown_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = term.recv() => {}
+                    _ = tokio::signal::ctrl_c() => {}
+                }
+            }
+            // Without a SIGTERM handler Ctrl-C still works, and SIGTERM falls back to the default (exit).
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}

@@ -1,0 +1,53 @@
+//! Command line: one binary, two roles.
+
+use crate::telemetry::LogFormat;
+use clap::{Parser, Subcommand};
+use std::net::{IpAddr, SocketAddr};
+use std::path::PathBuf;
+
+/// The Switchyard sidecar.
+#[derive(Parser, Debug)]
+#[command(name = "switchyard-sidecar", version, about)]
+pub struct Cli {
+    /// Log format.
+    #[arg(long, value_enum, default_value = "json", global = true)]
+    pub log_format: LogFormat,
+    /// Role to run.
+    #[command(subcommand)]
+    pub role: Role,
+}
+
+/// The two roles.
+#[derive(Subcommand, Debug)]
+pub enum Role {
+    /// At the edge: accept client requests and route them as events to manager sidecars.
+    Router {
+        /// Rendered router config (config.json).
+        #[arg(long)]
+        config: PathBuf,
+        /// Address the HTTP listener binds (its port comes from spec.listeners.http.port).
+        #[arg(long, default_value = "0.0.0.0")]
+        bind: IpAddr,
+        /// Admin server address (/healthz, /readyz, /metrics).
+        #[arg(long, default_value = "0.0.0.0:9901")]
+        admin_addr: SocketAddr,
+    },
+    /// Beside the handler app: accept events from routers and deliver them to the app.
+    Manager {
+        /// Rendered manager config (config.json).
+        #[arg(long)]
+        config: PathBuf,
+        /// Frame listener address for router connections.
+        #[arg(long, default_value = "0.0.0.0:7070")]
+        listen: SocketAddr,
+        /// Admin server address (/healthz, /readyz, /metrics).
+        #[arg(long, default_value = "0.0.0.0:9901")]
+        admin_addr: SocketAddr,
+        /// The app's address; default 127.0.0.1:<app.port>.
+        #[arg(long)]
+        app_addr: Option<SocketAddr>,
+        /// Event types this pod handles (comma list); default: every one in the config.
+        #[arg(long, env = "SWITCHYARD_EVENT_TYPES", hide_env_values = true)]
+        event_types: Option<String>,
+    },
+}

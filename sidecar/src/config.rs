@@ -1,0 +1,254 @@
+//! Reading and checking the rendered config file once at start-up. Errors name the file and the field.
+
+use serde::de::DeserializeOwned;
+use std::path::{Path, PathBuf};
+use switchyard_crds::EventType;
+use switchyard_protocol::config::{ManagerConfig, RouterConfig};
+
+/// Largest config file read; a rendered ConfigMap is far below Kubernetes' 1 MiB object limit.
+const MAX_FILE: u64 = 4 << 20;
+
+/// Why the config cannot be used. The process exits with status 2.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file cannot be read.
+    #[error("config {file}: cannot read: {source}")]
+    Read {
+        /// Path given on the command line.
+        file: PathBuf,
+        /// The I/O error.
+        source: std::io::Error,
+    },
+    /// The file is too large to be a rendered config.
+    #[error("config {file}: larger than {MAX_FILE} bytes; is this the rendered config.json?")]
+    TooLarge {
+        /// Path given on the command line.
+        file: PathBuf,
+    },
+    /// A field is missing, of the wrong type, or out of range.
+    #[error("config {file}: field `{field}`: {message}")]
+    Field {
+        /// Path given on the command line.
+        file: PathBuf,
+        /// Dotted field path, e.g. `spec.listeners.http.port`.
+        field: String,
+        /// What is wrong and how to fix it.
+        message: String,
+    },
+}
+
+/// Builds a field error for `file`.
+pub fn field_error(
+    file: &Path,
+    field: impl Into<String>,
+    message: impl Into<String>,
+) -> ConfigError {
+    ConfigError::Field {
+        file: file.to_owned(),
+        field: field.into(),
+        message: message.into(),
+    }
+}
+
+fn read<T: DeserializeOwned>(file: &Path) -> Result<T, ConfigError> {
+    let meta = std::fs::metadata(file).map_err(|source| ConfigError::Read {
+        file: file.to_owned(),
+        source,
+    })?;
+    if meta.len() > MAX_FILE {
+        return Err(ConfigError::TooLarge {
+            file: file.to_owned(),
+        });
+    }
+    let text = std::fs::read(file).map_err(|source| ConfigError::Read {
+        file: file.to_owned(),
+        source,
+    })?;
+    let de = &mut serde_json::Deserializer::from_slice(&text);
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let field = e.path().to_string();
+        let inner = e.into_inner();
+        let message = if inner.is_syntax() || inner.is_eof() {
+            format!("not valid JSON: {inner}")
+        } else {
+            inner.to_string()
+        };
+        field_error(
+            file,
+            if field == "." {
+                "(root)".to_owned()
+            } else {
+                field
+            },
+            message,
+        )
+    })
+}
+
+fn port(file: &Path, field: &str, value: i32) -> Result<u16, ConfigError> {
+    u16::try_from(value)
+        .ok()
+        .filter(|p| *p != 0)
+        .ok_or_else(|| {
+            field_error(
+                file,
+                field,
+                format!("{value} is not a TCP port (1 to 65535)"),
+            )
+        })
+}
+
+fn positive(file: &Path, field: &str, value: i32) -> Result<usize, ConfigError> {
+    usize::try_from(value)
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| field_error(file, field, format!("{value} must be at least 1")))
+}
+
+/// A router config, checked.
+pub struct RouterSettings {
+    /// The config as read.
+    pub config: RouterConfig,
+    /// HTTP listener port.
+    pub http_port: u16,
+    /// Broker admission bound.
+    pub queue_capacity: usize,
+}
+
+/// Reads and checks a router config.
+pub fn load_router(file: &Path) -> Result<RouterSettings, ConfigError> {
+    let config: RouterConfig = read(file)?;
+    let http_port = port(
+        file,
+        "spec.listeners.http.port",
+        config.spec.listeners.http.port,
+    )?;
+    let queue_capacity = positive(
+        file,
+        "spec.broker.queueCapacity",
+        config.spec.broker.queue_capacity,
+    )?;
+    for (manager, list) in &config.static_endpoints {
+        for (i, ep) in list.iter().enumerate() {
+            let ok = ep
+                .rsplit_once(':')
+                .is_some_and(|(h, p)| !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p != 0));
+            if !ok {
+                return Err(field_error(
+                    file,
+                    format!("staticEndpoints.{manager}[{i}]"),
+                    format!("{ep:?} is not host:port"),
+                ));
+            }
+        }
+    }
+    Ok(RouterSettings {
+        config,
+        http_port,
+        queue_capacity,
+    })
+}
+
+/// A manager config, checked, with the event types of this pod.
+pub struct ManagerSettings {
+    /// The config as read.
+    pub config: ManagerConfig,
+    /// Event types this pod handles.
+    pub events: Vec<EventType>,
+    /// App port.
+    pub app_port: u16,
+    /// Worker concurrency.
+    pub max_in_flight: usize,
+    /// Worker queue bound.
+    pub queue_capacity: usize,
+    /// Delivery attempts, the first included.
+    pub attempts: u32,
+}
+
+/// Reads and checks a manager config; `only` is `SWITCHYARD_EVENT_TYPES` when set.
+pub fn load_manager(file: &Path, only: Option<&str>) -> Result<ManagerSettings, ConfigError> {
+    let config: ManagerConfig = read(file)?;
+    let app_port = port(file, "app.port", config.app.port)?;
+    let max_in_flight = positive(file, "workers.maxInFlight", config.workers.max_in_flight)?;
+    let queue_capacity = positive(file, "workers.queueCapacity", config.workers.queue_capacity)?;
+    let attempts = positive(
+        file,
+        "workers.retries.attempts",
+        config.workers.retries.attempts,
+    )? as u32;
+    let events = match only.map(str::trim).filter(|s| !s.is_empty()) {
+        None => config.events.clone(),
+        Some(list) => {
+            let mut out = Vec::new();
+            for name in list.split(',').map(str::trim).filter(|s| !s.is_empty()) {
+                let et = EventType::from(name);
+                if !config.events.contains(&et) {
+                    return Err(field_error(
+                        file,
+                        "events",
+                        format!(
+                            "SWITCHYARD_EVENT_TYPES names {name:?}, which this Manager does not handle"
+                        ),
+                    ));
+                }
+                out.push(et);
+            }
+            out
+        }
+    };
+    if events.is_empty() {
+        return Err(field_error(file, "events", "no event types to handle"));
+    }
+    Ok(ManagerSettings {
+        config,
+        events,
+        app_port,
+        max_in_flight,
+        queue_capacity,
+        attempts,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write as _;
+
+    fn file(text: &str) -> tempfile::NamedTempFile {
+        let mut f = tempfile::NamedTempFile::new().expect("temp");
+        f.write_all(text.as_bytes()).expect("write");
+        f
+    }
+
+    #[test]
+    fn errors_name_file_and_field() {
+        let f = file(
+            r#"{"name":"e","namespace":"d","destinations":{},"spec":{"listeners":{"http":{"port":"x"}},"routes":[]}}"#,
+        );
+        let err = load_router(f.path()).err().expect("error").to_string();
+        assert!(err.contains(&f.path().display().to_string()), "{err}");
+        assert!(err.contains("spec.listeners.http.port"), "{err}");
+        let f = file(
+            r#"{"name":"e","namespace":"d","destinations":{},"spec":{"listeners":{"http":{"port":70000}},"routes":[]}}"#,
+        );
+        let err = load_router(f.path()).err().expect("error").to_string();
+        assert!(err.contains("spec.listeners.http.port"), "{err}");
+    }
+
+    #[test]
+    fn event_type_subset() {
+        let f = file(
+            r#"{"name":"m","namespace":"d","router":"e","events":["noop","echo"],"app":{"port":8000,"protocol":"http","path":"/"},"workers":{},"split":"shared"}"#,
+        );
+        assert_eq!(
+            load_manager(f.path(), Some("echo")).expect("ok").events,
+            vec![EventType::from("echo")]
+        );
+        assert_eq!(load_manager(f.path(), None).expect("ok").events.len(), 2);
+        let err = load_manager(f.path(), Some("other"))
+            .err()
+            .expect("error")
+            .to_string();
+        assert!(err.contains("other"), "{err}");
+    }
+}

@@ -1,0 +1,343 @@
+//! The HTTP listener (HTTP/1.1 and h2c on one port): request -> checks -> event -> manager -> answer.
+
+use super::Edge;
+use super::reply::Reply;
+use crate::edge::{self, Rejection};
+use crate::metrics::EventLabel;
+use crate::router::{CallError, CallTimes, Outgoing};
+use crate::routes::Lookup;
+use crate::shutdown::DRAIN_LIMIT;
+use crate::timing::StageTimes;
+use crate::traceparent;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use hyper_util::server::graceful::GracefulShutdown;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+
+/// Most client connections at once; more wait in the kernel's accept backlog.
+const MAX_CONNECTIONS: usize = 16 * 1024;
+/// Time a client has to send its request head.
+const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Accepts connections until `drain` fires, then lets open ones finish (up to the drain limit).
+pub async fn serve(listener: TcpListener, edge: Arc<Edge>, drain: CancellationToken) {
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(HEADER_TIMEOUT)
+        .max_buf_size(64 * 1024);
+    builder
+        .http2()
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(256)
+        .keep_alive_interval(Duration::from_secs(20));
+    let graceful = GracefulShutdown::new();
+    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+    loop {
+        let permit = tokio::select! {
+            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
+            _ = drain.cancelled() => break,
+        };
+        let stream = tokio::select! {
+            r = listener.accept() => match r {
+                Ok((s, _)) => s,
+                Err(e) => {
+                    // Usually EMFILE: back off instead of spinning.
+                    tracing::warn!(error = %e, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    continue;
+                }
+            },
+            _ = drain.cancelled() => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let edge = edge.clone();
+        let svc = service_fn(move |req| handle(edge.clone(), req));
+        let conn = builder
+            .serve_connection(TokioIo::new(stream), svc)
+            .into_owned();
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(e) = conn.await {
+                tracing::debug!(error = %e, "client connection ended with an error");
+            }
+            drop(permit);
+        });
+    }
+    drop(listener);
+    tracing::info!(
+        open = graceful.count(),
+        "HTTP listener closed; finishing open requests"
+    );
+    if tokio::time::timeout(DRAIN_LIMIT, graceful.shutdown())
+        .await
+        .is_err()
+    {
+        tracing::warn!("drain limit reached with requests still open");
+    }
+}
+
+/// Timestamps of one request's stages.
+struct Clock {
+    start: Instant,
+    checked: Option<Instant>,
+    admitted: Option<Instant>,
+    call: CallTimes,
+    call_end: Option<Instant>,
+    queue: Duration,
+    app: Duration,
+}
+
+impl Clock {
+    /// Stage durations; `listener` is the remainder, so the stages add up to the total.
+    fn stages(&self) -> StageTimes {
+        let end = Instant::now();
+        let total = end - self.start;
+        let mut t = StageTimes {
+            total,
+            ..StageTimes::default()
+        };
+        if let (Some(checked), Some(admitted)) = (self.checked, self.admitted) {
+            t.broker = Some(admitted - checked + self.call.credit_wait);
+            if let Some(call_end) = self.call_end {
+                let routed_until = self.call.sent.unwrap_or(call_end);
+                t.router = Some((routed_until - admitted).saturating_sub(self.call.credit_wait));
+                match (self.call.sent, self.call.received) {
+                    (Some(sent), Some(received)) => {
+                        t.set_round_trip(received - sent, self.queue, self.app)
+                    }
+                    (Some(sent), None) => t.net = Some(call_end - sent),
+                    _ => {}
+                }
+            }
+        } else if let Some(checked) = self.checked {
+            // Shed at the broker: everything after the checks was the broker's refusal.
+            t.broker = Some(end - checked);
+        }
+        let accounted: Duration = [t.broker, t.router, t.net, t.queue, t.app]
+            .into_iter()
+            .flatten()
+            .sum();
+        t.listener = Some(total.saturating_sub(accounted));
+        t
+    }
+}
+
+async fn handle(
+    edge: Arc<Edge>,
+    req: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, Infallible> {
+    let mut clock = Clock {
+        start: Instant::now(),
+        checked: None,
+        admitted: None,
+        call: CallTimes::default(),
+        call_end: None,
+        queue: Duration::ZERO,
+        app: Duration::ZERO,
+    };
+    let (reply, label) = process(&edge, req, &mut clock).await;
+    let times = clock.stages();
+    edge.metrics
+        .observe(&label, reply.status, times.total.as_secs_f64());
+    Ok(reply.into_response(&times))
+}
+
+fn rejected(r: Rejection) -> Reply {
+    Reply::problem(r.status, &r.detail)
+}
+
+async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Reply, EventLabel) {
+    let (parts, body) = req.into_parts();
+    let (route, params) = match edge.table.lookup(parts.method.as_str(), parts.uri.path()) {
+        Lookup::Found { route, params } => (route, params),
+        Lookup::NotFound => {
+            let detail = format!("no route for {}", parts.uri.path());
+            return (Reply::problem(404, &detail), edge.unmatched.clone());
+        }
+        Lookup::MethodNotAllowed(allow) => {
+            let mut r = Reply::problem(
+                405,
+                &format!("{} is not allowed here; use {allow}", parts.method),
+            );
+            r.allow = Some(allow);
+            return (r, edge.unmatched.clone());
+        }
+        Lookup::BadParam(bad) => {
+            let detail = format!("path parameter `{}` must be {}", bad.name, bad.expected);
+            return (Reply::problem(400, &detail), edge.unmatched.clone());
+        }
+    };
+    let label = EventLabel(route.event.clone());
+    let deadline = clock.start + route.timeout;
+
+    let payload = if route.has_body() {
+        let content_type = parts
+            .headers
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok());
+        let declared_len = parts
+            .headers
+            .get(CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.parse::<u64>().ok());
+        if let Err(r) = edge::check_content_type(content_type, declared_len) {
+            return (rejected(r), label);
+        }
+        let limit = edge.table.body_limit;
+        if declared_len.is_some_and(|n| n > limit as u64) {
+            return (
+                Reply::problem(413, &format!("body is larger than {limit} bytes")),
+                label,
+            );
+        }
+        let raw =
+            match tokio::time::timeout_at(deadline.into(), Limited::new(body, limit).collect())
+                .await
+            {
+                Ok(Ok(c)) => c.to_bytes(),
+                Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
+                    return (
+                        Reply::problem(413, &format!("body is larger than {limit} bytes")),
+                        label,
+                    );
+                }
+                Ok(Err(_)) => {
+                    return (
+                        Reply::problem(400, "the request body could not be read"),
+                        label,
+                    );
+                }
+                Err(_) => {
+                    return (
+                        Reply::problem(408, "the request body did not arrive in time"),
+                        label,
+                    );
+                }
+            };
+        if route.schema.is_none() && !route.has_path_params() {
+            // Nothing needs the parsed value: check the syntax and forward the bytes as received.
+            if let Err(r) = edge::check_syntax(&raw) {
+                return (rejected(r), label);
+            }
+            raw
+        } else {
+            let parsed = match edge::parse_json(&raw) {
+                Ok(v) => v,
+                Err(r) => return (rejected(r), label),
+            };
+            if let Some(schema) = &route.schema
+                && let Err(r) = edge::check_schema(schema, &parsed)
+            {
+                return (rejected(r), label);
+            }
+            match edge::body_payload(route, raw, Some(parsed), params) {
+                Ok(p) => p,
+                Err(r) => return (rejected(r), label),
+            }
+        }
+    } else {
+        match edge::params_payload(route, parts.uri.query(), params) {
+            Ok(p) => p,
+            Err(r) => return (rejected(r), label),
+        }
+    };
+    let traceparent = traceparent::extract_or_new(
+        parts
+            .headers
+            .get(traceparent::HEADER)
+            .map(HeaderValue::as_bytes),
+    );
+    clock.checked = Some(Instant::now());
+
+    let Some(_admitted) = edge.broker.admit() else {
+        return (
+            Reply::problem(
+                503,
+                "too many requests pending in this router; retry shortly",
+            ),
+            label,
+        );
+    };
+    clock.admitted = Some(Instant::now());
+    let Some(pool) = edge.router.pool_of(&route.event) else {
+        clock.call_end = clock.admitted;
+        let detail = format!("no Manager handles event type {}", route.event);
+        return (Reply::problem(503, &detail), label);
+    };
+    let out = Outgoing {
+        event: route.event.clone(),
+        ce_id: format!("{:032x}", fastrand::u128(..)),
+        traceparent,
+        payload,
+    };
+    let result = edge
+        .router
+        .call(pool, &out, deadline, &mut clock.call)
+        .await;
+    clock.call_end = Some(Instant::now());
+    let reply = match result {
+        Ok(resp) => {
+            clock.queue = Duration::from_micros(resp.queue_us.into());
+            clock.app = Duration::from_micros(resp.app_us.into());
+            let content_type = HeaderValue::from_str(&resp.content_type)
+                .ok()
+                .filter(|_| !resp.content_type.is_empty())
+                .unwrap_or_else(|| HeaderValue::from_static("application/octet-stream"));
+            let status = if (100..=599).contains(&resp.status) {
+                resp.status
+            } else {
+                502
+            };
+            Reply {
+                status,
+                content_type,
+                body: resp.payload,
+                allow: None,
+                retry_after: status == 503,
+            }
+        }
+        Err(CallError::NoEndpoint) => Reply::problem(
+            503,
+            &format!(
+                "no endpoint of the Manager for {} is reachable; retry shortly",
+                route.event
+            ),
+        ),
+        Err(CallError::NoCredit) => Reply::problem(
+            503,
+            &format!(
+                "the Manager for {} is saturated; the request was not sent",
+                route.event
+            ),
+        ),
+        Err(CallError::Timeout) => {
+            Reply::problem(504, &format!("no reply within {}", humanize(route.timeout)))
+        }
+        Err(CallError::Lost) => Reply::problem(
+            502,
+            "the connection to the Manager failed after the request was sent; it may have been handled",
+        ),
+    };
+    (reply, label)
+}
+
+fn humanize(d: Duration) -> String {
+    if d.subsec_millis() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}

@@ -1,0 +1,25 @@
+//! Listeners: where client requests enter. HTTP now; `ws.rs` and `grpc.rs` slot in beside `http.rs`,
+//! sharing the route table, broker and router through [`Edge`].
+
+pub mod http;
+mod reply;
+
+use crate::broker::Broker;
+use crate::metrics::{EventLabel, Metrics};
+use crate::router::Router;
+use crate::routes::RouteTable;
+use std::sync::Arc;
+
+/// What every listener needs: the compiled routes, the broker and the router.
+pub struct Edge {
+    /// HTTP routes.
+    pub table: RouteTable,
+    /// Admission bound.
+    pub broker: Broker,
+    /// Manager connections.
+    pub router: Router,
+    /// Metrics.
+    pub metrics: Arc<Metrics>,
+    /// Label of requests that matched no route.
+    pub unmatched: EventLabel,
+}

@@ -1,0 +1,143 @@
+//! Delivery to the app in CloudEvents HTTP binary mode over pooled keep-alive connections.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::Uri;
+use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use std::net::SocketAddr;
+use std::time::Duration;
+use switchyard_protocol::frame::{DEFAULT_MAX_FRAME, Request};
+
+/// Largest reply body taken from the app: what fits in one frame.
+const MAX_REPLY: usize = DEFAULT_MAX_FRAME - 1024;
+
+static CE_ID: HeaderName = HeaderName::from_static("ce-id");
+static CE_TYPE: HeaderName = HeaderName::from_static("ce-type");
+static CE_SOURCE: HeaderName = HeaderName::from_static("ce-source");
+static CE_SPECVERSION: HeaderName = HeaderName::from_static("ce-specversion");
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+
+/// What one delivery attempt came to.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The app answered (any status).
+    Answer {
+        /// HTTP status.
+        status: u16,
+        /// Media type of the body.
+        content_type: String,
+        /// Body.
+        body: Bytes,
+    },
+    /// The app could not be reached or broke the connection.
+    Unreachable(String),
+    /// The app did not answer within the attempt's deadline.
+    TimedOut,
+    /// The event cannot be expressed as a request (a header value is not legal).
+    Invalid(String),
+}
+
+/// An HTTP client bound to the app's event endpoint.
+pub struct HttpDelivery {
+    client: Client<HttpConnector, Full<Bytes>>,
+    uri: Uri,
+    source: HeaderValue,
+}
+
+impl HttpDelivery {
+    /// A client for `http://<app>/<path>`, keeping up to `idle` connections open.
+    pub fn new(
+        app: SocketAddr,
+        path: &str,
+        source: &str,
+        idle: usize,
+    ) -> Result<HttpDelivery, String> {
+        let uri: Uri = format!("http://{app}{path}")
+            .parse()
+            .map_err(|e| format!("app URL: {e}"))?;
+        let source = HeaderValue::from_str(source).map_err(|e| format!("ce-source: {e}"))?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        connector.set_connect_timeout(Some(Duration::from_secs(2)));
+        let client = Client::builder(TokioExecutor::new())
+            .pool_idle_timeout(Duration::from_secs(30))
+            .pool_max_idle_per_host(idle)
+            .build(connector);
+        Ok(HttpDelivery {
+            client,
+            uri,
+            source,
+        })
+    }
+
+    /// One attempt, bounded by `timeout`.
+    pub async fn attempt(&self, ev: &Request, timeout: Duration) -> Outcome {
+        let header = |v: &str, name: &str| {
+            HeaderValue::from_str(v).map_err(|_| format!("{name} is not a legal header value"))
+        };
+        let built = (|| {
+            let mut req = hyper::Request::post(self.uri.clone())
+                .body(Full::new(ev.payload.clone()))
+                .map_err(|e| e.to_string())?;
+            let h = req.headers_mut();
+            h.insert(CE_ID.clone(), header(&ev.ce_id, "ce-id")?);
+            h.insert(CE_TYPE.clone(), header(&ev.event, "ce-type")?);
+            h.insert(CE_SOURCE.clone(), self.source.clone());
+            h.insert(CE_SPECVERSION.clone(), HeaderValue::from_static("1.0"));
+            if !ev.traceparent.is_empty() {
+                h.insert(TRACEPARENT.clone(), header(&ev.traceparent, "traceparent")?);
+            }
+            if !ev.content_type.is_empty() {
+                h.insert(CONTENT_TYPE, header(&ev.content_type, "content-type")?);
+            }
+            Ok::<_, String>(req)
+        })();
+        let req = match built {
+            Ok(r) => r,
+            Err(e) => return Outcome::Invalid(e),
+        };
+        let exchange = async {
+            let resp = self
+                .client
+                .request(req)
+                .await
+                .map_err(|e| error_chain(&e))?;
+            let status = resp.status().as_u16();
+            let content_type = resp
+                .headers()
+                .get(CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or("")
+                .to_owned();
+            let body = Limited::new(resp.into_body(), MAX_REPLY)
+                .collect()
+                .await
+                .map_err(|e| format!("reading the reply: {e}"))?
+                .to_bytes();
+            Ok::<_, String>(Outcome::Answer {
+                status,
+                content_type,
+                body,
+            })
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Err(_) => Outcome::TimedOut,
+            Ok(Ok(o)) => o,
+            Ok(Err(e)) => Outcome::Unreachable(e),
+        }
+    }
+}
+
+fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}

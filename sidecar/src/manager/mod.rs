@@ -1,0 +1,5 @@
+//! The manager role: inbound frame connections from routers, workers, delivery to the app.
+
+pub mod delivery_http;
+pub mod inbound;
+pub mod worker;

@@ -1,0 +1,145 @@
+//! Prometheus metrics of one sidecar process (either role), served on the admin port.
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::Arc;
+
+/// An event-type label that shares the route table's string instead of allocating per request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct EventLabel(pub Arc<str>);
+
+impl EncodeLabelValue for EventLabel {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&&*self.0, encoder)
+    }
+}
+
+/// Labels of the request counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// Event type (`unmatched` for requests that matched no route).
+    pub event: EventLabel,
+    /// HTTP status answered.
+    pub status: u16,
+}
+
+/// Labels keyed by event type only.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    /// Event type.
+    pub event: EventLabel,
+}
+
+fn new_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.5, 16))
+}
+
+/// Every metric of the process.
+pub struct Metrics {
+    /// The registry encoded at `/metrics`.
+    pub registry: Registry,
+    /// `switchyard_requests_total{event,status}`.
+    pub requests: Family<RequestLabels, Counter>,
+    /// `switchyard_request_duration_seconds{event}`.
+    pub duration: Family<EventLabels, Histogram>,
+    /// `switchyard_in_flight`: router: requests waiting for a reply; manager: deliveries running.
+    pub in_flight: Gauge,
+    /// `switchyard_queued`: router: requests waiting for credit; manager: events waiting for a worker.
+    pub queued: Gauge,
+    /// `switchyard_shed_total`: requests refused with 503 because a bound was reached.
+    pub shed: Counter,
+    /// `switchyard_retries_total{event}`: delivery retries (manager).
+    pub retries: Family<EventLabels, Counter>,
+    /// `switchyard_dead_letter_unrouted_total{event}`: events whose retries ran out with a dead-letter
+    /// type set; publishing them needs the manager-to-router path of a later release.
+    pub dead_letter_unrouted: Family<EventLabels, Counter>,
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Arc<Metrics> {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "switchyard_requests",
+            "Requests answered, by event type and status",
+            requests.clone(),
+        );
+        // 100 us to about 1.5 min: sub-millisecond hops and slow handlers both land in a bucket.
+        let duration = Family::<EventLabels, Histogram>::new_with_constructor(
+            new_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "switchyard_request_duration_seconds",
+            "Time from request arrival to reply, by event type",
+            duration.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "switchyard_in_flight",
+            "Requests or deliveries in flight",
+            in_flight.clone(),
+        );
+        let queued = Gauge::default();
+        registry.register(
+            "switchyard_queued",
+            "Requests or events waiting in a bounded queue",
+            queued.clone(),
+        );
+        let shed = Counter::default();
+        registry.register(
+            "switchyard_shed",
+            "Requests refused with 503 because a bound was reached",
+            shed.clone(),
+        );
+        let retries = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "switchyard_retries",
+            "Delivery retries to the app",
+            retries.clone(),
+        );
+        let dead_letter_unrouted = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "switchyard_dead_letter_unrouted",
+            "Events whose retries ran out while a dead-letter type is set (not yet published)",
+            dead_letter_unrouted.clone(),
+        );
+        Arc::new(Metrics {
+            registry,
+            requests,
+            duration,
+            in_flight,
+            queued,
+            shed,
+            retries,
+            dead_letter_unrouted,
+        })
+    }
+
+    /// Counts one answered request and its duration.
+    pub fn observe(&self, event: &EventLabel, status: u16, seconds: f64) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                event: event.clone(),
+                status,
+            })
+            .inc();
+        self.duration
+            .get_or_create(&EventLabels {
+                event: event.clone(),
+            })
+            .observe(seconds);
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

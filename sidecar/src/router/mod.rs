@@ -1,0 +1,233 @@
+//! The router stage: sends events to manager sidecars over multiplexed frame connections and
+//! waits for their answers, within the request's deadline.
+
+mod conn;
+pub mod discovery;
+pub mod p2c;
+mod peer;
+pub mod pool;
+
+use crate::metrics::Metrics;
+use bytes::Bytes;
+use conn::Conn;
+use discovery::Source;
+use peer::Peer;
+use pool::Pool;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use switchyard_protocol::config::RouterConfig;
+use switchyard_protocol::frame::{Frame, Request, Response};
+use tokio::time::timeout_at;
+
+/// Endpoints tried for one request when connections fail before the request was written.
+const MAX_TRIES: usize = 3;
+
+/// Why a request got no answer from a manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallError {
+    /// No manager endpoint is connected (503, retry later).
+    NoEndpoint,
+    /// Managers gave no credit before the deadline; the request was never sent (503, retry later).
+    NoCredit,
+    /// The deadline passed after the request was sent (504).
+    Timeout,
+    /// The connection failed after the request was written; it may have been handled (502).
+    Lost,
+}
+
+/// An event ready to send.
+pub struct Outgoing {
+    /// Event type.
+    pub event: Arc<str>,
+    /// CloudEvents id.
+    pub ce_id: String,
+    /// W3C traceparent.
+    pub traceparent: String,
+    /// JSON payload.
+    pub payload: Bytes,
+}
+
+/// When the call's stages ended, for Server-Timing.
+#[derive(Default, Debug)]
+pub struct CallTimes {
+    /// Time spent waiting for flow-control credit.
+    pub credit_wait: Duration,
+    /// When the request frame was handed to its connection.
+    pub sent: Option<Instant>,
+    /// When the answer arrived.
+    pub received: Option<Instant>,
+}
+
+enum Attempt {
+    NotSent,
+    Failed(CallError),
+}
+
+/// Every destination pool, and which pool serves each event type.
+pub struct Router {
+    pools: Vec<Arc<Pool>>,
+    by_event: HashMap<String, usize>,
+    metrics: Arc<Metrics>,
+}
+
+impl Router {
+    /// Builds the pools from the config and starts discovery.
+    pub fn start(config: &RouterConfig, metrics: Arc<Metrics>) -> Router {
+        let mut sources: BTreeMap<Source, usize> = BTreeMap::new();
+        let mut pools = Vec::new();
+        let mut by_event = HashMap::new();
+        for (event, dest) in &config.destinations {
+            let source = match config.static_endpoints.get(&dest.manager) {
+                Some(list) => Source::Static(list.clone()),
+                None => Source::Dns(format!(
+                    "{}.{}.svc:{}",
+                    dest.service, config.namespace, dest.port
+                )),
+            };
+            let idx = *sources.entry(source.clone()).or_insert_with(|| {
+                let pool = Arc::new(Pool::new(dest.manager.clone()));
+                discovery::start(pool.clone(), source);
+                pools.push(pool);
+                pools.len() - 1
+            });
+            by_event.insert(event.as_str().to_owned(), idx);
+        }
+        Router {
+            pools,
+            by_event,
+            metrics,
+        }
+    }
+
+    /// The pool serving `event`, if any Manager handles it.
+    pub fn pool_of(&self, event: &str) -> Option<usize> {
+        self.by_event.get(event).copied()
+    }
+
+    /// Sends `out` to the least loaded of two endpoints of `pool` and waits for the answer until
+    /// `deadline`. A request whose connection fails before it was written is tried on another endpoint.
+    pub async fn call(
+        &self,
+        pool: usize,
+        out: &Outgoing,
+        deadline: Instant,
+        times: &mut CallTimes,
+    ) -> Result<Response, CallError> {
+        let Some(pool) = self.pools.get(pool) else {
+            return Err(CallError::NoEndpoint);
+        };
+        let mut tried: Vec<Arc<Peer>> = Vec::new();
+        for _ in 0..MAX_TRIES {
+            let peers = pool.snapshot();
+            let candidates: Vec<(&Arc<Peer>, Arc<Conn>)> = peers
+                .iter()
+                .filter(|p| !tried.iter().any(|t| Arc::ptr_eq(t, p)))
+                .filter_map(|p| p.usable().map(|c| (p, c)))
+                .collect();
+            let Some(i) = p2c::choose(
+                candidates.len(),
+                |i| candidates[i].0.load(),
+                |k| fastrand::usize(..k),
+            ) else {
+                break;
+            };
+            let (peer, conn) = &candidates[i];
+            tried.push((*peer).clone());
+            let _load = peer.track();
+            match self.once(conn, out, deadline, times).await {
+                Ok(r) => return Ok(r),
+                Err(Attempt::Failed(e)) => return Err(e),
+                Err(Attempt::NotSent) => {
+                    tracing::debug!(peer = %peer.addr, "connection failed before the request was written; trying another endpoint");
+                }
+            }
+        }
+        Err(CallError::NoEndpoint)
+    }
+
+    async fn once(
+        &self,
+        conn: &Arc<Conn>,
+        out: &Outgoing,
+        deadline: Instant,
+        times: &mut CallTimes,
+    ) -> Result<Response, Attempt> {
+        let waited = Instant::now();
+        self.metrics.queued.inc();
+        let credit = timeout_at(deadline.into(), conn.credits.acquire()).await;
+        self.metrics.queued.dec();
+        times.credit_wait += waited.elapsed();
+        match credit {
+            Err(_) => return Err(Attempt::Failed(CallError::NoCredit)),
+            Ok(Err(_closed)) => return Err(Attempt::NotSent),
+            // The manager re-grants the credit when it finishes the work, so it is consumed here.
+            Ok(Ok(permit)) => permit.forget(),
+        }
+        let slot = conn.register().ok_or(Attempt::NotSent)?;
+        let mut guard = CancelOnDrop {
+            conn,
+            id: slot.id,
+            armed: true,
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let frame = Frame::Request(Request {
+            id: slot.id,
+            flags: 0,
+            deadline_ms: u32::try_from(remaining.as_millis())
+                .unwrap_or(u32::MAX)
+                .max(1),
+            event: out.event.to_string(),
+            ce_id: out.ce_id.clone(),
+            traceparent: out.traceparent.clone(),
+            content_type: crate::edge::JSON.to_owned(),
+            payload: out.payload.clone(),
+        });
+        times.sent = Some(Instant::now());
+        match timeout_at(deadline.into(), conn.send(frame)).await {
+            Err(_) => return Err(Attempt::Failed(CallError::Timeout)),
+            Ok(Err(())) => {
+                guard.armed = false;
+                return Err(Attempt::NotSent);
+            }
+            Ok(Ok(())) => {}
+        }
+        let answer = timeout_at(deadline.into(), slot.reply).await;
+        match answer {
+            Err(_) => Err(Attempt::Failed(CallError::Timeout)),
+            Ok(Ok(Ok(resp))) => {
+                guard.armed = false;
+                times.received = Some(Instant::now());
+                Ok(resp)
+            }
+            Ok(Ok(Err(lost))) => {
+                guard.armed = false;
+                if lost.written {
+                    Err(Attempt::Failed(CallError::Lost))
+                } else {
+                    Err(Attempt::NotSent)
+                }
+            }
+            Ok(Err(_)) => {
+                guard.armed = false;
+                Err(Attempt::Failed(CallError::Lost))
+            }
+        }
+    }
+}
+
+/// Sends CANCEL when a request is abandoned: its deadline passed or the client went away (the
+/// listener drops the request future).
+struct CancelOnDrop<'a> {
+    conn: &'a Conn,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.conn.cancel(self.id);
+        }
+    }
+}

@@ -1,0 +1,48 @@
+//! The endpoints of one Manager (or one per-event-type Deployment): a snapshot list of peers.
+
+use super::peer::Peer;
+use std::collections::BTreeSet;
+use std::sync::{Arc, RwLock};
+
+/// The peers of one destination.
+pub struct Pool {
+    /// Manager name, for logs.
+    pub name: String,
+    peers: RwLock<Arc<Vec<Arc<Peer>>>>,
+}
+
+impl Pool {
+    /// An empty pool.
+    pub fn new(name: String) -> Pool {
+        Pool {
+            name,
+            peers: RwLock::new(Arc::new(Vec::new())),
+        }
+    }
+
+    /// The current peers; cheap to take per request.
+    pub fn snapshot(&self) -> Arc<Vec<Arc<Peer>>> {
+        self.peers.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Makes the pool hold exactly `addrs`: new ones connect, vanished ones drain.
+    pub fn update(&self, addrs: BTreeSet<String>) {
+        let mut guard = self.peers.write().unwrap_or_else(|p| p.into_inner());
+        let mut next = Vec::with_capacity(addrs.len());
+        for old in guard.iter() {
+            if addrs.contains(&old.addr) {
+                next.push(old.clone());
+            } else {
+                tracing::info!(manager = %self.name, peer = %old.addr, "endpoint removed");
+                old.retire();
+            }
+        }
+        for addr in addrs {
+            if !next.iter().any(|p| p.addr == addr) {
+                tracing::info!(manager = %self.name, peer = %addr, "endpoint added");
+                next.push(Peer::spawn(addr));
+            }
+        }
+        *guard = Arc::new(next);
+    }
+}

@@ -1,0 +1,108 @@
+//! The `Server-Timing` model: durations of the stages a request went through, and their header form.
+//!
+//! Pure. Stages are measured on contiguous timestamps by the listener, so the parts add up to the total;
+//! `net` is derived (round trip minus the manager's queue and app time) because the two hosts' clocks
+//! cannot be compared.
+
+use std::fmt::Write as _;
+use std::time::Duration;
+
+/// Durations of the stages a request reached; `None` for stages it never got to.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StageTimes {
+    /// Reading and checking the request, and writing the response.
+    pub listener: Option<Duration>,
+    /// Waiting for admission and for flow-control credit.
+    pub broker: Option<Duration>,
+    /// Choosing a manager endpoint and handing the frame to its connection.
+    pub router: Option<Duration>,
+    /// Network and framing between the router and manager sidecars.
+    pub net: Option<Duration>,
+    /// Time the event waited in the manager's queue.
+    pub queue: Option<Duration>,
+    /// Time the app took.
+    pub app: Option<Duration>,
+    /// Wall time of the whole request at the router.
+    pub total: Duration,
+}
+
+impl StageTimes {
+    /// Splits a router round trip into `net`, `queue` and `app`; `net` never goes below zero.
+    pub fn set_round_trip(&mut self, round_trip: Duration, queue: Duration, app: Duration) {
+        self.queue = Some(queue);
+        self.app = Some(app);
+        self.net = Some(round_trip.saturating_sub(queue + app));
+    }
+
+    /// The header value, e.g. `listener;dur=0.120, ..., total;dur=1.234` (milliseconds, 3 decimals).
+    pub fn header_value(&self) -> String {
+        let mut out = String::with_capacity(128);
+        let stages = [
+            ("listener", self.listener),
+            ("broker", self.broker),
+            ("router", self.router),
+            ("net", self.net),
+            ("queue", self.queue),
+            ("app", self.app),
+        ];
+        for (name, dur) in stages {
+            if let Some(d) = dur {
+                push_entry(&mut out, name, d);
+            }
+        }
+        push_entry(&mut out, "total", self.total);
+        out
+    }
+}
+
+fn push_entry(out: &mut String, name: &str, d: Duration) {
+    if !out.is_empty() {
+        out.push_str(", ");
+    }
+    // Integer microseconds avoid float formatting drift: 1234 us -> "1.234".
+    let us = d.as_micros();
+    let _ = write!(out, "{name};dur={}.{:03}", us / 1000, us % 1000);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn us(n: u64) -> Duration {
+        Duration::from_micros(n)
+    }
+
+    #[test]
+    fn formats_all_stages_in_order_with_three_decimals() {
+        let mut t = StageTimes {
+            listener: Some(us(120)),
+            broker: Some(us(3)),
+            router: Some(us(1_000)),
+            total: us(12_345),
+            ..StageTimes::default()
+        };
+        t.set_round_trip(us(11_222), us(200), us(10_000));
+        assert_eq!(
+            t.header_value(),
+            "listener;dur=0.120, broker;dur=0.003, router;dur=1.000, net;dur=1.022, queue;dur=0.200, \
+             app;dur=10.000, total;dur=12.345"
+        );
+    }
+
+    #[test]
+    fn errors_show_only_the_stages_reached() {
+        let t = StageTimes {
+            listener: Some(us(50)),
+            total: us(51),
+            ..StageTimes::default()
+        };
+        assert_eq!(t.header_value(), "listener;dur=0.050, total;dur=0.051");
+    }
+
+    #[test]
+    fn net_is_clamped_at_zero() {
+        let mut t = StageTimes::default();
+        t.set_round_trip(us(100), us(80), us(80));
+        assert_eq!(t.net, Some(Duration::ZERO));
+    }
+}
