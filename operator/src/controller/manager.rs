@@ -7,11 +7,10 @@ use crate::conditions::{self, Problem, Rollout};
 use crate::context::Context;
 use crate::validate;
 use crate::{Error, Result};
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, Patch, PatchParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -19,7 +18,6 @@ use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use switchyard_crds::status::{EventTypeStatus, ManagerStatus};
 use switchyard_crds::{Manager, Router};
 
@@ -28,17 +26,13 @@ const NAME: &str = "manager";
 /// Runs the Manager controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
-    let owned = watcher::Config::default().labels(&format!(
-        "{}={}",
-        meta::MANAGED_BY,
-        crate::FIELD_MANAGER
-    ));
+    let owned = super::owned_children();
     let controller = Controller::new(
         Api::<Manager>::all(client.clone()),
         watcher::Config::default(),
     );
     let managers = controller.store();
-    controller
+    let stream = controller
         .owns(Api::<Deployment>::all(client.clone()), owned.clone())
         .owns(Api::<Service>::all(client.clone()), owned.clone())
         .owns(Api::<ConfigMap>::all(client.clone()), owned)
@@ -58,22 +52,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
             },
         )
         .graceful_shutdown_on(shutdown)
-        .run(reconcile, error_policy, ctx)
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(error = %e, "manager controller event");
-            }
-        })
-        .await;
+        .run(reconcile, error_policy, ctx);
+    super::drain(stream, NAME).await;
 }
 
 #[tracing::instrument(skip_all, fields(manager = %manager.name_any(), namespace = manager.namespace().unwrap_or_default()))]
 async fn reconcile(manager: Arc<Manager>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.metrics.reconcile(NAME);
-    let started = Instant::now();
-    let res = reconcile_inner(&manager, &ctx).await;
-    ctx.metrics.observe_duration(NAME, started.elapsed());
-    res
+    super::timed(&ctx, NAME, reconcile_inner(&manager, &ctx)).await
 }
 
 async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
@@ -206,17 +191,7 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
         },
     };
     if status != old {
-        Api::<Manager>::namespaced(ctx.client.clone(), &ns)
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({ "status": status })),
-            )
-            .await
-            .map_err(|source| Error::Status {
-                what: format!("manager {ns}/{name}"),
-                source,
-            })?;
+        super::patch_status(ctx, manager, &status).await?;
         events::on_status_change(
             ctx,
             &manager.object_ref(&()),
@@ -228,7 +203,7 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
         )
         .await;
     }
-    Ok(Action::requeue(Duration::from_secs(600)))
+    Ok(super::resync())
 }
 
 /// Event types a stored Deployment of `manager` serves.
@@ -257,20 +232,5 @@ fn merge_load(mut fresh: Vec<EventTypeStatus>, old: &[EventTypeStatus]) -> Vec<E
 }
 
 fn error_policy(manager: Arc<Manager>, err: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failure(NAME, err);
-    tracing::warn!(manager = %manager.name_any(), error = %err, "reconcile failed");
-    let obj = manager.object_ref(&());
-    let note = err.to_string();
-    tokio::spawn(async move {
-        events::publish(
-            &ctx,
-            &obj,
-            EventType::Warning,
-            "ReconcileFailed",
-            "Reconcile",
-            note,
-        )
-        .await;
-    });
-    Action::requeue(Duration::from_secs(5))
+    super::error_policy(NAME, &*manager, err, ctx)
 }

@@ -1,12 +1,23 @@
-//! The controllers: one per custom resource, run together while this replica leads.
+//! The controllers: one per custom resource, run together while this replica leads. What both share
+//! (owned-object watch config, timing, error policy, status writes) lives here.
 
 pub mod events;
 pub mod manager;
 pub mod router;
 
 use crate::context::Context;
+use crate::{Error, Result};
+use kube::api::{Api, Patch, PatchParams};
+use kube::runtime::controller::Action;
+use kube::runtime::events::EventType;
+use kube::runtime::watcher;
+use kube::{Resource, ResourceExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 /// Runs both controllers until `shutdown` resolves.
 pub async fn run(
@@ -17,4 +28,96 @@ pub async fn run(
         router::run(ctx.clone(), shutdown.clone()),
         manager::run(ctx, shutdown)
     );
+}
+
+/// Watch only the children we manage, so the caches hold our objects and not the whole cluster's.
+fn owned_children() -> watcher::Config {
+    watcher::Config::default().labels(&format!(
+        "{}={}",
+        crate::build::meta::MANAGED_BY,
+        crate::FIELD_MANAGER
+    ))
+}
+
+/// Counts and times one reconcile of `controller`.
+async fn timed(
+    ctx: &Context,
+    controller: &'static str,
+    work: impl Future<Output = Result<Action>>,
+) -> Result<Action> {
+    ctx.metrics.reconcile(controller);
+    let started = Instant::now();
+    let res = work.await;
+    ctx.metrics.observe_duration(controller, started.elapsed());
+    res
+}
+
+/// Counts the failure, reports it as a Warning Event on the object, and retries soon.
+fn error_policy<K>(controller: &'static str, obj: &K, err: &Error, ctx: Arc<Context>) -> Action
+where
+    K: Resource<DynamicType = ()>,
+{
+    ctx.metrics.failure(controller, err);
+    tracing::warn!(controller, name = %obj.name_any(), error = %err, "reconcile failed");
+    let reference = obj.object_ref(&());
+    let note = err.to_string();
+    // error_policy is synchronous; the Event is published in the background.
+    tokio::spawn(async move {
+        events::publish(
+            &ctx,
+            &reference,
+            EventType::Warning,
+            "ReconcileFailed",
+            "Reconcile",
+            note,
+        )
+        .await;
+    });
+    Action::requeue(Duration::from_secs(5))
+}
+
+/// Owned-object watches trigger reconciles on every change; this periodic one repairs drift that a
+/// missed watch event would otherwise leave.
+fn resync() -> Action {
+    Action::requeue(Duration::from_secs(600))
+}
+
+/// Writes `status` with a merge patch.
+async fn patch_status<K, S>(ctx: &Context, obj: &K, status: &S) -> Result<()>
+where
+    K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+    S: Serialize,
+{
+    let ns = obj.namespace().ok_or(Error::MissingMetadata("namespace"))?;
+    let name = obj.name_any();
+    Api::<K>::namespaced(ctx.client.clone(), &ns)
+        .patch_status(
+            &name,
+            &PatchParams::default(),
+            &Patch::Merge(serde_json::json!({ "status": status })),
+        )
+        .await
+        .map_err(|source| Error::Status {
+            what: format!("{} {ns}/{name}", K::kind(&())),
+            source,
+        })?;
+    Ok(())
+}
+
+/// Logs what the controller stream yields besides successful reconciles (already counted).
+async fn drain<T, E: std::fmt::Display>(
+    stream: impl futures::Stream<Item = std::result::Result<T, E>>,
+    controller: &str,
+) {
+    use futures::StreamExt;
+    stream
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!(controller, error = %e, "controller event");
+            }
+        })
+        .await;
 }

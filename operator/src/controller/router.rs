@@ -7,20 +7,17 @@ use crate::conditions::{self, Problem, Rollout};
 use crate::context::Context;
 use crate::validate;
 use crate::{Error, Result};
-use futures::StreamExt;
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams, Patch, PatchParams};
+use kube::api::{Api, ListParams};
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
 use switchyard_crds::status::RouterStatus;
 use switchyard_crds::{Manager, Router};
 
@@ -29,12 +26,8 @@ const NAME: &str = "router";
 /// Runs the Router controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
-    let owned = watcher::Config::default().labels(&format!(
-        "{}={}",
-        meta::MANAGED_BY,
-        crate::FIELD_MANAGER
-    ));
-    Controller::new(
+    let owned = super::owned_children();
+    let stream = Controller::new(
         Api::<Router>::all(client.clone()),
         watcher::Config::default(),
     )
@@ -51,22 +44,13 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         },
     )
     .graceful_shutdown_on(shutdown)
-    .run(reconcile, error_policy, ctx)
-    .for_each(|res| async move {
-        if let Err(e) = res {
-            tracing::debug!(error = %e, "router controller event");
-        }
-    })
-    .await;
+    .run(reconcile, error_policy, ctx);
+    super::drain(stream, NAME).await;
 }
 
 #[tracing::instrument(skip_all, fields(router = %router.name_any(), namespace = router.namespace().unwrap_or_default()))]
 async fn reconcile(router: Arc<Router>, ctx: Arc<Context>) -> Result<Action> {
-    ctx.metrics.reconcile(NAME);
-    let started = Instant::now();
-    let res = reconcile_inner(&router, &ctx).await;
-    ctx.metrics.observe_duration(NAME, started.elapsed());
-    res
+    super::timed(&ctx, NAME, reconcile_inner(&router, &ctx)).await
 }
 
 async fn reconcile_inner(router: &Router, ctx: &Context) -> Result<Action> {
@@ -145,17 +129,7 @@ async fn reconcile_inner(router: &Router, ctx: &Context) -> Result<Action> {
         routes: i32::try_from(router.spec.routes.len()).unwrap_or(i32::MAX),
     };
     if status != old {
-        Api::<Router>::namespaced(ctx.client.clone(), &ns)
-            .patch_status(
-                &name,
-                &PatchParams::default(),
-                &Patch::Merge(serde_json::json!({ "status": status })),
-            )
-            .await
-            .map_err(|source| Error::Status {
-                what: format!("router {ns}/{name}"),
-                source,
-            })?;
+        super::patch_status(ctx, router, &status).await?;
         let obj = router.object_ref(&());
         events::on_status_change(
             ctx,
@@ -168,9 +142,7 @@ async fn reconcile_inner(router: &Router, ctx: &Context) -> Result<Action> {
         )
         .await;
     }
-    // Owned-object watches trigger reconciles on every change; the periodic one repairs drift that
-    // a missed watch event would otherwise leave.
-    Ok(Action::requeue(Duration::from_secs(600)))
+    Ok(super::resync())
 }
 
 /// Event types claimed by more than one Manager of this Router, as a message.
@@ -197,20 +169,5 @@ fn event_type_conflicts(managers: &[Manager]) -> Option<String> {
 }
 
 fn error_policy(router: Arc<Router>, err: &Error, ctx: Arc<Context>) -> Action {
-    ctx.metrics.failure(NAME, err);
-    tracing::warn!(router = %router.name_any(), error = %err, "reconcile failed");
-    let obj = router.object_ref(&());
-    let note = err.to_string();
-    tokio::spawn(async move {
-        events::publish(
-            &ctx,
-            &obj,
-            EventType::Warning,
-            "ReconcileFailed",
-            "Reconcile",
-            note,
-        )
-        .await;
-    });
-    Action::requeue(Duration::from_secs(5))
+    super::error_policy(NAME, &*router, err, ctx)
 }
