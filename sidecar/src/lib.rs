@@ -12,6 +12,7 @@ pub mod backoff;
 pub mod broker;
 pub mod cli;
 pub mod config;
+pub mod dispatch;
 pub mod edge;
 pub mod listener;
 pub mod manager;

@@ -1,6 +1,7 @@
-//! Listeners: where client requests enter. HTTP now; `ws.rs` and `grpc.rs` slot in beside `http.rs`,
-//! sharing the route table, broker and router through [`Edge`].
+//! Listeners: where client requests enter: HTTP (`http.rs`) and gRPC (`grpc.rs`); `ws.rs` slots in
+//! beside them, sharing the route table, broker and router through [`Edge`].
 
+pub mod grpc;
 pub mod http;
 mod reply;
 

@@ -52,6 +52,11 @@ impl Reply {
         if self.retry_after {
             h.insert(RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        // 413 and 408 leave the request body unread, so the connection cannot carry another
+        // request; saying so stops a client from reusing it and failing its next request.
+        if matches!(self.status, 408 | 413) {
+            h.insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+        }
         resp
     }
 }

@@ -1,9 +1,10 @@
-//! Router role: HTTP listener -> broker -> router, plus admin; drains on SIGTERM.
+//! Router role: HTTP and gRPC listeners -> broker -> router, plus admin; drains on SIGTERM.
 
 use super::RunError;
 use crate::admin::{self, Readiness};
 use crate::broker::Broker;
-use crate::listener::{Edge, http};
+use crate::listener::grpc::GrpcRoutes;
+use crate::listener::{Edge, grpc, http};
 use crate::metrics::{EventLabel, Metrics};
 use crate::router::Router;
 use crate::routes::RouteTable;
@@ -27,6 +28,43 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
             tracing::warn!(event = %route.event, "no Manager handles this event type yet; its requests get 503");
         }
     }
+    let grpc_routes = GrpcRoutes::build(&settings.config.spec)
+        .map_err(|e| crate::config::field_error(config_file, e.field, e.message))?;
+    let grpc_port = match &settings.config.spec.listeners.grpc {
+        None => {
+            if grpc_routes.iter().next().is_some() {
+                tracing::warn!(
+                    "the spec has gRPC routes but no listeners.grpc; they are not served"
+                );
+            }
+            None
+        }
+        Some(g) => Some(
+            u16::try_from(g.port)
+                .ok()
+                .filter(|p| *p != 0 && *p != settings.http_port)
+                .ok_or_else(|| {
+                    crate::config::field_error(
+                        config_file,
+                        "spec.listeners.grpc.port",
+                        format!(
+                            "{} is not a TCP port (1 to 65535) other than the HTTP port",
+                            g.port
+                        ),
+                    )
+                })?,
+        ),
+    };
+    for route in grpc_routes.iter() {
+        if !settings
+            .config
+            .destinations
+            .keys()
+            .any(|e| e.as_str() == &*route.event)
+        {
+            tracing::warn!(event = %route.event, method = %route.method, "no Manager handles this event type yet; its gRPC calls get UNAVAILABLE");
+        }
+    }
     let metrics = Metrics::new();
     let ready = Readiness::default();
     let admin = admin::bind(admin_addr)
@@ -38,6 +76,15 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
     let listener = tokio::net::TcpListener::bind(http_addr)
         .await
         .map_err(|e| RunError::Startup(format!("HTTP listener {http_addr}: {e}")))?;
+    let grpc_addr = grpc_port.map(|p| SocketAddr::new(bind, p));
+    let grpc_listener = match grpc_addr {
+        None => None,
+        Some(a) => Some(
+            tokio::net::TcpListener::bind(a)
+                .await
+                .map_err(|e| RunError::Startup(format!("gRPC listener {a}: {e}")))?,
+        ),
+    };
     let edge = Arc::new(Edge {
         table,
         broker: Broker::new(settings.queue_capacity, metrics.clone()),
@@ -46,14 +93,28 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
         unmatched: EventLabel(Arc::from("unmatched")),
     });
     let drain = CancellationToken::new();
+    let grpc_server = match grpc_listener {
+        None => None,
+        Some(l) => {
+            let svc = grpc::service(edge.clone(), Arc::new(grpc_routes), drain.clone())
+                .map_err(RunError::Startup)?;
+            Some(tokio::spawn(grpc::serve(l, svc, drain.clone())))
+        }
+    };
     let server = tokio::spawn(http::serve(listener, edge, drain.clone()));
     ready.set(true);
-    tracing::info!(http = %http_addr, admin = %admin_addr, router = %settings.config.name, "router ready");
+    let grpc_shown = grpc_addr
+        .map(|a| a.to_string())
+        .unwrap_or_else(|| "off".to_owned());
+    tracing::info!(http = %http_addr, grpc = %grpc_shown, admin = %admin_addr, router = %settings.config.name, "router ready");
 
     crate::shutdown::signal().await;
     ready.set(false);
     drain.cancel();
     let _ = server.await;
+    if let Some(g) = grpc_server {
+        let _ = g.await;
+    }
     tracing::info!("router drained");
     Ok(())
 }

@@ -301,16 +301,19 @@ pub struct Mesh {
 
 impl Mesh {
     pub async fn start(opts: Opts) -> Mesh {
+        Mesh::start_with(opts, |_| {}).await
+    }
+
+    /// Like `start`, with the router config changed by `patch` before it is written.
+    pub async fn start_with(opts: Opts, patch: impl FnOnce(&mut Value)) -> Mesh {
         let dir = tempfile::tempdir().unwrap();
         let app = TestApp::start().await;
         let (http_port, manager_port, router_admin, manager_admin) =
             (free_port(), free_port(), free_port(), free_port());
         let mcfg = write_json(dir.path(), "manager.json", &manager_config(app.port, &opts));
-        let rcfg = write_json(
-            dir.path(),
-            "router.json",
-            &router_config(http_port, manager_port, opts.response_timeout),
-        );
+        let mut rcfg = router_config(http_port, manager_port, opts.response_timeout);
+        patch(&mut rcfg);
+        let rcfg = write_json(dir.path(), "router.json", &rcfg);
         let manager = opts
             .start_manager
             .then(|| spawn_manager(dir.path(), &mcfg, manager_port, manager_admin));

@@ -1,0 +1,16 @@
+//! Generates the gRPC gateway API (`proto/switchyard/v1/gateway.proto`) and its file descriptor set
+//! (for server reflection). protoc comes from `protoc-bin-vendored`; no system protoc is needed.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
+    let mut config = prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    tonic_prost_build::configure()
+        // The RPC `Connect` would clash with the generated `GatewayClient::connect(dst)`; clients use
+        // `GatewayClient::new(channel)`.
+        .build_transport(false)
+        .file_descriptor_set_path(out.join("switchyard_v1_descriptor.bin"))
+        .compile_with_config(config, &["proto/switchyard/v1/gateway.proto"], &["proto"])?;
+    println!("cargo:rerun-if-changed=proto");
+    Ok(())
+}
