@@ -1,8 +1,7 @@
 //! Sending a checked event through the broker and the router to a manager, and the stage clock of one
 //! request: what every listener does once a request has become an event.
 //!
-//! The gRPC listener uses it. The HTTP listener still has its own copy of these steps and of the clock
-//! (`listener/http.rs`: the tail of `process`, `Clock`); it can call [`dispatch`] instead.
+//! Both the HTTP and the gRPC listener end here, so their stage timing and shedding agree.
 
 use crate::listener::Edge;
 use crate::router::{CallError, CallTimes, Outgoing};

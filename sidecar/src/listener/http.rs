@@ -2,12 +2,12 @@
 
 use super::Edge;
 use super::reply::Reply;
+use crate::dispatch::{Clock, Failure, dispatch};
 use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
-use crate::router::{CallError, CallTimes, Outgoing};
+use crate::router::CallError;
 use crate::routes::Lookup;
 use crate::shutdown::DRAIN_LIMIT;
-use crate::timing::StageTimes;
 use crate::traceparent;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -89,65 +89,11 @@ pub async fn serve(listener: TcpListener, edge: Arc<Edge>, drain: CancellationTo
     }
 }
 
-/// Timestamps of one request's stages.
-struct Clock {
-    start: Instant,
-    checked: Option<Instant>,
-    admitted: Option<Instant>,
-    call: CallTimes,
-    call_end: Option<Instant>,
-    queue: Duration,
-    app: Duration,
-}
-
-impl Clock {
-    /// Stage durations; `listener` is the remainder, so the stages add up to the total.
-    fn stages(&self) -> StageTimes {
-        let end = Instant::now();
-        let total = end - self.start;
-        let mut t = StageTimes {
-            total,
-            ..StageTimes::default()
-        };
-        if let (Some(checked), Some(admitted)) = (self.checked, self.admitted) {
-            t.broker = Some(admitted - checked + self.call.credit_wait);
-            if let Some(call_end) = self.call_end {
-                let routed_until = self.call.sent.unwrap_or(call_end);
-                t.router = Some((routed_until - admitted).saturating_sub(self.call.credit_wait));
-                match (self.call.sent, self.call.received) {
-                    (Some(sent), Some(received)) => {
-                        t.set_round_trip(received - sent, self.queue, self.app)
-                    }
-                    (Some(sent), None) => t.net = Some(call_end - sent),
-                    _ => {}
-                }
-            }
-        } else if let Some(checked) = self.checked {
-            // Shed at the broker: everything after the checks was the broker's refusal.
-            t.broker = Some(end - checked);
-        }
-        let accounted: Duration = [t.broker, t.router, t.net, t.queue, t.app]
-            .into_iter()
-            .flatten()
-            .sum();
-        t.listener = Some(total.saturating_sub(accounted));
-        t
-    }
-}
-
 async fn handle(
     edge: Arc<Edge>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
-    let mut clock = Clock {
-        start: Instant::now(),
-        checked: None,
-        admitted: None,
-        call: CallTimes::default(),
-        call_end: None,
-        queue: Duration::ZERO,
-        app: Duration::ZERO,
-    };
+    let mut clock = Clock::new(Instant::now());
     let (reply, label) = process(&edge, req, &mut clock).await;
     let times = clock.stages();
     edge.metrics
@@ -260,38 +206,9 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
             .get(traceparent::HEADER)
             .map(HeaderValue::as_bytes),
     );
-    clock.checked = Some(Instant::now());
-
-    let Some(_admitted) = edge.broker.admit() else {
-        return (
-            Reply::problem(
-                503,
-                "too many requests pending in this router; retry shortly",
-            ),
-            label,
-        );
-    };
-    clock.admitted = Some(Instant::now());
-    let Some(pool) = edge.router.pool_of(&route.event) else {
-        clock.call_end = clock.admitted;
-        let detail = format!("no Manager handles event type {}", route.event);
-        return (Reply::problem(503, &detail), label);
-    };
-    let out = Outgoing {
-        event: route.event.clone(),
-        ce_id: format!("{:032x}", fastrand::u128(..)),
-        traceparent,
-        payload,
-    };
-    let result = edge
-        .router
-        .call(pool, &out, deadline, &mut clock.call)
-        .await;
-    clock.call_end = Some(Instant::now());
+    let result = dispatch(edge, &route.event, payload, traceparent, deadline, clock).await;
     let reply = match result {
         Ok(resp) => {
-            clock.queue = Duration::from_micros(resp.queue_us.into());
-            clock.app = Duration::from_micros(resp.app_us.into());
             let content_type = HeaderValue::from_str(&resp.content_type)
                 .ok()
                 .filter(|_| !resp.content_type.is_empty())
@@ -309,24 +226,32 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
                 retry_after: status == 503,
             }
         }
-        Err(CallError::NoEndpoint) => Reply::problem(
+        Err(Failure::Shed) => Reply::problem(
+            503,
+            "too many requests pending in this router; retry shortly",
+        ),
+        Err(Failure::NoManager) => Reply::problem(
+            503,
+            &format!("no Manager handles event type {}", route.event),
+        ),
+        Err(Failure::Call(CallError::NoEndpoint)) => Reply::problem(
             503,
             &format!(
                 "no endpoint of the Manager for {} is reachable; retry shortly",
                 route.event
             ),
         ),
-        Err(CallError::NoCredit) => Reply::problem(
+        Err(Failure::Call(CallError::NoCredit)) => Reply::problem(
             503,
             &format!(
                 "the Manager for {} is saturated; the request was not sent",
                 route.event
             ),
         ),
-        Err(CallError::Timeout) => {
+        Err(Failure::Call(CallError::Timeout)) => {
             Reply::problem(504, &format!("no reply within {}", humanize(route.timeout)))
         }
-        Err(CallError::Lost) => Reply::problem(
+        Err(Failure::Call(CallError::Lost)) => Reply::problem(
             502,
             "the connection to the Manager failed after the request was sent; it may have been handled",
         ),
