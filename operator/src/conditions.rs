@@ -143,6 +143,39 @@ pub fn compute(
     .collect()
 }
 
+/// What the status of both resources shares.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Summary {
+    /// Ready, Progressing, Degraded.
+    pub conditions: Vec<Condition>,
+    /// Pods across the children.
+    pub replicas: i32,
+    /// Ready pods across the children.
+    pub ready_replicas: i32,
+}
+
+/// Conditions and pod counts. Without a rollout (the spec could not be applied) the last known counts
+/// stay, since the children from the last good spec still serve.
+pub fn summarize(
+    generation: Option<i64>,
+    rollout: Option<(Rollout, bool)>,
+    problem: Option<&Problem>,
+    old_conditions: &[Condition],
+    old_counts: (i32, i32),
+    now: &Time,
+) -> Summary {
+    let conditions = compute(generation, rollout, problem, old_conditions, now);
+    let (replicas, ready_replicas) = match rollout {
+        Some((sum, _)) => (sum.replicas, sum.ready),
+        None => old_counts,
+    };
+    Summary {
+        conditions,
+        replicas,
+        ready_replicas,
+    }
+}
+
 /// Status of the `Ready` condition in a list, if present.
 pub fn ready_status(conditions: &[Condition]) -> Option<&str> {
     conditions
@@ -248,6 +281,26 @@ mod tests {
             t(10),
             "Degraded stayed False"
         );
+    }
+
+    #[test]
+    fn summary_keeps_last_counts_when_nothing_was_applied() {
+        let p = Problem {
+            reason: "InvalidSpec",
+            message: "x".into(),
+            blocks_apply: true,
+        };
+        let s = summarize(Some(4), None, Some(&p), &[], (3, 2), &t(10));
+        assert_eq!((s.replicas, s.ready_replicas), (3, 2));
+        let s = summarize(
+            Some(4),
+            Some(Rollout::total(&[done(5)])),
+            None,
+            &[],
+            (3, 2),
+            &t(10),
+        );
+        assert_eq!((s.replicas, s.ready_replicas), (5, 5));
     }
 
     #[test]

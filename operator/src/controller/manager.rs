@@ -157,22 +157,19 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
     let old = manager.status.clone().unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let generation = manager.meta().generation;
-    let conditions =
-        conditions::compute(generation, rollout, problem.as_ref(), &old.conditions, &now);
-    let (sum, _) = rollout.unwrap_or_default();
+    let summary = conditions::summarize(
+        generation,
+        rollout,
+        problem.as_ref(),
+        &old.conditions,
+        (old.replicas, old.ready_replicas),
+        &now,
+    );
     let status = ManagerStatus {
         observed_generation: generation,
-        conditions,
-        replicas: if rollout.is_some() {
-            sum.replicas
-        } else {
-            old.replicas
-        },
-        ready_replicas: if rollout.is_some() {
-            sum.ready
-        } else {
-            old.ready_replicas
-        },
+        conditions: summary.conditions,
+        replicas: summary.replicas,
+        ready_replicas: summary.ready_replicas,
         desired_replicas: old.desired_replicas,
         selector: Some(meta::selector_string(&meta::selector(meta::MANAGER, &name))),
         event_types: Some(

@@ -109,22 +109,19 @@ async fn reconcile_inner(router: &Router, ctx: &Context) -> Result<Action> {
     let old = router.status.clone().unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let generation = router.meta().generation;
-    let conditions =
-        conditions::compute(generation, rollout, problem.as_ref(), &old.conditions, &now);
-    let (sum, _) = rollout.unwrap_or_default();
+    let summary = conditions::summarize(
+        generation,
+        rollout,
+        problem.as_ref(),
+        &old.conditions,
+        (old.replicas, old.ready_replicas),
+        &now,
+    );
     let status = RouterStatus {
         observed_generation: generation,
-        conditions,
-        replicas: if rollout.is_some() {
-            sum.replicas
-        } else {
-            old.replicas
-        },
-        ready_replicas: if rollout.is_some() {
-            sum.ready
-        } else {
-            old.ready_replicas
-        },
+        conditions: summary.conditions,
+        replicas: summary.replicas,
+        ready_replicas: summary.ready_replicas,
         selector: Some(meta::selector_string(&meta::selector(meta::ROUTER, &name))),
         routes: i32::try_from(router.spec.routes.len()).unwrap_or(i32::MAX),
     };
