@@ -11,14 +11,12 @@ use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
 use crate::router::CallError;
 use crate::routes::RouteError;
-use crate::shutdown::DRAIN_LIMIT;
 use crate::timing::StageTimes;
 use crate::traceparent;
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::server::graceful::GracefulShutdown;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -42,8 +40,6 @@ pub const DEFAULT_MAX_MESSAGE: usize = 4 << 20;
 pub const CONNECT_IN_FLIGHT: usize = 64;
 /// A manager's 504 that arrives this close to the deadline is the deadline passing there.
 const DEADLINE_SLACK: Duration = Duration::from_millis(50);
-/// Most client connections at once; more wait in the kernel's accept backlog.
-const MAX_CONNECTIONS: usize = 16 * 1024;
 /// Concurrent streams per HTTP/2 connection.
 const MAX_STREAMS: u32 = 1024;
 
@@ -574,25 +570,7 @@ pub async fn serve(listener: TcpListener, routes: Routes, drain: CancellationTok
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_STREAMS)
         .keep_alive_interval(Duration::from_secs(20));
-    let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            _ = drain.cancelled() => break,
-        };
-        let stream = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = drain.cancelled() => break,
-        };
-        let _ = stream.set_nodelay(true);
+    super::accept::accept_loop(listener, drain, "grpc", move |stream| {
         let routes = routes.clone();
         let svc = service_fn(move |mut req: hyper::Request<Incoming>| {
             let at = Instant::now();
@@ -606,26 +584,9 @@ pub async fn serve(listener: TcpListener, routes: Routes, drain: CancellationTok
             let mut routes = routes.clone();
             async move { routes.call(req).await }
         });
-        let conn = builder.serve_connection(TokioIo::new(stream), svc);
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "gRPC client connection ended with an error");
-            }
-            drop(permit);
-        });
-    }
-    drop(listener);
-    tracing::info!(
-        open = graceful.count(),
-        "gRPC listener closed; finishing open calls"
-    );
-    if tokio::time::timeout(DRAIN_LIMIT, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("drain limit reached with gRPC calls still open");
-    }
+        builder.serve_connection(TokioIo::new(stream), svc)
+    })
+    .await;
 }
 
 #[cfg(test)]

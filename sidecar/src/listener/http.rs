@@ -7,7 +7,6 @@ use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
 use crate::router::CallError;
 use crate::routes::Lookup;
-use crate::shutdown::DRAIN_LIMIT;
 use crate::traceparent;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
@@ -17,16 +16,12 @@ use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
-/// Most client connections at once; more wait in the kernel's accept backlog.
-const MAX_CONNECTIONS: usize = 16 * 1024;
 /// Time a client has to send its request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -43,50 +38,14 @@ pub async fn serve(listener: TcpListener, edge: Arc<Edge>, drain: CancellationTo
         .timer(TokioTimer::new())
         .max_concurrent_streams(256)
         .keep_alive_interval(Duration::from_secs(20));
-    let graceful = GracefulShutdown::new();
-    let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-    loop {
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            _ = drain.cancelled() => break,
-        };
-        let stream = tokio::select! {
-            r = listener.accept() => match r {
-                Ok((s, _)) => s,
-                Err(e) => {
-                    // Usually EMFILE: back off instead of spinning.
-                    tracing::warn!(error = %e, "accept failed");
-                    tokio::time::sleep(Duration::from_millis(50)).await;
-                    continue;
-                }
-            },
-            _ = drain.cancelled() => break,
-        };
-        let _ = stream.set_nodelay(true);
+    super::accept::accept_loop(listener, drain, "http", move |stream| {
         let edge = edge.clone();
         let svc = service_fn(move |req| handle(edge.clone(), req));
-        let conn = builder
+        builder
             .serve_connection(TokioIo::new(stream), svc)
-            .into_owned();
-        let conn = graceful.watch(conn);
-        tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(error = %e, "client connection ended with an error");
-            }
-            drop(permit);
-        });
-    }
-    drop(listener);
-    tracing::info!(
-        open = graceful.count(),
-        "HTTP listener closed; finishing open requests"
-    );
-    if tokio::time::timeout(DRAIN_LIMIT, graceful.shutdown())
-        .await
-        .is_err()
-    {
-        tracing::warn!("drain limit reached with requests still open");
-    }
+            .into_owned()
+    })
+    .await;
 }
 
 async fn handle(
