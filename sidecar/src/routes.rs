@@ -98,6 +98,32 @@ pub struct RouteError {
     pub message: String,
 }
 
+/// Compiles the JSON Schema of route `i`, naming the field when it is not a valid schema.
+pub(crate) fn compile_schema(
+    i: usize,
+    schema: Option<&serde_json::Value>,
+) -> Result<Option<Arc<jsonschema::Validator>>, RouteError> {
+    schema
+        .map(|s| {
+            jsonschema::validator_for(s)
+                .map(Arc::new)
+                .map_err(|e| RouteError {
+                    field: format!("spec.routes[{i}].schema"),
+                    message: format!("not a valid JSON Schema: {e}"),
+                })
+        })
+        .transpose()
+}
+
+/// The bodyLimit middleware's size, or `default` when the spec has none.
+pub(crate) fn body_limit(spec: &RouterSpec, default: usize) -> usize {
+    spec.middleware
+        .iter()
+        .find_map(|m| m.body_limit.as_ref())
+        .and_then(|b| usize::try_from(b.max_bytes).ok())
+        .unwrap_or(default)
+}
+
 /// The compiled table.
 pub struct RouteTable {
     routes: Vec<HttpRoute>,
@@ -132,15 +158,7 @@ impl RouteTable {
                     });
                 }
             }
-            let schema = match &r.schema {
-                None => None,
-                Some(s) => Some(Arc::new(jsonschema::validator_for(s).map_err(|e| {
-                    RouteError {
-                        field: format!("spec.routes[{i}].schema"),
-                        message: format!("not a valid JSON Schema: {e}"),
-                    }
-                })?)),
-            };
+            let schema = compile_schema(i, r.schema.as_ref())?;
             routes.push(HttpRoute {
                 method: http.method,
                 template: http.path.clone(),
@@ -151,12 +169,7 @@ impl RouteTable {
                 param_types,
             });
         }
-        let body_limit = spec
-            .middleware
-            .iter()
-            .find_map(|m| m.body_limit.as_ref())
-            .and_then(|b| usize::try_from(b.max_bytes).ok())
-            .unwrap_or(DEFAULT_BODY_LIMIT);
+        let body_limit = body_limit(spec, DEFAULT_BODY_LIMIT);
         Ok(RouteTable { routes, body_limit })
     }
 

@@ -75,15 +75,7 @@ impl GrpcRoutes {
                 tracing::warn!(method = %grpc.method, "a second gRPC route names this method; the first one wins");
                 continue;
             }
-            let schema = match &r.schema {
-                None => None,
-                Some(s) => Some(Arc::new(jsonschema::validator_for(s).map_err(|e| {
-                    RouteError {
-                        field: format!("spec.routes[{i}].schema"),
-                        message: format!("not a valid JSON Schema: {e}"),
-                    }
-                })?)),
-            };
+            let schema = crate::routes::compile_schema(i, r.schema.as_ref())?;
             by_method.insert(
                 grpc.method.clone(),
                 GrpcRoute {
@@ -94,12 +86,7 @@ impl GrpcRoutes {
                 },
             );
         }
-        let max_message = spec
-            .middleware
-            .iter()
-            .find_map(|m| m.body_limit.as_ref())
-            .and_then(|b| usize::try_from(b.max_bytes).ok())
-            .unwrap_or(DEFAULT_MAX_MESSAGE);
+        let max_message = crate::routes::body_limit(spec, DEFAULT_MAX_MESSAGE);
         Ok(GrpcRoutes {
             by_method,
             max_message,
