@@ -4,7 +4,7 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use switchyard_crds::EventType;
 use switchyard_crds::manager::{App, Split, Workers};
-use switchyard_crds::router::RouterSpec;
+use switchyard_crds::router::{RouterSpec, Tracing};
 
 /// File name of the rendered config inside the ConfigMap and the mounted volume.
 pub const FILE_NAME: &str = "config.json";
@@ -63,4 +63,14 @@ pub struct ManagerConfig {
     pub workers: Workers,
     /// How event types map to Deployments.
     pub split: Split,
+    /// Where each event type the app publishes or requests goes (the Router's whole table). Empty in a
+    /// cluster, where the operator's control-plane stream supplies it.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub destinations: BTreeMap<EventType, Destination>,
+    /// As [`RouterConfig::static_endpoints`]: local mode's endpoint table.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub static_endpoints: BTreeMap<String, Vec<String>>,
+    /// The Router's tracing settings, so manager hops join the same traces.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tracing: Option<Tracing>,
 }

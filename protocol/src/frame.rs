@@ -9,6 +9,8 @@
 //! CREDIT   body := credits:u32             the manager grants that many more requests
 //! PING/PONG body := nonce:u64              heartbeats
 //! GOAWAY   body := reason (rest, UTF-8)    the peer drains: no new requests on this connection
+//! PUSH     body := event:str8 traceparent:str8 content_type:str8 payload
+//!                                          manager -> router: an event for WebSocket subscribers
 //! str8    := len:u8 bytes (UTF-8)
 //! ```
 //! Pure: no I/O. [`FrameCodec`] plugs it into `tokio_util::codec::Framed`.
@@ -56,6 +58,22 @@ pub enum Frame {
         /// Why.
         reason: String,
     },
+    /// An event published by a manager for the router's WebSocket subscribers (manager -> router only;
+    /// no reply, no credit: subscribers' queues are bounded and count what they drop).
+    Push(Push),
+}
+
+/// An event for WebSocket subscribers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Push {
+    /// Event type the subscribers filter on.
+    pub event: String,
+    /// W3C traceparent of the publisher, empty when none.
+    pub traceparent: String,
+    /// Media type of the payload.
+    pub content_type: String,
+    /// The event data.
+    pub payload: Bytes,
 }
 
 /// An event sent for handling.
@@ -104,6 +122,7 @@ mod kind {
     pub const PING: u8 = 5;
     pub const PONG: u8 = 6;
     pub const GOAWAY: u8 = 7;
+    pub const PUSH: u8 = 8;
 }
 
 /// Why bytes are not a valid frame. The connection that sent them is closed.
@@ -239,6 +258,23 @@ pub fn encode(frame: &Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
             dst.put_u64(0);
             dst.put_slice(reason.as_bytes());
         }
+        Frame::Push(p) => {
+            dst.reserve(
+                FIXED
+                    + 3
+                    + p.event.len()
+                    + p.traceparent.len()
+                    + p.content_type.len()
+                    + p.payload.len(),
+            );
+            dst.put_u8(kind::PUSH);
+            dst.put_u8(0);
+            dst.put_u64(0);
+            put_str8(dst, &p.event, "event")?;
+            put_str8(dst, &p.traceparent, "traceparent")?;
+            put_str8(dst, &p.content_type, "content_type")?;
+            dst.put_slice(&p.payload);
+        }
     }
     let len = dst.len() - start - 4;
     let len32 = u32::try_from(len).map_err(|_| FrameError::TooLarge {
@@ -323,6 +359,17 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
         kind::GOAWAY => Frame::GoAway {
             reason: String::from_utf8(body.to_vec()).map_err(|_| FrameError::NotUtf8("reason"))?,
         },
+        kind::PUSH => {
+            let event = get_str8(&mut body, "event")?;
+            let traceparent = get_str8(&mut body, "traceparent")?;
+            let content_type = get_str8(&mut body, "content_type")?;
+            Frame::Push(Push {
+                event,
+                traceparent,
+                content_type,
+                payload: body,
+            })
+        }
         other => return Err(FrameError::UnknownKind(other)),
     };
     Ok(Some(frame))
@@ -417,6 +464,12 @@ mod tests {
         roundtrip(Frame::GoAway {
             reason: "draining".into(),
         });
+        roundtrip(Frame::Push(Push {
+            event: "prices.tick".into(),
+            traceparent: String::new(),
+            content_type: "application/json".into(),
+            payload: Bytes::from_static(b"{\"price\":3}"),
+        }));
     }
 
     #[test]

@@ -62,6 +62,9 @@ pub fn render_config(manager: &Manager) -> Result<ManagerConfig, Error> {
         app: spec.app.clone(),
         workers: spec.workers.clone(),
         split: spec.scaling.split,
+        destinations: Default::default(),
+        static_endpoints: Default::default(),
+        tracing: None,
     })
 }
 

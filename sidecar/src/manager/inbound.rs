@@ -128,6 +128,9 @@ async fn connection(
             | Frame::GoAway { .. }
             | Frame::Credit { .. }
             | Frame::Response(_) => {}
+            Frame::Push(_) => {
+                tracing::warn!(%peer, "PUSH goes from managers to routers; ignored");
+            }
         }
     }
     // The router is gone (or closed after our GOAWAY with nothing pending): answers cannot reach it.

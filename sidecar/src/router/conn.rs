@@ -217,6 +217,8 @@ pub async fn run(stream: TcpStream, peer: &str, on_open: impl FnOnce(Arc<Conn>))
                 );
                 conn.begin_drain();
             }
+            // Delivered to WebSocket subscribers once the WebSocket listener exists.
+            Frame::Push(_) => {}
             Frame::Request(_) | Frame::Cancel { .. } => {
                 tracing::warn!(peer, "unexpected frame from a manager; ignored");
             }
