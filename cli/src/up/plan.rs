@@ -272,7 +272,9 @@ fn app_proc(manager: &Manager, port: u16, local_api_url: &str) -> anyhow::Result
     env.push((LOCAL_API_ENV.into(), local_api_url.to_owned()));
 
     let addr = SocketAddr::from((LOCALHOST, port));
-    let probe = if locate::file_name(&path) == EXAMPLE_APP {
+    // The example app answers /healthz over HTTP; in gRPC mode (or any other app) an open port is the signal.
+    let http_app = manager.spec.app.protocol == switchyard_crds::manager::AppProtocol::Http;
+    let probe = if http_app && locate::file_name(&path) == EXAMPLE_APP {
         Probe::Http {
             addr,
             path: "/healthz",

@@ -74,42 +74,85 @@ impl Handlers {
                 ));
             }
         };
-        Ok(match ce_type.as_str() {
-            "noop" => json(StatusCode::OK, r#"{"ok":true}"#),
-            "echo" => echo(body, content_type),
+        Ok(self
+            .answer(
+                &ce_type,
+                content_type.as_ref().and_then(|v| v.to_str().ok()),
+                body,
+            )
+            .await
+            .into_response())
+    }
+
+    /// The answer to one event, whatever protocol brought it.
+    pub async fn answer(&self, ce_type: &str, content_type: Option<&str>, body: Bytes) -> Answer {
+        match ce_type {
+            "noop" => Answer::json(StatusCode::OK, r#"{"ok":true}"#),
+            "echo" => Answer {
+                status: StatusCode::OK,
+                content_type: content_type.map(str::to_owned),
+                body,
+            },
             "burn" => match burn::parse_ms(&body) {
                 Ok(ms) => {
                     self.burner.burn(ms).await;
-                    json(StatusCode::OK, &format!(r#"{{"burned_ms":{ms}}}"#))
+                    Answer::json(StatusCode::OK, &format!(r#"{{"burned_ms":{ms}}}"#))
                 }
                 Err(detail) => {
-                    problem::response(StatusCode::BAD_REQUEST, "Invalid burn parameters", &detail)
+                    Answer::problem(StatusCode::BAD_REQUEST, "Invalid burn parameters", &detail)
                 }
             },
-            other => problem::response(
+            other => Answer::problem(
                 StatusCode::NOT_FOUND,
                 "Unknown event type",
                 &format!("no handler for event type {other}"),
             ),
-        })
+        }
     }
 }
 
-/// The event data back, with its content type (none when the request had none).
-fn echo(body: Bytes, content_type: Option<HeaderValue>) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(body));
-    if let Some(ct) = content_type {
-        resp.headers_mut().insert(CONTENT_TYPE, ct);
+/// A handler's answer: status, media type (none when unknown) and body.
+pub struct Answer {
+    /// HTTP status (the gRPC Handler reply carries it as a number).
+    pub status: StatusCode,
+    /// Media type of the body.
+    pub content_type: Option<String>,
+    /// Body.
+    pub body: Bytes,
+}
+
+impl Answer {
+    fn json(status: StatusCode, body: &str) -> Answer {
+        Answer {
+            status,
+            content_type: Some(JSON.to_owned()),
+            body: Bytes::copy_from_slice(body.as_bytes()),
+        }
     }
-    resp
+
+    fn problem(status: StatusCode, title: &str, detail: &str) -> Answer {
+        Answer {
+            status,
+            content_type: Some(problem::PROBLEM_JSON.to_owned()),
+            body: problem::body(status, title, detail),
+        }
+    }
+
+    fn into_response(self) -> Response<Full<Bytes>> {
+        let mut resp = Response::new(Full::new(self.body));
+        *resp.status_mut() = self.status;
+        if let Some(ct) = self
+            .content_type
+            .and_then(|c| HeaderValue::from_str(&c).ok())
+        {
+            resp.headers_mut().insert(CONTENT_TYPE, ct);
+        }
+        resp
+    }
 }
 
 fn json(status: StatusCode, body: &str) -> Response<Full<Bytes>> {
-    let mut resp = Response::new(Full::new(Bytes::copy_from_slice(body.as_bytes())));
-    *resp.status_mut() = status;
-    resp.headers_mut()
-        .insert(CONTENT_TYPE, HeaderValue::from_static(JSON));
-    resp
+    Answer::json(status, body).into_response()
 }
 
 fn method_not_allowed(allow: &'static str) -> Response<Full<Bytes>> {

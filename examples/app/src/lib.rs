@@ -1,8 +1,9 @@
-//! The quickstart's handler app: receives CloudEvents in HTTP binary mode from a manager sidecar and answers by
-//! event type (`noop`, `echo`, `burn`). Kept on bare hyper so its own cost stays out of the way when it is used to
+//! The quickstart's handler app: receives CloudEvents from a manager sidecar (HTTP binary mode, or the gRPC
+//! `Handler` service with `--protocol grpc`) and answers by event type (`noop`, `echo`, `burn`). Kept on bare hyper so its own cost stays out of the way when it is used to
 //! measure the mesh.
 
 mod burn;
+pub mod grpc;
 mod handler;
 mod problem;
 mod server;

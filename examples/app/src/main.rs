@@ -9,7 +9,7 @@ use tokio::net::TcpListener;
 #[command(
     name = "switchyard-example-app",
     version,
-    about = "CloudEvents handler answering noop, echo and burn"
+    about = "CloudEvents handler answering noop, echo and burn (HTTP binary mode or gRPC)"
 )]
 struct Args {
     /// TCP port to listen on.
@@ -18,6 +18,16 @@ struct Args {
     /// Address to bind; in a pod only the sidecar next to the app calls it, so loopback is enough.
     #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
     bind: IpAddr,
+    /// How the manager sidecar delivers events: `http` (CloudEvents binary mode) or `grpc` (the Handler
+    /// service); it must match the Manager's `app.protocol`.
+    #[arg(long, env = "APP_PROTOCOL", value_enum, default_value_t = Protocol::Http)]
+    protocol: Protocol,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum Protocol {
+    Http,
+    Grpc,
 }
 
 #[tokio::main]
@@ -33,7 +43,15 @@ async fn main() -> ExitCode {
     };
     let local = listener.local_addr().unwrap_or(addr);
     eprintln!("switchyard-example-app: listening on {local}");
-    match switchyard_example_app::serve(listener, shutdown_signal()).await {
+    let served = match args.protocol {
+        Protocol::Http => switchyard_example_app::serve(listener, shutdown_signal())
+            .await
+            .map_err(|e| e.to_string()),
+        Protocol::Grpc => switchyard_example_app::grpc::serve(listener, shutdown_signal())
+            .await
+            .map_err(|e| e.to_string()),
+    };
+    match served {
         Ok(()) => {
             eprintln!("switchyard-example-app: stopped");
             ExitCode::SUCCESS

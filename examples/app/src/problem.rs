@@ -9,15 +9,20 @@ use hyper::{Response, StatusCode};
 /// Media type of a problem document.
 pub const PROBLEM_JSON: &str = "application/problem+json";
 
-/// A problem+json response with the given status, title and detail.
-pub fn response(status: StatusCode, title: &str, detail: &str) -> Response<Full<Bytes>> {
-    let body = serde_json::json!({
+/// A problem+json document.
+pub fn body(status: StatusCode, title: &str, detail: &str) -> Bytes {
+    let doc = serde_json::json!({
         "type": "about:blank",
         "title": title,
         "status": status.as_u16(),
         "detail": detail,
     });
-    let mut resp = Response::new(Full::new(Bytes::from(body.to_string())));
+    Bytes::from(doc.to_string())
+}
+
+/// A problem+json response with the given status, title and detail.
+pub fn response(status: StatusCode, title: &str, detail: &str) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(body(status, title, detail)));
     *resp.status_mut() = status;
     resp.headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(PROBLEM_JSON));

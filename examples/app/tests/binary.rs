@@ -69,3 +69,54 @@ fn serves_on_port_env_and_stops_on_sigterm() {
     };
     assert!(exit.success(), "{exit}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_mode_answers_the_handler_service() {
+    use switchyard_protocol::gateway::v1::CloudEvent;
+    use switchyard_protocol::gateway::v1::handler_client::HandlerClient;
+
+    let port = free_port();
+    let child = Command::new(env!("CARGO_BIN_EXE_switchyard-example-app"))
+        .args(["--port", &port.to_string(), "--protocol", "grpc"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn app");
+    let _guard = Guard(child);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let channel = loop {
+        let ep = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .expect("endpoint");
+        if let Ok(c) = ep.connect().await {
+            break c;
+        }
+        assert!(Instant::now() < deadline, "app did not listen on {port}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    let mut client = HandlerClient::new(channel);
+    let event = |ty: &str, data: &[u8]| CloudEvent {
+        id: "1".into(),
+        source: "/test".into(),
+        spec_version: "1.0".into(),
+        r#type: ty.into(),
+        data_content_type: "application/json".into(),
+        data: data.to_vec(),
+        extensions: Default::default(),
+    };
+    let r = client
+        .handle(event("echo", b"{\"value\":1}"))
+        .await
+        .expect("echo")
+        .into_inner();
+    assert_eq!((r.status, &r.data[..]), (200, &b"{\"value\":1}"[..]));
+    assert_eq!(r.content_type, "application/json");
+    let r = client
+        .handle(event("nope", b"{}"))
+        .await
+        .expect("answered")
+        .into_inner();
+    assert_eq!(r.status, 404);
+    assert_eq!(r.content_type, "application/problem+json");
+    let err = client.handle(event("", b"{}")).await.expect_err("no type");
+    assert_eq!(err.code(), tonic::Code::InvalidArgument);
+}

@@ -1,5 +1,7 @@
 //! The manager role: inbound frame connections from routers, workers, delivery to the app.
 
+pub mod delivery;
+pub mod delivery_grpc;
 pub mod delivery_http;
 pub mod inbound;
 pub mod worker;

@@ -1,7 +1,8 @@
 //! Workers: admit events into a bounded queue, deliver them with at most `maxInFlight` at once,
 //! under a deadline, retrying 5xx and connection errors with backoff; CANCEL aborts a delivery.
 
-use super::delivery_http::{HttpDelivery, Outcome};
+pub use super::delivery::Delivery;
+use super::delivery_http::Outcome;
 use crate::backoff;
 use crate::metrics::{EventLabel, EventLabels, Metrics};
 use crate::problem;
@@ -12,14 +13,6 @@ use std::time::{Duration, Instant};
 use switchyard_protocol::frame::{Request, Response};
 use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
-
-/// How events reach the app.
-pub enum Delivery {
-    /// CloudEvents over HTTP.
-    Http(Box<HttpDelivery>),
-    /// The gRPC Handler service, not in this release.
-    Grpc,
-}
 
 /// Delivery settings, checked.
 pub struct Settings {
@@ -154,18 +147,7 @@ impl Worker {
         self.metrics.in_flight.inc();
         let _in_flight = GaugeGuard(&self.metrics);
         let app_start = Instant::now();
-        let outcome = match &self.delivery {
-            Delivery::Grpc => Outcome::Answer {
-                status: 501,
-                content_type: problem::CONTENT_TYPE.to_owned(),
-                body: problem::body(
-                    501,
-                    problem::title(501),
-                    "gRPC delivery arrives in a later release",
-                ),
-            },
-            Delivery::Http(http) => self.with_retries(http, ev, label, deadline, cancel).await?,
-        };
+        let outcome = self.with_retries(ev, label, deadline, cancel).await?;
         let app_us = micros(app_start.elapsed());
         let mut resp = match outcome {
             Outcome::Answer {
@@ -233,7 +215,6 @@ impl Worker {
     /// Attempts until an answer that is not retryable, attempts or time run out, or a cancel.
     async fn with_retries(
         &self,
-        http: &HttpDelivery,
         ev: &Request,
         label: &EventLabel,
         deadline: Option<Instant>,
@@ -249,7 +230,7 @@ impl Worker {
                 }
             }
             let outcome = tokio::select! {
-                o = http.attempt(ev, per_attempt) => o,
+                o = self.delivery.attempt(ev, per_attempt) => o,
                 _ = cancel.cancelled() => return None,
             };
             attempt += 1;

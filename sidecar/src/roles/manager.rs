@@ -2,6 +2,7 @@
 
 use super::RunError;
 use crate::admin::{self, Readiness};
+use crate::manager::delivery_grpc::GrpcDelivery;
 use crate::manager::delivery_http::HttpDelivery;
 use crate::manager::inbound;
 use crate::manager::worker::{Delivery, Settings, Worker};
@@ -25,15 +26,16 @@ pub async fn run(
     let s = crate::config::load_manager(config_file, event_types)?;
     let c = &s.config;
     let app = app_addr.unwrap_or(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), s.app_port));
+    let source = format!("/switchyard/{}/{}", c.namespace, c.name);
     let delivery = match c.app.protocol {
-        AppProtocol::Grpc => Delivery::Grpc,
-        AppProtocol::Http => {
-            let source = format!("/switchyard/{}/{}", c.namespace, c.name);
-            Delivery::Http(Box::new(
-                HttpDelivery::new(app, &c.app.path, &source, s.max_in_flight)
-                    .map_err(|e| crate::config::field_error(config_file, "app.path", e))?,
-            ))
-        }
+        AppProtocol::Grpc => Delivery::Grpc(Box::new(
+            GrpcDelivery::new(app, &source)
+                .map_err(|e| crate::config::field_error(config_file, "app.port", e))?,
+        )),
+        AppProtocol::Http => Delivery::Http(Box::new(
+            HttpDelivery::new(app, &c.app.path, &source, s.max_in_flight)
+                .map_err(|e| crate::config::field_error(config_file, "app.path", e))?,
+        )),
     };
     let metrics = Metrics::new();
     let events: Vec<String> = s.events.iter().map(|e| e.as_str().to_owned()).collect();

@@ -226,6 +226,9 @@ pub struct Opts {
     pub max_in_flight: i32,
     pub response_timeout: &'static str,
     pub start_manager: bool,
+    /// Deliver over the gRPC Handler service to an app the test runs on this port, instead of HTTP to
+    /// the test app.
+    pub grpc_app_port: Option<u16>,
 }
 
 impl Default for Opts {
@@ -235,6 +238,7 @@ impl Default for Opts {
             max_in_flight: 16,
             response_timeout: "3s",
             start_manager: true,
+            grpc_app_port: None,
         }
     }
 }
@@ -263,12 +267,16 @@ pub fn router_config(http_port: u16, manager_port: u16, response_timeout: &str) 
 }
 
 pub fn manager_config(app_port: u16, opts: &Opts) -> Value {
+    let (app_port, protocol) = match opts.grpc_app_port {
+        Some(p) => (p, "grpc"),
+        None => (app_port, "http"),
+    };
     json!({
         "name": "handlers",
         "namespace": "default",
         "router": "edge",
         "events": ["noop", "echo", "slow", "slowish", "fail"],
-        "app": {"port": app_port, "protocol": "http", "path": "/events"},
+        "app": {"port": app_port, "protocol": protocol, "path": "/events"},
         "workers": {
             "maxInFlight": opts.max_in_flight,
             "queueCapacity": opts.queue_capacity,

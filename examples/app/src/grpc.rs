@@ -1,0 +1,50 @@
+//! The same handlers behind the `switchyard.v1.Handler` gRPC service, for Managers with `app.protocol: grpc`.
+
+use crate::handler::Handlers;
+use bytes::Bytes;
+use std::future::Future;
+use switchyard_protocol::gateway::v1::handler_server::{Handler, HandlerServer};
+use switchyard_protocol::gateway::v1::{CloudEvent, HandleReply};
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status};
+
+struct Service {
+    handlers: Handlers,
+}
+
+#[tonic::async_trait]
+impl Handler for Service {
+    async fn handle(&self, req: Request<CloudEvent>) -> Result<Response<HandleReply>, Status> {
+        let ev = req.into_inner();
+        if ev.r#type.is_empty() {
+            return Err(Status::invalid_argument("the CloudEvent has no type"));
+        }
+        let content_type = Some(ev.data_content_type.as_str()).filter(|c| !c.is_empty());
+        let answer = self
+            .handlers
+            .answer(&ev.r#type, content_type, Bytes::from(ev.data))
+            .await;
+        Ok(Response::new(HandleReply {
+            status: i32::from(answer.status.as_u16()),
+            data: answer.body.to_vec(),
+            content_type: answer.content_type.unwrap_or_default(),
+        }))
+    }
+}
+
+/// Serves the Handler service on `listener` until `shutdown` completes; open calls finish first.
+pub async fn serve(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), tonic::transport::Error> {
+    let svc = HandlerServer::new(Service {
+        handlers: Handlers::default(),
+    })
+    .max_decoding_message_size(crate::MAX_BODY_BYTES);
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(svc)
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .await
+}

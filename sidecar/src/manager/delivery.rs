@@ -1,0 +1,24 @@
+//! How events reach the app: CloudEvents over HTTP or the gRPC Handler service, behind one `attempt`.
+
+use super::delivery_grpc::GrpcDelivery;
+use super::delivery_http::{HttpDelivery, Outcome};
+use std::time::Duration;
+use switchyard_protocol::frame::Request;
+
+/// The app's protocol, with its client.
+pub enum Delivery {
+    /// CloudEvents HTTP binary mode.
+    Http(Box<HttpDelivery>),
+    /// The `switchyard.v1.Handler` gRPC service.
+    Grpc(Box<GrpcDelivery>),
+}
+
+impl Delivery {
+    /// One delivery attempt bounded by `timeout`.
+    pub async fn attempt(&self, ev: &Request, timeout: Duration) -> Outcome {
+        match self {
+            Delivery::Http(h) => h.attempt(ev, timeout).await,
+            Delivery::Grpc(g) => g.attempt(ev, timeout).await,
+        }
+    }
+}
