@@ -6,7 +6,7 @@ SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: test lint unit e2e tools cluster-up cluster-down demo down crds
+.PHONY: test lint unit e2e tools cluster-up cluster-down demo down crds fuzz
 
 test: lint
 	$(CARGO) test --workspace --all-targets --no-fail-fast
@@ -39,3 +39,12 @@ down:
 
 crds:
 	$(CARGO) run -q -p switchyard-crds --bin crdgen
+
+# Deeper fuzzing than `make test` does: each cargo-fuzz target for FUZZ_SECONDS (needs a nightly toolchain;
+# cargo-fuzz is installed on first use). `make test` runs the same properties on mutated seeds.
+FUZZ_SECONDS ?= 60
+fuzz:
+	command -v cargo-fuzz >/dev/null || $(CARGO) install cargo-fuzz --locked
+	for t in frame_decode http_request; do \
+	  $(CARGO) +nightly fuzz run $$t -- -max_total_time=$(FUZZ_SECONDS); \
+	done

@@ -3,6 +3,8 @@
 
 pub mod config;
 pub mod frame;
+#[doc(hidden)]
+pub mod fuzz_checks;
 pub mod ports;
 
 /// The router's client-facing gRPC API (`proto/switchyard/v1/gateway.proto`).

@@ -151,6 +151,25 @@ pub fn body_payload(
         .map_err(|_| Rejection::new(400, "body could not be re-encoded"))
 }
 
+/// The event payload of a body route from the body as received: syntax, then the schema when the
+/// route has one, then the path parameters merged in.
+pub fn body_event(
+    route: &HttpRoute,
+    raw: Bytes,
+    path_params: Map<String, Value>,
+) -> Result<Bytes, Rejection> {
+    if route.schema.is_none() && path_params.is_empty() {
+        // Nothing needs the parsed value: check the syntax and forward the bytes as received.
+        check_syntax(&raw)?;
+        return Ok(raw);
+    }
+    let parsed = parse_json(&raw)?;
+    if let Some(schema) = &route.schema {
+        check_schema(schema, &parsed)?;
+    }
+    body_payload(route, raw, Some(parsed), path_params)
+}
+
 /// The event payload of a GET or DELETE route: path and query parameters as one JSON object.
 pub fn params_payload(
     route: &HttpRoute,

@@ -14,6 +14,8 @@ pub mod cli;
 pub mod config;
 pub mod dispatch;
 pub mod edge;
+#[doc(hidden)]
+pub mod fuzz_checks;
 pub mod listener;
 pub mod manager;
 pub mod metrics;

@@ -132,26 +132,9 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
                     );
                 }
             };
-        if route.schema.is_none() && !route.has_path_params() {
-            // Nothing needs the parsed value: check the syntax and forward the bytes as received.
-            if let Err(r) = edge::check_syntax(&raw) {
-                return (rejected(r), label);
-            }
-            raw
-        } else {
-            let parsed = match edge::parse_json(&raw) {
-                Ok(v) => v,
-                Err(r) => return (rejected(r), label),
-            };
-            if let Some(schema) = &route.schema
-                && let Err(r) = edge::check_schema(schema, &parsed)
-            {
-                return (rejected(r), label);
-            }
-            match edge::body_payload(route, raw, Some(parsed), params) {
-                Ok(p) => p,
-                Err(r) => return (rejected(r), label),
-            }
+        match edge::body_event(route, raw, params) {
+            Ok(p) => p,
+            Err(r) => return (rejected(r), label),
         }
     } else {
         match edge::params_payload(route, parts.uri.query(), params) {
