@@ -17,6 +17,7 @@ pub mod edge;
 pub mod listener;
 pub mod manager;
 pub mod metrics;
+pub mod otel;
 pub mod params;
 pub mod problem;
 pub mod roles;
