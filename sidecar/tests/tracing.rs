@@ -23,9 +23,18 @@ fn tracing_block(rx: &Receiver, ratio: f64) -> Value {
 }
 
 async fn traced_mesh(rx: &Receiver, ratio: f64) -> (Mesh, u16) {
+    traced_mesh_env(rx, ratio, Vec::new()).await
+}
+
+async fn traced_mesh_env(
+    rx: &Receiver,
+    ratio: f64,
+    env: Vec<(&'static str, &'static str)>,
+) -> (Mesh, u16) {
     let grpc_port = free_port();
     let opts = Opts {
         tracing: Some(tracing_block(rx, ratio)),
+        env,
         ..Opts::default()
     };
     let mesh = Mesh::start_with(opts, |cfg| {
@@ -234,7 +243,9 @@ async fn a_grpc_call_is_one_trace_and_errors_set_span_status() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sampling_ratio_zero_exports_nothing_but_sampled_parents_are_followed() {
     let rx = Receiver::start().await;
-    let (mut mesh, _) = traced_mesh(&rx, 0.0).await;
+    // No scheduled export within the test: what arrives was flushed at exit.
+    let (mut mesh, _) =
+        traced_mesh_env(&rx, 0.0, vec![("OTEL_BSP_SCHEDULE_DELAY", "600000")]).await;
     let mut roots = Vec::new();
     for _ in 0..5 {
         let r = post_echo(&mesh, None).await;
@@ -243,6 +254,11 @@ async fn sampling_ratio_zero_exports_nothing_but_sampled_parents_are_followed() 
     // A client that sampled its trace is followed (ParentBased), which also shows export works here.
     let tp = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
     post_echo(&mesh, Some(&tp)).await;
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        rx.spans().is_empty(),
+        "nothing exported before the exit flush"
+    );
     // SIGTERM: both sidecars drain and flush their exporters before they exit.
     mesh.router.sigterm();
     mesh.manager.as_ref().unwrap().sigterm();

@@ -230,6 +230,8 @@ pub struct Opts {
     pub start_manager: bool,
     /// The `tracing` block given to the router (`spec.tracing`) and the manager (`tracing`).
     pub tracing: Option<Value>,
+    /// Extra environment of both sidecars (set last, so it wins).
+    pub env: Vec<(&'static str, &'static str)>,
 }
 
 impl Default for Opts {
@@ -240,6 +242,7 @@ impl Default for Opts {
             response_timeout: "3s",
             start_manager: true,
             tracing: None,
+            env: Vec::new(),
         }
     }
 }
@@ -324,6 +327,7 @@ impl Mesh {
             rcfg["spec"]["tracing"] = t.clone();
             env.push(("OTEL_BSP_SCHEDULE_DELAY", "100"));
         }
+        env.extend(opts.env.iter().copied());
         let mcfg = write_json(dir.path(), "manager.json", &mcfg);
         patch(&mut rcfg);
         let rcfg = write_json(dir.path(), "router.json", &rcfg);
