@@ -139,15 +139,15 @@ fn building_twice_gives_identical_objects() {
         "a reconcile with nothing changed must apply the same bytes"
     );
     assert_eq!(
-        build::manager::build(&manager, &settings()).expect("a"),
-        build::manager::build(&manager, &settings()).expect("b")
+        build::manager::build(&manager, Some(&router), &settings()).expect("a"),
+        build::manager::build(&manager, Some(&router), &settings()).expect("b")
     );
 }
 
 #[test]
 fn manager_gets_a_native_sidecar_and_keeps_the_users_template() {
-    let (_, manager) = quickstart();
-    let c = build::manager::build(&manager, &settings()).expect("builds");
+    let (router, manager) = quickstart();
+    let c = build::manager::build(&manager, Some(&router), &settings()).expect("builds");
     assert_eq!(c.deployments.len(), 1);
     let d = &c.deployments[0];
     assert_eq!(d.metadata.name.as_deref(), Some("handlers-manager"));
@@ -199,7 +199,7 @@ fn per_event_type_split_builds_one_deployment_per_type() {
         .managers
         .remove(0);
     m.metadata.namespace = Some("shop".into());
-    let c = build::manager::build(&m, &settings()).expect("builds");
+    let c = build::manager::build(&m, None, &settings()).expect("builds");
     let names: Vec<_> = c
         .deployments
         .iter()
@@ -245,6 +245,25 @@ fn per_event_type_destinations_select_the_types_pods() {
     let cfg = build::router::render_config(&router, &[m]).expect("renders");
     let d = &cfg.destinations[&"orders.create".into()];
     assert_eq!(d.pod_selector[meta::EVENT_TYPE], "orders-create");
+}
+
+#[test]
+fn managers_follow_their_routers_tracing() {
+    let (mut router, manager) = quickstart();
+    router.spec.tracing = Some(switchyard_crds::router::Tracing {
+        otlp_endpoint: "http://otel-collector.observability:4317".into(),
+        sampling_ratio: 0.1,
+    });
+    let config = |c: &build::manager::ManagerChildren| -> ManagerConfig {
+        serde_json::from_str(&c.config_map.data.as_ref().expect("data")["config.json"])
+            .expect("config parses")
+    };
+    let c = build::manager::build(&manager, Some(&router), &settings()).expect("builds");
+    assert_eq!(config(&c).tracing, router.spec.tracing);
+    // A missing Router (RouterNotFound) or one without tracing: none, and the config hash follows.
+    let off = build::manager::build(&manager, None, &settings()).expect("builds");
+    assert_eq!(config(&off).tracing, None);
+    assert_ne!(c.config_map, off.config_map);
 }
 
 #[test]

@@ -4,11 +4,12 @@
 //! Both the HTTP and the gRPC listener end here, so their stage timing and shedding agree.
 
 use crate::listener::Edge;
+use crate::otel::request::RequestTrace;
 use crate::router::{CallError, CallTimes, Outgoing};
 use crate::timing::StageTimes;
 use bytes::Bytes;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use switchyard_protocol::frame::Response;
 
 /// Timestamps of one request's stages.
@@ -28,6 +29,8 @@ pub struct Clock {
     pub queue: Duration,
     /// The app's time.
     pub app: Duration,
+    /// The request's spans, when tracing is on.
+    pub trace: Option<RequestTrace>,
 }
 
 impl Clock {
@@ -41,6 +44,7 @@ impl Clock {
             call_end: None,
             queue: Duration::ZERO,
             app: Duration::ZERO,
+            trace: None,
         }
     }
 
@@ -50,6 +54,7 @@ impl Clock {
         let total = end - self.start;
         let mut t = StageTimes {
             total,
+            trace_id: self.trace.as_ref().and_then(RequestTrace::timing_trace_id),
             ..StageTimes::default()
         };
         if let (Some(checked), Some(admitted)) = (self.checked, self.admitted) {
@@ -89,8 +94,23 @@ pub enum Failure {
     Call(CallError),
 }
 
+impl Failure {
+    /// A short name for spans (`error.type`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Failure::Shed => "shed",
+            Failure::NoManager => "no_manager",
+            Failure::Call(CallError::NoEndpoint) => "no_endpoint",
+            Failure::Call(CallError::NoCredit) => "no_credit",
+            Failure::Call(CallError::Timeout) => "timeout",
+            Failure::Call(CallError::Lost) => "lost",
+        }
+    }
+}
+
 /// Admits the event at the broker, sends it to a manager of its type and waits for the answer until
-/// `deadline`. Records the stage timestamps in `clock` (`checked` is taken on entry).
+/// `deadline`. Records the stage timestamps in `clock` (`checked` is taken on entry), and the broker
+/// and send spans when the request is traced.
 pub async fn dispatch(
     edge: &Edge,
     event: &Arc<str>,
@@ -100,6 +120,24 @@ pub async fn dispatch(
     clock: &mut Clock,
 ) -> Result<Response, Failure> {
     clock.checked = Some(Instant::now());
+    if let Some(t) = clock.trace.as_mut() {
+        t.broker_start(event, SystemTime::now());
+    }
+    let result = route(edge, event, payload, traceparent, deadline, clock).await;
+    if let Some(t) = clock.trace.as_mut() {
+        t.routed(result.as_ref().map(|r| r.status).map_err(Failure::name));
+    }
+    result
+}
+
+async fn route(
+    edge: &Edge,
+    event: &Arc<str>,
+    payload: Bytes,
+    traceparent: String,
+    deadline: Instant,
+    clock: &mut Clock,
+) -> Result<Response, Failure> {
     let Some(_admitted) = edge.broker.admit() else {
         return Err(Failure::Shed);
     };
@@ -108,9 +146,15 @@ pub async fn dispatch(
         clock.call_end = clock.admitted;
         return Err(Failure::NoManager);
     };
+    let ce_id = format!("{:032x}", fastrand::u128(..));
+    // Traced: the manager's spans hang under the send span, so its context is what travels.
+    let traceparent = match clock.trace.as_mut() {
+        Some(t) => t.send_start(event, &ce_id),
+        None => traceparent,
+    };
     let out = Outgoing {
         event: event.clone(),
-        ce_id: format!("{:032x}", fastrand::u128(..)),
+        ce_id,
         traceparent,
         payload,
     };

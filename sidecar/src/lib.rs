@@ -19,6 +19,7 @@ pub mod fuzz_checks;
 pub mod listener;
 pub mod manager;
 pub mod metrics;
+pub mod otel;
 pub mod params;
 pub mod problem;
 pub mod roles;

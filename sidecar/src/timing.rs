@@ -24,6 +24,8 @@ pub struct StageTimes {
     pub app: Option<Duration>,
     /// Wall time of the whole request at the router.
     pub total: Duration,
+    /// Trace id shown as `trace;desc=<id>` when tracing is on.
+    pub trace_id: Option<u128>,
 }
 
 impl StageTimes {
@@ -51,6 +53,9 @@ impl StageTimes {
             }
         }
         push_entry(&mut out, "total", self.total);
+        if let Some(id) = self.trace_id {
+            let _ = write!(out, ", trace;desc={id:032x}");
+        }
         out
     }
 }
@@ -97,6 +102,27 @@ mod tests {
             ..StageTimes::default()
         };
         assert_eq!(t.header_value(), "listener;dur=0.050, total;dur=0.051");
+    }
+
+    #[test]
+    fn trace_id_comes_last_as_32_hex_digits() {
+        let t = StageTimes {
+            total: us(7),
+            trace_id: Some(0x0af7651916cd43dd8448eb211c80319c),
+            ..StageTimes::default()
+        };
+        assert_eq!(
+            t.header_value(),
+            "total;dur=0.007, trace;desc=0af7651916cd43dd8448eb211c80319c"
+        );
+        let t = StageTimes {
+            trace_id: Some(1),
+            ..StageTimes::default()
+        };
+        assert!(
+            t.header_value()
+                .ends_with("trace;desc=00000000000000000000000000000001")
+        );
     }
 
     #[test]

@@ -7,14 +7,19 @@ use switchyard_protocol::config::{ManagerConfig, RouterConfig};
 /// Namespace objects without one get, as `kubectl apply` would in a default context.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
-/// The manager-role config for `manager`, with the app reached on `app_port` instead of the declared port.
-pub fn manager_config(manager: &Manager, app_port: u16) -> anyhow::Result<ManagerConfig> {
+/// The manager-role config for `manager` (of `router`, when the file has it), with the app reached on
+/// `app_port` instead of the declared port.
+pub fn manager_config(
+    manager: &Manager,
+    router: Option<&Router>,
+    app_port: u16,
+) -> anyhow::Result<ManagerConfig> {
     let mut manager = manager.clone();
     manager
         .metadata
         .namespace
         .get_or_insert_with(|| DEFAULT_NAMESPACE.into());
-    let mut config = switchyard_operator::build::manager::render_config(&manager)?;
+    let mut config = switchyard_operator::build::manager::render_config(&manager, router)?;
     config.app.port = i32::from(app_port);
     Ok(config)
 }

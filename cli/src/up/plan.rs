@@ -143,7 +143,11 @@ pub fn plan(
         let listen = ports.ephemeral()?;
         let admin = ports.ephemeral()?;
         let config_path = opts.state_dir.join(format!("manager-{name}.json"));
-        let config = serde_json::to_string_pretty(&config::manager_config(m, app_port)?)?;
+        let config = serde_json::to_string_pretty(&config::manager_config(
+            m,
+            router_of(&objs.routers, m),
+            app_port,
+        )?)?;
         plan.files.push((config_path.clone(), config));
         let events = m
             .spec
@@ -315,6 +319,13 @@ pub fn rewrite_port(args: &[String], port: u16) -> Vec<String> {
 }
 
 /// The ports a Router's sidecar binds, with the field that sets each.
+/// The Router of `manager` among those in the file (same name, same namespace or both unset).
+fn router_of<'a>(routers: &'a [Router], manager: &Manager) -> Option<&'a Router> {
+    routers.iter().find(|r| {
+        r.name_any() == manager.spec.router_ref.name && r.namespace() == manager.namespace()
+    })
+}
+
 fn router_ports(r: &Router) -> Vec<(&'static str, i32)> {
     let l = &r.spec.listeners;
     let mut out = vec![("spec.listeners.http.port", l.http.port)];
@@ -505,6 +516,36 @@ spec:
             p.try_command.as_deref(),
             Some("curl -i http://127.0.0.1:8080/noop")
         );
+        Ok(())
+    }
+
+    #[test]
+    fn managers_get_their_routers_tracing() -> anyhow::Result<()> {
+        let yaml = TWO_MANAGERS.replace(
+            "  listeners: {http: {port: 8080}, websocket: {path: /ws}}\n",
+            "  listeners: {http: {port: 8080}, websocket: {path: /ws}}\n  tracing: {otlpEndpoint: \"http://127.0.0.1:4317\", samplingRatio: 0.5}\n",
+        );
+        let p = plan_of(&yaml, true)?;
+        let (_, text) = p
+            .files
+            .iter()
+            .find(|(path, _)| path.ends_with("manager-a.json"))
+            .context("manager config")?;
+        let cfg: switchyard_protocol::config::ManagerConfig = serde_json::from_str(text)?;
+        let t = cfg.tracing.context("tracing")?;
+        assert_eq!(
+            (t.otlp_endpoint.as_str(), t.sampling_ratio),
+            ("http://127.0.0.1:4317", 0.5)
+        );
+        // Without tracing on the Router, none on the Managers.
+        let p = plan_of(TWO_MANAGERS, true)?;
+        let (_, text) = p
+            .files
+            .iter()
+            .find(|(path, _)| path.ends_with("manager-a.json"))
+            .context("manager config")?;
+        let cfg: switchyard_protocol::config::ManagerConfig = serde_json::from_str(text)?;
+        assert_eq!(cfg.tracing, None);
         Ok(())
     }
 

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use std::collections::BTreeMap;
 use switchyard_crds::manager::Split;
-use switchyard_crds::{EventType, Manager};
+use switchyard_crds::{EventType, Manager, Router};
 use switchyard_protocol::config::{self, ManagerConfig};
 use switchyard_protocol::ports;
 
@@ -50,7 +50,9 @@ pub fn per_type_name(manager: &str, event: &EventType) -> String {
 
 /// Builds every child of `manager`.
 /// The manager-role sidecar config of `manager`.
-pub fn render_config(manager: &Manager) -> Result<ManagerConfig, Error> {
+/// `router` is the Manager's Router as observed (`None` while it does not exist): its tracing settings
+/// are the manager sidecars' too, so their spans join the router's traces.
+pub fn render_config(manager: &Manager, router: Option<&Router>) -> Result<ManagerConfig, Error> {
     let spec = &manager.spec;
     Ok(ManagerConfig {
         name: manager.name_any(),
@@ -64,20 +66,25 @@ pub fn render_config(manager: &Manager) -> Result<ManagerConfig, Error> {
         split: spec.scaling.split,
         destinations: Default::default(),
         static_endpoints: Default::default(),
-        tracing: None,
+        tracing: router.and_then(|r| r.spec.tracing.clone()),
     })
 }
 
-pub fn build(manager: &Manager, settings: &BuildSettings) -> Result<ManagerChildren, Error> {
+pub fn build(
+    manager: &Manager,
+    router: Option<&Router>,
+    settings: &BuildSettings,
+) -> Result<ManagerChildren, Error> {
     let name = manager.name_any();
     let spec = &manager.spec;
     let labels = meta::labels(MANAGER, &name);
     let selector = meta::selector(MANAGER, &name);
-    let rendered =
-        serde_json::to_string_pretty(&render_config(manager)?).map_err(|e| Error::Build {
+    let rendered = serde_json::to_string_pretty(&render_config(manager, router)?).map_err(|e| {
+        Error::Build {
             what: "manager config".into(),
             message: e.to_string(),
-        })?;
+        }
+    })?;
     let config_hash = meta::hash(&rendered);
 
     let config_map = ConfigMap {

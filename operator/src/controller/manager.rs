@@ -104,7 +104,7 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
     let mut per_type = Vec::new();
     let mut applied = String::new();
     if !problem.as_ref().is_some_and(|p| p.blocks_apply) {
-        let children = build::manager::build(manager, &ctx.build)?;
+        let children = build::manager::build(manager, router.as_ref(), &ctx.build)?;
         apply(&ctx.client, &children.config_map).await?;
         apply(&ctx.client, &children.service).await?;
         let mut rollouts = Vec::new();

@@ -9,6 +9,7 @@ use super::Edge;
 use crate::dispatch::{self, Clock, Failure};
 use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
+use crate::otel::request::RequestTrace;
 use crate::router::CallError;
 use crate::routes::RouteError;
 use crate::timing::StageTimes;
@@ -213,6 +214,8 @@ struct Outcome {
 
 /// One `Call` or `Connect` message, from checks to the manager's answer.
 struct Message<'a> {
+    /// `Call` or `Connect`.
+    rpc: &'static str,
     method: &'a str,
     payload: Bytes,
     traceparent: Option<&'a [u8]>,
@@ -224,6 +227,14 @@ struct Message<'a> {
 
 async fn handle(edge: &Edge, routes: &GrpcRoutes, msg: Message<'_>) -> Outcome {
     let mut clock = Clock::new(msg.start);
+    if let Some(otel) = &edge.otel {
+        clock.trace = Some(RequestTrace::grpc(
+            otel,
+            msg.traceparent,
+            msg.rpc,
+            msg.method,
+        ));
+    }
     let (result, label) = process(edge, routes, msg, &mut clock).await;
     let times = clock.stages();
     let status = match &result {
@@ -232,6 +243,12 @@ async fn handle(edge: &Edge, routes: &GrpcRoutes, msg: Message<'_>) -> Outcome {
     };
     edge.metrics
         .observe(&label, status, times.total.as_secs_f64());
+    if let Some(t) = clock.trace.take() {
+        match &result {
+            Ok(a) => t.finish_grpc("OK", Some(a.status), ""),
+            Err(r) => t.finish_grpc(code_name(r.code), None, &r.message),
+        }
+    }
     Outcome { result, times }
 }
 
@@ -250,6 +267,9 @@ async fn process(
         return (Err(r), edge.unmatched.clone());
     };
     let label = EventLabel(route.event.clone());
+    if let Some(t) = &clock.trace {
+        t.matched(None, &route.event);
+    }
     let mut deadline = clock.start + route.timeout;
     if let Some(d) = msg.client_deadline {
         deadline = deadline.min(d);
@@ -416,6 +436,7 @@ impl gateway_server::Gateway for Gateway {
             &self.edge,
             &self.routes,
             Message {
+                rpc: "Call",
                 method: &req.method,
                 payload: Bytes::from(req.payload),
                 traceparent: tp,
@@ -503,6 +524,7 @@ async fn read_stream(
                 &gw.edge,
                 &gw.routes,
                 Message {
+                    rpc: "Connect",
                     method: &msg.method,
                     payload: Bytes::from(msg.payload),
                     traceparent: tp.as_deref(),

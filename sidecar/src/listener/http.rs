@@ -5,6 +5,7 @@ use super::reply::Reply;
 use crate::dispatch::{Clock, Failure, dispatch};
 use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
+use crate::otel::request::RequestTrace;
 use crate::router::CallError;
 use crate::routes::Lookup;
 use crate::traceparent;
@@ -53,10 +54,23 @@ async fn handle(
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
     let mut clock = Clock::new(Instant::now());
+    if let Some(otel) = &edge.otel {
+        clock.trace = Some(RequestTrace::http(
+            otel,
+            req.headers()
+                .get(traceparent::HEADER)
+                .map(HeaderValue::as_bytes),
+            req.method().as_str(),
+            req.uri().path(),
+        ));
+    }
     let (reply, label) = process(&edge, req, &mut clock).await;
     let times = clock.stages();
     edge.metrics
         .observe(&label, reply.status, times.total.as_secs_f64());
+    if let Some(t) = clock.trace.take() {
+        t.finish_http(reply.status);
+    }
     Ok(reply.into_response(&times))
 }
 
@@ -87,6 +101,9 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
     };
     let label = EventLabel(route.event.clone());
     let deadline = clock.start + route.timeout;
+    if let Some(t) = &clock.trace {
+        t.matched(Some((parts.method.as_str(), &route.template)), &route.event);
+    }
 
     let payload = if route.has_body() {
         let content_type = parts

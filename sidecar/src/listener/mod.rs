@@ -24,4 +24,6 @@ pub struct Edge {
     pub metrics: Arc<Metrics>,
     /// Label of requests that matched no route.
     pub unmatched: EventLabel,
+    /// Span export; `None` when tracing is off.
+    pub otel: Option<Arc<crate::otel::Otel>>,
 }

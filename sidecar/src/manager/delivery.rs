@@ -2,6 +2,7 @@
 
 use super::delivery_grpc::GrpcDelivery;
 use super::delivery_http::{HttpDelivery, Outcome};
+use crate::otel::inbound::AppTarget;
 use std::time::Duration;
 use switchyard_protocol::frame::Request;
 
@@ -14,6 +15,14 @@ pub enum Delivery {
 }
 
 impl Delivery {
+    /// What a delivery targets, for the delivery span's attributes.
+    pub fn target(&self) -> AppTarget<'_> {
+        match self {
+            Delivery::Http(h) => AppTarget::Http(h.path()),
+            Delivery::Grpc(_) => AppTarget::Grpc,
+        }
+    }
+
     /// One delivery attempt bounded by `timeout`.
     pub async fn attempt(&self, ev: &Request, timeout: Duration) -> Outcome {
         match self {

@@ -73,6 +73,11 @@ impl HttpDelivery {
         })
     }
 
+    /// The path events are posted to.
+    pub fn path(&self) -> &str {
+        self.uri.path()
+    }
+
     /// One attempt, bounded by `timeout`.
     pub async fn attempt(&self, ev: &Request, timeout: Duration) -> Outcome {
         let header = |v: &str, name: &str| {

@@ -5,6 +5,8 @@ pub use super::delivery::Delivery;
 use super::delivery_http::Outcome;
 use crate::backoff;
 use crate::metrics::{EventLabel, EventLabels, Metrics};
+use crate::otel::Otel;
+use crate::otel::inbound::InboundTrace;
 use crate::problem;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -41,6 +43,7 @@ pub struct Worker {
     admitted: AtomicUsize,
     delivery: Delivery,
     metrics: Arc<Metrics>,
+    otel: Option<Arc<Otel>>,
 }
 
 fn problem_response(id: u64, status: u16, detail: &str) -> Response {
@@ -77,7 +80,14 @@ impl Worker {
             admitted: AtomicUsize::new(0),
             delivery,
             metrics,
+            otel: None,
         }
+    }
+
+    /// Records spans of every event (inbound, queue wait, delivery) when `otel` is set.
+    pub fn with_tracing(mut self, otel: Option<Arc<Otel>>) -> Worker {
+        self.otel = otel;
+        self
     }
 
     /// Credits granted to each router connection: the queue capacity.
@@ -87,6 +97,21 @@ impl Worker {
 
     /// Handles one event; `None` when it was cancelled (nothing is sent back but the credit).
     pub async fn handle(&self, ev: Request, cancel: CancellationToken) -> Option<Response> {
+        let Some(otel) = &self.otel else {
+            return self.handle_traced(ev, cancel, None).await;
+        };
+        let mut trace = InboundTrace::start(otel, &ev.event, &ev.ce_id, &ev.traceparent);
+        let resp = self.handle_traced(ev, cancel, Some(&mut trace)).await;
+        trace.finish(resp.as_ref().map(|r| r.status));
+        resp
+    }
+
+    async fn handle_traced(
+        &self,
+        ev: Request,
+        cancel: CancellationToken,
+        trace: Option<&mut InboundTrace>,
+    ) -> Option<Response> {
         let arrived = Instant::now();
         let Some(label) = self.events.get(&ev.event) else {
             let detail = format!("this Manager pod does not handle event type {:?}", ev.event);
@@ -109,7 +134,7 @@ impl Worker {
             ms => Some(arrived + Duration::from_millis(ms.into())),
         };
         let started = Instant::now();
-        let resp = self.deliver(&ev, label, deadline, &cancel).await;
+        let resp = self.deliver(&ev, label, deadline, &cancel, trace).await;
         let status = resp.as_ref().map_or(499, |r| r.status);
         self.metrics
             .observe(label, status, started.elapsed().as_secs_f64());
@@ -122,9 +147,13 @@ impl Worker {
         label: &EventLabel,
         deadline: Option<Instant>,
         cancel: &CancellationToken,
+        mut trace: Option<&mut InboundTrace>,
     ) -> Option<Response> {
         let arrived = Instant::now();
         self.metrics.queued.inc();
+        if let Some(t) = trace.as_deref_mut() {
+            t.queue_start(&ev.event);
+        }
         let permit = tokio::select! {
             p = self.slots.acquire() => p.ok(),
             _ = cancel.cancelled() => {
@@ -134,6 +163,9 @@ impl Worker {
             _ = sleep_until(deadline) => None,
         };
         self.metrics.queued.dec();
+        if let Some(t) = trace.as_deref_mut() {
+            t.queue_end(permit.is_none().then_some("deadline"));
+        }
         let queue_us = micros(arrived.elapsed());
         let Some(_permit) = permit else {
             let mut r = problem_response(
@@ -147,7 +179,27 @@ impl Worker {
         self.metrics.in_flight.inc();
         let _in_flight = GaugeGuard(&self.metrics);
         let app_start = Instant::now();
-        let outcome = self.with_retries(ev, label, deadline, cancel).await?;
+        let outcome = match trace {
+            None => self.with_retries(ev, label, deadline, cancel, None).await?,
+            Some(t) => {
+                // The app's traceparent is the delivery span's, so its spans hang under it.
+                let traced = Request {
+                    traceparent: t.deliver_start(&ev.event, &ev.ce_id, self.delivery.target()),
+                    ..ev.clone()
+                };
+                let out = self
+                    .with_retries(&traced, label, deadline, cancel, Some(&mut *t))
+                    .await;
+                t.deliver_end(match &out {
+                    Some(Outcome::Answer { status, .. }) => Ok(*status),
+                    Some(Outcome::Unreachable(_)) => Err("unreachable"),
+                    Some(Outcome::TimedOut) => Err("timeout"),
+                    Some(Outcome::Invalid(_)) => Err("invalid"),
+                    None => Err("cancelled"),
+                });
+                out?
+            }
+        };
         let app_us = micros(app_start.elapsed());
         let mut resp = match outcome {
             Outcome::Answer {
@@ -219,6 +271,7 @@ impl Worker {
         label: &EventLabel,
         deadline: Option<Instant>,
         cancel: &CancellationToken,
+        mut trace: Option<&mut InboundTrace>,
     ) -> Option<Outcome> {
         let mut attempt = 0u32;
         loop {
@@ -257,6 +310,13 @@ impl Worker {
                     event: label.clone(),
                 })
                 .inc();
+            if let Some(t) = trace.as_deref_mut() {
+                let reason = match &outcome {
+                    Outcome::Answer { status, .. } => status.to_string(),
+                    _ => "unreachable".to_owned(),
+                };
+                t.retry(attempt, reason);
+            }
             tokio::select! {
                 _ = tokio::time::sleep(wait) => {}
                 _ = cancel.cancelled() => return None,

@@ -37,22 +37,32 @@ pub async fn run(
                 .map_err(|e| crate::config::field_error(config_file, "app.path", e))?,
         )),
     };
+    let otel = crate::otel::configure(
+        c.tracing.as_ref(),
+        "tracing",
+        crate::otel::Role::Manager,
+        config_file,
+    )?
+    .map(Arc::new);
     let metrics = Metrics::new();
     let events: Vec<String> = s.events.iter().map(|e| e.as_str().to_owned()).collect();
-    let worker = Arc::new(Worker::new(
-        Settings {
-            max_in_flight: s.max_in_flight,
-            queue_capacity: s.queue_capacity,
-            attempt_timeout: c.workers.timeout.into(),
-            attempts: s.attempts,
-            backoff: c.workers.retries.backoff.into(),
-            max_backoff: c.workers.retries.max_backoff.into(),
-            dead_letter: c.workers.dead_letter.is_some(),
-        },
-        &events,
-        delivery,
-        metrics.clone(),
-    ));
+    let worker = Arc::new(
+        Worker::new(
+            Settings {
+                max_in_flight: s.max_in_flight,
+                queue_capacity: s.queue_capacity,
+                attempt_timeout: c.workers.timeout.into(),
+                attempts: s.attempts,
+                backoff: c.workers.retries.backoff.into(),
+                max_backoff: c.workers.retries.max_backoff.into(),
+                dead_letter: c.workers.dead_letter.is_some(),
+            },
+            &events,
+            delivery,
+            metrics.clone(),
+        )
+        .with_tracing(otel.clone()),
+    );
     let ready = Readiness::default();
     let admin = admin::bind(admin_addr)
         .await
@@ -84,5 +94,8 @@ pub async fn run(
         tracing::warn!("drain limit reached with deliveries still open");
     }
     tracing::info!("manager drained");
+    if let Some(o) = &otel {
+        o.shutdown().await;
+    }
     Ok(())
 }

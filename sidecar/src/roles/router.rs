@@ -65,6 +65,22 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
             tracing::warn!(event = %route.event, method = %route.method, "no Manager handles this event type yet; its gRPC calls get UNAVAILABLE");
         }
     }
+    let mut otel = crate::otel::configure(
+        settings.config.spec.tracing.as_ref(),
+        "spec.tracing",
+        crate::otel::Role::Router,
+        config_file,
+    )?;
+    if let Some(o) = otel.as_mut() {
+        // A timing middleware with `traceId: false` keeps the trace id out of Server-Timing.
+        o.trace_in_timing = !settings
+            .config
+            .spec
+            .middleware
+            .iter()
+            .any(|m| m.timing.as_ref().is_some_and(|t| !t.trace_id));
+    }
+    let otel = otel.map(Arc::new);
     let metrics = Metrics::new();
     let ready = Readiness::default();
     let admin = admin::bind(admin_addr)
@@ -91,6 +107,7 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
         router: Router::start(&settings.config, metrics.clone()),
         metrics,
         unmatched: EventLabel(Arc::from("unmatched")),
+        otel: otel.clone(),
     });
     let drain = CancellationToken::new();
     let grpc_server = match grpc_listener {
@@ -116,5 +133,8 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
         let _ = g.await;
     }
     tracing::info!("router drained");
+    if let Some(o) = &otel {
+        o.shutdown().await;
+    }
     Ok(())
 }

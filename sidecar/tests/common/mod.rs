@@ -3,6 +3,8 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod otlp;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
@@ -229,6 +231,10 @@ pub struct Opts {
     /// Deliver over the gRPC Handler service to an app the test runs on this port, instead of HTTP to
     /// the test app.
     pub grpc_app_port: Option<u16>,
+    /// The `tracing` block given to the router (`spec.tracing`) and the manager (`tracing`).
+    pub tracing: Option<Value>,
+    /// Extra environment of both sidecars (set last, so it wins).
+    pub env: Vec<(&'static str, &'static str)>,
 }
 
 impl Default for Opts {
@@ -239,6 +245,8 @@ impl Default for Opts {
             response_timeout: "3s",
             start_manager: true,
             grpc_app_port: None,
+            tracing: None,
+            env: Vec::new(),
         }
     }
 }
@@ -318,13 +326,22 @@ impl Mesh {
         let app = TestApp::start().await;
         let (http_port, manager_port, router_admin, manager_admin) =
             (free_port(), free_port(), free_port(), free_port());
-        let mcfg = write_json(dir.path(), "manager.json", &manager_config(app.port, &opts));
+        let mut mcfg = manager_config(app.port, &opts);
         let mut rcfg = router_config(http_port, manager_port, opts.response_timeout);
+        // Traced meshes export every 100 ms rather than every 5 s, so tests see spans soon.
+        let mut env: Vec<(&str, &str)> = Vec::new();
+        if let Some(t) = &opts.tracing {
+            mcfg["tracing"] = t.clone();
+            rcfg["spec"]["tracing"] = t.clone();
+            env.push(("OTEL_BSP_SCHEDULE_DELAY", "100"));
+        }
+        env.extend(opts.env.iter().copied());
+        let mcfg = write_json(dir.path(), "manager.json", &mcfg);
         patch(&mut rcfg);
         let rcfg = write_json(dir.path(), "router.json", &rcfg);
         let manager = opts
             .start_manager
-            .then(|| spawn_manager(dir.path(), &mcfg, manager_port, manager_admin));
+            .then(|| spawn_manager_env(dir.path(), &mcfg, manager_port, manager_admin, &env));
         let router = Proc::spawn(
             &[
                 "--log-format",
@@ -338,7 +355,7 @@ impl Mesh {
                 &format!("127.0.0.1:{router_admin}"),
             ],
             dir.path().join("router.log"),
-            &[],
+            &env,
         );
         let client = Http::new();
         wait_ready(&client, router_admin).await;
@@ -377,6 +394,17 @@ impl Mesh {
 }
 
 pub fn spawn_manager(dir: &Path, cfg: &Path, port: u16, admin: u16) -> Proc {
+    spawn_manager_env(dir, cfg, port, admin, &[])
+}
+
+/// `spawn_manager` with extra environment variables.
+pub fn spawn_manager_env(
+    dir: &Path,
+    cfg: &Path,
+    port: u16,
+    admin: u16,
+    env: &[(&str, &str)],
+) -> Proc {
     Proc::spawn(
         &[
             "--log-format",
@@ -390,7 +418,7 @@ pub fn spawn_manager(dir: &Path, cfg: &Path, port: u16, admin: u16) -> Proc {
             &format!("127.0.0.1:{admin}"),
         ],
         dir.join("manager.log"),
-        &[],
+        env,
     )
 }
 
