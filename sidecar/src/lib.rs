@@ -19,6 +19,7 @@ pub mod manager;
 pub mod metrics;
 pub mod params;
 pub mod problem;
+pub mod push;
 pub mod roles;
 pub mod router;
 pub mod routes;
