@@ -3,6 +3,8 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod pusher;
+
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;

@@ -48,6 +48,13 @@ const CLOSE_GRACE: Duration = Duration::from_secs(2);
 /// Messages written before a flush.
 const WRITE_BATCH: usize = 64;
 
+/// The size past which the connection is closed (1009) rather than the message refused with a
+/// reply: twice the limit plus 1 KiB, so a message a little too large gets a clear answer while
+/// memory per connection stays bounded.
+pub fn hard_limit(max: usize) -> usize {
+    max.saturating_mul(2).saturating_add(1024)
+}
+
 /// Process-unique connection ids, so the hub tells connections apart.
 static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 
@@ -57,7 +64,7 @@ type Ws = WebSocketStream<TokioIo<Upgraded>>;
 enum End {
     /// The router drains: finish replies, close with 1001.
     Drain,
-    /// A message over the limit: finish replies, close with 1009.
+    /// A message over the hard limit: finish replies, close with 1009.
     TooBig,
     /// The client sent a close frame: answer it, drop the pending work.
     ClientClosed,
@@ -94,9 +101,10 @@ impl Drop for Subs {
 pub async fn run(edge: Arc<Edge>, upgraded: Upgraded) {
     let Some(ws) = edge.ws.as_ref() else { return };
     let max = ws.routes.max_message;
+    let hard = hard_limit(max);
     let config = WebSocketConfig::default()
-        .max_message_size(Some(max))
-        .max_frame_size(Some(max));
+        .max_message_size(Some(hard))
+        .max_frame_size(Some(hard));
     let stream =
         WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
     edge.metrics.ws.connections.inc();
@@ -153,6 +161,20 @@ pub async fn run(edge: Arc<Edge>, upgraded: Upgraded) {
                 tracing::debug!(error = %e, "WebSocket connection failed");
                 break End::Gone;
             }
+            Some(Ok(Message::Text(text))) if text.len() > max => {
+                let status = 413;
+                edge.metrics.ws.message(incoming::INVALID, status);
+                let detail = format!(
+                    "the message is {} bytes; the limit is {max} (it was not read for an id)",
+                    text.len()
+                );
+                let timing = Clock::new(last_seen).stages().header_value();
+                queue(
+                    &tx,
+                    outgoing::refusal(&Value::Null, status, &detail, &timing),
+                    permit,
+                );
+            }
             Some(Ok(Message::Text(text))) => {
                 on_text(&edge, &text, &tx, &gone, &mut subs, permit, last_seen);
             }
@@ -189,19 +211,26 @@ pub async fn run(edge: Arc<Edge>, upgraded: Upgraded) {
                 },
                 _ => CloseFrame {
                     code: CloseCode::Size,
-                    reason: format!("message larger than {max} bytes").into(),
+                    reason: format!("message larger than {hard} bytes").into(),
                 },
             };
+            let too_big = matches!(end, End::TooBig);
             close_after_replies(&slots, &tx, &gone, frame).await;
-            // Read until the client's close frame (or a short grace) so the close is clean.
-            let _ = tokio::time::timeout(CLOSE_GRACE, async {
-                while let Some(Ok(m)) = stream.next().await {
-                    if matches!(m, Message::Close(_)) {
-                        break;
+            if too_big {
+                // The rest of the oversize message is unread: closing the socket now would reset
+                // it and the client could lose the close frame. Give it time to read it first.
+                tokio::time::sleep(CLOSE_GRACE).await;
+            } else {
+                // Read until the client's close frame (or a short grace) so the close is clean.
+                let _ = tokio::time::timeout(CLOSE_GRACE, async {
+                    while let Some(Ok(m)) = stream.next().await {
+                        if matches!(m, Message::Close(_)) {
+                            break;
+                        }
                     }
-                }
-            })
-            .await;
+                })
+                .await;
+            }
         }
     }
     drop(tx);
