@@ -325,7 +325,7 @@ async fn oversize_messages_close_with_1009_and_others_are_unaffected() {
         r["error"]["detail"]
             .as_str()
             .unwrap()
-            .contains(&format!("the limit is {MAX_MESSAGE}")),
+            .contains(&format!("over the limit of {MAX_MESSAGE}")),
         "{r}"
     );
     let r = ask(&mut ws, json!({"command": "noop", "id": 2})).await;

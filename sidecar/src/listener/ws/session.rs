@@ -165,7 +165,7 @@ pub async fn run(edge: Arc<Edge>, upgraded: Upgraded) {
                 let status = 413;
                 edge.metrics.ws.message(incoming::INVALID, status);
                 let detail = format!(
-                    "the message is {} bytes; the limit is {max} (it was not read for an id)",
+                    "the message is {} bytes, over the limit of {max}; it was not parsed, so this reply has no id",
                     text.len()
                 );
                 let timing = Clock::new(last_seen).stages().header_value();
