@@ -664,3 +664,49 @@ async fn drain_sends_pending_replies_then_closes_with_1001() {
         Some(0)
     );
 }
+
+#[tokio::test]
+async fn the_server_pings_and_closes_connections_that_stop_answering() {
+    let mesh = mesh(None).await;
+    let mut alive = connect(&mesh).await;
+    // Never read, so it never answers a ping.
+    let _silent = connect(&mesh).await;
+    poll(WAIT, "two connections", || async {
+        let m = metrics(&mesh).await;
+        (metric(&m, "switchyard_ws_connections ") == 2.0).then_some(())
+    })
+    .await;
+    // The server pings (every 10 s); the client library answers while it reads.
+    let pinged = tokio::time::timeout(Duration::from_secs(30), async {
+        loop {
+            if let Some(Ok(Message::Ping(_))) = alive.next().await {
+                return;
+            }
+        }
+    })
+    .await;
+    assert!(pinged.is_ok(), "no ping from the server");
+    // The silent one is closed after 30 s without a frame; the one that reads stays open.
+    let reader = tokio::spawn(async move {
+        loop {
+            match alive.next().await {
+                Some(Ok(_)) => continue,
+                other => return format!("{other:?}"),
+            }
+        }
+    });
+    poll(
+        Duration::from_secs(90),
+        "the silent connection closed",
+        || async {
+            let m = metrics(&mesh).await;
+            (metric(&m, "switchyard_ws_connections ") == 1.0).then_some(())
+        },
+    )
+    .await;
+    assert!(
+        !reader.is_finished(),
+        "the connection that reads was closed"
+    );
+    reader.abort();
+}
