@@ -566,27 +566,31 @@ async fn a_slow_reader_loses_its_own_pushes_and_never_slows_another() {
     .await;
     let marker = r["subscription"].as_u64().unwrap();
 
-    // Far more than the slow client's outbox and socket buffers hold: 2000 pushes of 8 KiB.
+    // Far more than the slow client's outbox and socket buffers hold: 2000 pushes of 8 KiB, in
+    // batches the fast client reads before the next is sent, so its outbox (256) never fills
+    // however loaded the machine is.
     let pad = "p".repeat(8 * 1024);
-    let n = 2000;
-    for i in 0..n {
-        pusher.push("tick", json!({"n": i, "pad": pad}).to_string());
-    }
-    pusher.push("marker", "{}");
+    let (batches, batch) = (10, 200);
     let mut next = 0;
-    loop {
-        let m = next_json(&mut fast).await;
-        if m["subscription"] == marker {
-            break;
+    for b in 0..batches {
+        for i in 0..batch {
+            pusher.push("tick", json!({"n": b * batch + i, "pad": pad}).to_string());
         }
-        assert_eq!(
-            m["data"]["n"], next,
-            "the fast client gets every push, in order"
-        );
-        assert!(m.get("dropped").is_none());
-        next += 1;
+        pusher.push("marker", "{}");
+        loop {
+            let m = next_json(&mut fast).await;
+            if m["subscription"] == marker {
+                break;
+            }
+            assert_eq!(
+                m["data"]["n"], next,
+                "the fast client gets every push, in order"
+            );
+            assert!(m.get("dropped").is_none());
+            next += 1;
+        }
     }
-    assert_eq!(next, n);
+    assert_eq!(next, batches * batch);
     let m = metrics(&mesh).await;
     let dropped = metric(&m, "switchyard_ws_pushes_dropped_total ");
     assert!(dropped > 0.0, "the slow client's outbox overflowed: {m}");
