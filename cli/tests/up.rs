@@ -11,6 +11,8 @@ use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use tokio_tungstenite::tungstenite;
+
 const SWITCHYARD: &str = env!("CARGO_BIN_EXE_switchyard");
 
 fn repo_file(rel: &str) -> PathBuf {
@@ -269,6 +271,29 @@ fn quickstart_answers_noop_through_both_sidecars() {
     let answer = get(http, "/noop").expect("GET /noop");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains(r#"{"ok":true}"#), "{answer}");
+
+    // The quickstart's WebSocket endpoint on the same port: one command, one reply with its id.
+    let stream = TcpStream::connect(("127.0.0.1", http)).expect("connect for WebSocket");
+    stream
+        .set_read_timeout(Some(Duration::from_secs(10)))
+        .expect("read timeout");
+    let (mut ws, _) = tungstenite::client::client(format!("ws://127.0.0.1:{http}/ws"), stream)
+        .expect("WebSocket handshake on /ws");
+    ws.send(tungstenite::Message::text(r#"{"command":"noop","id":1}"#))
+        .expect("send noop");
+    let reply = loop {
+        match ws.read().expect("WebSocket reply") {
+            tungstenite::Message::Text(t) => break t.to_string(),
+            _ => continue,
+        }
+    };
+    assert!(
+        reply.contains(r#""id":1"#)
+            && reply.contains(r#""status":200"#)
+            && reply.contains(r#""data":{"ok":true}"#),
+        "{reply}"
+    );
+    let _ = ws.close(None);
 
     up.term();
     let status = up.wait_exit(Duration::from_secs(40));

@@ -22,6 +22,7 @@ pub mod metrics;
 pub mod otel;
 pub mod params;
 pub mod problem;
+pub mod push;
 pub mod roles;
 pub mod router;
 pub mod routes;

@@ -57,6 +57,8 @@ pub struct Metrics {
     /// `switchyard_dead_letter_unrouted_total{event}`: events whose retries ran out with a dead-letter
     /// type set; publishing them needs the manager-to-router path of a later release.
     pub dead_letter_unrouted: Family<EventLabels, Counter>,
+    /// WebSocket connections, messages and pushes (router).
+    pub ws: crate::listener::ws::metrics::WsMetrics,
 }
 
 impl Metrics {
@@ -108,7 +110,9 @@ impl Metrics {
             "Events whose retries ran out while a dead-letter type is set (not yet published)",
             dead_letter_unrouted.clone(),
         );
+        let ws = crate::listener::ws::metrics::WsMetrics::register(&mut registry);
         Arc::new(Metrics {
+            ws,
             registry,
             requests,
             duration,

@@ -42,8 +42,9 @@ pub async fn serve(listener: TcpListener, edge: Arc<Edge>, drain: CancellationTo
     super::accept::accept_loop(listener, drain, "http", move |stream| {
         let edge = edge.clone();
         let svc = service_fn(move |req| handle(edge.clone(), req));
+        // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
         builder
-            .serve_connection(TokioIo::new(stream), svc)
+            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
             .into_owned()
     })
     .await;
@@ -53,6 +54,11 @@ async fn handle(
     edge: Arc<Edge>,
     req: Request<Incoming>,
 ) -> Result<Response<Full<Bytes>>, Infallible> {
+    if let Some(ws) = &edge.ws
+        && req.uri().path() == ws.routes.path
+    {
+        return Ok(super::ws::upgrade(&edge, req));
+    }
     let mut clock = Clock::new(Instant::now());
     if let Some(otel) = &edge.otel {
         clock.trace = Some(RequestTrace::http(

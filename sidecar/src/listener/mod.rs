@@ -1,10 +1,11 @@
-//! Listeners: where client requests enter: HTTP (`http.rs`) and gRPC (`grpc.rs`); `ws.rs` slots in
-//! beside them, sharing the route table, broker and router through [`Edge`].
+//! Listeners: where client requests enter: HTTP (`http.rs`), WebSocket (`ws/`, on the HTTP port)
+//! and gRPC (`grpc.rs`), sharing the route table, broker and router through [`Edge`].
 
 mod accept;
 pub mod grpc;
 pub mod http;
 mod reply;
+pub mod ws;
 
 use crate::broker::Broker;
 use crate::metrics::{EventLabel, Metrics};
@@ -26,4 +27,6 @@ pub struct Edge {
     pub unmatched: EventLabel,
     /// Span export; `None` when tracing is off.
     pub otel: Option<Arc<crate::otel::Otel>>,
+    /// The WebSocket endpoint, when `listeners.websocket` is set.
+    pub ws: Option<ws::WsEdge>,
 }

@@ -1,17 +1,21 @@
-//! Router role: HTTP and gRPC listeners -> broker -> router, plus admin; drains on SIGTERM.
+//! Router role: HTTP (with WebSocket) and gRPC listeners -> broker -> router, plus admin; drains on
+//! SIGTERM.
 
 use super::RunError;
 use crate::admin::{self, Readiness};
 use crate::broker::Broker;
 use crate::listener::grpc::GrpcRoutes;
+use crate::listener::ws::{WsEdge, routes::WsRoutes};
 use crate::listener::{Edge, grpc, http};
 use crate::metrics::{EventLabel, Metrics};
 use crate::router::Router;
 use crate::routes::RouteTable;
+use crate::shutdown::DRAIN_LIMIT;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 /// Runs the router role until a drain completes.
 pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Result<(), RunError> {
@@ -81,6 +85,34 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
             .any(|m| m.timing.as_ref().is_some_and(|t| !t.trace_id));
     }
     let otel = otel.map(Arc::new);
+    let ws_routes = WsRoutes::build(&settings.config.spec)
+        .map_err(|e| crate::config::field_error(config_file, e.field, e.message))?;
+    match &ws_routes {
+        None if settings
+            .config
+            .spec
+            .routes
+            .iter()
+            .any(|r| r.websocket.is_some()) =>
+        {
+            tracing::warn!(
+                "the spec has WebSocket routes but no listeners.websocket; they are not served"
+            );
+        }
+        None => {}
+        Some(w) => {
+            for route in w.iter() {
+                if !settings
+                    .config
+                    .destinations
+                    .keys()
+                    .any(|e| e.as_str() == &*route.event)
+                {
+                    tracing::warn!(event = %route.event, command = %route.command, "no Manager handles this event type yet; its WebSocket commands get 503");
+                }
+            }
+        }
+    }
     let metrics = Metrics::new();
     let ready = Readiness::default();
     let admin = admin::bind(admin_addr)
@@ -101,15 +133,24 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
                 .map_err(|e| RunError::Startup(format!("gRPC listener {a}: {e}")))?,
         ),
     };
+    let drain = CancellationToken::new();
+    let router = Router::start(&settings.config, metrics.clone());
+    let ws_path = ws_routes.as_ref().map(|w| w.path.clone());
+    let ws = ws_routes.map(|routes| WsEdge {
+        routes,
+        hub: router.hub().clone(),
+        drain: drain.clone(),
+        sessions: TaskTracker::new(),
+    });
     let edge = Arc::new(Edge {
         table,
         broker: Broker::new(settings.queue_capacity, metrics.clone()),
-        router: Router::start(&settings.config, metrics.clone()),
+        router,
         metrics,
         unmatched: EventLabel(Arc::from("unmatched")),
         otel: otel.clone(),
+        ws,
     });
-    let drain = CancellationToken::new();
     let grpc_server = match grpc_listener {
         None => None,
         Some(l) => {
@@ -118,12 +159,13 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
             Some(tokio::spawn(grpc::serve(l, svc, drain.clone())))
         }
     };
-    let server = tokio::spawn(http::serve(listener, edge, drain.clone()));
+    let server = tokio::spawn(http::serve(listener, edge.clone(), drain.clone()));
     ready.set(true);
     let grpc_shown = grpc_addr
         .map(|a| a.to_string())
         .unwrap_or_else(|| "off".to_owned());
-    tracing::info!(http = %http_addr, grpc = %grpc_shown, admin = %admin_addr, router = %settings.config.name, "router ready");
+    let ws_shown = ws_path.unwrap_or_else(|| "off".to_owned());
+    tracing::info!(http = %http_addr, ws = %ws_shown, grpc = %grpc_shown, admin = %admin_addr, router = %settings.config.name, "router ready");
 
     crate::shutdown::signal().await;
     ready.set(false);
@@ -131,6 +173,16 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
     let _ = server.await;
     if let Some(g) = grpc_server {
         let _ = g.await;
+    }
+    if let Some(ws) = &edge.ws {
+        // Sessions saw the drain: they finish their replies and close with 1001.
+        ws.sessions.close();
+        if tokio::time::timeout(DRAIN_LIMIT, ws.sessions.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("drain limit reached with WebSocket connections still open");
+        }
     }
     tracing::info!("router drained");
     if let Some(o) = &otel {

@@ -1,6 +1,7 @@
 //! One multiplexed frame connection to a manager sidecar: a writer task fed by a bounded channel,
 //! a reader resolving pending requests by id, credit-based flow control and heartbeats.
 
+use crate::push::Hub;
 use futures::{SinkExt, StreamExt};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -173,7 +174,8 @@ impl Conn {
 }
 
 /// Runs a connection on `stream` until it dies or drains; `on_open` receives it once it is usable.
-pub async fn run(stream: TcpStream, peer: &str, on_open: impl FnOnce(Arc<Conn>)) {
+/// PUSH frames go to `hub`, this router process's WebSocket subscribers.
+pub async fn run(stream: TcpStream, peer: &str, hub: &Hub, on_open: impl FnOnce(Arc<Conn>)) {
     let (conn, rx) = Conn::new();
     let (sink, mut frames) = Framed::new(stream, FrameCodec::default()).split();
     let writer = tokio::spawn(write_loop(sink, rx, conn.clone()));
@@ -217,8 +219,10 @@ pub async fn run(stream: TcpStream, peer: &str, on_open: impl FnOnce(Arc<Conn>))
                 );
                 conn.begin_drain();
             }
-            // Delivered to WebSocket subscribers once the WebSocket listener exists.
-            Frame::Push(_) => {}
+            Frame::Push(p) => {
+                let fanout = hub.publish(&p);
+                tracing::trace!(peer, event = %p.event, delivered = fanout.delivered, dropped = fanout.dropped, "push");
+            }
             Frame::Request(_) | Frame::Cancel { .. } => {
                 tracing::warn!(peer, "unexpected frame from a manager; ignored");
             }

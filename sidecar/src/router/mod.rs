@@ -8,6 +8,7 @@ mod peer;
 pub mod pool;
 
 use crate::metrics::Metrics;
+use crate::push::Hub;
 use bytes::Bytes;
 use conn::Conn;
 use discovery::Source;
@@ -69,11 +70,13 @@ pub struct Router {
     pools: Vec<Arc<Pool>>,
     by_event: HashMap<String, usize>,
     metrics: Arc<Metrics>,
+    hub: Arc<Hub>,
 }
 
 impl Router {
     /// Builds the pools from the config and starts discovery.
     pub fn start(config: &RouterConfig, metrics: Arc<Metrics>) -> Router {
+        let hub = Arc::new(Hub::new(metrics.clone()));
         let mut sources: BTreeMap<Source, usize> = BTreeMap::new();
         let mut pools = Vec::new();
         let mut by_event = HashMap::new();
@@ -86,7 +89,7 @@ impl Router {
                 )),
             };
             let idx = *sources.entry(source.clone()).or_insert_with(|| {
-                let pool = Arc::new(Pool::new(dest.manager.clone()));
+                let pool = Arc::new(Pool::new(dest.manager.clone(), hub.clone()));
                 discovery::start(pool.clone(), source);
                 pools.push(pool);
                 pools.len() - 1
@@ -97,7 +100,13 @@ impl Router {
             pools,
             by_event,
             metrics,
+            hub,
         }
+    }
+
+    /// The push hub that PUSH frames from this router's managers go to.
+    pub fn hub(&self) -> &Arc<Hub> {
+        &self.hub
     }
 
     /// The pool serving `event`, if any Manager handles it.

@@ -2,6 +2,7 @@
 
 use super::conn::{self, Conn};
 use crate::backoff;
+use crate::push::Hub;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -21,16 +22,18 @@ pub struct Peer {
     in_flight: AtomicUsize,
     conn: Mutex<Option<Arc<Conn>>>,
     stop: CancellationToken,
+    hub: Arc<Hub>,
 }
 
 impl Peer {
-    /// Creates the peer and starts its connection loop.
-    pub fn spawn(addr: String) -> Arc<Peer> {
+    /// Creates the peer and starts its connection loop; its PUSH frames go to `hub`.
+    pub fn spawn(addr: String, hub: Arc<Hub>) -> Arc<Peer> {
         let peer = Arc::new(Peer {
             addr,
             in_flight: AtomicUsize::new(0),
             conn: Mutex::new(None),
             stop: CancellationToken::new(),
+            hub,
         });
         tokio::spawn(peer.clone().run());
         peer
@@ -76,7 +79,7 @@ impl Peer {
                     let _ = stream.set_nodelay(true);
                     let opened = Instant::now();
                     tracing::info!(peer = %self.addr, "connected to manager");
-                    conn::run(stream, &self.addr, |c| *self.slot() = Some(c)).await;
+                    conn::run(stream, &self.addr, &self.hub, |c| *self.slot() = Some(c)).await;
                     *self.slot() = None;
                     failures = if opened.elapsed() >= STABLE_AFTER {
                         0

@@ -1,6 +1,7 @@
 //! The endpoints of one Manager (or one per-event-type Deployment): a snapshot list of peers.
 
 use super::peer::Peer;
+use crate::push::Hub;
 use std::collections::BTreeSet;
 use std::sync::{Arc, RwLock};
 
@@ -9,14 +10,16 @@ pub struct Pool {
     /// Manager name, for logs.
     pub name: String,
     peers: RwLock<Arc<Vec<Arc<Peer>>>>,
+    hub: Arc<Hub>,
 }
 
 impl Pool {
-    /// An empty pool.
-    pub fn new(name: String) -> Pool {
+    /// An empty pool whose endpoints' PUSH frames go to `hub`.
+    pub fn new(name: String, hub: Arc<Hub>) -> Pool {
         Pool {
             name,
             peers: RwLock::new(Arc::new(Vec::new())),
+            hub,
         }
     }
 
@@ -40,7 +43,7 @@ impl Pool {
         for addr in addrs {
             if !next.iter().any(|p| p.addr == addr) {
                 tracing::info!(manager = %self.name, peer = %addr, "endpoint added");
-                next.push(Peer::spawn(addr));
+                next.push(Peer::spawn(addr, self.hub.clone()));
             }
         }
         *guard = Arc::new(next);

@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod otlp;
+pub mod pusher;
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

@@ -1,0 +1,443 @@
+//! One WebSocket connection: a reader turning messages into commands, a writer draining the one
+//! bounded outbox (replies and pushes), keepalive pings, and the close (client, drain, oversize).
+//!
+//! Bounds: at most [`MAX_IN_FLIGHT`] commands per connection are between arrival and their reply
+//! being queued; at the bound the connection is not read (TCP holds the client back), so a reply is
+//! never dropped. Pushes take whatever room the outbox has left and are dropped (counted, announced)
+//! when it is full. A client that sends nothing, not even a pong, for [`DEAD_AFTER`] is closed.
+
+use super::incoming::{self, Command};
+use super::outgoing;
+use super::routes::WsRoute;
+use crate::dispatch::{Clock, dispatch};
+use crate::listener::Edge;
+use crate::metrics::EventLabel;
+use crate::push::{Hub, Outbox, Subscription};
+use crate::shutdown::DRAIN_LIMIT;
+use crate::traceparent;
+use bytes::Bytes;
+use futures::stream::SplitSink;
+use futures::{SinkExt, StreamExt};
+use hyper::upgrade::Upgraded;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use tokio::sync::mpsc::error::TrySendError;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, mpsc};
+use tokio_tungstenite::WebSocketStream;
+use tokio_tungstenite::tungstenite::protocol::frame::coding::CloseCode;
+use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role, WebSocketConfig};
+use tokio_tungstenite::tungstenite::{Error as WsError, Message};
+use tokio_util::sync::CancellationToken;
+
+/// Commands of one connection between arrival and their reply being queued.
+pub const MAX_IN_FLIGHT: usize = 64;
+/// Outbox room beyond the replies' share, for pushes and pings.
+const PUSH_ROOM: usize = 192;
+/// Push subscriptions per connection.
+pub const MAX_SUBSCRIPTIONS: usize = 32;
+/// Server ping period.
+const PING_EVERY: Duration = Duration::from_secs(10);
+/// A connection with no frame from the client for this long is dead.
+const DEAD_AFTER: Duration = Duration::from_secs(30);
+/// How long a closing connection waits for the client's close frame.
+const CLOSE_GRACE: Duration = Duration::from_secs(2);
+/// Messages written before a flush.
+const WRITE_BATCH: usize = 64;
+
+/// The size past which the connection is closed (1009) rather than the message refused with a
+/// reply: twice the limit plus 1 KiB, so a message a little too large gets a clear answer while
+/// memory per connection stays bounded.
+pub fn hard_limit(max: usize) -> usize {
+    max.saturating_mul(2).saturating_add(1024)
+}
+
+/// Process-unique connection ids, so the hub tells connections apart.
+static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
+
+type Ws = WebSocketStream<TokioIo<Upgraded>>;
+
+/// Why the read loop ended.
+enum End {
+    /// The router drains: finish replies, close with 1001.
+    Drain,
+    /// A message over the hard limit: finish replies, close with 1009.
+    TooBig,
+    /// The client sent a close frame: answer it, drop the pending work.
+    ClientClosed,
+    /// The client vanished, broke the protocol, or stopped answering pings.
+    Gone,
+}
+
+/// Counts the connection in `switchyard_ws_connections` while it lives.
+struct Open(Arc<crate::metrics::Metrics>);
+
+impl Drop for Open {
+    fn drop(&mut self) {
+        self.0.ws.connections.dec();
+    }
+}
+
+/// The connection's subscriptions; dropping it removes them from the hub.
+struct Subs {
+    hub: Arc<Hub>,
+    conn: u64,
+    next: u64,
+    events: HashMap<u64, String>,
+}
+
+impl Drop for Subs {
+    fn drop(&mut self) {
+        for (id, event) in self.events.drain() {
+            self.hub.remove(self.conn, &event, id);
+        }
+    }
+}
+
+/// Runs one upgraded connection to its end.
+pub async fn run(edge: Arc<Edge>, upgraded: Upgraded) {
+    let Some(ws) = edge.ws.as_ref() else { return };
+    let max = ws.routes.max_message;
+    let hard = hard_limit(max);
+    let config = WebSocketConfig::default()
+        .max_message_size(Some(hard))
+        .max_frame_size(Some(hard));
+    let stream =
+        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
+    edge.metrics.ws.connections.inc();
+    let _open = Open(edge.metrics.clone());
+    let (sink, mut stream) = stream.split();
+    let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT + PUSH_ROOM);
+    let gone = CancellationToken::new();
+    let writer = tokio::spawn(write_loop(sink, rx, gone.clone()));
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut subs = Subs {
+        hub: ws.hub.clone(),
+        conn: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
+        next: 1,
+        events: HashMap::new(),
+    };
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut last_seen = Instant::now();
+
+    let end = loop {
+        let permit = tokio::select! {
+            biased;
+            _ = ws.drain.cancelled() => break End::Drain,
+            _ = gone.cancelled() => break End::Gone,
+            _ = ping.tick() => {
+                if !keepalive(&tx, last_seen) { break End::Gone }
+                continue;
+            }
+            p = slots.clone().acquire_owned() => match p {
+                Ok(p) => p,
+                Err(_) => break End::Gone,
+            },
+        };
+        let next = tokio::select! {
+            biased;
+            _ = ws.drain.cancelled() => break End::Drain,
+            _ = gone.cancelled() => break End::Gone,
+            _ = ping.tick() => {
+                if !keepalive(&tx, last_seen) { break End::Gone }
+                continue;
+            }
+            m = stream.next() => m,
+        };
+        last_seen = Instant::now();
+        match next {
+            Some(Ok(Message::Close(_))) => break End::ClientClosed,
+            None => break End::Gone,
+            Some(Err(WsError::Capacity(e))) => {
+                tracing::debug!(error = %e, "WebSocket message over the limit");
+                edge.metrics.ws.message(incoming::INVALID, 413);
+                break End::TooBig;
+            }
+            Some(Err(e)) => {
+                tracing::debug!(error = %e, "WebSocket connection failed");
+                break End::Gone;
+            }
+            Some(Ok(Message::Text(text))) if text.len() > max => {
+                let status = 413;
+                edge.metrics.ws.message(incoming::INVALID, status);
+                let detail = format!(
+                    "the message is {} bytes, over the limit of {max}; it was not parsed, so this reply has no id",
+                    text.len()
+                );
+                let timing = Clock::new(last_seen).stages().header_value();
+                queue(
+                    &tx,
+                    outgoing::refusal(&Value::Null, status, &detail, &timing),
+                    permit,
+                );
+            }
+            Some(Ok(Message::Text(text))) => {
+                on_text(&edge, &text, &tx, &gone, &mut subs, permit, last_seen);
+            }
+            Some(Ok(Message::Binary(_))) => {
+                let status = 415;
+                edge.metrics.ws.message(incoming::INVALID, status);
+                let text = outgoing::refusal(
+                    &Value::Null,
+                    status,
+                    "binary messages are not accepted; send JSON text",
+                    &Clock::new(last_seen).stages().header_value(),
+                );
+                queue(&tx, text, permit);
+            }
+            // Pings are answered by the protocol layer; pongs only prove the client is alive.
+            Some(Ok(_)) => {}
+        }
+    };
+
+    // No more pushes: the hub lets go of this outbox.
+    drop(subs);
+    match end {
+        End::Gone => gone.cancel(),
+        End::ClientClosed => {
+            gone.cancel();
+            // Reading on lets the protocol layer send the close reply it queued.
+            let _ = tokio::time::timeout(CLOSE_GRACE, stream.next()).await;
+        }
+        End::Drain | End::TooBig => {
+            let frame = match end {
+                End::Drain => CloseFrame {
+                    code: CloseCode::Away,
+                    reason: "the router is draining; reconnect".into(),
+                },
+                _ => CloseFrame {
+                    code: CloseCode::Size,
+                    reason: format!("message larger than {hard} bytes").into(),
+                },
+            };
+            let too_big = matches!(end, End::TooBig);
+            close_after_replies(&slots, &tx, &gone, frame).await;
+            if too_big {
+                // The rest of the oversize message is unread: closing the socket now would reset
+                // it and the client could lose the close frame. Give it time to read it first.
+                tokio::time::sleep(CLOSE_GRACE).await;
+            } else {
+                // Read until the client's close frame (or a short grace) so the close is clean.
+                let _ = tokio::time::timeout(CLOSE_GRACE, async {
+                    while let Some(Ok(m)) = stream.next().await {
+                        if matches!(m, Message::Close(_)) {
+                            break;
+                        }
+                    }
+                })
+                .await;
+            }
+        }
+    }
+    drop(tx);
+    gone.cancel();
+    let _ = writer.await;
+}
+
+/// Sends a ping; false when the client has been silent too long.
+fn keepalive(tx: &Outbox, last_seen: Instant) -> bool {
+    if last_seen.elapsed() > DEAD_AFTER {
+        tracing::debug!("WebSocket client stopped answering pings; closing");
+        return false;
+    }
+    // A full outbox means the client is not reading; it then misses this ping and times out.
+    let _ = tx.try_send(Message::Ping(Bytes::new()));
+    true
+}
+
+/// Waits for every command's reply to be queued, then queues the close frame.
+async fn close_after_replies(
+    slots: &Arc<Semaphore>,
+    tx: &Outbox,
+    gone: &CancellationToken,
+    frame: CloseFrame,
+) {
+    let all = u32::try_from(MAX_IN_FLIGHT).unwrap_or(u32::MAX);
+    let done = async {
+        let _all = slots.acquire_many(all).await;
+        let _ = tx.send(Message::Close(Some(frame))).await;
+    };
+    tokio::select! {
+        _ = done => {}
+        _ = gone.cancelled() => {}
+        _ = tokio::time::sleep(DRAIN_LIMIT) => {
+            tracing::warn!("WebSocket replies still pending at the drain limit");
+        }
+    }
+}
+
+/// Queues a reply now, or on a task when the outbox is full; the permit is held until it is queued.
+fn queue(tx: &Outbox, text: String, permit: OwnedSemaphorePermit) {
+    match tx.try_send(Message::text(text)) {
+        Ok(()) => drop(permit),
+        Err(TrySendError::Full(m)) => {
+            let tx = tx.clone();
+            tokio::spawn(async move {
+                let _ = tx.send(m).await;
+                drop(permit);
+            });
+        }
+        Err(TrySendError::Closed(_)) => {}
+    }
+}
+
+fn on_text(
+    edge: &Arc<Edge>,
+    text: &str,
+    tx: &Outbox,
+    gone: &CancellationToken,
+    subs: &mut Subs,
+    permit: OwnedSemaphorePermit,
+    start: Instant,
+) {
+    let Some(ws) = edge.ws.as_ref() else { return };
+    let parsed = incoming::parse(text, &ws.routes);
+    let id = parsed.id;
+    let timing = || Clock::new(start).stages().header_value();
+    let (status, reply) = match parsed.command {
+        Err(bad) => (
+            bad.status,
+            outgoing::refusal(&id, bad.status, &bad.detail, &timing()),
+        ),
+        Ok(Command::Call { route, payload }) => {
+            let work = call(
+                edge.clone(),
+                route,
+                id,
+                payload,
+                start,
+                tx.clone(),
+                gone.clone(),
+            );
+            tokio::spawn(async move {
+                work.await;
+                drop(permit);
+            });
+            return;
+        }
+        Ok(Command::Subscribe { event, filter }) => {
+            if subs.events.len() >= MAX_SUBSCRIPTIONS {
+                let detail = format!(
+                    "this connection already has {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe first"
+                );
+                (400, outgoing::refusal(&id, 400, &detail, &timing()))
+            } else {
+                let sub = subs.next;
+                subs.next += 1;
+                subs.events.insert(sub, event.clone());
+                // The reply is queued first so that it comes before the subscription's pushes.
+                queue(tx, outgoing::subscription(&id, sub, &timing()), permit);
+                let s = Subscription::new(subs.conn, sub, event, filter, tx.clone());
+                subs.hub.add(Arc::new(s));
+                edge.metrics.ws.message("subscribe", 200);
+                return;
+            }
+        }
+        Ok(Command::Unsubscribe { subscription }) => match subs.events.remove(&subscription) {
+            Some(event) => {
+                subs.hub.remove(subs.conn, &event, subscription);
+                (200, outgoing::subscription(&id, subscription, &timing()))
+            }
+            None => {
+                let detail = format!("no subscription {subscription} on this connection");
+                (404, outgoing::refusal(&id, 404, &detail, &timing()))
+            }
+        },
+    };
+    edge.metrics.ws.message(parsed.label, status);
+    queue(tx, reply, permit);
+}
+
+/// A routed command: the HTTP path's dispatch, then the reply with the stages' timing.
+async fn call(
+    edge: Arc<Edge>,
+    route: Arc<WsRoute>,
+    id: Value,
+    payload: Bytes,
+    start: Instant,
+    tx: Outbox,
+    gone: CancellationToken,
+) {
+    let mut clock = Clock::new(start);
+    let deadline = start + route.timeout;
+    let tp = traceparent::extract_or_new(None);
+    // A client gone away cancels the work (the router sends CANCEL to the manager).
+    let result = tokio::select! {
+        r = dispatch(&edge, &route.event, payload, tp, deadline, &mut clock) => r,
+        _ = gone.cancelled() => return,
+    };
+    let (status, text) = match result {
+        Ok(resp) => {
+            let status = if (100..=599).contains(&resp.status) {
+                resp.status
+            } else {
+                502
+            };
+            let timing = clock.stages().header_value();
+            let text = outgoing::answer(&id, status, &resp.content_type, &resp.payload, &timing);
+            (status, text)
+        }
+        Err(f) => {
+            let (status, detail) = outgoing::failure(f, &route.event, route.timeout);
+            let timing = clock.stages().header_value();
+            (status, outgoing::refusal(&id, status, &detail, &timing))
+        }
+    };
+    let total = clock.stages().total;
+    edge.metrics.observe(
+        &EventLabel(route.event.clone()),
+        status,
+        total.as_secs_f64(),
+    );
+    edge.metrics.ws.message(&route.command, status);
+    tokio::select! {
+        _ = tx.send(Message::text(text)) => {}
+        _ = gone.cancelled() => {}
+    }
+}
+
+/// Owns the socket's write half: writes the outbox in batches until a close frame, an error, or
+/// the end of the connection.
+async fn write_loop(
+    mut sink: SplitSink<Ws, Message>,
+    mut rx: mpsc::Receiver<Message>,
+    gone: CancellationToken,
+) {
+    loop {
+        let first = tokio::select! {
+            biased;
+            m = rx.recv() => match m {
+                Some(m) => m,
+                None => break,
+            },
+            _ = gone.cancelled() => break,
+        };
+        let mut closing = matches!(first, Message::Close(_));
+        let batch = async {
+            sink.feed(first).await?;
+            let mut n = 1;
+            while !closing && n < WRITE_BATCH {
+                let Ok(m) = rx.try_recv() else { break };
+                closing = matches!(m, Message::Close(_));
+                sink.feed(m).await?;
+                n += 1;
+            }
+            sink.flush().await
+        };
+        let ok = tokio::select! {
+            r = batch => r.is_ok(),
+            _ = gone.cancelled() => false,
+        };
+        if !ok {
+            gone.cancel();
+            break;
+        }
+        if closing {
+            break;
+        }
+    }
+}
