@@ -34,6 +34,15 @@ pub struct EventLabels {
     pub event: EventLabel,
 }
 
+/// Labels of the middleware rejection counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectLabels {
+    /// Middleware that refused (`cors`, `jwt`, `apiKey`, `rateLimit`).
+    pub middleware: &'static str,
+    /// Why, e.g. `expired`, `missing`, `exhausted`.
+    pub reason: &'static str,
+}
+
 fn new_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.5, 16))
 }
@@ -57,6 +66,8 @@ pub struct Metrics {
     /// `switchyard_dead_letter_unrouted_total{event}`: events whose retries ran out with a dead-letter
     /// type set; publishing them needs the manager-to-router path of a later release.
     pub dead_letter_unrouted: Family<EventLabels, Counter>,
+    /// `switchyard_middleware_rejections_total{middleware,reason}`: requests refused at the edge.
+    pub rejections: Family<RejectLabels, Counter>,
 }
 
 impl Metrics {
@@ -108,6 +119,12 @@ impl Metrics {
             "Events whose retries ran out while a dead-letter type is set (not yet published)",
             dead_letter_unrouted.clone(),
         );
+        let rejections = Family::<RejectLabels, Counter>::default();
+        registry.register(
+            "switchyard_middleware_rejections",
+            "Requests refused by edge middleware, by middleware and reason",
+            rejections.clone(),
+        );
         Arc::new(Metrics {
             registry,
             requests,
@@ -117,6 +134,7 @@ impl Metrics {
             shed,
             retries,
             dead_letter_unrouted,
+            rejections,
         })
     }
 
@@ -133,6 +151,13 @@ impl Metrics {
                 event: event.clone(),
             })
             .observe(seconds);
+    }
+
+    /// Counts one request refused by middleware.
+    pub fn rejected(&self, middleware: &'static str, reason: &'static str) {
+        self.rejections
+            .get_or_create(&RejectLabels { middleware, reason })
+            .inc();
     }
 
     /// The text exposition.

@@ -4,10 +4,12 @@
 mod accept;
 pub mod grpc;
 pub mod http;
-mod reply;
+pub(crate) mod reply;
+pub mod tls;
 
 use crate::broker::Broker;
 use crate::metrics::{EventLabel, Metrics};
+use crate::middleware::Stack;
 use crate::router::Router;
 use crate::routes::RouteTable;
 use std::sync::Arc;
@@ -24,4 +26,6 @@ pub struct Edge {
     pub metrics: Arc<Metrics>,
     /// Label of requests that matched no route.
     pub unmatched: EventLabel,
+    /// Edge middleware in spec order (empty when none is configured).
+    pub middleware: Stack,
 }
