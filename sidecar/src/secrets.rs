@@ -8,7 +8,7 @@ use crate::config::{ConfigError, field_error};
 use std::path::{Path, PathBuf};
 
 /// Default folder the operator mounts Secrets under.
-pub const DEFAULT_DIR: &str = "/etc/switchyard/secrets";
+pub const DEFAULT_DIR: &str = switchyard_protocol::config::SECRETS_DIR;
 /// Largest key file read; keys, key lists and PEM chains are far smaller.
 const MAX_FILE: u64 = 1 << 20;
 
