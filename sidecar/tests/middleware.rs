@@ -228,6 +228,22 @@ async fn cors_api_key_rate_limit_and_grpc_auth() {
         .insert("x-client", "grpc".parse().unwrap());
     let reply = client.call(req).await.unwrap().into_inner();
     assert_eq!(reply.status, 200);
+    // gRPC: the rate limit too, with RESOURCE_EXHAUSTED and retry-after.
+    let mut exhausted = None;
+    for _ in 0..20 {
+        let mut req = tonic::Request::new(call());
+        req.metadata_mut()
+            .insert("x-api-key", "key-one".parse().unwrap());
+        req.metadata_mut()
+            .insert("x-client", "grpc-greedy".parse().unwrap());
+        if let Err(status) = client.call(req).await {
+            exhausted = Some(status);
+            break;
+        }
+    }
+    let status = exhausted.expect("gRPC never rate limited");
+    assert_eq!(status.code(), Code::ResourceExhausted, "{status:?}");
+    assert!(status.metadata().get("retry-after").is_some(), "{status:?}");
 
     // Every rejection is counted by middleware and reason.
     let text = metrics(&mesh).await;
@@ -444,13 +460,17 @@ async fn https_get(cert: &TestCert, port: u16, alpn: &[&[u8]], path: &str) -> (u
 async fn tls_serves_h1_and_h2_by_alpn_and_refuses_plain_http() {
     let secrets = tempfile::tempdir().unwrap();
     let cert = tls_secret(secrets.path());
+    let grpc_port = free_port();
     let mesh = Mesh::start_with(
         Opts {
             router_args: secrets_args(secrets.path()),
             wait_connected: false,
             ..Opts::default()
         },
-        |cfg| cfg["spec"]["listeners"]["tls"] = json!({"secretName": "edge-tls"}),
+        |cfg| {
+            cfg["spec"]["listeners"]["tls"] = json!({"secretName": "edge-tls"});
+            cfg["spec"]["listeners"]["grpc"] = json!({"port": grpc_port});
+        },
     )
     .await;
     let port = mesh.http_port;
@@ -467,6 +487,9 @@ async fn tls_serves_h1_and_h2_by_alpn_and_refuses_plain_http() {
         https_get(&cert, port, &[b"h2", b"http/1.1"], "/noop").await,
         (200, b"h2".to_vec())
     );
+    // The gRPC listener serves TLS too, with ALPN h2.
+    let (_, agreed) = https_get(&cert, grpc_port, &[b"h2"], "/grpc.health.v1.Health/Check").await;
+    assert_eq!(agreed, b"h2".to_vec());
     // Plain HTTP to the TLS port gets no HTTP answer.
     let plain = mesh.client.get(&mesh.url("/noop")).await;
     assert!(

@@ -233,6 +233,62 @@ mod tests {
         );
     }
 
+    fn build(alg: JwtAlgorithm, key: &[u8]) -> Result<JwtGate, ConfigError> {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::create_dir(dir.path().join("jwt")).expect("mkdir");
+        std::fs::write(dir.path().join("jwt/key"), key).expect("write");
+        let secrets = Secrets {
+            dir: dir.path().to_owned(),
+            config_file: "r.json".into(),
+        };
+        let spec = Jwt {
+            algorithm: alg,
+            key_secret_ref: switchyard_crds::common::SecretKeyRef {
+                name: "jwt".into(),
+                key: "key".into(),
+            },
+            issuer: None,
+            audience: Some("api".into()),
+        };
+        JwtGate::build(&spec, &secrets, "spec.middleware[0].auth.jwt.keySecretRef")
+    }
+
+    #[test]
+    fn rs256_with_a_pem_public_key() {
+        let public = include_bytes!("../../tests/fixtures/jwt-rs256-test.pub");
+        let private = include_bytes!("../../tests/fixtures/jwt-rs256-test.key");
+        let g = build(JwtAlgorithm::RS256, public).expect("gate");
+        let claims = json!({"aud": "api", "exp": now() + 60});
+        let signed = encode(
+            &Header::new(Algorithm::RS256),
+            &claims,
+            &EncodingKey::from_rsa_pem(private).expect("private key"),
+        )
+        .expect("encode");
+        assert!(check(&g, Some(format!("Bearer {signed}"))).is_ok());
+        // An HS256 token, even one "signed" with the public key, is refused.
+        let forged = token(claims, public);
+        assert_eq!(
+            check(&g, Some(format!("Bearer {forged}")))
+                .expect_err("forged")
+                .reason,
+            "wrong_algorithm"
+        );
+        let err = build(JwtAlgorithm::RS256, b"not a key")
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("keySecretRef") && err.contains("PEM"), "{err}");
+    }
+
+    #[test]
+    fn hs256_secret_loses_its_trailing_newline() {
+        let g = build(JwtAlgorithm::HS256, b"s3cret\n").expect("gate");
+        let t = token(json!({"aud": "api", "exp": now() + 60}), b"s3cret");
+        assert!(check(&g, Some(format!("Bearer {t}"))).is_ok());
+        assert!(build(JwtAlgorithm::HS256, b"\n\n").is_err());
+    }
+
     #[test]
     fn leeway_admits_a_just_expired_token() {
         let g = gate(None);
