@@ -183,6 +183,14 @@ async fn cors_api_key_rate_limit_and_grpc_auth() {
     .await;
     assert_eq!(r.status, 401);
     assert!(r.json()["detail"].as_str().unwrap().contains("not valid"));
+    // Refused before its body was read, an HTTP/1.1 request closes its connection.
+    let r = mesh
+        .client
+        .post(&mesh.url("/echo"), "application/json", r#"{"value": 1}"#)
+        .await
+        .unwrap();
+    assert_eq!(r.status, 401);
+    assert_eq!(r.header("connection"), Some("close"));
 
     // Rate limit: 1/s with a burst of 2 per x-client. Requests sent back to back run out; a
     // refill during a slow run only delays that, so the loop is long enough for any machine.
@@ -254,10 +262,10 @@ async fn cors_api_key_rate_limit_and_grpc_auth() {
     ] {
         assert!(text.contains(needle), "{needle} not in\n{text}");
     }
-    // Missing keys: the HTTP request and the gRPC call.
+    // Missing keys: the GET, the POST and the gRPC call.
     assert!(
         text.contains(
-            r#"switchyard_middleware_rejections_total{middleware="apiKey",reason="missing"} 2"#
+            r#"switchyard_middleware_rejections_total{middleware="apiKey",reason="missing"} 3"#
         ),
         "{text}"
     );

@@ -9,8 +9,10 @@ use crate::timing::StageTimes;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http_body_util::Full;
-use hyper::header::{HeaderValue, RETRY_AFTER, WWW_AUTHENTICATE};
-use hyper::{Request, Response, StatusCode};
+use hyper::header::{
+    CONNECTION, CONTENT_LENGTH, HeaderValue, RETRY_AFTER, TRANSFER_ENCODING, WWW_AUTHENTICATE,
+};
+use hyper::{Request, Response, StatusCode, Version};
 use std::convert::Infallible;
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -30,6 +32,19 @@ pub fn denial_response(d: &Denial) -> Response<Full<Bytes>> {
     }
     if let Some(secs) = d.retry_after {
         h.insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    resp
+}
+
+/// A refusal answered before the request body was read: on HTTP/1 the unread body means the
+/// connection cannot carry another request, so the answer says so (as the listener does for 413).
+fn refused<B>(req: &Request<B>, mut resp: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
+    let h = req.headers();
+    let has_body = h.contains_key(TRANSFER_ENCODING)
+        || h.get(CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
+    if has_body && req.version() <= Version::HTTP_11 {
+        resp.headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
     }
     resp
 }
@@ -89,7 +104,7 @@ where
                 };
                 if let Err(d) = gate.check(&head) {
                     metrics.rejected(d.middleware, d.reason);
-                    let resp = denial_response(&d);
+                    let resp = refused(&req, denial_response(&d));
                     return Box::pin(async move { Ok(resp) });
                 }
                 Box::pin(inner.oneshot(req))
