@@ -184,20 +184,8 @@ impl Drop for Up {
     }
 }
 
-fn get(port: u16, path: &str) -> std::io::Result<String> {
-    let mut s = TcpStream::connect(("127.0.0.1", port))?;
-    s.set_read_timeout(Some(Duration::from_secs(10)))?;
-    write!(
-        s,
-        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
-    )?;
-    let mut out = String::new();
-    s.read_to_string(&mut out)?;
-    Ok(out)
-}
-
-#[test]
-fn quickstart_answers_noop_through_both_sidecars() {
+/// Fails naming the binaries `switchyard up` needs when they are not built next to it.
+fn require_binaries() {
     let missing: Vec<_> = ["switchyard-sidecar", "switchyard-example-app"]
         .into_iter()
         .filter(|b| !target_dir().join(b).is_file())
@@ -208,8 +196,10 @@ fn quickstart_answers_noop_through_both_sidecars() {
             target_dir().display()
         );
     }
-    let dir = tempfile::tempdir().expect("tempdir");
-    let (manifest, http) = quickstart_on_free_ports(dir.path());
+}
+
+/// Starts `switchyard up -f manifest` with its output lines collected.
+fn start_up(manifest: &Path) -> Up {
     let mut child = Command::new(SWITCHYARD)
         .args(["up", "-f", &manifest.display().to_string()])
         .stdin(Stdio::null())
@@ -242,11 +232,36 @@ fn quickstart_answers_noop_through_both_sidecars() {
     }
     // Only the reader threads hold senders now, so the channel closes when switchyard up's pipes do.
     drop(tx);
-    let mut up = Up {
+    Up {
         child,
         lines,
         seen: Vec::new(),
-    };
+    }
+}
+
+fn get(port: u16, path: &str) -> std::io::Result<String> {
+    get_with(port, path, "")
+}
+
+/// A GET with extra header lines (each ending in `\r\n`).
+fn get_with(port: u16, path: &str, headers: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(
+        s,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{headers}Connection: close\r\n\r\n"
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+#[test]
+fn quickstart_answers_noop_through_both_sidecars() {
+    require_binaries();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (manifest, http) = quickstart_on_free_ports(dir.path());
+    let mut up = start_up(&manifest);
 
     let ready = up.wait_for("ready: try curl", Duration::from_secs(60));
     assert!(ready.is_some(), "never ready:\n{}", up.seen.join("\n"));
@@ -304,4 +319,68 @@ fn quickstart_answers_noop_through_both_sidecars() {
     );
     // Everything it started is gone: the router's port is free again.
     assert!(TcpStream::connect(("127.0.0.1", http)).is_err());
+}
+
+/// The middleware example with its Router on a free port.
+fn middleware_on_free_port(dir: &Path) -> (PathBuf, u16) {
+    let text = std::fs::read_to_string(repo_file("examples/middleware.yaml")).expect("example");
+    let http = free_port();
+    let text = text.replace("port: 8080", &format!("port: {http}"));
+    let path = dir.join("middleware.yaml");
+    std::fs::write(&path, text).expect("write manifest");
+    (path, http)
+}
+
+#[test]
+fn a_referenced_secret_missing_from_the_file_is_named() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (path, _) = middleware_on_free_port(dir.path());
+    let text = std::fs::read_to_string(&path).expect("read");
+    std::fs::write(
+        &path,
+        text.replace("name: edge-api-keys\ntype", "name: other\ntype"),
+    )
+    .expect("write");
+    let (status, out) = run(&["up", "-f", &path.display().to_string()], &[]);
+    assert!(!status.success(), "{out}");
+    assert!(out.contains("Secret \"edge-api-keys\""), "{out}");
+}
+
+#[test]
+fn middleware_example_takes_its_api_keys_from_the_secret_document() {
+    require_binaries();
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (manifest, http) = middleware_on_free_port(dir.path());
+    let mut up = start_up(&manifest);
+    let ready = up.wait_for("ready: try curl", Duration::from_secs(60));
+    assert!(ready.is_some(), "never ready:\n{}", up.seen.join("\n"));
+
+    // The Secret is written where only this user can read it.
+    let state = up
+        .seen
+        .iter()
+        .find_map(|l| l.strip_prefix("configs in "))
+        .map(PathBuf::from)
+        .expect("state dir printed");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt as _;
+        let mode = |p: PathBuf| std::fs::metadata(p).expect("stat").permissions().mode() & 0o777;
+        assert_eq!(mode(state.join("secrets/edge-api-keys")), 0o700);
+        assert_eq!(mode(state.join("secrets/edge-api-keys/keys")), 0o600);
+    }
+
+    let answer = get(http, "/noop").expect("GET /noop");
+    assert!(answer.starts_with("HTTP/1.1 401"), "{answer}");
+    assert!(answer.contains("x-api-key"), "{answer}");
+    let answer = get_with(http, "/noop", "x-api-key: demo-key-2\r\n").expect("GET /noop");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    up.term();
+    let status = up.wait_exit(Duration::from_secs(40));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}\n{}",
+        up.seen.join("\n")
+    );
 }

@@ -1,7 +1,8 @@
-//! Reading Router and Manager objects from multi-document YAML, as `kubectl apply -f` and
-//! `switchyard up -f` accept it.
+//! Reading Router and Manager objects (and the Secrets they reference) from multi-document YAML, as
+//! `kubectl apply -f` and `switchyard up -f` accept it.
 
 use crate::{Manager, Router};
+use k8s_openapi::api::core::v1::Secret;
 use serde::Deserialize;
 
 /// The Switchyard objects found in a YAML file.
@@ -11,6 +12,8 @@ pub struct Objects {
     pub routers: Vec<Router>,
     /// Managers, in file order.
     pub managers: Vec<Manager>,
+    /// Core `v1` Secrets (`data` base64-decoded as kubectl does), in file order.
+    pub secrets: Vec<Secret>,
 }
 
 /// Why a YAML file could not be read.
@@ -48,7 +51,8 @@ struct Head {
     metadata: Option<serde_json::Value>,
 }
 
-/// Parses every document; keeps Routers and Managers of `switchyard.dev/v1alpha1`, skips other kinds.
+/// Parses every document; keeps Routers and Managers of `switchyard.dev/v1alpha1` and `v1` Secrets,
+/// skips other kinds.
 pub fn parse(text: &str) -> Result<Objects, YamlError> {
     let docs: Vec<serde_json::Value> =
         serde_saphyr::from_multiple(text).map_err(|source| YamlError::Syntax { doc: 0, source })?;
@@ -61,7 +65,8 @@ pub fn parse(text: &str) -> Result<Objects, YamlError> {
             Ok(h) => h,
             Err(_) => continue,
         };
-        if head.api_version != format!("{}/{}", crate::GROUP, crate::VERSION) {
+        let is_secret = head.api_version == "v1" && head.kind == "Secret";
+        if !is_secret && head.api_version != format!("{}/{}", crate::GROUP, crate::VERSION) {
             continue;
         }
         let name = head
@@ -78,6 +83,9 @@ pub fn parse(text: &str) -> Result<Objects, YamlError> {
             message: format!("{}: {}", e.path(), e.inner()),
         };
         match head.kind.as_str() {
+            "Secret" if is_secret => out
+                .secrets
+                .push(serde_path_to_error::deserialize(doc).map_err(shape)?),
             "Router" => out
                 .routers
                 .push(serde_path_to_error::deserialize(doc).map_err(shape)?),
@@ -88,4 +96,26 @@ pub fn parse(text: &str) -> Result<Objects, YamlError> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn secrets_are_kept_with_data_decoded() {
+        let objs = parse(
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: keys}\ndata: {a: aGVsbG8=}\nstringData: {b: world}\n\
+             ---\napiVersion: v1\nkind: ConfigMap\nmetadata: {name: other}\n",
+        )
+        .expect("parses");
+        assert_eq!(objs.secrets.len(), 1);
+        let s = &objs.secrets[0];
+        assert_eq!(s.metadata.name.as_deref(), Some("keys"));
+        assert_eq!(s.data.as_ref().expect("data")["a"].0, b"hello");
+        assert_eq!(s.string_data.as_ref().expect("stringData")["b"], "world");
+        let err = parse("apiVersion: v1\nkind: Secret\nmetadata: {name: bad}\ndata: {a: '!!'}\n")
+            .expect_err("bad base64");
+        assert!(err.to_string().contains("bad"), "{err}");
+    }
 }

@@ -320,3 +320,75 @@ fn long_names_are_rejected_before_children_would_be() {
     let errors = validate::router::validate(&long, &router.spec);
     assert_eq!(errors[0].field, "metadata.name");
 }
+
+fn middleware_example() -> (Router, Manager) {
+    let mut objs = fixture(include_str!("../../examples/middleware.yaml"));
+    let mut r = objs.routers.remove(0);
+    let m = objs.managers.remove(0);
+    r.metadata.namespace = Some("demo".into());
+    r.metadata.uid = Some("uid-router".into());
+    (r, m)
+}
+
+fn config_hash(d: &Deployment) -> String {
+    d.spec
+        .as_ref()
+        .and_then(|s| s.template.metadata.as_ref())
+        .and_then(|m| m.annotations.as_ref())
+        .expect("annotations")[meta::CONFIG_HASH]
+        .clone()
+}
+
+#[test]
+fn referenced_secrets_are_mounted_read_only_and_roll_the_pods_when_renamed() {
+    let (router, manager) = middleware_example();
+    let c =
+        build::router::build(&router, std::slice::from_ref(&manager), &settings()).expect("builds");
+    let p = pod(&c.deployment);
+    let volumes = p.volumes.as_ref().expect("volumes");
+    let secret_volume = volumes
+        .iter()
+        .find(|v| v.secret.is_some())
+        .expect("a Secret volume");
+    assert_eq!(
+        secret_volume
+            .secret
+            .as_ref()
+            .and_then(|s| s.secret_name.as_deref()),
+        Some("edge-api-keys")
+    );
+    let mounts = p.containers[0].volume_mounts.as_ref().expect("mounts");
+    let mount = mounts
+        .iter()
+        .find(|m| m.name == secret_volume.name)
+        .expect("the Secret is mounted");
+    assert_eq!(
+        mount.mount_path,
+        format!("{}/edge-api-keys", switchyard_protocol::config::SECRETS_DIR)
+    );
+    assert_eq!(mount.read_only, Some(true));
+
+    // A Router without middleware mounts no Secret.
+    let (plain, manager) = quickstart();
+    let q =
+        build::router::build(&plain, std::slice::from_ref(&manager), &settings()).expect("builds");
+    assert!(
+        pod(&q.deployment)
+            .volumes
+            .iter()
+            .flatten()
+            .all(|v| v.secret.is_none())
+    );
+
+    // Pointing at another Secret changes the config hash, so the pods roll and read the new keys.
+    let mut renamed = router.clone();
+    renamed.spec.middleware[2]
+        .auth
+        .as_mut()
+        .and_then(|a| a.api_key.as_mut())
+        .expect("apiKey entry")
+        .keys_secret_ref
+        .name = "edge-api-keys-v2".into();
+    let r = build::router::build(&renamed, &[manager], &settings()).expect("builds");
+    assert_ne!(config_hash(&r.deployment), config_hash(&c.deployment));
+}

@@ -10,6 +10,9 @@ use switchyard_crds::router::{RouterSpec, Tracing};
 pub const FILE_NAME: &str = "config.json";
 /// Where the sidecar finds its config in a pod.
 pub const MOUNT_DIR: &str = "/etc/switchyard";
+/// Where the router sidecar reads referenced Secrets, as `<dir>/<secret name>/<key>`. A sibling of
+/// [`MOUNT_DIR`], not inside it: a volume cannot be mounted inside a read-only ConfigMap volume.
+pub const SECRETS_DIR: &str = "/etc/switchyard-secrets";
 
 /// Configuration of a sidecar in router role.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

@@ -31,6 +31,9 @@ pub enum Role {
         /// Admin server address (/healthz, /readyz, /metrics).
         #[arg(long, default_value = "0.0.0.0:9901")]
         admin_addr: SocketAddr,
+        /// Folder of mounted Secrets: keys and TLS files are read from `<dir>/<secret>/<key>`.
+        #[arg(long, default_value = crate::secrets::DEFAULT_DIR)]
+        secrets_dir: PathBuf,
     },
     /// Beside the handler app: accept events from routers and deliver them to the app.
     Manager {

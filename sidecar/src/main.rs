@@ -26,7 +26,8 @@ fn main() -> ExitCode {
                 config,
                 bind,
                 admin_addr,
-            } => roles::router::run(config, *bind, *admin_addr).await,
+                secrets_dir,
+            } => roles::router::run(config, *bind, *admin_addr, secrets_dir).await,
             Role::Manager {
                 config,
                 listen,

@@ -34,6 +34,15 @@ pub struct EventLabels {
     pub event: EventLabel,
 }
 
+/// Labels of the middleware rejection counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectLabels {
+    /// Middleware that refused (`cors`, `jwt`, `apiKey`, `rateLimit`).
+    pub middleware: &'static str,
+    /// Why, e.g. `expired`, `missing`, `exhausted`.
+    pub reason: &'static str,
+}
+
 fn new_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.5, 16))
 }
@@ -59,6 +68,8 @@ pub struct Metrics {
     pub dead_letter_unrouted: Family<EventLabels, Counter>,
     /// WebSocket connections, messages and pushes (router).
     pub ws: crate::listener::ws::metrics::WsMetrics,
+    /// `switchyard_middleware_rejections_total{middleware,reason}`: requests refused at the edge.
+    pub rejections: Family<RejectLabels, Counter>,
 }
 
 impl Metrics {
@@ -111,6 +122,12 @@ impl Metrics {
             dead_letter_unrouted.clone(),
         );
         let ws = crate::listener::ws::metrics::WsMetrics::register(&mut registry);
+        let rejections = Family::<RejectLabels, Counter>::default();
+        registry.register(
+            "switchyard_middleware_rejections",
+            "Requests refused by edge middleware, by middleware and reason",
+            rejections.clone(),
+        );
         Arc::new(Metrics {
             ws,
             registry,
@@ -121,6 +138,7 @@ impl Metrics {
             shed,
             retries,
             dead_letter_unrouted,
+            rejections,
         })
     }
 
@@ -137,6 +155,13 @@ impl Metrics {
                 event: event.clone(),
             })
             .observe(seconds);
+    }
+
+    /// Counts one request refused by middleware.
+    pub fn rejected(&self, middleware: &'static str, reason: &'static str) {
+        self.rejections
+            .get_or_create(&RejectLabels { middleware, reason })
+            .inc();
     }
 
     /// The text exposition.

@@ -14,6 +14,7 @@ mod locate;
 mod plan;
 mod ports;
 mod probe;
+mod secrets;
 mod supervisor;
 
 use anyhow::Context;
@@ -37,6 +38,25 @@ pub struct Args {
     /// Write each process's output to DIR/<name>.log instead of prefixing it on this terminal.
     #[arg(long, value_name = "DIR")]
     logs: Option<PathBuf>,
+}
+
+/// Writes a Secret file readable by this user only, creating its folders (0700) as needed.
+fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write as _;
+    #[cfg(unix)]
+    use std::os::unix::fs::{DirBuilderExt as _, OpenOptionsExt as _};
+    if let Some(dir) = path.parent() {
+        let mut b = std::fs::DirBuilder::new();
+        b.recursive(true);
+        #[cfg(unix)]
+        b.mode(0o700);
+        b.create(dir)?;
+    }
+    let mut o = std::fs::OpenOptions::new();
+    o.write(true).create_new(true);
+    #[cfg(unix)]
+    o.mode(0o600);
+    o.open(path)?.write_all(bytes)
 }
 
 /// Runs until Ctrl-C / SIGTERM (exit 0) or until a process fails (exit 1).
@@ -65,6 +85,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     )?;
     for (path, text) in &plan.files {
         std::fs::write(path, text).with_context(|| path.display().to_string())?;
+    }
+    for (path, bytes) in &plan.secret_files {
+        write_private(path, bytes).with_context(|| path.display().to_string())?;
     }
     let output = match &args.logs {
         Some(dir) => {

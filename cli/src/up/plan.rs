@@ -70,6 +70,8 @@ pub struct ProcSpec {
 pub struct Plan {
     /// Config files to write before starting: path and content.
     pub files: Vec<(PathBuf, String)>,
+    /// Secret files to write privately (folders 0700, files 0600) before starting.
+    pub secret_files: Vec<(PathBuf, Vec<u8>)>,
     /// Processes in start order.
     pub procs: Vec<ProcSpec>,
     /// Lines to print before starting (e.g. apps the user runs with `--no-app`).
@@ -98,6 +100,7 @@ pub fn plan(
 ) -> anyhow::Result<Plan> {
     let mut plan = Plan {
         files: Vec::new(),
+        secret_files: Vec::new(),
         procs: Vec::new(),
         notes: Vec::new(),
         try_command: None,
@@ -207,6 +210,9 @@ pub fn plan(
             .with_context(|| format!("Router {name}: rendering its config"))?;
         plan.files
             .push((config_path.clone(), serde_json::to_string_pretty(&config)?));
+        let secrets_dir = opts.state_dir.join("secrets");
+        plan.secret_files
+            .extend(super::secrets::files(r, &objs.secrets, &secrets_dir)?);
         plan.procs.push(ProcSpec {
             label: format!("router {name}"),
             tier: Tier::Router,
@@ -222,6 +228,8 @@ pub fn plan(
                 LOCALHOST.to_string(),
                 "--admin-addr".into(),
                 format!("{LOCALHOST}:{admin}"),
+                "--secrets-dir".into(),
+                secrets_dir.display().to_string(),
             ],
             env: Vec::new(),
             probe: Probe::Http {

@@ -4,6 +4,7 @@
 pub mod manager;
 pub mod meta;
 pub mod router;
+pub mod secrets;
 pub mod sidecar;
 
 /// Inputs of the build step that come from the operator's settings, not from the resource.

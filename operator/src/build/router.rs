@@ -109,13 +109,21 @@ pub fn build(
     if let Some(grpc) = &listeners.grpc {
         serving.push(("grpc", grpc.port));
     }
-    let container = sidecar::container(
+    let mut container = sidecar::container(
         settings,
         Role::Router,
         &serving,
         router.spec.resources.clone(),
         vec![],
     );
+    // Secret names are part of the spec, so the config hash (and a rollout) follows a change of them.
+    let (secret_volumes, secret_mounts) = super::secrets::volumes(&router.spec);
+    container
+        .volume_mounts
+        .get_or_insert_with(Vec::new)
+        .extend(secret_mounts);
+    let mut volumes = vec![sidecar::config_volume(&config_map_name(&name))];
+    volumes.extend(secret_volumes);
 
     let overrides = router.spec.pod_template.clone().unwrap_or_default();
     let mut pod_labels = overrides.labels.clone();
@@ -147,7 +155,7 @@ pub fn build(
                 }),
                 spec: Some(PodSpec {
                     containers: vec![container],
-                    volumes: Some(vec![sidecar::config_volume(&config_map_name(&name))]),
+                    volumes: Some(volumes),
                     node_selector: non_empty(overrides.node_selector),
                     tolerations: (!overrides.tolerations.is_empty())
                         .then_some(overrides.tolerations),

@@ -9,6 +9,7 @@ use super::Edge;
 use crate::dispatch::{self, Clock, Failure};
 use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
+use crate::middleware::{Denial, Head};
 use crate::otel::request::RequestTrace;
 use crate::router::CallError;
 use crate::routes::RouteError;
@@ -19,6 +20,7 @@ use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use std::collections::HashMap;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_crds::router::RouterSpec;
@@ -28,6 +30,7 @@ use switchyard_protocol::gateway::v1::{
 };
 use tokio::net::TcpListener;
 use tokio::sync::{Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::codegen::Service as _;
@@ -571,18 +574,36 @@ pub fn service(
         .prepare())
 }
 
-/// Accepts HTTP/2 (h2c) connections until `drain` fires, then lets open calls finish (up to the drain
-/// limit). `Connect` streams stop reading at the drain and end once their replies are out.
-pub async fn serve(listener: TcpListener, routes: Routes, drain: CancellationToken) {
+/// Accepts HTTP/2 connections (h2c, or TLS with ALPN h2 when `tls` is set) until `drain` fires, then
+/// lets open calls finish (up to the drain limit). `Connect` streams stop reading at the drain and end
+/// once their replies are out. The auth and rate-limit middleware of `edge` refuse calls before tonic
+/// reads them.
+pub async fn serve(
+    listener: TcpListener,
+    routes: Routes,
+    edge: Arc<Edge>,
+    drain: CancellationToken,
+    tls: Option<TlsAcceptor>,
+) {
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_STREAMS)
         .keep_alive_interval(Duration::from_secs(20));
-    super::accept::accept_loop(listener, drain, "grpc", move |stream| {
+    super::accept::accept_loop(listener, drain, "grpc", tls, move |io, peer: SocketAddr| {
         let routes = routes.clone();
+        let edge = edge.clone();
         let svc = service_fn(move |mut req: hyper::Request<Incoming>| {
             let at = Instant::now();
+            let refused = if edge.middleware.gates.is_empty() {
+                None
+            } else {
+                let head = Head {
+                    headers: req.headers(),
+                    peer: peer.ip(),
+                };
+                edge.middleware.admit(&head, &edge.metrics).err()
+            };
             let deadline = req
                 .headers()
                 .get("grpc-timeout")
@@ -591,11 +612,31 @@ pub async fn serve(listener: TcpListener, routes: Routes, drain: CancellationTok
                 .map(|t| client_deadline(at, t));
             req.extensions_mut().insert(Arrival { at, deadline });
             let mut routes = routes.clone();
-            async move { routes.call(req).await }
+            async move {
+                match refused {
+                    Some(d) => Ok(denial_status(&d).into_http()),
+                    None => routes.call(req).await,
+                }
+            }
         });
-        builder.serve_connection(TokioIo::new(stream), svc)
+        builder.serve_connection(TokioIo::new(io), svc)
     })
     .await;
+}
+
+/// The gRPC status of a middleware refusal: UNAUTHENTICATED, or RESOURCE_EXHAUSTED with `retry-after`.
+fn denial_status(d: &Denial) -> Status {
+    let mut status = match d.status {
+        401 => Status::unauthenticated(d.detail.clone()),
+        429 => Status::resource_exhausted(d.detail.clone()),
+        _ => Status::permission_denied(d.detail.clone()),
+    };
+    if let Some(secs) = d.retry_after {
+        status
+            .metadata_mut()
+            .insert("retry-after", MetadataValue::from(secs));
+    }
+    status
 }
 
 #[cfg(test)]

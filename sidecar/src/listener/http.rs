@@ -18,16 +18,26 @@ use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use std::convert::Infallible;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use tower::ServiceExt as _;
 
 /// Time a client has to send its request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Accepts connections until `drain` fires, then lets open ones finish (up to the drain limit).
-pub async fn serve(listener: TcpListener, edge: Arc<Edge>, drain: CancellationToken) {
+/// With `tls` it serves HTTPS (h2 or HTTP/1.1 by ALPN). Middleware, when the spec has any, wraps
+/// the service of each connection; without it requests go straight to `handle`.
+pub async fn serve(
+    listener: TcpListener,
+    edge: Arc<Edge>,
+    drain: CancellationToken,
+    tls: Option<TlsAcceptor>,
+) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
@@ -39,15 +49,29 @@ pub async fn serve(listener: TcpListener, edge: Arc<Edge>, drain: CancellationTo
         .timer(TokioTimer::new())
         .max_concurrent_streams(256)
         .keep_alive_interval(Duration::from_secs(20));
-    super::accept::accept_loop(listener, drain, "http", move |stream| {
-        let edge = edge.clone();
-        let svc = service_fn(move |req| handle(edge.clone(), req));
-        // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
-        builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), svc)
-            .into_owned()
-    })
-    .await;
+    if edge.middleware.is_empty() {
+        super::accept::accept_loop(listener, drain, "http", tls, move |io, _peer| {
+            let edge = edge.clone();
+            let svc = service_fn(move |req| handle(edge.clone(), req));
+            // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
+            builder
+                .serve_connection_with_upgrades(TokioIo::new(io), svc)
+                .into_owned()
+        })
+        .await;
+    } else {
+        super::accept::accept_loop(listener, drain, "http", tls, move |io, peer: SocketAddr| {
+            let e = edge.clone();
+            let inner = tower::service_fn(move |req| handle(e.clone(), req));
+            let stack = edge.middleware.wrap(inner, peer.ip(), &edge.metrics);
+            let svc = service_fn(move |req| stack.clone().oneshot(req));
+            // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
+            builder
+                .serve_connection_with_upgrades(TokioIo::new(io), svc)
+                .into_owned()
+        })
+        .await;
+    }
 }
 
 async fn handle(

@@ -4,11 +4,13 @@
 mod accept;
 pub mod grpc;
 pub mod http;
-mod reply;
+pub(crate) mod reply;
+pub mod tls;
 pub mod ws;
 
 use crate::broker::Broker;
 use crate::metrics::{EventLabel, Metrics};
+use crate::middleware::Stack;
 use crate::router::Router;
 use crate::routes::RouteTable;
 use std::sync::Arc;
@@ -29,4 +31,6 @@ pub struct Edge {
     pub otel: Option<Arc<crate::otel::Otel>>,
     /// The WebSocket endpoint, when `listeners.websocket` is set.
     pub ws: Option<ws::WsEdge>,
+    /// Edge middleware in spec order (empty when none is configured).
+    pub middleware: Stack,
 }

@@ -5,11 +5,14 @@ use super::RunError;
 use crate::admin::{self, Readiness};
 use crate::broker::Broker;
 use crate::listener::grpc::GrpcRoutes;
+use crate::listener::tls::{self, TlsFiles};
 use crate::listener::ws::{WsEdge, routes::WsRoutes};
 use crate::listener::{Edge, grpc, http};
 use crate::metrics::{EventLabel, Metrics};
+use crate::middleware::Stack;
 use crate::router::Router;
 use crate::routes::RouteTable;
+use crate::secrets::Secrets;
 use crate::shutdown::DRAIN_LIMIT;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -18,8 +21,30 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Runs the router role until a drain completes.
-pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Result<(), RunError> {
+pub async fn run(
+    config_file: &Path,
+    bind: IpAddr,
+    admin_addr: SocketAddr,
+    secrets_dir: &Path,
+) -> Result<(), RunError> {
     let settings = crate::config::load_router(config_file)?;
+    let secrets = Secrets {
+        dir: secrets_dir.to_owned(),
+        config_file: config_file.to_owned(),
+    };
+    let middleware = Stack::build(&settings.config.spec, &secrets)?;
+    let tls = match &settings.config.spec.listeners.tls {
+        None => None,
+        Some(t) => Some(TlsFiles::read(&secrets, &t.secret_name)?),
+    };
+    let http_tls = tls
+        .as_ref()
+        .map(|t| t.acceptor(&secrets, tls::HTTP_ALPN))
+        .transpose()?;
+    let grpc_tls = tls
+        .as_ref()
+        .map(|t| t.acceptor(&secrets, tls::GRPC_ALPN))
+        .transpose()?;
     let table = RouteTable::build(&settings.config.spec)
         .map_err(|e| crate::config::field_error(config_file, e.field, e.message))?;
     for route in table.routes() {
@@ -150,22 +175,30 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
         unmatched: EventLabel(Arc::from("unmatched")),
         otel: otel.clone(),
         ws,
+        middleware,
     });
     let grpc_server = match grpc_listener {
         None => None,
         Some(l) => {
             let svc = grpc::service(edge.clone(), Arc::new(grpc_routes), drain.clone())
                 .map_err(RunError::Startup)?;
-            Some(tokio::spawn(grpc::serve(l, svc, drain.clone())))
+            Some(tokio::spawn(grpc::serve(
+                l,
+                svc,
+                edge.clone(),
+                drain.clone(),
+                grpc_tls,
+            )))
         }
     };
-    let server = tokio::spawn(http::serve(listener, edge.clone(), drain.clone()));
+    let server = tokio::spawn(http::serve(listener, edge.clone(), drain.clone(), http_tls));
     ready.set(true);
     let grpc_shown = grpc_addr
         .map(|a| a.to_string())
         .unwrap_or_else(|| "off".to_owned());
     let ws_shown = ws_path.unwrap_or_else(|| "off".to_owned());
-    tracing::info!(http = %http_addr, ws = %ws_shown, grpc = %grpc_shown, admin = %admin_addr, router = %settings.config.name, "router ready");
+    let tls_shown = settings.config.spec.listeners.tls.is_some();
+    tracing::info!(http = %http_addr, ws = %ws_shown, grpc = %grpc_shown, tls = tls_shown, admin = %admin_addr, router = %settings.config.name, "router ready");
 
     crate::shutdown::signal().await;
     ready.set(false);

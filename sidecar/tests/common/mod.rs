@@ -236,6 +236,10 @@ pub struct Opts {
     pub tracing: Option<Value>,
     /// Extra environment of both sidecars (set last, so it wins).
     pub env: Vec<(&'static str, &'static str)>,
+    /// Extra arguments of the router process (e.g. `--secrets-dir`).
+    pub router_args: Vec<String>,
+    /// Wait until plain `GET /noop` answers 200; off when middleware or TLS would refuse it.
+    pub wait_connected: bool,
 }
 
 impl Default for Opts {
@@ -248,6 +252,8 @@ impl Default for Opts {
             grpc_app_port: None,
             tracing: None,
             env: Vec::new(),
+            router_args: Vec::new(),
+            wait_connected: true,
         }
     }
 }
@@ -343,25 +349,26 @@ impl Mesh {
         let manager = opts
             .start_manager
             .then(|| spawn_manager_env(dir.path(), &mcfg, manager_port, manager_admin, &env));
-        let router = Proc::spawn(
-            &[
-                "--log-format",
-                "text",
-                "router",
-                "--config",
-                rcfg.to_str().unwrap(),
-                "--bind",
-                "127.0.0.1",
-                "--admin-addr",
-                &format!("127.0.0.1:{router_admin}"),
-            ],
-            dir.path().join("router.log"),
-            &env,
-        );
+        let admin_arg = format!("127.0.0.1:{router_admin}");
+        let mut args = vec![
+            "--log-format",
+            "text",
+            "router",
+            "--config",
+            rcfg.to_str().unwrap(),
+            "--bind",
+            "127.0.0.1",
+            "--admin-addr",
+            &admin_arg,
+        ];
+        args.extend(opts.router_args.iter().map(String::as_str));
+        let router = Proc::spawn(&args, dir.path().join("router.log"), &env);
         let client = Http::new();
         wait_ready(&client, router_admin).await;
         if opts.start_manager {
             wait_ready(&client, manager_admin).await;
+        }
+        if opts.start_manager && opts.wait_connected {
             // Ready means bound; wait until the router's connection to the manager carries requests.
             poll(
                 Duration::from_secs(10),

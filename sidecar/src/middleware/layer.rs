@@ -1,0 +1,163 @@
+//! The tower shell around the pure decisions: one [`MiddlewareLayer`] per configured step, stacked
+//! in spec order around the HTTP service (the first entry is the outermost).
+
+use super::cors::Decision;
+use super::{Denial, Head, Stack, Step};
+use crate::listener::reply::Reply;
+use crate::metrics::Metrics;
+use crate::timing::StageTimes;
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http_body_util::Full;
+use hyper::header::{
+    CONNECTION, CONTENT_LENGTH, HeaderValue, RETRY_AFTER, TRANSFER_ENCODING, WWW_AUTHENTICATE,
+};
+use hyper::{Request, Response, StatusCode, Version};
+use std::convert::Infallible;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tower::util::BoxCloneSyncService;
+use tower::{Layer, Service, ServiceExt as _};
+
+/// A boxed HTTP service, as the stack is built at run time from the spec.
+pub type HttpService<B> = BoxCloneSyncService<Request<B>, Response<Full<Bytes>>, Infallible>;
+
+/// The response a denial gets: problem+json with `WWW-Authenticate` or `Retry-After` as fitting.
+pub fn denial_response(d: &Denial) -> Response<Full<Bytes>> {
+    let mut resp = Reply::problem(d.status, &d.detail).into_response(&StageTimes::default());
+    let h = resp.headers_mut();
+    if let Some(c) = &d.challenge {
+        h.insert(WWW_AUTHENTICATE, c.clone());
+    }
+    if let Some(secs) = d.retry_after {
+        h.insert(RETRY_AFTER, HeaderValue::from(secs));
+    }
+    resp
+}
+
+/// A refusal answered before the request body was read: on HTTP/1 the unread body means the
+/// connection cannot carry another request, so the answer says so (as the listener does for 413).
+fn refused<B>(req: &Request<B>, mut resp: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
+    let h = req.headers();
+    let has_body = h.contains_key(TRANSFER_ENCODING)
+        || h.get(CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
+    if has_body && req.version() <= Version::HTTP_11 {
+        resp.headers_mut()
+            .insert(CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}
+
+/// Wraps one step around a service, for one client connection.
+#[derive(Clone)]
+pub struct MiddlewareLayer {
+    step: Step,
+    peer: IpAddr,
+    metrics: Arc<Metrics>,
+}
+
+impl<S> Layer<S> for MiddlewareLayer {
+    type Service = MiddlewareService<S>;
+
+    fn layer(&self, inner: S) -> MiddlewareService<S> {
+        MiddlewareService {
+            layer: self.clone(),
+            inner,
+        }
+    }
+}
+
+/// The service a [`MiddlewareLayer`] makes.
+#[derive(Clone)]
+pub struct MiddlewareService<S> {
+    layer: MiddlewareLayer,
+    inner: S,
+}
+
+impl<S, B> Service<Request<B>> for MiddlewareService<S>
+where
+    S: Service<Request<B>, Response = Response<Full<Bytes>>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    type Response = Response<Full<Bytes>>;
+    type Error = Infallible;
+    type Future = BoxFuture<'static, Result<Response<Full<Bytes>>, Infallible>>;
+
+    fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
+        // Every service below is always ready; readiness is taken in `call` through `oneshot`.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, req: Request<B>) -> Self::Future {
+        let inner = self.inner.clone();
+        let metrics = &self.layer.metrics;
+        match &self.layer.step {
+            Step::Gate(gate) => {
+                let head = Head {
+                    headers: req.headers(),
+                    peer: self.layer.peer,
+                };
+                if let Err(d) = gate.check(&head) {
+                    metrics.rejected(d.middleware, d.reason);
+                    let resp = refused(&req, denial_response(&d));
+                    return Box::pin(async move { Ok(resp) });
+                }
+                Box::pin(inner.oneshot(req))
+            }
+            Step::Cors(policy) => match policy.decide(req.method(), req.headers()) {
+                Decision::Pass => Box::pin(inner.oneshot(req)),
+                Decision::Preflight(headers) => {
+                    let mut resp = Response::new(Full::new(Bytes::new()));
+                    *resp.status_mut() = StatusCode::NO_CONTENT;
+                    resp.headers_mut().extend(headers);
+                    Box::pin(async move { Ok(resp) })
+                }
+                Decision::Refuse(reason, detail) => {
+                    metrics.rejected("cors", reason);
+                    let resp = Reply::problem(403, &detail).into_response(&StageTimes::default());
+                    Box::pin(async move { Ok(resp) })
+                }
+                Decision::Decorate(headers) => Box::pin(async move {
+                    let mut resp = inner.oneshot(req).await?;
+                    resp.headers_mut().extend(headers);
+                    Ok(resp)
+                }),
+            },
+        }
+    }
+}
+
+impl Stack {
+    /// Whether any step applies to HTTP.
+    pub fn is_empty(&self) -> bool {
+        self.steps.is_empty()
+    }
+
+    /// `inner` wrapped in every step, the first spec entry outermost, for a client at `peer`.
+    pub fn wrap<S, B>(&self, inner: S, peer: IpAddr, metrics: &Arc<Metrics>) -> HttpService<B>
+    where
+        S: Service<Request<B>, Response = Response<Full<Bytes>>, Error = Infallible>
+            + Clone
+            + Send
+            + Sync
+            + 'static,
+        S::Future: Send + 'static,
+        B: Send + 'static,
+    {
+        let mut svc = BoxCloneSyncService::new(inner);
+        for step in self.steps.iter().rev() {
+            let layer = MiddlewareLayer {
+                step: step.clone(),
+                peer,
+                metrics: metrics.clone(),
+            };
+            svc = BoxCloneSyncService::new(layer.layer(svc));
+        }
+        svc
+    }
+}

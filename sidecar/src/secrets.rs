@@ -1,0 +1,130 @@
+//! Key material from mounted Secrets: `<secrets-dir>/<secret name>/<key>`, read once at start-up.
+//!
+//! The operator mounts each Secret the Router spec references at that path; `switchyard up` writes
+//! the same layout into a private temp folder. A missing or unreadable file names the file and the
+//! spec field that referenced it (exit 2).
+
+use crate::config::{ConfigError, field_error};
+use std::path::{Path, PathBuf};
+
+/// Default folder the operator mounts Secrets under.
+pub const DEFAULT_DIR: &str = switchyard_protocol::config::SECRETS_DIR;
+/// Largest key file read; keys, key lists and PEM chains are far smaller.
+const MAX_FILE: u64 = 1 << 20;
+
+/// Where referenced Secrets are read from, and the config file errors are reported against.
+#[derive(Clone, Debug)]
+pub struct Secrets {
+    /// The secrets folder (`--secrets-dir`).
+    pub dir: PathBuf,
+    /// The config file, named in errors.
+    pub config_file: PathBuf,
+}
+
+impl Secrets {
+    /// Path of `key` in Secret `name`; rejects names that would leave the folder.
+    pub fn path(&self, name: &str, key: &str) -> Option<PathBuf> {
+        let safe = |s: &str| {
+            !s.is_empty()
+                && s != "."
+                && s != ".."
+                && s.bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.'))
+        };
+        (safe(name) && safe(key)).then(|| self.dir.join(name).join(key))
+    }
+
+    /// Reads `key` of Secret `name`, referenced by spec field `field`.
+    pub fn read(&self, field: &str, name: &str, key: &str) -> Result<Vec<u8>, ConfigError> {
+        let path = self.path(name, key).ok_or_else(|| {
+            self.error(
+                field,
+                format!("Secret {name:?} key {key:?} is not a valid Secret name and key"),
+            )
+        })?;
+        read_file(&path).map_err(|why| {
+            self.error(
+                field,
+                format!(
+                    "cannot read {} (Secret {name:?}, key {key:?}): {why}",
+                    path.display()
+                ),
+            )
+        })
+    }
+
+    fn error(&self, field: &str, message: String) -> ConfigError {
+        field_error(&self.config_file, field, message)
+    }
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, String> {
+    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+    if meta.len() > MAX_FILE {
+        return Err(format!("larger than {MAX_FILE} bytes"));
+    }
+    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    if bytes.is_empty() {
+        return Err("the file is empty".into());
+    }
+    Ok(bytes)
+}
+
+/// The value without trailing whitespace: a key written with `echo` or an editor ends in a newline.
+pub fn trim_end(bytes: &[u8]) -> &[u8] {
+    let end = bytes
+        .iter()
+        .rposition(|b| !b.is_ascii_whitespace())
+        .map_or(0, |i| i + 1);
+    &bytes[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn secrets(dir: &Path) -> Secrets {
+        Secrets {
+            dir: dir.to_owned(),
+            config_file: PathBuf::from("/tmp/router.json"),
+        }
+    }
+
+    #[test]
+    fn reads_name_key_and_names_field_and_file_when_missing() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::create_dir(dir.path().join("jwt")).expect("mkdir");
+        std::fs::write(dir.path().join("jwt/key"), b"s3cret\n").expect("write");
+        let s = secrets(dir.path());
+        assert_eq!(
+            s.read("spec.middleware[0].auth.jwt.keySecretRef", "jwt", "key")
+                .expect("read"),
+            b"s3cret\n"
+        );
+        let err = s
+            .read("spec.middleware[0].auth.jwt.keySecretRef", "jwt", "other")
+            .expect_err("missing")
+            .to_string();
+        assert!(err.contains("keySecretRef"), "{err}");
+        assert!(err.contains("jwt/other"), "{err}");
+        assert!(err.contains("/tmp/router.json"), "{err}");
+    }
+
+    #[test]
+    fn names_cannot_leave_the_folder() {
+        let s = secrets(Path::new("/s"));
+        assert!(s.path("..", "x").is_none());
+        assert!(s.path("a/b", "x").is_none());
+        assert!(s.path("a", "").is_none());
+        assert_eq!(
+            s.path("tls", "tls.crt"),
+            Some(PathBuf::from("/s/tls/tls.crt"))
+        );
+    }
+
+    #[test]
+    fn trims_trailing_whitespace_only() {
+        assert_eq!(trim_end(b" k \r\n"), b" k");
+        assert_eq!(trim_end(b"\n"), b"");
+    }
+}
