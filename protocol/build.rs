@@ -1,4 +1,5 @@
-//! Generates the gRPC gateway API (`proto/switchyard/v1/gateway.proto`) and its file descriptor set
+//! Generates the gRPC gateway API (`proto/switchyard/v1/gateway.proto`), the manager's local API
+//! (`local_api.proto`) and their file descriptor set
 //! (for server reflection). protoc comes from `protoc-bin-vendored`; no system protoc is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -10,7 +11,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         // `GatewayClient::new(channel)`.
         .build_transport(false)
         .file_descriptor_set_path(out.join("switchyard_v1_descriptor.bin"))
-        .compile_with_config(config, &["proto/switchyard/v1/gateway.proto"], &["proto"])?;
+        .compile_with_config(
+            config,
+            &[
+                "proto/switchyard/v1/gateway.proto",
+                "proto/switchyard/v1/local_api.proto",
+            ],
+            &["proto"],
+        )?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())
 }

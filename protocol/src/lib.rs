@@ -5,7 +5,8 @@ pub mod config;
 pub mod frame;
 pub mod ports;
 
-/// The router's client-facing gRPC API (`proto/switchyard/v1/gateway.proto`).
+/// The router's client-facing gRPC API (`proto/switchyard/v1/gateway.proto`) and the manager's local
+/// API for the app (`local_api.proto`).
 pub mod gateway {
     /// Package `switchyard.v1`.
     pub mod v1 {

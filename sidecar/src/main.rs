@@ -32,6 +32,7 @@ fn main() -> ExitCode {
                 listen,
                 admin_addr,
                 app_addr,
+                local_api_addr,
                 event_types,
             } => {
                 roles::manager::run(
@@ -39,6 +40,7 @@ fn main() -> ExitCode {
                     *listen,
                     *admin_addr,
                     *app_addr,
+                    *local_api_addr,
                     event_types.as_deref(),
                 )
                 .await

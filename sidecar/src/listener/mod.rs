@@ -1,7 +1,7 @@
 //! Listeners: where client requests enter: HTTP (`http.rs`) and gRPC (`grpc.rs`); `ws.rs` slots in
 //! beside them, sharing the route table, broker and router through [`Edge`].
 
-mod accept;
+pub(crate) mod accept;
 pub mod grpc;
 pub mod http;
 mod reply;

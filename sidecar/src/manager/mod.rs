@@ -2,4 +2,8 @@
 
 pub mod delivery_http;
 pub mod inbound;
+pub mod local_api;
+pub mod ordering;
+pub mod outbound;
+pub mod routers;
 pub mod worker;

@@ -88,7 +88,12 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
     let edge = Arc::new(Edge {
         table,
         broker: Broker::new(settings.queue_capacity, metrics.clone()),
-        router: Router::start(&settings.config, metrics.clone()),
+        router: Router::start(
+            &settings.config.namespace,
+            &settings.config.destinations,
+            &settings.config.static_endpoints,
+            metrics.clone(),
+        ),
         metrics,
         unmatched: EventLabel(Arc::from("unmatched")),
     });
