@@ -136,6 +136,13 @@ impl LocalApi {
             let deadline = Instant::now() + parse::SEND_DEADLINE;
             return match self.outbound.publish(ev, deadline).await {
                 Ok(()) => Ok(Done::Accepted { ce_id }),
+                Err(SendError::Call(CallError::Timeout)) => Err(Refusal::new(
+                    504,
+                    format!(
+                        "the event was not confirmed written within {} ms; it may still be delivered",
+                        parse::SEND_DEADLINE.as_millis()
+                    ),
+                )),
                 Err(e) => Err(refusal(e, call.event, parse::SEND_DEADLINE)),
             };
         }
