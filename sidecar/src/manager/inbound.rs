@@ -122,9 +122,15 @@ async fn connection(
                 // Taken here, in arrival order, before the delivery tasks race each other.
                 let place = worker.place(&req);
                 let (worker, tx, active) = (worker.clone(), tx.clone(), active.clone());
+                // Only a published event needs these after the delivery: nobody reads its answer.
+                let published = no_reply.then(|| (req.event.clone(), req.ce_id.clone()));
                 deliveries.spawn(async move {
                     let resp = worker.handle_placed(req, place, cancel).await;
-                    if no_reply {
+                    if let Some((event, ce_id)) = published {
+                        if let Some(r) = resp.filter(|r| r.status >= 500) {
+                            // Shed, or failed for good (dead-lettered when configured): never silent.
+                            tracing::warn!(%event, %ce_id, status = r.status, "published event not handled");
+                        }
                         // No RESPONSE for a published event, only its credit back.
                         let _ = tx.send(Frame::Credit { credits: 1 }).await;
                         return;

@@ -139,3 +139,28 @@ impl local_api_server::LocalApi for Grpc {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn refusals_map_to_grpc_codes() {
+        let code = |r: Refusal| status_of(&r).code();
+        assert_eq!(code(Refusal::new(400, "x")), Code::InvalidArgument);
+        assert_eq!(code(Refusal::new(404, "x")), Code::NotFound);
+        assert_eq!(code(Refusal::new(413, "x")), Code::OutOfRange);
+        assert_eq!(code(Refusal::new(503, "x")), Code::Unavailable);
+        assert_eq!(code(Refusal::saturated("x")), Code::ResourceExhausted);
+        assert_eq!(code(Refusal::new(504, "x")), Code::DeadlineExceeded);
+        assert_eq!(code(Refusal::new(502, "x")), Code::Unknown);
+        let s = status_of(&Refusal::saturated("full"));
+        assert_eq!(
+            s.metadata()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok()),
+            Some("1")
+        );
+        assert_eq!(s.message(), "full");
+    }
+}
