@@ -1,4 +1,5 @@
-//! Generates the gRPC APIs in `proto/switchyard/v1/` (the gateway, the app's Handler) and its file descriptor set
+//! Generates the gRPC APIs in `proto/switchyard/v1/` (the gateway, the app's Handler, the manager's
+//! local API) and their file descriptor set
 //! (for server reflection). protoc comes from `protoc-bin-vendored`; no system protoc is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -15,6 +16,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             &[
                 "proto/switchyard/v1/gateway.proto",
                 "proto/switchyard/v1/handler.proto",
+                "proto/switchyard/v1/local_api.proto",
             ],
             &["proto"],
         )?;

@@ -15,6 +15,9 @@ use tokio_tungstenite::tungstenite;
 
 const SWITCHYARD: &str = env!("CARGO_BIN_EXE_switchyard");
 
+/// The end-to-end runs take app ports from 8000 upward: one at a time, so they never race for one.
+static END_TO_END: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn repo_file(rel: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..").join(rel)
 }
@@ -42,6 +45,15 @@ fn quickstart_on_free_ports(dir: &Path) -> (PathBuf, u16) {
         .replace("port: 50051", &format!("port: {}", free_port()));
     let path = dir.join("quickstart.yaml");
     std::fs::write(&path, text).expect("write manifest");
+    (path, http)
+}
+
+/// `examples/relay.yaml` with its Router on a free port.
+fn relay_on_free_port(dir: &Path) -> (PathBuf, u16) {
+    let text = std::fs::read_to_string(repo_file("examples/relay.yaml")).expect("relay example");
+    let http = free_port();
+    let path = dir.join("relay.yaml");
+    std::fs::write(&path, text.replace("port: 8080", &format!("port: {http}"))).expect("write");
     (path, http)
 }
 
@@ -239,6 +251,19 @@ fn start_up(manifest: &Path) -> Up {
     }
 }
 
+fn post_json(port: u16, path: &str, body: &str) -> std::io::Result<String> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    write!(
+        s,
+        "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
 fn get(port: u16, path: &str) -> std::io::Result<String> {
     get_with(port, path, "")
 }
@@ -259,6 +284,7 @@ fn get_with(port: u16, path: &str, headers: &str) -> std::io::Result<String> {
 #[test]
 fn quickstart_answers_noop_through_both_sidecars() {
     require_binaries();
+    let _one_at_a_time = END_TO_END.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
     let (manifest, http) = quickstart_on_free_ports(dir.path());
     let mut up = start_up(&manifest);
@@ -349,6 +375,7 @@ fn a_referenced_secret_missing_from_the_file_is_named() {
 #[test]
 fn middleware_example_takes_its_api_keys_from_the_secret_document() {
     require_binaries();
+    let _one_at_a_time = END_TO_END.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
     let (manifest, http) = middleware_on_free_port(dir.path());
     let mut up = start_up(&manifest);
@@ -383,4 +410,34 @@ fn middleware_example_takes_its_api_keys_from_the_secret_document() {
         "{status:?}\n{}",
         up.seen.join("\n")
     );
+}
+
+#[test]
+fn relay_example_requests_echo_through_the_local_api() {
+    require_binaries();
+    let _one_at_a_time = END_TO_END.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (manifest, http) = relay_on_free_port(dir.path());
+    let mut up = start_up(&manifest);
+    let ready = up.wait_for("ready: try curl", Duration::from_secs(60));
+    assert!(ready.is_some(), "never ready:\n{}", up.seen.join("\n"));
+    // `front`'s app answers `relay` with what `back`'s app echoes, through front's local API. The
+    // outbound connection to `back` may still be opening: retry a 503 for a while.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answer = loop {
+        let a = post_json(http, "/relay", r#"{"value":7}"#).expect("POST /relay");
+        if !a.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
+            break a;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        answer.starts_with("HTTP/1.1 200"),
+        "{answer}\n{}",
+        up.seen.join("\n")
+    );
+    assert!(answer.ends_with(r#"{"value":7}"#), "{answer}");
+    up.term();
+    let status = up.wait_exit(Duration::from_secs(40));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
 }

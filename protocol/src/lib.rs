@@ -7,7 +7,8 @@ pub mod frame;
 pub mod fuzz_checks;
 pub mod ports;
 
-/// The router's client-facing gRPC API (`proto/switchyard/v1/gateway.proto`).
+/// The router's client-facing gRPC API (`proto/switchyard/v1/gateway.proto`) and the manager's local
+/// API for the app (`local_api.proto`).
 pub mod gateway {
     /// Package `switchyard.v1`.
     pub mod v1 {

@@ -49,6 +49,9 @@ pub enum Role {
         /// The app's address; default 127.0.0.1:<app.port>.
         #[arg(long)]
         app_addr: Option<SocketAddr>,
+        /// The app's local API (publish, request, push), HTTP and gRPC; keep it on localhost.
+        #[arg(long, default_value = "127.0.0.1:7071")]
+        local_api_addr: SocketAddr,
         /// Event types this pod handles (comma list); default: every one in the config.
         #[arg(long, env = "SWITCHYARD_EVENT_TYPES", hide_env_values = true)]
         event_types: Option<String>,

@@ -33,6 +33,7 @@ fn main() -> ExitCode {
                 listen,
                 admin_addr,
                 app_addr,
+                local_api_addr,
                 event_types,
             } => {
                 roles::manager::run(
@@ -40,6 +41,7 @@ fn main() -> ExitCode {
                     *listen,
                     *admin_addr,
                     *app_addr,
+                    *local_api_addr,
                     event_types.as_deref(),
                 )
                 .await

@@ -63,13 +63,27 @@ pub struct Metrics {
     pub shed: Counter,
     /// `switchyard_retries_total{event}`: delivery retries (manager).
     pub retries: Family<EventLabels, Counter>,
-    /// `switchyard_dead_letter_unrouted_total{event}`: events whose retries ran out with a dead-letter
-    /// type set; publishing them needs the manager-to-router path of a later release.
+    /// `switchyard_dead_letter_unrouted_total{event}`: events whose delivery failed for good with a
+    /// dead-letter type set, and whose dead-letter publish failed too.
     pub dead_letter_unrouted: Family<EventLabels, Counter>,
     /// WebSocket connections, messages and pushes (router).
     pub ws: crate::listener::ws::metrics::WsMetrics,
     /// `switchyard_middleware_rejections_total{middleware,reason}`: requests refused at the edge.
     pub rejections: Family<RejectLabels, Counter>,
+    /// `switchyard_dead_letter_published_total{event}`: events whose delivery failed for good,
+    /// published to the dead-letter type (manager).
+    pub dead_letter_published: Family<EventLabels, Counter>,
+    /// `switchyard_local_api_requests_total{op,status}`: the app's calls to the local API (manager).
+    pub local_api: Family<LocalApiLabels, Counter>,
+}
+
+/// Labels of the local API counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LocalApiLabels {
+    /// `publish`, `request` or `push`.
+    pub op: &'static str,
+    /// HTTP status answered (for gRPC, the HTTP status of the same case).
+    pub status: u16,
 }
 
 impl Metrics {
@@ -118,7 +132,7 @@ impl Metrics {
         let dead_letter_unrouted = Family::<EventLabels, Counter>::default();
         registry.register(
             "switchyard_dead_letter_unrouted",
-            "Events whose retries ran out while a dead-letter type is set (not yet published)",
+            "Events that failed for good while a dead-letter type is set, and whose dead-letter publish failed",
             dead_letter_unrouted.clone(),
         );
         let ws = crate::listener::ws::metrics::WsMetrics::register(&mut registry);
@@ -127,6 +141,18 @@ impl Metrics {
             "switchyard_middleware_rejections",
             "Requests refused by edge middleware, by middleware and reason",
             rejections.clone(),
+        );
+        let dead_letter_published = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "switchyard_dead_letter_published",
+            "Events that failed for good, published to the dead-letter event type",
+            dead_letter_published.clone(),
+        );
+        let local_api = Family::<LocalApiLabels, Counter>::default();
+        registry.register(
+            "switchyard_local_api_requests",
+            "Calls of the app to the manager's local API, by operation and status",
+            local_api.clone(),
         );
         Arc::new(Metrics {
             ws,
@@ -139,6 +165,8 @@ impl Metrics {
             retries,
             dead_letter_unrouted,
             rejections,
+            dead_letter_published,
+            local_api,
         })
     }
 

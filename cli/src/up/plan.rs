@@ -123,6 +123,8 @@ pub fn plan(
 
     let mut endpoints: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut sidecars = Vec::new();
+    // Manager configs wait for the endpoint table: their outbound path needs every Manager's address.
+    let mut manager_configs = Vec::new();
     for m in &objs.managers {
         let name = m.name_any();
         let declared = u16::try_from(m.spec.app.port)
@@ -146,12 +148,11 @@ pub fn plan(
         let listen = ports.ephemeral()?;
         let admin = ports.ephemeral()?;
         let config_path = opts.state_dir.join(format!("manager-{name}.json"));
-        let config = serde_json::to_string_pretty(&config::manager_config(
+        manager_configs.push((
             m,
-            router_of(&objs.routers, m),
-            app_port,
-        )?)?;
-        plan.files.push((config_path.clone(), config));
+            config_path.clone(),
+            config::manager_config(m, router_of(&objs.routers, m), app_port)?,
+        ));
         let events = m
             .spec
             .events
@@ -180,13 +181,10 @@ pub fn plan(
                 format!("{LOCALHOST}:{admin}"),
                 "--app-addr".into(),
                 format!("{LOCALHOST}:{app_port}"),
+                "--local-api-addr".into(),
+                format!("{LOCALHOST}:{local_api}"),
             ],
-            env: vec![
-                (EVENT_TYPES_ENV.into(), events),
-                // The sidecar CLI has no flag for its local API address yet; the variable tells it where the app
-                // expects it, as it tells the app.
-                (LOCAL_API_ENV.into(), local_api_url),
-            ],
+            env: vec![(EVENT_TYPES_ENV.into(), events)],
             probe: Probe::Http {
                 addr: SocketAddr::from((LOCALHOST, admin)),
                 path: "/readyz",
@@ -195,6 +193,28 @@ pub fn plan(
         });
     }
     plan.procs.extend(sidecars);
+    for (m, path, mut config) in manager_configs {
+        // The app publishes and requests through its sidecar: give it the table its Router has.
+        if let Some(r) = objs
+            .routers
+            .iter()
+            .find(|r| r.name_any() == m.spec.router_ref.name)
+        {
+            let managers: Vec<Manager> = objs
+                .managers
+                .iter()
+                .filter(|o| o.spec.router_ref.name == m.spec.router_ref.name)
+                .cloned()
+                .collect();
+            let table = config::router_config(r, &managers, &endpoints).with_context(|| {
+                format!("Manager {}: rendering its outbound table", m.name_any())
+            })?;
+            config.destinations = table.destinations;
+            config.static_endpoints = table.static_endpoints;
+        }
+        plan.files
+            .push((path, serde_json::to_string_pretty(&config)?));
+    }
 
     for r in &objs.routers {
         let name = r.name_any();
@@ -520,6 +540,25 @@ spec:
             .context("manager config")?;
         let cfg: switchyard_protocol::config::ManagerConfig = serde_json::from_str(text)?;
         assert_eq!(cfg.app.port, 8001);
+        // Its outbound path knows every Manager of the Router, at their local sidecars.
+        assert_eq!(cfg.destinations.len(), 2, "{:?}", cfg.destinations);
+        assert_eq!(
+            cfg.static_endpoints.get("a"),
+            Some(&vec![p.procs[2].args[6].clone()])
+        );
+        let local_api = p.procs[3]
+            .args
+            .iter()
+            .skip_while(|a| *a != "--local-api-addr")
+            .nth(1)
+            .context("--local-api-addr")?;
+        assert!(
+            p.procs[1]
+                .env
+                .contains(&(LOCAL_API_ENV.into(), format!("http://{local_api}"))),
+            "app b gets its sidecar's local API: {:?}",
+            p.procs[1].env
+        );
         assert_eq!(
             p.try_command.as_deref(),
             Some("curl -i http://127.0.0.1:8080/noop")

@@ -21,9 +21,10 @@ impl Handler for Service {
             return Err(Status::invalid_argument("the CloudEvent has no type"));
         }
         let content_type = Some(ev.data_content_type.as_str()).filter(|c| !c.is_empty());
+        let traceparent = ev.extensions.get("traceparent").map(String::as_str);
         let answer = self
             .handlers
-            .answer(&ev.r#type, content_type, Bytes::from(ev.data))
+            .answer(&ev.r#type, content_type, traceparent, Bytes::from(ev.data))
             .await;
         Ok(Response::new(HandleReply {
             status: i32::from(answer.status.as_u16()),
@@ -39,7 +40,7 @@ pub async fn serve(
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     let svc = HandlerServer::new(Service {
-        handlers: Handlers::default(),
+        handlers: Handlers::new(std::env::var(crate::relay::LOCAL_API_ENV).ok().as_deref()),
     })
     .max_decoding_message_size(crate::MAX_BODY_BYTES);
     tonic::transport::Server::builder()

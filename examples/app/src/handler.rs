@@ -2,12 +2,14 @@
 
 use crate::burn::{self, Burner};
 use crate::problem;
+use crate::relay::Relay;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::header::{ALLOW, CONTENT_TYPE, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use std::convert::Infallible;
+use std::sync::Arc;
 
 /// Largest event data accepted; larger gets 413 rather than unbounded buffering.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
@@ -18,9 +20,25 @@ const JSON: &str = "application/json";
 #[derive(Clone, Default)]
 pub struct Handlers {
     burner: Burner,
+    relay: Option<Arc<Relay>>,
 }
 
 impl Handlers {
+    /// Handlers whose `relay` uses the local API at `local_api` (`SWITCHYARD_LOCAL_API`), if given.
+    pub fn new(local_api: Option<&str>) -> Handlers {
+        let relay = local_api.and_then(|base| {
+            let r = Relay::new(base);
+            if r.is_none() {
+                eprintln!("switchyard-example-app: {base:?} is not a URL; relay is off");
+            }
+            r
+        });
+        Handlers {
+            burner: Burner::default(),
+            relay: relay.map(Arc::new),
+        }
+    }
+
     /// Answers one request; never fails at the HTTP level (every problem is a response).
     pub async fn handle(
         &self,
@@ -54,6 +72,11 @@ impl Handlers {
             }
         };
         let content_type = req.headers().get(CONTENT_TYPE).cloned();
+        let traceparent = req
+            .headers()
+            .get("traceparent")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
         let body = match Limited::new(req.into_body(), MAX_BODY_BYTES)
             .collect()
             .await
@@ -78,6 +101,7 @@ impl Handlers {
             .answer(
                 &ce_type,
                 content_type.as_ref().and_then(|v| v.to_str().ok()),
+                traceparent.as_deref(),
                 body,
             )
             .await
@@ -85,7 +109,13 @@ impl Handlers {
     }
 
     /// The answer to one event, whatever protocol brought it.
-    pub async fn answer(&self, ce_type: &str, content_type: Option<&str>, body: Bytes) -> Answer {
+    pub async fn answer(
+        &self,
+        ce_type: &str,
+        content_type: Option<&str>,
+        traceparent: Option<&str>,
+        body: Bytes,
+    ) -> Answer {
         match ce_type {
             "noop" => Answer::json(StatusCode::OK, r#"{"ok":true}"#),
             "echo" => Answer {
@@ -101,6 +131,14 @@ impl Handlers {
                 Err(detail) => {
                     Answer::problem(StatusCode::BAD_REQUEST, "Invalid burn parameters", &detail)
                 }
+            },
+            "relay" => match &self.relay {
+                Some(r) => r.relay(body, traceparent).await,
+                None => Answer::problem(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "No local API",
+                    "relay needs SWITCHYARD_LOCAL_API, the manager sidecar's local API",
+                ),
             },
             other => Answer::problem(
                 StatusCode::NOT_FOUND,
@@ -122,7 +160,7 @@ pub struct Answer {
 }
 
 impl Answer {
-    fn json(status: StatusCode, body: &str) -> Answer {
+    pub(crate) fn json(status: StatusCode, body: &str) -> Answer {
         Answer {
             status,
             content_type: Some(JSON.to_owned()),
@@ -130,7 +168,7 @@ impl Answer {
         }
     }
 
-    fn problem(status: StatusCode, title: &str, detail: &str) -> Answer {
+    pub(crate) fn problem(status: StatusCode, title: &str, detail: &str) -> Answer {
         Answer {
             status,
             content_type: Some(problem::PROBLEM_JSON.to_owned()),

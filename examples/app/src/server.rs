@@ -19,7 +19,8 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
-    let handlers = Handlers::default();
+    let local_api = std::env::var(crate::relay::LOCAL_API_ENV).ok();
+    let handlers = Handlers::new(local_api.as_deref());
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {

@@ -240,3 +240,27 @@ async fn shutdown_lets_an_in_flight_burn_finish() {
     assert_eq!(answer.await.expect("join"), StatusCode::OK);
     task.await.expect("server task").expect("server result");
 }
+
+#[tokio::test]
+async fn relay_without_a_local_api_is_503_problem() {
+    // The test process has no SWITCHYARD_LOCAL_API unless a developer exported one.
+    if std::env::var_os(switchyard_example_app::LOCAL_API_ENV).is_some() {
+        panic!("unset SWITCHYARD_LOCAL_API to run this test");
+    }
+    let server = Server::start().await;
+    let mut c = server.client().await;
+    let a = send(
+        &mut c,
+        event(Some("relay"), Some("application/json"), r#"{"value":1}"#),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(
+        a.json()["detail"]
+            .as_str()
+            .is_some_and(|d| d.contains("SWITCHYARD_LOCAL_API")),
+        "{:?}",
+        a.json()
+    );
+    server.stop().await;
+}

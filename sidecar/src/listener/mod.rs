@@ -1,7 +1,7 @@
 //! Listeners: where client requests enter: HTTP (`http.rs`), WebSocket (`ws/`, on the HTTP port)
 //! and gRPC (`grpc.rs`), sharing the route table, broker and router through [`Edge`].
 
-mod accept;
+pub(crate) mod accept;
 pub mod grpc;
 pub mod http;
 pub(crate) mod reply;

@@ -1,13 +1,14 @@
 //! Inbound frame connections from router sidecars: grant credit, hand requests to the workers,
 //! send answers back, re-grant credit as work completes, and drain with GOAWAY.
 
+use super::routers::Routers;
 use super::worker::Worker;
 use futures::{SinkExt, StreamExt};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use switchyard_protocol::frame::{Frame, FrameCodec};
+use switchyard_protocol::frame::{FLAG_NO_REPLY, Frame, FrameCodec};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_util::codec::Framed;
@@ -31,6 +32,7 @@ fn lock(active: &Active) -> std::sync::MutexGuard<'_, HashMap<u64, CancellationT
 pub async fn serve(
     listener: TcpListener,
     worker: Arc<Worker>,
+    routers: Arc<Routers>,
     drain: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -51,7 +53,13 @@ pub async fn serve(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        tracker.spawn(connection(stream, peer, worker.clone(), drain.clone()));
+        tracker.spawn(connection(
+            stream,
+            peer,
+            worker.clone(),
+            routers.clone(),
+            drain.clone(),
+        ));
     }
     tracing::info!("frame listener closed");
 }
@@ -60,6 +68,7 @@ async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
     worker: Arc<Worker>,
+    routers: Arc<Routers>,
     drain: CancellationToken,
 ) {
     let credits = worker.credits();
@@ -73,6 +82,7 @@ async fn connection(
     );
     let writer = tokio::spawn(write_loop(sink, rx));
     let _ = tx.send(Frame::Credit { credits }).await;
+    let registered = routers.register(tx.clone());
     tracing::info!(%peer, credits, "router connected");
     let active: Active = Arc::default();
     let deliveries = TaskTracker::new();
@@ -101,14 +111,30 @@ async fn connection(
         match frame {
             Frame::Request(req) => {
                 let id = req.id;
+                let no_reply = req.flags & FLAG_NO_REPLY != 0;
                 let cancel = CancellationToken::new();
-                if lock(&active).insert(id, cancel.clone()).is_some() {
+                // A published event was accepted when written: it is delivered even if its sender's
+                // connection ends, so it is not among the cancellable requests.
+                if !no_reply && lock(&active).insert(id, cancel.clone()).is_some() {
                     tracing::warn!(%peer, id, "request id reused while in flight; closing the connection");
                     break;
                 }
+                // Taken here, in arrival order, before the delivery tasks race each other.
+                let place = worker.place(&req);
                 let (worker, tx, active) = (worker.clone(), tx.clone(), active.clone());
+                // Only a published event needs these after the delivery: nobody reads its answer.
+                let published = no_reply.then(|| (req.event.clone(), req.ce_id.clone()));
                 deliveries.spawn(async move {
-                    let resp = worker.handle(req, cancel).await;
+                    let resp = worker.handle_placed(req, place, cancel).await;
+                    if let Some((event, ce_id)) = published {
+                        if let Some(r) = resp.filter(|r| r.status >= 500) {
+                            // Shed, or failed for good (dead-lettered when configured): never silent.
+                            tracing::warn!(%event, %ce_id, status = r.status, "published event not handled");
+                        }
+                        // No RESPONSE for a published event, only its credit back.
+                        let _ = tx.send(Frame::Credit { credits: 1 }).await;
+                        return;
+                    }
                     lock(&active).remove(&id);
                     if let Some(resp) = resp {
                         let _ = tx.send(Frame::Response(resp)).await;
@@ -133,6 +159,7 @@ async fn connection(
             }
         }
     }
+    drop(registered);
     // The router is gone (or closed after our GOAWAY with nothing pending): answers cannot reach it.
     for t in lock(&active).values() {
         t.cancel();

@@ -1,8 +1,11 @@
 //! Workers: admit events into a bounded queue, deliver them with at most `maxInFlight` at once,
 //! under a deadline, retrying 5xx and connection errors with backoff; CANCEL aborts a delivery.
+//! Optionally one at a time per ordering key, and with dead letters published when retries run out.
 
 pub use super::delivery::Delivery;
 use super::delivery_http::Outcome;
+use super::ordering::{self, Lanes, Turn};
+use super::outbound::{self, Outbound};
 use crate::backoff;
 use crate::metrics::{EventLabel, EventLabels, Metrics};
 use crate::otel::Otel;
@@ -34,9 +37,43 @@ pub struct Settings {
     pub dead_letter: bool,
 }
 
+/// How long publishing a dead letter may wait for an endpoint and credit.
+const DEAD_LETTER_DEADLINE: Duration = Duration::from_secs(5);
+
+/// Where events go whose delivery failed for good.
+struct DeadLetter {
+    event: Arc<str>,
+    outbound: Arc<Outbound>,
+}
+
+/// Per-key ordering: the payload's JSON pointer and the lanes by key.
+struct KeyOrder {
+    pointer: String,
+    lanes: Arc<Lanes>,
+}
+
+/// The event being delivered, its metric label and its deadline.
+struct Job<'a> {
+    ev: &'a Request,
+    label: &'a EventLabel,
+    deadline: Option<Instant>,
+}
+
+/// An event's place in the ordering lanes, taken in arrival order by the connection's reader.
+pub enum Place {
+    /// No ordering key configured, or the event has no key value.
+    Unordered,
+    /// Its turn in the lane of its key.
+    Turn(Turn),
+    /// The lanes are full: refused with 503.
+    Full,
+}
+
 /// The worker pool of one manager sidecar.
 pub struct Worker {
     settings: Settings,
+    ordering: Option<KeyOrder>,
+    dead_letter: Option<DeadLetter>,
     /// Event types handled here, with their metric labels.
     events: HashMap<String, EventLabel>,
     slots: Semaphore,
@@ -76,6 +113,8 @@ impl Worker {
         Worker {
             slots: Semaphore::new(settings.max_in_flight.min(Semaphore::MAX_PERMITS)),
             settings,
+            ordering: None,
+            dead_letter: None,
             events,
             admitted: AtomicUsize::new(0),
             delivery,
@@ -90,6 +129,39 @@ impl Worker {
         self
     }
 
+    /// Delivers events with the same value at JSON pointer `pointer` one at a time, in arrival order.
+    pub fn with_ordering_key(mut self, pointer: String) -> Worker {
+        let bound = self.settings.queue_capacity + self.settings.max_in_flight;
+        self.ordering = Some(KeyOrder {
+            pointer,
+            lanes: Lanes::new(bound),
+        });
+        self
+    }
+
+    /// Publishes events whose delivery failed for good to `event` through `outbound`.
+    pub fn with_dead_letter(mut self, event: &str, outbound: Arc<Outbound>) -> Worker {
+        self.dead_letter = Some(DeadLetter {
+            event: Arc::from(event),
+            outbound,
+        });
+        self
+    }
+
+    /// The event's place in the ordering lanes. Call in arrival order, before [`Worker::handle_placed`].
+    pub fn place(&self, ev: &Request) -> Place {
+        let Some(order) = &self.ordering else {
+            return Place::Unordered;
+        };
+        match ordering::key_of(&ev.payload, &order.pointer) {
+            None => Place::Unordered,
+            Some(key) => match order.lanes.enter(key) {
+                Ok(turn) => Place::Turn(turn),
+                Err(ordering::Full) => Place::Full,
+            },
+        }
+    }
+
     /// Credits granted to each router connection: the queue capacity.
     pub fn credits(&self) -> u32 {
         u32::try_from(self.settings.queue_capacity).unwrap_or(u32::MAX)
@@ -97,11 +169,23 @@ impl Worker {
 
     /// Handles one event; `None` when it was cancelled (nothing is sent back but the credit).
     pub async fn handle(&self, ev: Request, cancel: CancellationToken) -> Option<Response> {
+        self.handle_placed(ev, Place::Unordered, cancel).await
+    }
+
+    /// Handles one event that took its `place` in the ordering lanes.
+    pub async fn handle_placed(
+        &self,
+        ev: Request,
+        place: Place,
+        cancel: CancellationToken,
+    ) -> Option<Response> {
         let Some(otel) = &self.otel else {
-            return self.handle_traced(ev, cancel, None).await;
+            return self.handle_traced(ev, place, cancel, None).await;
         };
         let mut trace = InboundTrace::start(otel, &ev.event, &ev.ce_id, &ev.traceparent);
-        let resp = self.handle_traced(ev, cancel, Some(&mut trace)).await;
+        let resp = self
+            .handle_traced(ev, place, cancel, Some(&mut trace))
+            .await;
         trace.finish(resp.as_ref().map(|r| r.status));
         resp
     }
@@ -109,6 +193,7 @@ impl Worker {
     async fn handle_traced(
         &self,
         ev: Request,
+        place: Place,
         cancel: CancellationToken,
         trace: Option<&mut InboundTrace>,
     ) -> Option<Response> {
@@ -119,8 +204,11 @@ impl Worker {
         };
         // Credits bound each router connection; this bounds the sum over all routers.
         let bound = self.settings.queue_capacity + self.settings.max_in_flight;
-        if self.admitted.fetch_add(1, Ordering::AcqRel) >= bound {
-            self.admitted.fetch_sub(1, Ordering::AcqRel);
+        let lanes_full = matches!(place, Place::Full);
+        if lanes_full || self.admitted.fetch_add(1, Ordering::AcqRel) >= bound {
+            if !lanes_full {
+                self.admitted.fetch_sub(1, Ordering::AcqRel);
+            }
             self.metrics.shed.inc();
             return Some(problem_response(
                 ev.id,
@@ -134,33 +222,74 @@ impl Worker {
             ms => Some(arrived + Duration::from_millis(ms.into())),
         };
         let started = Instant::now();
-        let resp = self.deliver(&ev, label, deadline, &cancel, trace).await;
+        let mut failed_for_good = None;
+        let resp = self
+            .deliver(
+                Job {
+                    ev: &ev,
+                    label,
+                    deadline,
+                },
+                place,
+                &cancel,
+                &mut failed_for_good,
+                trace,
+            )
+            .await;
         let status = resp.as_ref().map_or(499, |r| r.status);
         self.metrics
             .observe(label, status, started.elapsed().as_secs_f64());
+        if let Some(reason) = failed_for_good {
+            self.dead_letter(&ev, label, reason).await;
+        }
         resp
     }
 
     async fn deliver(
         &self,
-        ev: &Request,
-        label: &EventLabel,
-        deadline: Option<Instant>,
+        job: Job<'_>,
+        place: Place,
         cancel: &CancellationToken,
+        failed_for_good: &mut Option<&'static str>,
         mut trace: Option<&mut InboundTrace>,
     ) -> Option<Response> {
+        let Job {
+            ev,
+            label,
+            deadline,
+        } = job;
         let arrived = Instant::now();
         self.metrics.queued.inc();
         if let Some(t) = trace.as_deref_mut() {
             t.queue_start(&ev.event);
         }
-        let permit = tokio::select! {
+        // Held until the delivery ends, so the next event of the key waits for it.
+        let mut turn = match place {
+            Place::Turn(t) => Some(t),
+            Place::Unordered | Place::Full => None,
+        };
+        let in_turn = match turn.as_mut() {
+            None => true,
+            Some(t) => tokio::select! {
+                _ = t.ready() => true,
+                _ = cancel.cancelled() => {
+                    self.metrics.queued.dec();
+                    return None;
+                }
+                _ = sleep_until(deadline) => false,
+            },
+        };
+        let permit = if !in_turn {
+            None
+        } else {
+            tokio::select! {
             p = self.slots.acquire() => p.ok(),
             _ = cancel.cancelled() => {
                 self.metrics.queued.dec();
                 return None;
             }
             _ = sleep_until(deadline) => None,
+            }
         };
         self.metrics.queued.dec();
         if let Some(t) = trace.as_deref_mut() {
@@ -208,7 +337,7 @@ impl Worker {
                 body,
             } => {
                 if self.settings.dead_letter && retryable_status(status) {
-                    self.dead_lettered(label);
+                    *failed_for_good = Some("the handler app failed every attempt");
                     problem_response(
                         ev.id,
                         502,
@@ -229,7 +358,7 @@ impl Worker {
             Outcome::Unreachable(e) => {
                 tracing::warn!(event = %ev.event, ce_id = %ev.ce_id, error = %e, "app unreachable");
                 if self.settings.dead_letter {
-                    self.dead_lettered(label);
+                    *failed_for_good = Some("the handler app is unreachable");
                 }
                 problem_response(ev.id, 502, "the handler app is unreachable")
             }
@@ -253,15 +382,46 @@ impl Worker {
         Some(resp)
     }
 
-    /// Publishing to the dead-letter type needs the manager-to-router path of a later release;
-    /// until then the event is answered 502 and counted.
-    fn dead_lettered(&self, label: &EventLabel) {
-        self.metrics
-            .dead_letter_unrouted
-            .get_or_create(&EventLabels {
-                event: label.clone(),
-            })
-            .inc();
+    /// Publishes the event that failed for good to the dead-letter type (same id, payload and
+    /// traceparent). Only a failed publish is counted as unrouted, and logged: never silent.
+    async fn dead_letter(&self, ev: &Request, label: &EventLabel, reason: &'static str) {
+        let labels = EventLabels {
+            event: label.clone(),
+        };
+        let Some(dl) = &self.dead_letter else {
+            tracing::warn!(event = %ev.event, ce_id = %ev.ce_id, reason, "dead letter not published: no outbound path");
+            self.metrics
+                .dead_letter_unrouted
+                .get_or_create(&labels)
+                .inc();
+            return;
+        };
+        let out = outbound::Event {
+            event: dl.event.clone(),
+            ce_id: ev.ce_id.clone(),
+            traceparent: ev.traceparent.clone(),
+            payload: ev.payload.clone(),
+        };
+        match dl
+            .outbound
+            .publish(out, Instant::now() + DEAD_LETTER_DEADLINE)
+            .await
+        {
+            Ok(()) => {
+                tracing::info!(event = %ev.event, ce_id = %ev.ce_id, dead_letter = %dl.event, reason, "dead letter published");
+                self.metrics
+                    .dead_letter_published
+                    .get_or_create(&labels)
+                    .inc();
+            }
+            Err(e) => {
+                tracing::warn!(event = %ev.event, ce_id = %ev.ce_id, dead_letter = %dl.event, reason, error = ?e, "dead letter could not be published; the event is lost");
+                self.metrics
+                    .dead_letter_unrouted
+                    .get_or_create(&labels)
+                    .inc();
+            }
+        }
     }
 
     /// Attempts until an answer that is not retryable, attempts or time run out, or a cancel.

@@ -1,12 +1,17 @@
-//! Manager role: frame listener -> workers -> app, plus admin; drains on SIGTERM with GOAWAY.
+//! Manager role: frame listener -> workers -> app, the app's local API -> outbound router, plus
+//! admin; drains on SIGTERM with GOAWAY.
 
 use super::RunError;
 use crate::admin::{self, Readiness};
 use crate::manager::delivery_grpc::GrpcDelivery;
 use crate::manager::delivery_http::HttpDelivery;
 use crate::manager::inbound;
+use crate::manager::local_api::{self, LocalApi};
+use crate::manager::outbound::Outbound;
+use crate::manager::routers::Routers;
 use crate::manager::worker::{Delivery, Settings, Worker};
 use crate::metrics::Metrics;
+use crate::router::Router;
 use crate::shutdown::DRAIN_LIMIT;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -21,6 +26,7 @@ pub async fn run(
     listen: SocketAddr,
     admin_addr: SocketAddr,
     app_addr: Option<SocketAddr>,
+    local_api_addr: SocketAddr,
     event_types: Option<&str>,
 ) -> Result<(), RunError> {
     let s = crate::config::load_manager(config_file, event_types)?;
@@ -46,41 +52,71 @@ pub async fn run(
     .map(Arc::new);
     let metrics = Metrics::new();
     let events: Vec<String> = s.events.iter().map(|e| e.as_str().to_owned()).collect();
-    let worker = Arc::new(
-        Worker::new(
-            Settings {
-                max_in_flight: s.max_in_flight,
-                queue_capacity: s.queue_capacity,
-                attempt_timeout: c.workers.timeout.into(),
-                attempts: s.attempts,
-                backoff: c.workers.retries.backoff.into(),
-                max_backoff: c.workers.retries.max_backoff.into(),
-                dead_letter: c.workers.dead_letter.is_some(),
-            },
-            &events,
-            delivery,
-            metrics.clone(),
-        )
-        .with_tracing(otel.clone()),
-    );
+    // The app's outgoing events and dead letters leave through the same router stage as client requests.
+    let outbound = Arc::new(Outbound::new(Router::start(
+        &c.namespace,
+        &c.destinations,
+        &c.static_endpoints,
+        metrics.clone(),
+    )));
+    if let Some(dl) = &c.workers.dead_letter
+        && !outbound.knows(dl.as_str())
+    {
+        tracing::warn!(dead_letter = %dl, "no Manager handles the dead-letter event type yet; dead letters are counted as unrouted");
+    }
+    let mut worker = Worker::new(
+        Settings {
+            max_in_flight: s.max_in_flight,
+            queue_capacity: s.queue_capacity,
+            attempt_timeout: c.workers.timeout.into(),
+            attempts: s.attempts,
+            backoff: c.workers.retries.backoff.into(),
+            max_backoff: c.workers.retries.max_backoff.into(),
+            dead_letter: c.workers.dead_letter.is_some(),
+        },
+        &events,
+        delivery,
+        metrics.clone(),
+    )
+    .with_tracing(otel.clone());
+    if let Some(key) = &c.workers.ordering_key {
+        worker = worker.with_ordering_key(key.clone());
+    }
+    if let Some(dl) = &c.workers.dead_letter {
+        worker = worker.with_dead_letter(dl.as_str(), outbound.clone());
+    }
+    let worker = Arc::new(worker);
+    let routers = Arc::new(Routers::default());
     let ready = Readiness::default();
     let admin = admin::bind(admin_addr)
         .await
         .map_err(|e| RunError::Startup(format!("admin {admin_addr}: {e}")))?;
-    tokio::spawn(admin::serve(admin, metrics, ready.clone()));
+    tokio::spawn(admin::serve(admin, metrics.clone(), ready.clone()));
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| RunError::Startup(format!("frame listener {listen}: {e}")))?;
+    let local_listener = tokio::net::TcpListener::bind(local_api_addr)
+        .await
+        .map_err(|e| RunError::Startup(format!("local API {local_api_addr}: {e}")))?;
     let drain = CancellationToken::new();
+    // The app may still publish while its last deliveries run: the local API closes after them.
+    let local_drain = CancellationToken::new();
+    let local = LocalApi::new(outbound, routers.clone(), metrics);
+    let local_server = tokio::spawn(local_api::serve(
+        local_listener,
+        Arc::new(local),
+        local_drain.clone(),
+    ));
     let connections = TaskTracker::new();
     let acceptor = tokio::spawn(inbound::serve(
         listener,
         worker,
+        routers,
         drain.clone(),
         connections.clone(),
     ));
     ready.set(true);
-    tracing::info!(listen = %listen, admin = %admin_addr, app = %app, events = ?events, manager = %c.name, "manager ready");
+    tracing::info!(listen = %listen, admin = %admin_addr, app = %app, local_api = %local_api_addr, events = ?events, manager = %c.name, "manager ready");
 
     crate::shutdown::signal().await;
     ready.set(false);
@@ -93,6 +129,8 @@ pub async fn run(
     {
         tracing::warn!("drain limit reached with deliveries still open");
     }
+    local_drain.cancel();
+    let _ = local_server.await;
     tracing::info!("manager drained");
     if let Some(o) = &otel {
         o.shutdown().await;

@@ -159,7 +159,12 @@ pub async fn run(
         ),
     };
     let drain = CancellationToken::new();
-    let router = Router::start(&settings.config, metrics.clone());
+    let router = Router::start(
+        &settings.config.namespace,
+        &settings.config.destinations,
+        &settings.config.static_endpoints,
+        metrics.clone(),
+    );
     let ws_path = ws_routes.as_ref().map(|w| w.path.clone());
     let ws = ws_routes.map(|routes| WsEdge {
         routes,

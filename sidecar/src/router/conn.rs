@@ -34,6 +34,8 @@ pub struct Lost {
 struct Pending {
     reply: oneshot::Sender<Result<Response, Lost>>,
     written: bool,
+    /// Fire-and-forget: resolved (with a 202) once the frame is flushed, as no RESPONSE comes.
+    no_reply: bool,
 }
 
 #[derive(Default)]
@@ -87,8 +89,9 @@ impl Conn {
         self.usable.load(Ordering::Acquire)
     }
 
-    /// Reserves an id and a reply slot; `None` when the connection is closing.
-    pub fn register(&self) -> Option<Slot> {
+    /// Reserves an id and a reply slot; `None` when the connection is closing. With `no_reply` the
+    /// slot resolves once the request frame is flushed to the socket.
+    pub fn register(&self, no_reply: bool) -> Option<Slot> {
         let mut st = self.state();
         if st.closed || st.draining {
             return None;
@@ -100,6 +103,7 @@ impl Conn {
             Pending {
                 reply: reply_tx,
                 written: false,
+                no_reply,
             },
         );
         Some(Slot { id, reply })
@@ -136,10 +140,30 @@ impl Conn {
         }
     }
 
-    fn mark_written(&self, id: u64) {
-        if let Some(p) = self.state().pending.get_mut(&id) {
-            p.written = true;
+    fn mark_written(&self, id: u64) -> bool {
+        match self.state().pending.get_mut(&id) {
+            Some(p) => {
+                p.written = true;
+                p.no_reply
+            }
+            None => false,
         }
+    }
+
+    /// A fire-and-forget request reached the socket: its sender is done.
+    fn flushed(&self, id: u64) {
+        let pending = self.state().pending.remove(&id);
+        if let Some(p) = pending {
+            let _ = p.reply.send(Ok(Response {
+                id,
+                status: 202,
+                queue_us: 0,
+                app_us: 0,
+                content_type: String::new(),
+                payload: bytes::Bytes::new(),
+            }));
+        }
+        self.close_if_drained();
     }
 
     fn resolve(&self, resp: Response) {
@@ -238,6 +262,8 @@ async fn write_loop(mut sink: Sink, mut rx: mpsc::Receiver<Frame>, conn: Arc<Con
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut nonce = 0u64;
+    // Fire-and-forget requests of the current batch, confirmed once the batch is flushed.
+    let mut no_reply: Vec<u64> = Vec::new();
     loop {
         let first = tokio::select! {
             biased;
@@ -251,15 +277,18 @@ async fn write_loop(mut sink: Sink, mut rx: mpsc::Receiver<Frame>, conn: Arc<Con
                 Frame::Ping { nonce }
             }
         };
-        let mut ok = feed(&mut sink, first, &conn).await;
+        let mut ok = feed(&mut sink, first, &conn, &mut no_reply).await;
         let mut n = 1;
         while ok && n < WRITE_BATCH {
             let Ok(f) = rx.try_recv() else { break };
-            ok = feed(&mut sink, f, &conn).await;
+            ok = feed(&mut sink, f, &conn, &mut no_reply).await;
             n += 1;
         }
         if !ok || sink.flush().await.is_err() {
             break;
+        }
+        for id in no_reply.drain(..) {
+            conn.flushed(id);
         }
     }
     // Whatever stopped the writer, the connection is unusable now.
@@ -267,7 +296,7 @@ async fn write_loop(mut sink: Sink, mut rx: mpsc::Receiver<Frame>, conn: Arc<Con
     let _ = sink.close().await;
 }
 
-async fn feed(sink: &mut Sink, frame: Frame, conn: &Conn) -> bool {
+async fn feed(sink: &mut Sink, frame: Frame, conn: &Conn, no_reply: &mut Vec<u64>) -> bool {
     let request_id = match &frame {
         Frame::Request(r) => Some(r.id),
         _ => None,
@@ -276,8 +305,10 @@ async fn feed(sink: &mut Sink, frame: Frame, conn: &Conn) -> bool {
         tracing::debug!(error = %e, "frame write failed");
         return false;
     }
-    if let Some(id) = request_id {
-        conn.mark_written(id);
+    if let Some(id) = request_id
+        && conn.mark_written(id)
+    {
+        no_reply.push(id);
     }
     true
 }

@@ -17,8 +17,9 @@ use pool::Pool;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
-use switchyard_protocol::config::RouterConfig;
-use switchyard_protocol::frame::{Frame, Request, Response};
+use switchyard_crds::EventType;
+use switchyard_protocol::config::Destination;
+use switchyard_protocol::frame::{FLAG_NO_REPLY, Frame, Request, Response};
 use tokio::time::timeout_at;
 
 /// Endpoints tried for one request when connections fail before the request was written.
@@ -74,19 +75,23 @@ pub struct Router {
 }
 
 impl Router {
-    /// Builds the pools from the config and starts discovery.
-    pub fn start(config: &RouterConfig, metrics: Arc<Metrics>) -> Router {
+    /// Builds the pools of `destinations` and starts discovery: a Manager listed in `static_endpoints`
+    /// uses that list, any other is found through `<service>.<namespace>.svc` DNS. Both roles use it
+    /// (the router role for clients, the manager role for its app's outgoing events).
+    pub fn start(
+        namespace: &str,
+        destinations: &BTreeMap<EventType, Destination>,
+        static_endpoints: &BTreeMap<String, Vec<String>>,
+        metrics: Arc<Metrics>,
+    ) -> Router {
         let hub = Arc::new(Hub::new(metrics.clone()));
         let mut sources: BTreeMap<Source, usize> = BTreeMap::new();
         let mut pools = Vec::new();
         let mut by_event = HashMap::new();
-        for (event, dest) in &config.destinations {
-            let source = match config.static_endpoints.get(&dest.manager) {
+        for (event, dest) in destinations {
+            let source = match static_endpoints.get(&dest.manager) {
                 Some(list) => Source::Static(list.clone()),
-                None => Source::Dns(format!(
-                    "{}.{}.svc:{}",
-                    dest.service, config.namespace, dest.port
-                )),
+                None => Source::Dns(format!("{}.{}.svc:{}", dest.service, namespace, dest.port)),
             };
             let idx = *sources.entry(source.clone()).or_insert_with(|| {
                 let pool = Arc::new(Pool::new(dest.manager.clone(), hub.clone()));
@@ -123,6 +128,31 @@ impl Router {
         deadline: Instant,
         times: &mut CallTimes,
     ) -> Result<Response, CallError> {
+        self.send_to(pool, out, 0, deadline, times).await
+    }
+
+    /// Sends `out` fire-and-forget (`FLAG_NO_REPLY`): done once a manager sidecar granted credit and
+    /// the frame was flushed to its socket. `deadline` bounds the wait for an endpoint and credit.
+    pub async fn publish(
+        &self,
+        pool: usize,
+        out: &Outgoing,
+        deadline: Instant,
+    ) -> Result<(), CallError> {
+        let mut times = CallTimes::default();
+        self.send_to(pool, out, FLAG_NO_REPLY, deadline, &mut times)
+            .await
+            .map(|_| ())
+    }
+
+    async fn send_to(
+        &self,
+        pool: usize,
+        out: &Outgoing,
+        flags: u8,
+        deadline: Instant,
+        times: &mut CallTimes,
+    ) -> Result<Response, CallError> {
         let Some(pool) = self.pools.get(pool) else {
             return Err(CallError::NoEndpoint);
         };
@@ -144,7 +174,7 @@ impl Router {
             let (peer, conn) = &candidates[i];
             tried.push((*peer).clone());
             let _load = peer.track();
-            match self.once(conn, out, deadline, times).await {
+            match self.once(conn, out, flags, deadline, times).await {
                 Ok(r) => return Ok(r),
                 Err(Attempt::Failed(e)) => return Err(e),
                 Err(Attempt::NotSent) => {
@@ -159,6 +189,7 @@ impl Router {
         &self,
         conn: &Arc<Conn>,
         out: &Outgoing,
+        flags: u8,
         deadline: Instant,
         times: &mut CallTimes,
     ) -> Result<Response, Attempt> {
@@ -173,19 +204,27 @@ impl Router {
             // The manager re-grants the credit when it finishes the work, so it is consumed here.
             Ok(Ok(permit)) => permit.forget(),
         }
-        let slot = conn.register().ok_or(Attempt::NotSent)?;
+        let no_reply = flags & FLAG_NO_REPLY != 0;
+        let slot = conn.register(no_reply).ok_or(Attempt::NotSent)?;
         let mut guard = CancelOnDrop {
             conn,
             id: slot.id,
-            armed: true,
+            // A published event belongs to the manager once written: nothing to cancel.
+            armed: !no_reply,
         };
         let remaining = deadline.saturating_duration_since(Instant::now());
         let frame = Frame::Request(Request {
             id: slot.id,
-            flags: 0,
-            deadline_ms: u32::try_from(remaining.as_millis())
-                .unwrap_or(u32::MAX)
-                .max(1),
+            flags,
+            // The publisher's deadline only bounds getting the event out; the manager then delivers
+            // under its own attempt timeout and retries.
+            deadline_ms: if no_reply {
+                0
+            } else {
+                u32::try_from(remaining.as_millis())
+                    .unwrap_or(u32::MAX)
+                    .max(1)
+            },
             event: out.event.to_string(),
             ce_id: out.ce_id.clone(),
             traceparent: out.traceparent.clone(),

@@ -62,10 +62,64 @@ pub struct AppState {
     pub fail_attempts: AtomicUsize,
     pub headers: Mutex<HashMap<String, String>>,
     pub served: AtomicUsize,
+    /// Every event received: its headers and body.
+    pub events: Mutex<Vec<Seen>>,
+    /// `ordered` events: (key, seq) in the order their handling started.
+    pub order: Mutex<Vec<(String, u64)>>,
+    /// `ordered` events of the same key that overlapped (must stay 0 with an ordering key).
+    pub overlaps: AtomicUsize,
+    /// Most `ordered` events handled at once, whatever their key.
+    pub max_parallel: AtomicUsize,
+    running: Mutex<HashMap<String, usize>>,
 }
 
-/// A CloudEvents echo app: `noop` -> `{}`, `echo` -> the body, `slow` sleeps 3 s, `slowish` 200 ms,
-/// `fail` -> 500.
+/// One event as the app received it.
+#[derive(Clone, Debug)]
+pub struct Seen {
+    pub headers: HashMap<String, String>,
+    pub body: Bytes,
+}
+
+impl Seen {
+    pub fn header(&self, name: &str) -> &str {
+        self.headers.get(name).map(String::as_str).unwrap_or("")
+    }
+}
+
+impl AppState {
+    /// Events of type `ce_type` received so far.
+    pub fn seen(&self, ce_type: &str) -> Vec<Seen> {
+        self.events
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|e| e.header("ce-type") == ce_type)
+            .cloned()
+            .collect()
+    }
+
+    fn enter_ordered(&self, key: &str, seq: u64) {
+        self.order.lock().unwrap().push((key.to_owned(), seq));
+        let mut running = self.running.lock().unwrap();
+        let n = running.entry(key.to_owned()).or_default();
+        *n += 1;
+        if *n > 1 {
+            self.overlaps.fetch_add(1, Ordering::SeqCst);
+        }
+        let total: usize = running.values().sum();
+        self.max_parallel.fetch_max(total, Ordering::SeqCst);
+    }
+
+    fn leave_ordered(&self, key: &str) {
+        if let Some(n) = self.running.lock().unwrap().get_mut(key) {
+            *n -= 1;
+        }
+    }
+}
+
+/// A CloudEvents echo app: `noop` -> `{}`, `echo` and `audit` -> the body, `slow` sleeps 3 s,
+/// `slowish` 200 ms, `fail` -> 500, `ordered` records `{key, seq}` and takes 30 ms. Every event is
+/// recorded in `events`.
 pub struct TestApp {
     pub port: u16,
     pub state: Arc<AppState>,
@@ -136,10 +190,24 @@ async fn app_handle(
         .map(|c| c.to_bytes())
         .unwrap_or_default();
     state.served.fetch_add(1, Ordering::SeqCst);
+    state.events.lock().unwrap().push(Seen {
+        headers: headers.clone(),
+        body: body.clone(),
+    });
     let (status, out) = match ce_type.as_str() {
         "echo" => {
             *state.headers.lock().unwrap() = headers;
             (200, body)
+        }
+        "audit" => (200, body),
+        "ordered" => {
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let key = v["key"].as_str().unwrap_or("").to_owned();
+            let seq = v["seq"].as_u64().unwrap_or(0);
+            state.enter_ordered(&key, seq);
+            tokio::time::sleep(Duration::from_millis(30)).await;
+            state.leave_ordered(&key);
+            (200, Bytes::from_static(b"{}"))
         }
         "slow" => {
             tokio::time::sleep(Duration::from_secs(3)).await;
@@ -402,7 +470,7 @@ impl Mesh {
 }
 
 pub fn spawn_manager(dir: &Path, cfg: &Path, port: u16, admin: u16) -> Proc {
-    spawn_manager_env(dir, cfg, port, admin, &[])
+    spawn_manager_full(dir, cfg, port, admin, free_port(), &[])
 }
 
 /// `spawn_manager` with extra environment variables.
@@ -411,6 +479,28 @@ pub fn spawn_manager_env(
     cfg: &Path,
     port: u16,
     admin: u16,
+    env: &[(&str, &str)],
+) -> Proc {
+    spawn_manager_full(dir, cfg, port, admin, free_port(), env)
+}
+
+/// A manager sidecar whose local API listens on 127.0.0.1:`local_api`.
+pub fn spawn_manager_with_local_api(
+    dir: &Path,
+    cfg: &Path,
+    port: u16,
+    admin: u16,
+    local_api: u16,
+) -> Proc {
+    spawn_manager_full(dir, cfg, port, admin, local_api, &[])
+}
+
+fn spawn_manager_full(
+    dir: &Path,
+    cfg: &Path,
+    port: u16,
+    admin: u16,
+    local_api: u16,
     env: &[(&str, &str)],
 ) -> Proc {
     Proc::spawn(
@@ -424,6 +514,8 @@ pub fn spawn_manager_env(
             &format!("127.0.0.1:{port}"),
             "--admin-addr",
             &format!("127.0.0.1:{admin}"),
+            "--local-api-addr",
+            &format!("127.0.0.1:{local_api}"),
         ],
         dir.join("manager.log"),
         env,
@@ -517,4 +609,144 @@ impl Http {
             .unwrap();
         self.send(req).await
     }
+}
+
+// ---------------------------------------------------------------- two Managers and the local API
+
+/// A router, Manager `handlers` (the usual events plus `ordered`; ordering key `/key`; dead letters to
+/// `dead`) and Manager `graveyard` (`dead`, `audit`) with its own app. `handlers` knows the whole
+/// table, so the test plays its app through its local API; `ghost` names a Manager that never runs.
+pub struct LocalMesh {
+    pub dir: tempfile::TempDir,
+    pub app: Arc<TestApp>,
+    pub other_app: Arc<TestApp>,
+    pub handlers: Proc,
+    pub graveyard: Proc,
+    pub router: Proc,
+    pub http_port: u16,
+    pub local_api: u16,
+    pub handlers_admin: u16,
+    pub client: Http,
+}
+
+impl LocalMesh {
+    pub async fn start() -> LocalMesh {
+        let dir = tempfile::tempdir().unwrap();
+        let (app, other_app) = (TestApp::start().await, TestApp::start().await);
+        let (http_port, router_admin) = (free_port(), free_port());
+        let (h_port, h_admin, local_api) = (free_port(), free_port(), free_port());
+        let (g_port, g_admin) = (free_port(), free_port());
+        let dest = |m: &str, port: u16| json!({"manager": m, "service": m, "port": port, "podSelector": {}});
+        let h = dest("handlers", h_port);
+        let g = dest("graveyard", g_port);
+        let ghost = dest("ghost", free_port());
+        let table = json!({
+            "noop": h, "echo": h, "slow": h, "slowish": h, "fail": h, "ordered": h,
+            "dead": g, "audit": g, "haunt": ghost,
+        });
+        let endpoints = json!({
+            "handlers": [format!("127.0.0.1:{h_port}")],
+            "graveyard": [format!("127.0.0.1:{g_port}")],
+            "ghost": [format!("127.0.0.1:{}", free_port())],
+        });
+        let mut hcfg = manager_config(app.port, &Opts::default());
+        hcfg["events"] = json!(["noop", "echo", "slow", "slowish", "fail", "ordered"]);
+        hcfg["workers"]["deadLetter"] = json!("dead");
+        hcfg["workers"]["orderingKey"] = json!("/key");
+        hcfg["destinations"] = table;
+        hcfg["staticEndpoints"] = endpoints;
+        let mut gcfg = manager_config(other_app.port, &Opts::default());
+        gcfg["name"] = json!("graveyard");
+        gcfg["events"] = json!(["dead", "audit"]);
+        let hcfg = write_json(dir.path(), "handlers.json", &hcfg);
+        let gcfg = write_json(dir.path(), "graveyard.json", &gcfg);
+        for sub in ["h", "g"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let graveyard = spawn_manager(&dir.path().join("g"), &gcfg, g_port, g_admin);
+        let handlers =
+            spawn_manager_with_local_api(&dir.path().join("h"), &hcfg, h_port, h_admin, local_api);
+        let rcfg = write_json(
+            dir.path(),
+            "router.json",
+            &router_config(http_port, h_port, "3s"),
+        );
+        let router = Proc::spawn(
+            &[
+                "--log-format",
+                "text",
+                "router",
+                "--config",
+                rcfg.to_str().unwrap(),
+                "--bind",
+                "127.0.0.1",
+                "--admin-addr",
+                &format!("127.0.0.1:{router_admin}"),
+            ],
+            dir.path().join("router.log"),
+            &[],
+        );
+        let client = Http::new();
+        for admin in [router_admin, h_admin, g_admin] {
+            wait_ready(&client, admin).await;
+        }
+        let mesh = LocalMesh {
+            dir,
+            app,
+            other_app,
+            handlers,
+            graveyard,
+            router,
+            http_port,
+            local_api,
+            handlers_admin: h_admin,
+            client,
+        };
+        // Ready means bound: wait until every frame connection carries requests.
+        poll(Duration::from_secs(15), "mesh connected", || async {
+            let r = mesh.client.get(&mesh.url("/noop")).await.ok()?;
+            let own = mesh
+                .client
+                .post(&mesh.local("/v1/request/noop"), "application/json", "{}")
+                .await
+                .ok()?;
+            let other = mesh
+                .client
+                .post(
+                    &mesh.local("/v1/request/audit"),
+                    "application/json",
+                    r#"{"warmup":true}"#,
+                )
+                .await
+                .ok()?;
+            (r.status == 200 && own.status == 200 && other.status == 200).then_some(())
+        })
+        .await;
+        mesh
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.http_port)
+    }
+
+    /// A URL of `handlers`' local API.
+    pub fn local(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.local_api)
+    }
+
+    pub async fn handlers_metrics(&self) -> String {
+        let r = self
+            .client
+            .get(&format!("http://127.0.0.1:{}/metrics", self.handlers_admin))
+            .await
+            .unwrap();
+        String::from_utf8_lossy(&r.body).into_owned()
+    }
+}
+
+/// The value of the sample `name` (with labels, as printed) in a metrics text; 0 when absent.
+pub fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.trim().parse().ok())
+        .unwrap_or(0.0)
 }

@@ -1,0 +1,147 @@
+//! The local API over HTTP: `POST /v1/{publish|request|push}/{event}` with a JSON body.
+
+use super::parse::{self, Op, Refusal};
+use super::{Call, Done, LocalApi, MAX_BODY};
+use crate::edge;
+use crate::problem;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use hyper::body::Incoming;
+use hyper::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use hyper::{Method, Request, Response, StatusCode};
+use std::sync::Arc;
+use std::time::Duration;
+
+static CE_ID: HeaderName = HeaderName::from_static("ce-id");
+static TIMEOUT: HeaderName = HeaderName::from_static("timeout");
+/// Time the app has to send its body.
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Answers one HTTP call of the app.
+pub async fn handle(api: Arc<LocalApi>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+    let op = parse::route(req.uri().path()).ok().map(|(op, _)| op);
+    let resp = match serve(&api, req).await {
+        Ok(done) => answer(done),
+        Err(r) => problem_response(&r),
+    };
+    if let Some(op) = op {
+        api.count(op, resp.status().as_u16());
+    }
+    resp
+}
+
+async fn serve(api: &LocalApi, req: Request<Incoming>) -> Result<Done, Refusal> {
+    let (parts, body) = req.into_parts();
+    let (op, event) = parse::route(parts.uri.path())?;
+    if parts.method != Method::POST {
+        return Err(Refusal::new(
+            405,
+            format!("{} is not allowed here; use POST", parts.method),
+        ));
+    }
+    let header = |name: &HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok());
+    let declared_len = header(&CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
+    edge::check_content_type(header(&CONTENT_TYPE), declared_len)
+        .map_err(|r| Refusal::new(r.status, r.detail))?;
+    if declared_len.is_some_and(|n| n > MAX_BODY as u64) {
+        return Err(too_large());
+    }
+    let timeout = match op {
+        Op::Request => {
+            parse::timeout(parse::timeout_query(parts.uri.query()).or_else(|| header(&TIMEOUT)))?
+        }
+        Op::Publish | Op::Push => parse::DEFAULT_TIMEOUT,
+    };
+    let ce_id = parse::ce_id(header(&CE_ID))?;
+    let raw = match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY).collect()).await
+    {
+        Ok(Ok(c)) => c.to_bytes(),
+        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return Err(too_large()),
+        Ok(Err(_)) => return Err(Refusal::new(400, "the request body could not be read")),
+        Err(_) => return Err(Refusal::new(408, "the request body did not arrive in time")),
+    };
+    // An empty body is the empty object, as on the gRPC side.
+    let payload = if raw.is_empty() {
+        Bytes::from_static(b"{}")
+    } else {
+        edge::check_syntax(&raw).map_err(|r| Refusal::new(r.status, r.detail))?;
+        raw
+    };
+    api.call(Call {
+        op,
+        event,
+        ce_id,
+        traceparent: parts
+            .headers
+            .get(crate::traceparent::HEADER)
+            .map(HeaderValue::as_bytes),
+        payload,
+        timeout,
+    })
+    .await
+}
+
+fn too_large() -> Refusal {
+    Refusal::new(413, format!("body is larger than {MAX_BODY} bytes"))
+}
+
+fn json_response(status: u16, body: Bytes, content_type: HeaderValue) -> Response<Full<Bytes>> {
+    let mut resp = Response::new(Full::new(body));
+    *resp.status_mut() = StatusCode::from_u16(status).unwrap_or(StatusCode::BAD_GATEWAY);
+    resp.headers_mut().insert(CONTENT_TYPE, content_type);
+    resp
+}
+
+fn answer(done: Done) -> Response<Full<Bytes>> {
+    let json = HeaderValue::from_static(edge::JSON);
+    match done {
+        Done::Accepted { ce_id } => {
+            let body = serde_json::json!({ "id": ce_id }).to_string();
+            let mut r = json_response(202, Bytes::from(body), json);
+            if let Ok(v) = HeaderValue::from_str(&ce_id) {
+                r.headers_mut().insert(CE_ID.clone(), v);
+            }
+            r
+        }
+        Done::Pushed { routers } => {
+            let body = serde_json::json!({ "routers": routers }).to_string();
+            json_response(202, Bytes::from(body), json)
+        }
+        Done::Reply {
+            ce_id,
+            status,
+            content_type,
+            body,
+        } => {
+            let ct = HeaderValue::from_str(&content_type)
+                .ok()
+                .filter(|_| !content_type.is_empty())
+                .unwrap_or_else(|| HeaderValue::from_static("application/octet-stream"));
+            let mut r = json_response(status, body, ct);
+            if let Ok(v) = HeaderValue::from_str(&ce_id) {
+                r.headers_mut().insert(CE_ID.clone(), v);
+            }
+            r
+        }
+    }
+}
+
+fn problem_response(r: &Refusal) -> Response<Full<Bytes>> {
+    let body = problem::body(r.status, problem::title(r.status), &r.detail);
+    let mut resp = json_response(
+        r.status,
+        body,
+        HeaderValue::from_static(problem::CONTENT_TYPE),
+    );
+    let h = resp.headers_mut();
+    if r.status == 503 {
+        h.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+    }
+    if r.status == 405 {
+        h.insert(ALLOW, HeaderValue::from_static("POST"));
+    }
+    if matches!(r.status, 408 | 413) {
+        h.insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
+    }
+    resp
+}

@@ -1,0 +1,85 @@
+//! The router sidecars connected to this manager sidecar, so the app's PUSH events can reach each.
+
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use switchyard_protocol::frame::{Frame, Push};
+use tokio::sync::mpsc;
+
+/// Registry of inbound router connections: their write queues, by connection number.
+#[derive(Default)]
+pub struct Routers {
+    next: AtomicU64,
+    conns: Mutex<HashMap<u64, mpsc::Sender<Frame>>>,
+}
+
+/// Removes a connection from the registry when it ends.
+pub struct Registered<'a> {
+    routers: &'a Routers,
+    id: u64,
+}
+
+impl Drop for Registered<'_> {
+    fn drop(&mut self) {
+        self.routers.lock().remove(&self.id);
+    }
+}
+
+impl Routers {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, mpsc::Sender<Frame>>> {
+        self.conns.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Adds a connection's write queue until the guard drops.
+    pub fn register(&self, tx: mpsc::Sender<Frame>) -> Registered<'_> {
+        let id = self.next.fetch_add(1, Ordering::Relaxed);
+        self.lock().insert(id, tx);
+        Registered { routers: self, id }
+    }
+
+    /// Routers connected now.
+    pub fn len(&self) -> usize {
+        self.lock().len()
+    }
+
+    /// Whether no router is connected.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Queues `push` on every connection whose write queue has room; returns how many took it.
+    /// A full queue is skipped rather than waited on: pushes are best effort, answers come first.
+    pub fn push(&self, push: &Push) -> usize {
+        let conns: Vec<mpsc::Sender<Frame>> = self.lock().values().cloned().collect();
+        conns
+            .iter()
+            .filter(|tx| tx.try_send(Frame::Push(push.clone())).is_ok())
+            .count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    #[tokio::test]
+    async fn push_reaches_registered_connections_with_room() {
+        let routers = Routers::default();
+        let (a, mut ra) = mpsc::channel(1);
+        let (b, _rb) = mpsc::channel(1);
+        let ga = routers.register(a);
+        let _gb = routers.register(b.clone());
+        b.try_send(Frame::Ping { nonce: 0 }).expect("room");
+        let p = Push {
+            event: "tick".into(),
+            traceparent: String::new(),
+            content_type: "application/json".into(),
+            payload: Bytes::from_static(b"{}"),
+        };
+        assert_eq!(routers.push(&p), 1, "the full queue is skipped");
+        assert!(matches!(ra.recv().await, Some(Frame::Push(_))));
+        drop(ga);
+        assert_eq!(routers.len(), 1);
+    }
+}
