@@ -28,9 +28,13 @@ pub enum Role {
         /// Address the HTTP listener binds (its port comes from spec.listeners.http.port).
         #[arg(long, default_value = "0.0.0.0")]
         bind: IpAddr,
-        /// Admin server address (/healthz, /readyz, /metrics).
+        /// Admin server address (/healthz, /readyz, /metrics, /routes).
         #[arg(long, default_value = "0.0.0.0:9901")]
         admin_addr: SocketAddr,
+        /// Operator control plane (`http://host:port`) to follow for the routing table; unset: the
+        /// config's static endpoints or the Managers' Service DNS names.
+        #[arg(long, env = "SWITCHYARD_CONTROL_PLANE")]
+        control_plane: Option<String>,
     },
     /// Beside the handler app: accept events from routers and deliver them to the app.
     Manager {

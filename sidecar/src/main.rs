@@ -26,7 +26,8 @@ fn main() -> ExitCode {
                 config,
                 bind,
                 admin_addr,
-            } => roles::router::run(config, *bind, *admin_addr).await,
+                control_plane,
+            } => roles::router::run(config, *bind, *admin_addr, control_plane.as_deref()).await,
             Role::Manager {
                 config,
                 listen,

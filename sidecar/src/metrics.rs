@@ -57,6 +57,10 @@ pub struct Metrics {
     /// `switchyard_dead_letter_unrouted_total{event}`: events whose retries ran out with a dead-letter
     /// type set; publishing them needs the manager-to-router path of a later release.
     pub dead_letter_unrouted: Family<EventLabels, Counter>,
+    /// `switchyard_control_plane_tables_total`: routing tables received from the operator (router).
+    pub control_plane_tables: Counter,
+    /// `switchyard_control_plane_connected`: 1 while the routing-table stream is open (router).
+    pub control_plane_connected: Gauge,
 }
 
 impl Metrics {
@@ -108,6 +112,18 @@ impl Metrics {
             "Events whose retries ran out while a dead-letter type is set (not yet published)",
             dead_letter_unrouted.clone(),
         );
+        let control_plane_tables = Counter::default();
+        registry.register(
+            "switchyard_control_plane_tables",
+            "Routing tables received from the operator's control plane",
+            control_plane_tables.clone(),
+        );
+        let control_plane_connected = Gauge::default();
+        registry.register(
+            "switchyard_control_plane_connected",
+            "1 while the routing-table stream from the control plane is open",
+            control_plane_connected.clone(),
+        );
         Arc::new(Metrics {
             registry,
             requests,
@@ -117,6 +133,8 @@ impl Metrics {
             shed,
             retries,
             dead_letter_unrouted,
+            control_plane_tables,
+            control_plane_connected,
         })
     }
 

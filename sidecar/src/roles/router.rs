@@ -6,7 +6,7 @@ use crate::broker::Broker;
 use crate::listener::grpc::GrpcRoutes;
 use crate::listener::{Edge, grpc, http};
 use crate::metrics::{EventLabel, Metrics};
-use crate::router::Router;
+use crate::router::{Router, follow};
 use crate::routes::RouteTable;
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
@@ -14,8 +14,20 @@ use std::sync::Arc;
 use tokio_util::sync::CancellationToken;
 
 /// Runs the router role until a drain completes.
-pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Result<(), RunError> {
+pub async fn run(
+    config_file: &Path,
+    bind: IpAddr,
+    admin_addr: SocketAddr,
+    control_plane: Option<&str>,
+) -> Result<(), RunError> {
     let settings = crate::config::load_router(config_file)?;
+    let control_plane = control_plane
+        .map(|url| {
+            follow::endpoint(url)
+                .map(|ep| (url.to_owned(), ep))
+                .map_err(RunError::Startup)
+        })
+        .transpose()?;
     let table = RouteTable::build(&settings.config.spec)
         .map_err(|e| crate::config::field_error(config_file, e.field, e.message))?;
     for route in table.routes() {
@@ -67,10 +79,26 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
     }
     let metrics = Metrics::new();
     let ready = Readiness::default();
+    let mut router = Router::start(&settings.config, metrics.clone());
+    if let Some((url, _)) = &control_plane {
+        router = router.with_control_plane(url.clone());
+    }
+    let router = Arc::new(router);
     let admin = admin::bind(admin_addr)
         .await
         .map_err(|e| RunError::Startup(format!("admin {admin_addr}: {e}")))?;
-    tokio::spawn(admin::serve(admin, metrics.clone(), ready.clone()));
+    tokio::spawn(admin::serve_router(
+        admin,
+        metrics.clone(),
+        ready.clone(),
+        router.clone(),
+    ));
+    // Until the first table arrives (and whenever the operator is away) the config's table or the
+    // last streamed one serves.
+    let follower = control_plane.map(|(_, ep)| {
+        let pod = std::env::var("POD_NAME").unwrap_or_default();
+        tokio::spawn(follow::run(ep, router.clone(), pod))
+    });
 
     let http_addr = SocketAddr::new(bind, settings.http_port);
     let listener = tokio::net::TcpListener::bind(http_addr)
@@ -88,7 +116,7 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
     let edge = Arc::new(Edge {
         table,
         broker: Broker::new(settings.queue_capacity, metrics.clone()),
-        router: Router::start(&settings.config, metrics.clone()),
+        router,
         metrics,
         unmatched: EventLabel(Arc::from("unmatched")),
     });
@@ -114,6 +142,9 @@ pub async fn run(config_file: &Path, bind: IpAddr, admin_addr: SocketAddr) -> Re
     let _ = server.await;
     if let Some(g) = grpc_server {
         let _ = g.await;
+    }
+    if let Some(f) = follower {
+        f.abort();
     }
     tracing::info!("router drained");
     Ok(())
