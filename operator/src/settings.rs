@@ -62,16 +62,16 @@ pub struct Settings {
     pub identity: Option<String>,
 }
 
-/// Checks a control-plane URL: `http` or `https` with a host, as tonic's channel needs it.
+/// Checks a control-plane URL: `http` with a host (sidecars have no TLS client yet).
 pub fn check_control_plane_url(url: &str) -> Result<(), String> {
     let uri: axum::http::Uri = url
         .parse()
         .map_err(|e| format!("--control-plane-url {url:?} is not a URL: {e}"))?;
     match uri.scheme_str() {
-        Some("http" | "https") => {}
+        Some("http") => {}
         _ => {
             return Err(format!(
-                "--control-plane-url {url:?} must start with http:// or https://"
+                "--control-plane-url {url:?} must start with http:// (sidecars have no TLS client yet)"
             ));
         }
     }
@@ -99,7 +99,8 @@ mod tests {
     #[test]
     fn control_plane_urls_need_http_and_a_host() {
         assert!(check_control_plane_url("http://switchyard.system.svc:7443").is_ok());
-        assert!(check_control_plane_url("https://10.0.0.1:7443").is_ok());
+        assert!(check_control_plane_url("http://10.0.0.1:7443").is_ok());
+        assert!(check_control_plane_url("https://10.0.0.1:7443").is_err());
         let e = check_control_plane_url("switchyard:7443").expect_err("no scheme");
         assert!(e.contains("http://"), "{e}");
         assert!(check_control_plane_url("grpc://x:1").is_err());
