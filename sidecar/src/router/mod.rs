@@ -367,3 +367,6 @@ impl Drop for CancelOnDrop<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;
