@@ -20,8 +20,17 @@ const FRAME_PORT: u16 = 7070;
 
 /// `ip:7070` of the Manager's Ready pods that are not being deleted, sorted.
 async fn ready_endpoints(client: &kube::Client, ns: &str, manager: &str) -> Result<Vec<String>> {
+    ready_endpoints_of(client, ns, &format!("switchyard.dev/manager={manager}")).await
+}
+
+/// `ip:7070` of the Ready, not terminating pods matching the label `selector`, sorted.
+async fn ready_endpoints_of(
+    client: &kube::Client,
+    ns: &str,
+    selector: &str,
+) -> Result<Vec<String>> {
     let pods = Api::<Pod>::namespaced(client.clone(), ns)
-        .list(&ListParams::default().labels(&format!("switchyard.dev/manager={manager}")))
+        .list(&ListParams::default().labels(selector))
         .await?;
     let mut out: Vec<String> = pods
         .items
@@ -229,6 +238,79 @@ async fn a_sidecar_follows_the_operators_routing_table() -> Result<()> {
     }
     .await;
     if let Err(e) = resumed {
+        bail!(
+            "{e:#}\n--- sidecar log ---\n{}\n--- operator log ---\n{}",
+            sidecar.log_tail(30),
+            op.log_tail(30)
+        );
+    }
+    op.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_event_type_routes_list_only_their_own_pods() -> Result<()> {
+    let _lock = OperatorLock::acquire().await?;
+    let c = cluster().await?;
+    let client = c.client().await?;
+    let ns = TestNamespace::create(c, "cp-split").await?;
+    let cp_port = free_port()?;
+    let op = Operator::start(
+        c,
+        OperatorOpts {
+            control_plane_port: Some(cp_port),
+            ..OperatorOpts::new("e2e-cp-split")
+        },
+    )
+    .await?;
+    let manifests = format!(
+        "{}---\n{}",
+        fixtures::router("edge"),
+        fixtures::manager(
+            "handlers",
+            "edge",
+            "[noop, echo]",
+            "  replicas: 1\n  scaling:\n    split: perEventType\n"
+        )
+    );
+    c.kubectl()
+        .args(["apply", "-n", &ns.name, "-f", "-"])
+        .stdin(manifests)
+        .ok()
+        .await?;
+    wait_rolled_out(&client, &ns.name, "handlers-noop", 1).await?;
+    wait_rolled_out(&client, &ns.name, "handlers-echo", 1).await?;
+    let sidecar =
+        RouterSidecar::start(&ns.name, "edge", &format!("http://127.0.0.1:{cp_port}")).await?;
+    let checked = eventually("one pool per event type", timeout(), || async {
+        let table = sidecar.routes().await?;
+        ensure!(table["source"] == "control-plane", "table: {table}");
+        for event in ["noop", "echo"] {
+            let want = ready_endpoints_of(
+                &client,
+                &ns.name,
+                &format!("switchyard.dev/manager=handlers,switchyard.dev/event-type={event}"),
+            )
+            .await?;
+            ensure!(want.len() == 1, "{event}: ready pods {want:?}");
+            let got = route_endpoints(&table, event)?;
+            ensure!(
+                got == want,
+                "{event}: table lists {got:?}, its pods are {want:?}"
+            );
+            let pool = table["routes"]
+                .as_array()
+                .and_then(|rs| rs.iter().find(|r| r["eventType"] == event))
+                .map(|r| r["pool"].clone());
+            ensure!(
+                pool == Some(Value::from(format!("handlers-{event}"))),
+                "{event}: pool {pool:?}"
+            );
+        }
+        Ok(())
+    })
+    .await;
+    if let Err(e) = checked {
         bail!(
             "{e:#}\n--- sidecar log ---\n{}\n--- operator log ---\n{}",
             sidecar.log_tail(30),
