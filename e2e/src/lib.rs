@@ -16,6 +16,7 @@ pub mod k8s;
 pub mod lock;
 pub mod operator;
 pub mod poll;
+pub mod sidecar;
 
 pub use cluster::{Cluster, cluster};
 pub use cmd::{Cmd, Output};

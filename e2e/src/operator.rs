@@ -29,7 +29,8 @@ pub async fn operator_binary() -> Result<PathBuf> {
         .map_err(|e| anyhow!("cannot build the operator: {e}"))
 }
 
-fn target_dir() -> PathBuf {
+/// The cargo target folder the binaries are built into.
+pub fn target_dir() -> PathBuf {
     let repo = crate::repo_root();
     match std::env::var_os("CARGO_TARGET_DIR") {
         Some(dir) if !dir.is_empty() => repo.join(dir), // join keeps an absolute path as is
@@ -63,6 +64,9 @@ pub struct OperatorOpts {
     pub leader_election: bool,
     /// `--lease-name` (in switchyard-system, where the chart's Role grants Leases).
     pub lease_name: String,
+    /// Port of the control-plane gRPC server on 127.0.0.1 (`--control-plane-addr`); a free one
+    /// when `None`. Fixed when a test restarts an operator that sidecars follow.
+    pub control_plane_port: Option<u16>,
     /// Further arguments.
     pub extra_args: Vec<String>,
 }
@@ -74,6 +78,7 @@ impl OperatorOpts {
             identity: identity.into(),
             leader_election: false,
             lease_name: "switchyard-operator".into(),
+            control_plane_port: None,
             extra_args: Vec::new(),
         }
     }
@@ -147,6 +152,8 @@ pub struct Operator {
     pid: u32,
     /// Port of /metrics, /healthz and /readyz on 127.0.0.1.
     pub port: u16,
+    /// Port of the control-plane gRPC server on 127.0.0.1.
+    pub control_plane_port: u16,
     /// `--identity`.
     pub identity: String,
     /// File receiving its stdout and stderr.
@@ -162,6 +169,10 @@ impl Operator {
         let bin = operator_binary().await?;
         let kubeconfig = cluster.operator_kubeconfig().await?;
         let port = free_port()?;
+        let control_plane_port = match opts.control_plane_port {
+            Some(p) => p,
+            None => free_port()?,
+        };
         let logs = crate::work_dir().join("logs");
         std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
         let log = logs.join(format!(
@@ -175,6 +186,10 @@ impl Operator {
         let mut cmd = tokio::process::Command::new(&bin);
         cmd.arg("--metrics-addr")
             .arg(format!("127.0.0.1:{port}"))
+            // Never the default 0.0.0.0:7443: two replicas in one test would collide on it.
+            .arg(format!(
+                "--control-plane-addr=127.0.0.1:{control_plane_port}"
+            ))
             .args(["--sidecar-image", crate::SIDECAR_IMAGE])
             .args(["--log-format", "text", "--log-level", "info"])
             .arg(format!("--leader-election={}", opts.leader_election))
@@ -200,6 +215,7 @@ impl Operator {
             child,
             pid,
             port,
+            control_plane_port,
             identity: opts.identity,
             log,
             pid_file,

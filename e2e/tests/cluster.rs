@@ -190,6 +190,7 @@ async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
         ("Role", "switchyard-leader-election"),
         ("RoleBinding", "switchyard-leader-election"),
         ("Service", "switchyard-metrics"),
+        ("Service", "switchyard-control-plane"),
         ("Deployment", "switchyard"),
     ];
     for (kind, name) in expected {
@@ -266,6 +267,8 @@ async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
         ("", "services", "create"),
         ("", "configmaps", "create"),
         ("events.k8s.io", "events", "create"),
+        ("", "pods", "list"),
+        ("", "pods", "watch"),
     ] {
         ensure!(
             grants(group, resource, verb),
@@ -462,6 +465,9 @@ async fn operator_token_has_no_more_rights_than_needed() -> Result<()> {
             ][..],
             "yes",
         ),
+        (&["watch", "pods", "--all-namespaces"][..], "yes"),
+        (&["get", "pods", "-n", "default"][..], "no"),
+        (&["delete", "pods", "-n", "default"][..], "no"),
         (&["list", "secrets", "--all-namespaces"][..], "no"),
         (&["get", "secrets", "-n", SYSTEM_NAMESPACE][..], "no"),
         (&["delete", "namespaces"][..], "no"),

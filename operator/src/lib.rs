@@ -7,6 +7,7 @@ pub mod apply;
 pub mod build;
 pub mod conditions;
 pub mod context;
+pub mod control_plane;
 pub mod controller;
 pub mod error;
 pub mod leader;

@@ -10,8 +10,8 @@ use switchyard_operator::build::BuildSettings;
 use switchyard_operator::context::Context;
 use switchyard_operator::leader::{self, LeaseConfig};
 use switchyard_operator::metrics::Metrics;
-use switchyard_operator::settings::Settings;
-use switchyard_operator::{controller, telemetry};
+use switchyard_operator::settings::{self, Settings};
+use switchyard_operator::{control_plane, controller, telemetry};
 use tokio::sync::watch;
 
 #[tokio::main]
@@ -31,6 +31,9 @@ async fn main() -> ExitCode {
 }
 
 async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
+    if let Some(url) = &settings.control_plane_url {
+        settings::check_control_plane_url(url).map_err(anyhow::Error::msg)?;
+    }
     let client = kube::Client::try_default().await.map_err(|e| {
         anyhow::anyhow!("no Kubernetes client configuration (KUBECONFIG or in-cluster): {e}")
     })?;
@@ -74,6 +77,21 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         }
     };
 
+    // Every replica serves the control plane: it only reads caches, so a standby answers as well as
+    // the leader and sidecars spread over all replicas.
+    let cp_listener = tokio::net::TcpListener::bind(settings.control_plane_addr)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!("--control-plane-addr {}: {e}", settings.control_plane_addr)
+        })?;
+    tracing::info!(addr = %settings.control_plane_addr, "control plane listening");
+    let control_plane = tokio::spawn(control_plane::serve(
+        client.clone(),
+        cp_listener,
+        metrics.clone(),
+        stopped(),
+    ));
+
     let identity = settings.identity();
     let lease = LeaseConfig::new(
         settings.lease_name.clone(),
@@ -94,6 +112,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         metrics.clone(),
         BuildSettings {
             sidecar_image: settings.sidecar_image.clone(),
+            control_plane_url: settings.control_plane_url.clone(),
         },
         identity,
     ));
@@ -122,6 +141,11 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
 
     if *lost_rx.borrow() {
         return Ok(ExitCode::FAILURE);
+    }
+    match control_plane.await {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!(error = %e, "control plane stopped with an error"),
+        Err(e) => tracing::warn!(error = %e, "control plane task failed"),
     }
     ready.store(false, Ordering::Relaxed);
     if settings.leader_election {

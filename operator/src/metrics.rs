@@ -32,6 +32,10 @@ pub struct Metrics {
     invalid: Family<ControllerLabels, Counter>,
     duration: Family<ControllerLabels, Histogram>,
     leader: Gauge,
+    cp_subscribers: Gauge,
+    cp_tables_sent: Counter,
+    cp_routing_tables: Gauge,
+    cp_load_reports: Counter,
 }
 
 impl Default for Metrics {
@@ -65,8 +69,36 @@ impl Default for Metrics {
             "1 while this replica holds the leader Lease",
             leader.clone(),
         );
+        let cp_subscribers = Gauge::default();
+        let cp_tables_sent = Counter::default();
+        let cp_routing_tables = Gauge::default();
+        let cp_load_reports = Counter::default();
+        registry.register(
+            "control_plane_subscribers",
+            "Open WatchRoutes streams",
+            cp_subscribers.clone(),
+        );
+        registry.register(
+            "control_plane_tables_sent",
+            "Routing tables sent to subscribers",
+            cp_tables_sent.clone(),
+        );
+        registry.register(
+            "control_plane_routing_tables",
+            "Routers with a routing table",
+            cp_routing_tables.clone(),
+        );
+        registry.register(
+            "control_plane_load_reports",
+            "Load reports received",
+            cp_load_reports.clone(),
+        );
         Metrics {
             registry,
+            cp_subscribers,
+            cp_tables_sent,
+            cp_routing_tables,
+            cp_load_reports,
             reconciles,
             failures,
             invalid,
@@ -111,6 +143,27 @@ impl Metrics {
     /// Sets the leader gauge.
     pub fn set_leader(&self, leader: bool) {
         self.leader.set(i64::from(leader));
+    }
+
+    /// Adds `delta` to the open WatchRoutes streams.
+    pub fn subscribers(&self, delta: i64) {
+        self.cp_subscribers.inc_by(delta);
+    }
+
+    /// Counts a routing table sent to a subscriber.
+    pub fn table_sent(&self) {
+        self.cp_tables_sent.inc();
+    }
+
+    /// Sets how many Routers have a routing table.
+    pub fn set_routing_tables(&self, count: usize) {
+        self.cp_routing_tables
+            .set(i64::try_from(count).unwrap_or(i64::MAX));
+    }
+
+    /// Counts a load report received.
+    pub fn load_report(&self) {
+        self.cp_load_reports.inc();
     }
 
     /// Prometheus text exposition.

@@ -19,6 +19,18 @@ pub struct Settings {
     /// Address of /metrics, /healthz and /readyz.
     #[arg(long, env = "SWITCHYARD_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
+    /// Address of the control-plane gRPC server (routing tables, load reports); every replica serves it.
+    #[arg(
+        long,
+        env = "SWITCHYARD_CONTROL_PLANE_ADDR",
+        default_value = "0.0.0.0:7443"
+    )]
+    pub control_plane_addr: SocketAddr,
+    /// URL at which sidecars reach the control plane (the chart sets
+    /// `http://<release service>.<namespace>.svc:<port>`). Unset: sidecars get no control plane and
+    /// find Manager pods by DNS of their Services.
+    #[arg(long, env = "SWITCHYARD_CONTROL_PLANE_URL")]
+    pub control_plane_url: Option<String>,
     /// Image of the sidecar the operator injects into Router and Manager pods.
     #[arg(
         long,
@@ -50,6 +62,25 @@ pub struct Settings {
     pub identity: Option<String>,
 }
 
+/// Checks a control-plane URL: `http` with a host (sidecars have no TLS client yet).
+pub fn check_control_plane_url(url: &str) -> Result<(), String> {
+    let uri: axum::http::Uri = url
+        .parse()
+        .map_err(|e| format!("--control-plane-url {url:?} is not a URL: {e}"))?;
+    match uri.scheme_str() {
+        Some("http") => {}
+        _ => {
+            return Err(format!(
+                "--control-plane-url {url:?} must start with http:// (sidecars have no TLS client yet)"
+            ));
+        }
+    }
+    if uri.host().is_none_or(str::is_empty) {
+        return Err(format!("--control-plane-url {url:?} has no host"));
+    }
+    Ok(())
+}
+
 impl Settings {
     /// The identity to hold the Lease under.
     pub fn identity(&self) -> String {
@@ -58,5 +89,21 @@ impl Settings {
                 .unwrap_or_else(|_| "operator".into());
             format!("{}-{}", host.trim(), std::process::id())
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn control_plane_urls_need_http_and_a_host() {
+        assert!(check_control_plane_url("http://switchyard.system.svc:7443").is_ok());
+        assert!(check_control_plane_url("http://10.0.0.1:7443").is_ok());
+        assert!(check_control_plane_url("https://10.0.0.1:7443").is_err());
+        let e = check_control_plane_url("switchyard:7443").expect_err("no scheme");
+        assert!(e.contains("http://"), "{e}");
+        assert!(check_control_plane_url("grpc://x:1").is_err());
+        assert!(check_control_plane_url("http://").is_err());
     }
 }

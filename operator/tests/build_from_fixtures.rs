@@ -13,6 +13,7 @@ const SIDECAR: &str = "registry.example/switchyard-sidecar:test";
 fn settings() -> BuildSettings {
     BuildSettings {
         sidecar_image: SIDECAR.into(),
+        control_plane_url: None,
     }
 }
 
@@ -391,4 +392,39 @@ fn referenced_secrets_are_mounted_read_only_and_roll_the_pods_when_renamed() {
         .name = "edge-api-keys-v2".into();
     let r = build::router::build(&renamed, &[manager], &settings()).expect("builds");
     assert_ne!(config_hash(&r.deployment), config_hash(&c.deployment));
+}
+
+fn env_of(c: &k8s_openapi::api::core::v1::Container, name: &str) -> Option<String> {
+    c.env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)
+        .and_then(|e| e.value.clone())
+}
+
+#[test]
+fn sidecars_get_the_control_plane_url_only_when_configured() {
+    let (router, manager) = quickstart();
+    let url = "http://switchyard.switchyard-system.svc:7443";
+    let with = BuildSettings {
+        control_plane_url: Some(url.into()),
+        ..settings()
+    };
+    for s in [&with, &settings()] {
+        let r = build::router::build(&router, std::slice::from_ref(&manager), s).expect("router");
+        let m = build::manager::build(&manager, Some(&router), s).expect("manager");
+        let router_side = &pod(&r.deployment).containers[0];
+        let manager_side = &pod(&m.deployments[0])
+            .init_containers
+            .as_ref()
+            .expect("init")[0];
+        for c in [router_side, manager_side] {
+            assert_eq!(
+                env_of(c, build::sidecar::CONTROL_PLANE_ENV),
+                s.control_plane_url,
+                "{}",
+                c.name
+            );
+        }
+    }
 }

@@ -1,5 +1,6 @@
 //! What the operator and the sidecars agree on: the rendered sidecar configuration (the content of the
-//! ConfigMap the operator writes and the file the sidecar reads), well-known ports, and label keys.
+//! ConfigMap the operator writes and the file the sidecar reads), well-known ports, label keys, and the
+//! control-plane gRPC API.
 
 pub mod config;
 pub mod frame;
@@ -18,5 +19,15 @@ pub mod gateway {
         /// Encoded file descriptor set of `switchyard.v1`, for gRPC server reflection.
         pub const FILE_DESCRIPTOR_SET: &[u8] =
             tonic::include_file_descriptor_set!("switchyard_v1_descriptor");
+    }
+}
+
+/// The operator's control-plane API (`proto/switchyard/v1/control.proto`): routing tables streamed to
+/// sidecars, load reports streamed back.
+pub mod control {
+    /// Package `switchyard.v1` (control-plane half).
+    pub mod v1 {
+        #![allow(missing_docs, clippy::all, clippy::pedantic)]
+        include!(concat!(env!("OUT_DIR"), "/control/switchyard.v1.rs"));
     }
 }

@@ -1,6 +1,8 @@
-//! The admin server of both roles: `/healthz`, `/readyz`, `/metrics`.
+//! The admin server of both roles: `/healthz`, `/readyz`, `/metrics`; the router role adds `/routes`
+//! (its current routing table as JSON).
 
 use crate::metrics::Metrics;
+use crate::router::Router;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode, body::Incoming, service::service_fn};
@@ -34,6 +36,25 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Serves admin requests on `listener` forever.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, ready: Readiness) {
+    serve_with(listener, metrics, ready, None).await;
+}
+
+/// As [`serve`], plus `GET /routes` showing `router`'s table.
+pub async fn serve_router(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Readiness,
+    router: Arc<Router>,
+) {
+    serve_with(listener, metrics, ready, Some(router)).await;
+}
+
+async fn serve_with(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Readiness,
+    router: Option<Arc<Router>>,
+) {
     // Probes and scrapes are few; a small bound keeps a flood of admin connections from costing memory.
     let limit = Arc::new(tokio::sync::Semaphore::new(64));
     loop {
@@ -50,9 +71,10 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, ready: Readines
         };
         let metrics = metrics.clone();
         let ready = ready.clone();
+        let router = router.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
-                let resp = answer(req.uri().path(), &metrics, &ready);
+                let resp = answer(req.uri().path(), &metrics, &ready, router.as_deref());
                 async move { Ok::<_, std::convert::Infallible>(resp) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
@@ -65,8 +87,28 @@ pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, ready: Readines
     }
 }
 
-fn answer(path: &str, metrics: &Metrics, ready: &Readiness) -> Response<Full<Bytes>> {
+fn answer(
+    path: &str,
+    metrics: &Metrics,
+    ready: &Readiness,
+    router: Option<&Router>,
+) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match path {
+        "/routes" => match router {
+            Some(r) => match serde_json::to_vec_pretty(&r.view()) {
+                Ok(json) => (StatusCode::OK, "application/json", Bytes::from(json)),
+                Err(_) => (
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "text/plain",
+                    Bytes::from_static(b"cannot encode the routing table\n"),
+                ),
+            },
+            None => (
+                StatusCode::NOT_FOUND,
+                "text/plain",
+                Bytes::from_static(b"no routing table in this role\n"),
+            ),
+        },
         "/healthz" => (StatusCode::OK, "text/plain", Bytes::from_static(b"ok\n")),
         "/readyz" if ready.get() => (StatusCode::OK, "text/plain", Bytes::from_static(b"ready\n")),
         "/readyz" => (

@@ -28,12 +28,16 @@ pub enum Role {
         /// Address the HTTP listener binds (its port comes from spec.listeners.http.port).
         #[arg(long, default_value = "0.0.0.0")]
         bind: IpAddr,
-        /// Admin server address (/healthz, /readyz, /metrics).
+        /// Admin server address (/healthz, /readyz, /metrics, /routes).
         #[arg(long, default_value = "0.0.0.0:9901")]
         admin_addr: SocketAddr,
         /// Folder of mounted Secrets: keys and TLS files are read from `<dir>/<secret>/<key>`.
         #[arg(long, default_value = crate::secrets::DEFAULT_DIR)]
         secrets_dir: PathBuf,
+        /// Operator control plane (`http://host:port`) to follow for the routing table; unset: the
+        /// config's static endpoints or the Managers' Service DNS names.
+        #[arg(long, env = crate::router::follow::CONTROL_PLANE_ENV)]
+        control_plane: Option<String>,
     },
     /// Beside the handler app: accept events from routers and deliver them to the app.
     Manager {

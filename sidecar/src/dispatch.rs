@@ -160,7 +160,7 @@ async fn route(
     };
     let result = edge
         .router
-        .call(pool, &out, deadline, &mut clock.call)
+        .call(&pool, &out, deadline, &mut clock.call)
         .await;
     clock.call_end = Some(Instant::now());
     let resp = result.map_err(Failure::Call)?;

@@ -27,7 +27,17 @@ fn main() -> ExitCode {
                 bind,
                 admin_addr,
                 secrets_dir,
-            } => roles::router::run(config, *bind, *admin_addr, secrets_dir).await,
+                control_plane,
+            } => {
+                roles::router::run(
+                    config,
+                    *bind,
+                    *admin_addr,
+                    secrets_dir,
+                    control_plane.as_deref(),
+                )
+                .await
+            }
             Role::Manager {
                 config,
                 listen,

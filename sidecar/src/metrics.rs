@@ -75,6 +75,10 @@ pub struct Metrics {
     pub dead_letter_published: Family<EventLabels, Counter>,
     /// `switchyard_local_api_requests_total{op,status}`: the app's calls to the local API (manager).
     pub local_api: Family<LocalApiLabels, Counter>,
+    /// `switchyard_control_plane_tables_total`: routing tables received from the operator (router).
+    pub control_plane_tables: Counter,
+    /// `switchyard_control_plane_connected`: 1 while the routing-table stream is open (router).
+    pub control_plane_connected: Gauge,
 }
 
 /// Labels of the local API counter.
@@ -154,6 +158,18 @@ impl Metrics {
             "Calls of the app to the manager's local API, by operation and status",
             local_api.clone(),
         );
+        let control_plane_tables = Counter::default();
+        registry.register(
+            "switchyard_control_plane_tables",
+            "Routing tables received from the operator's control plane",
+            control_plane_tables.clone(),
+        );
+        let control_plane_connected = Gauge::default();
+        registry.register(
+            "switchyard_control_plane_connected",
+            "1 while the routing-table stream from the control plane is open",
+            control_plane_connected.clone(),
+        );
         Arc::new(Metrics {
             ws,
             registry,
@@ -167,6 +183,8 @@ impl Metrics {
             rejections,
             dead_letter_published,
             local_api,
+            control_plane_tables,
+            control_plane_connected,
         })
     }
 

@@ -92,3 +92,21 @@ Name of the metrics Service.
 {{- define "switchyard.metricsServiceName" -}}
 {{- printf "%s-metrics" (include "switchyard.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}
+
+{{/*
+Name of the control-plane Service sidecars connect to.
+*/}}
+{{- define "switchyard.controlPlaneServiceName" -}}
+{{- printf "%s-control-plane" (include "switchyard.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+URL of the control plane as sidecars see it: controlPlane.url, or the Service's cluster DNS name.
+*/}}
+{{- define "switchyard.controlPlaneUrl" -}}
+{{- if .Values.controlPlane.url }}
+{{- .Values.controlPlane.url }}
+{{- else }}
+{{- printf "http://%s.%s.svc:%d" (include "switchyard.controlPlaneServiceName" .) .Release.Namespace (int .Values.controlPlane.port) }}
+{{- end }}
+{{- end }}

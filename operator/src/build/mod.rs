@@ -12,4 +12,7 @@ pub mod sidecar;
 pub struct BuildSettings {
     /// Image of the sidecar container.
     pub sidecar_image: String,
+    /// URL of the operator's control plane, given to every sidecar (env [`sidecar::CONTROL_PLANE_ENV`]);
+    /// `None` leaves sidecars on DNS discovery.
+    pub control_plane_url: Option<String>,
 }

@@ -16,6 +16,9 @@ pub const CONTAINER: &str = "switchyard-sidecar";
 /// Name of the config volume; reserved in Manager templates.
 pub const CONFIG_VOLUME: &str = "switchyard-config";
 
+/// Environment variable carrying the control-plane URL (the sidecar's `--control-plane`).
+pub const CONTROL_PLANE_ENV: &str = "SWITCHYARD_CONTROL_PLANE";
+
 /// Role of a sidecar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
@@ -70,6 +73,15 @@ pub fn container(
         field_env("POD_NAME", "metadata.name"),
         field_env("POD_NAMESPACE", "metadata.namespace"),
     ];
+    // An env var rather than an argument: both roles accept it, and a role that does not follow the
+    // control plane yet ignores it instead of failing on an unknown flag.
+    if let Some(url) = &settings.control_plane_url {
+        env.push(EnvVar {
+            name: CONTROL_PLANE_ENV.into(),
+            value: Some(url.clone()),
+            ..EnvVar::default()
+        });
+    }
     env.extend(extra_env);
     Container {
         name: CONTAINER.into(),

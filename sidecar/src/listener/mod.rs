@@ -21,8 +21,8 @@ pub struct Edge {
     pub table: RouteTable,
     /// Admission bound.
     pub broker: Broker,
-    /// Manager connections.
-    pub router: Router,
+    /// Manager connections; shared with the admin server's `/routes` and the control-plane follower.
+    pub router: Arc<Router>,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Label of requests that matched no route.

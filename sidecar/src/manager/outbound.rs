@@ -30,12 +30,12 @@ pub struct Event {
 
 /// The outbound router of a manager sidecar.
 pub struct Outbound {
-    router: Router,
+    router: Arc<Router>,
 }
 
 impl Outbound {
     /// Wraps a router started on the manager config's destinations.
-    pub fn new(router: Router) -> Outbound {
+    pub fn new(router: Arc<Router>) -> Outbound {
         Outbound { router }
     }
 
@@ -57,7 +57,7 @@ impl Outbound {
     pub async fn publish(&self, ev: Event, deadline: Instant) -> Result<(), SendError> {
         let pool = self.router.pool_of(&ev.event).ok_or(SendError::NoManager)?;
         self.router
-            .publish(pool, &Self::outgoing(ev), deadline)
+            .publish(&pool, &Self::outgoing(ev), deadline)
             .await
             .map_err(SendError::Call)
     }
@@ -67,7 +67,7 @@ impl Outbound {
         let pool = self.router.pool_of(&ev.event).ok_or(SendError::NoManager)?;
         let mut times = CallTimes::default();
         self.router
-            .call(pool, &Self::outgoing(ev), deadline, &mut times)
+            .call(&pool, &Self::outgoing(ev), deadline, &mut times)
             .await
             .map_err(SendError::Call)
     }

@@ -12,6 +12,7 @@ use crate::manager::routers::Routers;
 use crate::manager::worker::{Delivery, Settings, Worker};
 use crate::metrics::Metrics;
 use crate::router::Router;
+use crate::router::follow::{self, CONTROL_PLANE_ENV};
 use crate::shutdown::DRAIN_LIMIT;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -53,12 +54,33 @@ pub async fn run(
     let metrics = Metrics::new();
     let events: Vec<String> = s.events.iter().map(|e| e.as_str().to_owned()).collect();
     // The app's outgoing events and dead letters leave through the same router stage as client requests.
-    let outbound = Arc::new(Outbound::new(Router::start(
+    // In a cluster the table comes from the operator's control plane (the operator sets the variable on
+    // both sidecars); locally `switchyard up` puts the Router's table in the config.
+    let control_plane = std::env::var(CONTROL_PLANE_ENV)
+        .ok()
+        .filter(|u| !u.is_empty())
+        .map(|url| {
+            follow::endpoint(&url)
+                .map(|ep| (url, ep))
+                .map_err(RunError::Startup)
+        })
+        .transpose()?;
+    let mut router = Router::start(
+        &c.router,
         &c.namespace,
         &c.destinations,
         &c.static_endpoints,
         metrics.clone(),
-    )));
+    );
+    if let Some((url, _)) = &control_plane {
+        router = router.with_control_plane(url.clone());
+    }
+    let router = Arc::new(router);
+    let follower = control_plane.map(|(_, ep)| {
+        let pod = std::env::var("POD_NAME").unwrap_or_default();
+        tokio::spawn(follow::run(ep, router.clone(), pod))
+    });
+    let outbound = Arc::new(Outbound::new(router.clone()));
     if let Some(dl) = &c.workers.dead_letter
         && !outbound.knows(dl.as_str())
     {
@@ -91,7 +113,13 @@ pub async fn run(
     let admin = admin::bind(admin_addr)
         .await
         .map_err(|e| RunError::Startup(format!("admin {admin_addr}: {e}")))?;
-    tokio::spawn(admin::serve(admin, metrics.clone(), ready.clone()));
+    // `/routes` shows the outbound table the app's events and dead letters use.
+    tokio::spawn(admin::serve_router(
+        admin,
+        metrics.clone(),
+        ready.clone(),
+        router,
+    ));
     let listener = tokio::net::TcpListener::bind(listen)
         .await
         .map_err(|e| RunError::Startup(format!("frame listener {listen}: {e}")))?;
@@ -131,6 +159,9 @@ pub async fn run(
     }
     local_drain.cancel();
     let _ = local_server.await;
+    if let Some(f) = follower {
+        f.abort();
+    }
     tracing::info!("manager drained");
     if let Some(o) = &otel {
         o.shutdown().await;

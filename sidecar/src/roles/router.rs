@@ -10,7 +10,7 @@ use crate::listener::ws::{WsEdge, routes::WsRoutes};
 use crate::listener::{Edge, grpc, http};
 use crate::metrics::{EventLabel, Metrics};
 use crate::middleware::Stack;
-use crate::router::Router;
+use crate::router::{Router, follow};
 use crate::routes::RouteTable;
 use crate::secrets::Secrets;
 use crate::shutdown::DRAIN_LIMIT;
@@ -26,8 +26,16 @@ pub async fn run(
     bind: IpAddr,
     admin_addr: SocketAddr,
     secrets_dir: &Path,
+    control_plane: Option<&str>,
 ) -> Result<(), RunError> {
     let settings = crate::config::load_router(config_file)?;
+    let control_plane = control_plane
+        .map(|url| {
+            follow::endpoint(url)
+                .map(|ep| (url.to_owned(), ep))
+                .map_err(RunError::Startup)
+        })
+        .transpose()?;
     let secrets = Secrets {
         dir: secrets_dir.to_owned(),
         config_file: config_file.to_owned(),
@@ -140,10 +148,32 @@ pub async fn run(
     }
     let metrics = Metrics::new();
     let ready = Readiness::default();
+    let mut router = Router::start(
+        &settings.config.name,
+        &settings.config.namespace,
+        &settings.config.destinations,
+        &settings.config.static_endpoints,
+        metrics.clone(),
+    );
+    if let Some((url, _)) = &control_plane {
+        router = router.with_control_plane(url.clone());
+    }
+    let router = Arc::new(router);
     let admin = admin::bind(admin_addr)
         .await
         .map_err(|e| RunError::Startup(format!("admin {admin_addr}: {e}")))?;
-    tokio::spawn(admin::serve(admin, metrics.clone(), ready.clone()));
+    tokio::spawn(admin::serve_router(
+        admin,
+        metrics.clone(),
+        ready.clone(),
+        router.clone(),
+    ));
+    // Until the first table arrives (and whenever the operator is away) the config's table or the
+    // last streamed one serves.
+    let follower = control_plane.map(|(_, ep)| {
+        let pod = std::env::var("POD_NAME").unwrap_or_default();
+        tokio::spawn(follow::run(ep, router.clone(), pod))
+    });
 
     let http_addr = SocketAddr::new(bind, settings.http_port);
     let listener = tokio::net::TcpListener::bind(http_addr)
@@ -159,12 +189,6 @@ pub async fn run(
         ),
     };
     let drain = CancellationToken::new();
-    let router = Router::start(
-        &settings.config.namespace,
-        &settings.config.destinations,
-        &settings.config.static_endpoints,
-        metrics.clone(),
-    );
     let ws_path = ws_routes.as_ref().map(|w| w.path.clone());
     let ws = ws_routes.map(|routes| WsEdge {
         routes,
@@ -221,6 +245,9 @@ pub async fn run(
         {
             tracing::warn!("drain limit reached with WebSocket connections still open");
         }
+    }
+    if let Some(f) = follower {
+        f.abort();
     }
     tracing::info!("router drained");
     if let Some(o) = &otel {

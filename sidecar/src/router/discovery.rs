@@ -1,5 +1,5 @@
 //! Where a Manager's pods are: the static table of local mode, or the Service's DNS name, re-resolved
-//! periodically (the operator's streamed table replaces this in a later release).
+//! periodically. With `--control-plane` the operator's streamed table replaces these pools.
 
 use super::pool::Pool;
 use std::collections::BTreeSet;
@@ -28,14 +28,16 @@ pub fn start(pool: Arc<Pool>, source: Source) {
         Source::Static(list) => pool.update(list.into_iter().collect()),
         Source::Dns(name) => {
             tokio::spawn(async move {
-                loop {
+                // Ends once the pool leaves the routing table (a control-plane table replaced it).
+                while !pool.is_retired() {
                     let wait = match tokio::net::lookup_host(name.as_str()).await {
-                        Ok(addrs) => {
+                        Ok(addrs) if !pool.is_retired() => {
                             let set: BTreeSet<String> =
                                 addrs.take(MAX_ENDPOINTS).map(|a| a.to_string()).collect();
                             pool.update(set);
                             REFRESH
                         }
+                        Ok(_) => break,
                         Err(e) => {
                             tracing::debug!(name, error = %e, "endpoint lookup failed; keeping the last endpoints");
                             RETRY

@@ -1,24 +1,32 @@
 //! The router stage: sends events to manager sidecars over multiplexed frame connections and
-//! waits for their answers, within the request's deadline.
+//! waits for their answers, within the request's deadline. The routing table comes from the config
+//! (static endpoints or DNS) or, with `--control-plane`, from the operator's stream (`follow`).
 
 mod conn;
 pub mod discovery;
+pub mod follow;
 pub mod p2c;
 mod peer;
 pub mod pool;
+pub mod snapshot;
+pub mod table;
 
 use crate::metrics::Metrics;
 use crate::push::Hub;
+use arc_swap::ArcSwap;
 use bytes::Bytes;
 use conn::Conn;
 use discovery::Source;
 use peer::Peer;
 use pool::Pool;
+use snapshot::{ControlPlaneView, RouteInfo, RoutesView, Table, TableSource};
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use switchyard_crds::EventType;
 use switchyard_protocol::config::Destination;
+use switchyard_protocol::control::v1::RoutingTable;
 use switchyard_protocol::frame::{FLAG_NO_REPLY, Frame, Request, Response};
 use tokio::time::timeout_at;
 
@@ -66,47 +74,89 @@ enum Attempt {
     Failed(CallError),
 }
 
-/// Every destination pool, and which pool serves each event type.
+/// The routing table (swapped whole, read without locks) and the manager connections.
 pub struct Router {
-    pools: Vec<Arc<Pool>>,
-    by_event: HashMap<String, usize>,
+    table: ArcSwap<Table>,
+    /// Serialises table updates; never taken on the request path.
+    update: Mutex<()>,
+    name: String,
+    namespace: String,
+    control: Option<Control>,
     metrics: Arc<Metrics>,
     hub: Arc<Hub>,
 }
 
+/// The state of the control-plane stream, for `/routes`.
+struct Control {
+    url: String,
+    connected: AtomicBool,
+    received: AtomicU64,
+}
+
 impl Router {
-    /// Builds the pools of `destinations` and starts discovery: a Manager listed in `static_endpoints`
-    /// uses that list, any other is found through `<service>.<namespace>.svc` DNS. Both roles use it
-    /// (the router role for clients, the manager role for its app's outgoing events).
+    /// Builds the pools of `destinations` of Router `name` and starts discovery: a Manager listed in
+    /// `static_endpoints` uses that list, any other is found through `<service>.<namespace>.svc` DNS.
+    /// Both roles use it (the router role for clients, the manager role for its app's outgoing events).
     pub fn start(
+        name: &str,
         namespace: &str,
         destinations: &BTreeMap<EventType, Destination>,
         static_endpoints: &BTreeMap<String, Vec<String>>,
         metrics: Arc<Metrics>,
     ) -> Router {
         let hub = Arc::new(Hub::new(metrics.clone()));
-        let mut sources: BTreeMap<Source, usize> = BTreeMap::new();
-        let mut pools = Vec::new();
+        let mut pools: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
         let mut by_event = HashMap::new();
+        let mut routes = Vec::new();
         for (event, dest) in destinations {
             let source = match static_endpoints.get(&dest.manager) {
                 Some(list) => Source::Static(list.clone()),
                 None => Source::Dns(format!("{}.{}.svc:{}", dest.service, namespace, dest.port)),
             };
-            let idx = *sources.entry(source.clone()).or_insert_with(|| {
-                let pool = Arc::new(Pool::new(dest.manager.clone(), hub.clone()));
-                discovery::start(pool.clone(), source);
-                pools.push(pool);
-                pools.len() - 1
+            let key = match &source {
+                Source::Static(list) => format!("{}={}", dest.manager, list.join(",")),
+                Source::Dns(name) => name.clone(),
+            };
+            let pool = pools
+                .entry(key.clone())
+                .or_insert_with(|| {
+                    let pool = Arc::new(Pool::new(dest.manager.clone(), hub.clone()));
+                    discovery::start(pool.clone(), source);
+                    pool
+                })
+                .clone();
+            by_event.insert(event.as_str().to_owned(), pool);
+            routes.push(RouteInfo {
+                event: event.as_str().to_owned(),
+                manager: dest.manager.clone(),
+                pool: key,
             });
-            by_event.insert(event.as_str().to_owned(), idx);
         }
         Router {
-            pools,
-            by_event,
+            table: ArcSwap::from_pointee(Table {
+                version: 0,
+                source: TableSource::Config,
+                pools,
+                by_event,
+                routes,
+            }),
+            update: Mutex::new(()),
+            name: name.to_owned(),
+            namespace: namespace.to_owned(),
+            control: None,
             metrics,
             hub,
         }
+    }
+
+    /// Marks this router as following the control plane at `url` (shown at `/routes`).
+    pub fn with_control_plane(mut self, url: String) -> Router {
+        self.control = Some(Control {
+            url,
+            connected: AtomicBool::new(false),
+            received: AtomicU64::new(0),
+        });
+        self
     }
 
     /// The push hub that PUSH frames from this router's managers go to.
@@ -114,16 +164,106 @@ impl Router {
         &self.hub
     }
 
+    /// Name and namespace of the Router, as the control plane knows it.
+    pub fn identity(&self) -> (&str, &str) {
+        (&self.name, &self.namespace)
+    }
+
     /// The pool serving `event`, if any Manager handles it.
-    pub fn pool_of(&self, event: &str) -> Option<usize> {
-        self.by_event.get(event).copied()
+    pub fn pool_of(&self, event: &str) -> Option<Arc<Pool>> {
+        self.table.load().by_event.get(event).cloned()
+    }
+
+    /// Replaces the table with one from the control plane. Pools that keep their name keep their
+    /// connections; pools that vanish drain; the config's DNS and static pools retire at the first one.
+    pub fn apply(&self, incoming: &RoutingTable) {
+        let plan = table::plan(incoming);
+        for reason in &plan.rejected {
+            tracing::warn!(
+                version = incoming.version,
+                "routing table entry ignored: {reason}"
+            );
+        }
+        let _serial = self.update.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.table.load_full();
+        let reuse = current.source == TableSource::ControlPlane;
+        let mut pools = BTreeMap::new();
+        for (name, p) in plan.pools {
+            let pool = reuse
+                .then(|| current.pools.get(&name).cloned())
+                .flatten()
+                .unwrap_or_else(|| Arc::new(Pool::new(p.manager.clone(), self.hub.clone())));
+            pool.update(p.addrs);
+            pools.insert(name, pool);
+        }
+        for (name, old) in &current.pools {
+            if !pools.get(name).is_some_and(|p| Arc::ptr_eq(p, old)) {
+                old.retire();
+            }
+        }
+        let mut by_event = HashMap::with_capacity(plan.events.len());
+        let mut routes = Vec::with_capacity(plan.events.len());
+        for (event, (manager, pool)) in plan.events {
+            if let Some(p) = pools.get(&pool) {
+                by_event.insert(event.clone(), p.clone());
+            }
+            routes.push(RouteInfo {
+                event,
+                manager,
+                pool,
+            });
+        }
+        tracing::info!(
+            version = incoming.version,
+            routes = routes.len(),
+            pools = pools.len(),
+            "routing table from the control plane"
+        );
+        self.table.store(Arc::new(Table {
+            version: incoming.version,
+            source: TableSource::ControlPlane,
+            pools,
+            by_event,
+            routes,
+        }));
+        self.metrics.control_plane_tables.inc();
+        if let Some(c) = &self.control {
+            c.received.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Records whether the control-plane stream is open.
+    pub fn set_connected(&self, connected: bool) {
+        self.metrics
+            .control_plane_connected
+            .set(i64::from(connected));
+        if let Some(c) = &self.control {
+            c.connected.store(connected, Ordering::Relaxed);
+        }
+    }
+
+    /// The current table as `/routes` shows it.
+    pub fn view(&self) -> RoutesView {
+        let table = self.table.load();
+        RoutesView {
+            router: self.name.clone(),
+            namespace: self.namespace.clone(),
+            source: table.source,
+            version: table.version,
+            control_plane: self.control.as_ref().map(|c| ControlPlaneView {
+                url: c.url.clone(),
+                connected: c.connected.load(Ordering::Relaxed),
+                tables_received: c.received.load(Ordering::Relaxed),
+            }),
+            routes: table.route_views(),
+        }
     }
 
     /// Sends `out` to the least loaded of two endpoints of `pool` and waits for the answer until
     /// `deadline`. A request whose connection fails before it was written is tried on another endpoint.
     pub async fn call(
         &self,
-        pool: usize,
+        pool: &Pool,
         out: &Outgoing,
         deadline: Instant,
         times: &mut CallTimes,
@@ -135,7 +275,7 @@ impl Router {
     /// the frame was flushed to its socket. `deadline` bounds the wait for an endpoint and credit.
     pub async fn publish(
         &self,
-        pool: usize,
+        pool: &Pool,
         out: &Outgoing,
         deadline: Instant,
     ) -> Result<(), CallError> {
@@ -147,15 +287,12 @@ impl Router {
 
     async fn send_to(
         &self,
-        pool: usize,
+        pool: &Pool,
         out: &Outgoing,
         flags: u8,
         deadline: Instant,
         times: &mut CallTimes,
     ) -> Result<Response, CallError> {
-        let Some(pool) = self.pools.get(pool) else {
-            return Err(CallError::NoEndpoint);
-        };
         let mut tried: Vec<Arc<Peer>> = Vec::new();
         for _ in 0..MAX_TRIES {
             let peers = pool.snapshot();
@@ -279,3 +416,6 @@ impl Drop for CancelOnDrop<'_> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -3,6 +3,7 @@
 use super::peer::Peer;
 use crate::push::Hub;
 use std::collections::BTreeSet;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// The peers of one destination.
@@ -11,6 +12,7 @@ pub struct Pool {
     pub name: String,
     peers: RwLock<Arc<Vec<Arc<Peer>>>>,
     hub: Arc<Hub>,
+    retired: AtomicBool,
 }
 
 impl Pool {
@@ -20,6 +22,7 @@ impl Pool {
             name,
             peers: RwLock::new(Arc::new(Vec::new())),
             hub,
+            retired: AtomicBool::new(false),
         }
     }
 
@@ -28,9 +31,32 @@ impl Pool {
         self.peers.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
+    /// The pool left the routing table: its peers drain and discovery stops filling it.
+    pub fn retire(&self) {
+        self.retired.store(true, Ordering::Release);
+        self.replace(BTreeSet::new());
+    }
+
+    /// Whether [`Pool::retire`] was called.
+    pub fn is_retired(&self) -> bool {
+        self.retired.load(Ordering::Acquire)
+    }
+
     /// Makes the pool hold exactly `addrs`: new ones connect, vanished ones drain.
     pub fn update(&self, addrs: BTreeSet<String>) {
+        self.replace_unless_retired(addrs, true);
+    }
+
+    fn replace(&self, addrs: BTreeSet<String>) {
+        self.replace_unless_retired(addrs, false);
+    }
+
+    fn replace_unless_retired(&self, addrs: BTreeSet<String>, check: bool) {
         let mut guard = self.peers.write().unwrap_or_else(|p| p.into_inner());
+        // Checked under the lock: a discovery update racing with `retire` cannot revive the pool.
+        if check && self.is_retired() {
+            return;
+        }
         let mut next = Vec::with_capacity(addrs.len());
         for old in guard.iter() {
             if addrs.contains(&old.addr) {

@@ -522,6 +522,31 @@ fn spawn_manager_full(
     )
 }
 
+/// A router sidecar on 127.0.0.1 with `cfg`, its admin on `admin`, extra `args` after the role and
+/// `env` (e.g. `SWITCHYARD_CONTROL_PLANE`).
+pub fn spawn_router(
+    dir: &Path,
+    cfg: &Path,
+    admin: u16,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> Proc {
+    let admin_addr = format!("127.0.0.1:{admin}");
+    let mut all = vec![
+        "--log-format",
+        "text",
+        "router",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--bind",
+        "127.0.0.1",
+        "--admin-addr",
+        &admin_addr,
+    ];
+    all.extend_from_slice(args);
+    Proc::spawn(&all, dir.join("router.log"), env)
+}
+
 pub async fn wait_ready(client: &Http, admin: u16) {
     poll(Duration::from_secs(10), "readyz", || async {
         let r = client

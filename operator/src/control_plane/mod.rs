@@ -1,0 +1,55 @@
+//! The control plane: every operator replica (leader or not, it only reads caches) serves the
+//! `switchyard.v1.ControlPlane` gRPC API. Router sidecars subscribe to their Router's routing table
+//! (`WatchRoutes`); sidecars stream load reports back (`ReportLoad`).
+//!
+//! `table` is the pure core (Routers, Managers, Pods -> tables); `hub` holds the latest table per
+//! Router in watch channels; `observe` feeds it from reflector caches; `server` is the tonic shell.
+
+pub mod hub;
+pub mod load;
+pub mod observe;
+pub mod server;
+pub mod table;
+
+use crate::metrics::Metrics;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_protocol::control::v1::control_plane_server::ControlPlaneServer;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+
+/// Serves the control plane on `listener` until `shutdown` resolves, then ends every stream.
+pub async fn serve(
+    client: kube::Client,
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<(), tonic::transport::Error> {
+    let hub = Arc::new(Hub::default());
+    let service = server::Service {
+        hub: hub.clone(),
+        loads: Arc::new(load::LoadBook::default()),
+        metrics: metrics.clone(),
+    };
+    let observer = tokio::spawn(observe::run(client, hub.clone(), metrics));
+    let closing = {
+        let hub = hub.clone();
+        async move {
+            shutdown.await;
+            // Streams never end by themselves; without this the graceful shutdown would wait forever.
+            hub.close();
+        }
+    };
+    let result = tonic::transport::Server::builder()
+        // Finds sidecars that vanished without closing their stream (node loss, partitions).
+        .http2_keepalive_interval(Some(Duration::from_secs(20)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
+        .add_service(ControlPlaneServer::new(service))
+        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), closing)
+        .await;
+    observer.abort();
+    result
+}
+
+pub use hub::Hub;

@@ -1,0 +1,125 @@
+//! The tonic service: `WatchRoutes` streams a Router's table from the hub, `ReportLoad` keeps the
+//! latest report of each pod.
+
+use super::hub::{Hub, SubscribeError};
+use super::load::LoadBook;
+use super::table::RouterKey;
+use crate::metrics::Metrics;
+use futures::{Stream, StreamExt};
+use std::pin::Pin;
+use std::sync::Arc;
+use switchyard_protocol::control::v1::control_plane_server::ControlPlane;
+use switchyard_protocol::control::v1::{LoadAck, LoadReport, RoutingTable, WatchRoutesRequest};
+use tokio_stream::wrappers::WatchStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// The control-plane gRPC service.
+pub struct Service {
+    /// Tables to serve.
+    pub hub: Arc<Hub>,
+    /// Latest load reports.
+    pub loads: Arc<LoadBook>,
+    /// Subscriber and table counters.
+    pub metrics: Arc<Metrics>,
+}
+
+/// Counts a subscriber for as long as its stream lives.
+struct Subscriber(Arc<Metrics>);
+
+impl Subscriber {
+    fn new(metrics: Arc<Metrics>) -> Self {
+        metrics.subscribers(1);
+        Subscriber(metrics)
+    }
+}
+
+impl Drop for Subscriber {
+    fn drop(&mut self) {
+        self.0.subscribers(-1);
+    }
+}
+
+/// A stream of routing tables.
+pub type TableStream = Pin<Box<dyn Stream<Item = Result<RoutingTable, Status>> + Send>>;
+
+/// Field values longer than this are refused: names are DNS labels, far shorter.
+const MAX_NAME: usize = 253;
+
+fn required(value: &str, field: &str) -> Result<String, Status> {
+    if value.is_empty() {
+        return Err(Status::invalid_argument(format!("{field} is required")));
+    }
+    if value.len() > MAX_NAME {
+        return Err(Status::invalid_argument(format!(
+            "{field} is longer than {MAX_NAME} characters"
+        )));
+    }
+    Ok(value.to_owned())
+}
+
+#[tonic::async_trait]
+impl ControlPlane for Service {
+    type WatchRoutesStream = TableStream;
+
+    async fn watch_routes(
+        &self,
+        request: Request<WatchRoutesRequest>,
+    ) -> Result<Response<Self::WatchRoutesStream>, Status> {
+        let req = request.into_inner();
+        let key = RouterKey {
+            namespace: required(&req.namespace, "namespace")?,
+            name: required(&req.router, "router")?,
+        };
+        let rx = self.hub.subscribe(&key).map_err(|e| match e {
+            SubscribeError::NotFound { .. } => Status::not_found(e.to_string()),
+            SubscribeError::NotSynced | SubscribeError::Closed => {
+                Status::unavailable(e.to_string())
+            }
+        })?;
+        tracing::info!(router = %key.name, namespace = %key.namespace, pod = %req.pod, "routing-table subscriber");
+        let guard = Subscriber::new(self.metrics.clone());
+        let metrics = self.metrics.clone();
+        // WatchStream yields the current table first, then only the newest after each change.
+        let stream = WatchStream::new(rx).map(move |table| {
+            let _alive = &guard;
+            metrics.table_sent();
+            Ok(RoutingTable::clone(&table))
+        });
+        Ok(Response::new(Box::pin(stream)))
+    }
+
+    async fn report_load(
+        &self,
+        request: Request<Streaming<LoadReport>>,
+    ) -> Result<Response<LoadAck>, Status> {
+        let mut stream = request.into_inner();
+        let mut received = 0u64;
+        let mut last: Option<(String, String)> = None;
+        let outcome = loop {
+            match stream.message().await {
+                Ok(Some(report)) => {
+                    if let Err(s) = required(&report.pod, "pod")
+                        .and_then(|_| required(&report.namespace, "namespace"))
+                    {
+                        break Err(s);
+                    }
+                    received += 1;
+                    self.metrics.load_report();
+                    last = Some((report.namespace.clone(), report.pod.clone()));
+                    if !self.loads.record(report) {
+                        break Err(Status::resource_exhausted(format!(
+                            "load reports of more than {} pods are held; retry later",
+                            super::load::MAX_PODS
+                        )));
+                    }
+                }
+                Ok(None) => break Ok(()),
+                Err(s) => break Err(s),
+            }
+        };
+        if let Some((ns, pod)) = last {
+            self.loads.forget(&ns, &pod);
+        }
+        outcome.map(|()| Response::new(LoadAck { received }))
+    }
+}

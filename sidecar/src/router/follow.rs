@@ -1,0 +1,117 @@
+//! Follows the operator's control plane: subscribes to this Router's routing table, applies each
+//! table as it comes, and on failure reconnects with backoff while the last table keeps serving.
+
+use super::Router;
+use crate::backoff;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use switchyard_protocol::control::v1::WatchRoutesRequest;
+use switchyard_protocol::control::v1::control_plane_client::ControlPlaneClient;
+use tonic::transport::{Channel, Endpoint};
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+const RETRY_BASE: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+/// A stream that lived this long resets the backoff.
+const STABLE_AFTER: Duration = Duration::from_secs(10);
+/// Largest routing table accepted (thousands of endpoints fit easily).
+const MAX_TABLE: usize = 8 << 20;
+
+/// The variable that names the control plane (`--control-plane` of the router role; the manager role
+/// reads it directly). The operator sets it on both sidecars.
+pub const CONTROL_PLANE_ENV: &str = "SWITCHYARD_CONTROL_PLANE";
+
+/// Checks `url` and prepares a lazy channel to it; the error names the problem.
+pub fn endpoint(url: &str) -> Result<Endpoint, String> {
+    // No TLS client in this build: an https URL would fail on every connect, so it is refused here.
+    if !url.starts_with("http://") {
+        return Err(format!("--control-plane {url:?} must start with http://"));
+    }
+    let ep = Endpoint::from_shared(url.to_owned())
+        .map_err(|e| format!("--control-plane {url:?} is not a valid URL: {e}"))?;
+    Ok(ep
+        .connect_timeout(CONNECT_TIMEOUT)
+        // Finds a vanished operator (node loss, partition) that never closes the stream.
+        .http2_keep_alive_interval(Duration::from_secs(20))
+        .keep_alive_timeout(Duration::from_secs(10))
+        .keep_alive_while_idle(true))
+}
+
+/// Follows the control plane at `endpoint` for `router` forever (the task is dropped at shutdown).
+pub async fn run(endpoint: Endpoint, router: Arc<Router>, pod: String) {
+    let url = endpoint.uri().to_string();
+    let (name, namespace) = {
+        let (n, ns) = router.identity();
+        (n.to_owned(), ns.to_owned())
+    };
+    let mut failures = 0u32;
+    loop {
+        let started = Instant::now();
+        let ended = watch(&endpoint, &router, &name, &namespace, &pod).await;
+        router.set_connected(false);
+        failures = if started.elapsed() >= STABLE_AFTER {
+            0
+        } else {
+            failures.saturating_add(1)
+        };
+        // The first failure of a series is worth a warning; repeats of it are not.
+        if failures <= 1 {
+            tracing::warn!(control_plane = %url, reason = %ended, "routing-table stream ended; serving the last table and reconnecting");
+        } else {
+            tracing::debug!(control_plane = %url, reason = %ended, "routing-table stream still down");
+        }
+        let wait = backoff::delay(
+            RETRY_BASE,
+            RETRY_MAX,
+            failures.saturating_sub(1),
+            fastrand::f64(),
+        );
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// One subscription, until it fails; returns why it ended.
+async fn watch(
+    endpoint: &Endpoint,
+    router: &Router,
+    name: &str,
+    namespace: &str,
+    pod: &str,
+) -> String {
+    let channel: Channel = match endpoint.connect().await {
+        Ok(c) => c,
+        Err(e) => return format!("cannot connect: {e}"),
+    };
+    let mut client = ControlPlaneClient::new(channel).max_decoding_message_size(MAX_TABLE);
+    let request = WatchRoutesRequest {
+        router: name.to_owned(),
+        namespace: namespace.to_owned(),
+        pod: pod.to_owned(),
+    };
+    let mut stream = match client.watch_routes(request).await {
+        Ok(r) => r.into_inner(),
+        Err(s) => return format!("{:?}: {}", s.code(), s.message()),
+    };
+    router.set_connected(true);
+    loop {
+        match stream.message().await {
+            Ok(Some(table)) => router.apply(&table),
+            Ok(None) => return "the operator closed the stream".into(),
+            Err(s) => return format!("{:?}: {}", s.code(), s.message()),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_need_an_http_scheme() {
+        assert!(endpoint("http://switchyard.system.svc:7443").is_ok());
+        let e = endpoint("switchyard.system.svc:7443").expect_err("no scheme");
+        assert!(e.contains("http://"), "{e}");
+        assert!(endpoint("https://x:1").is_err());
+        assert!(endpoint("http://bad host:1").is_err());
+    }
+}

@@ -1,0 +1,128 @@
+//! One routing table as the hot path reads it (event type -> pool), swapped whole when a new one
+//! arrives, and its description for `GET /routes`.
+
+use super::pool::Pool;
+use serde::Serialize;
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+
+/// Where the routing table came from.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TableSource {
+    /// The rendered config: static endpoints (local mode) or the Managers' Service DNS names.
+    Config,
+    /// The operator's control-plane stream.
+    ControlPlane,
+}
+
+/// One route, for `/routes`.
+#[derive(Clone, Debug)]
+pub struct RouteInfo {
+    /// Event type.
+    pub event: String,
+    /// Manager handling it.
+    pub manager: String,
+    /// Name of its pool (key into [`Table::pools`]).
+    pub pool: String,
+}
+
+/// An immutable routing table.
+pub struct Table {
+    /// The control plane's version (0 for the config's table).
+    pub version: u64,
+    /// Where it came from.
+    pub source: TableSource,
+    /// Pools by name; shared with the next table when the name stays.
+    pub pools: BTreeMap<String, Arc<Pool>>,
+    /// Event type -> pool: the hot-path lookup.
+    pub by_event: HashMap<String, Arc<Pool>>,
+    /// Routes sorted by event type.
+    pub routes: Vec<RouteInfo>,
+}
+
+/// The `/routes` document.
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct RoutesView {
+    /// Router name.
+    pub router: String,
+    /// Router namespace.
+    pub namespace: String,
+    /// Where the table came from.
+    pub source: TableSource,
+    /// Control-plane version of the table (0: from the config).
+    pub version: u64,
+    /// The control plane followed, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub control_plane: Option<ControlPlaneView>,
+    /// Routes by event type.
+    pub routes: Vec<RouteView>,
+}
+
+/// State of the control-plane stream.
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct ControlPlaneView {
+    /// Its URL.
+    pub url: String,
+    /// Whether the stream is open now (false: serving from the last table).
+    pub connected: bool,
+    /// Tables received since start.
+    pub tables_received: u64,
+}
+
+/// One route of `/routes`.
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct RouteView {
+    /// Event type.
+    pub event_type: String,
+    /// Manager.
+    pub manager: String,
+    /// Pool name.
+    pub pool: String,
+    /// Endpoints of the pool.
+    pub endpoints: Vec<EndpointView>,
+}
+
+/// One endpoint of `/routes`.
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct EndpointView {
+    /// `host:port`.
+    pub address: String,
+    /// Whether a frame connection to it is open.
+    pub connected: bool,
+}
+
+impl Table {
+    /// The routes with their pools' current endpoints.
+    pub fn route_views(&self) -> Vec<RouteView> {
+        self.routes
+            .iter()
+            .map(|r| {
+                let mut endpoints: Vec<EndpointView> = self
+                    .pools
+                    .get(&r.pool)
+                    .map(|p| {
+                        p.snapshot()
+                            .iter()
+                            .map(|peer| EndpointView {
+                                address: peer.addr.clone(),
+                                connected: peer.usable().is_some(),
+                            })
+                            .collect()
+                    })
+                    .unwrap_or_default();
+                endpoints.sort_by(|a, b| a.address.cmp(&b.address));
+                RouteView {
+                    event_type: r.event.clone(),
+                    manager: r.manager.clone(),
+                    pool: r.pool.clone(),
+                    endpoints,
+                }
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,165 @@
+//! Pure: turning a control-plane routing table into pools (sets of endpoints) and an event -> pool
+//! map, dropping what a sidecar cannot use and saying why.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::SocketAddr;
+use switchyard_protocol::control::v1::RoutingTable;
+
+/// Most endpoints kept per pool, as for DNS discovery.
+pub const MAX_ENDPOINTS: usize = 1024;
+
+/// The endpoints of one pool and the Manager they belong to.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct PoolPlan {
+    /// Manager name, for logs and `/routes`.
+    pub manager: String,
+    /// `ip:port` of its ready pods.
+    pub addrs: BTreeSet<String>,
+}
+
+/// What the router should hold after a table arrives.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct Plan {
+    /// Pools by name.
+    pub pools: BTreeMap<String, PoolPlan>,
+    /// Event type -> (Manager, pool name).
+    pub events: BTreeMap<String, (String, String)>,
+    /// Entries left out, each with the reason.
+    pub rejected: Vec<String>,
+}
+
+/// Plans the pools and routes of `table`. Routes naming the same pool share (the union of) their
+/// endpoints; an event type listed twice keeps its first route.
+pub fn plan(table: &RoutingTable) -> Plan {
+    let mut out = Plan::default();
+    for route in &table.routes {
+        if route.event_type.is_empty() {
+            out.rejected.push("a route without an event type".into());
+            continue;
+        }
+        if out.events.contains_key(&route.event_type) {
+            out.rejected.push(format!(
+                "a second route for event type {}",
+                route.event_type
+            ));
+            continue;
+        }
+        let pool_name = if route.pool.is_empty() {
+            route.manager.clone()
+        } else {
+            route.pool.clone()
+        };
+        let pool = out
+            .pools
+            .entry(pool_name.clone())
+            .or_insert_with(|| PoolPlan {
+                manager: route.manager.clone(),
+                addrs: BTreeSet::new(),
+            });
+        for ep in &route.endpoints {
+            if ep.address.parse::<SocketAddr>().is_err() {
+                out.rejected.push(format!(
+                    "endpoint {:?} of event type {}: not an ip:port",
+                    ep.address, route.event_type
+                ));
+            } else if pool.addrs.len() >= MAX_ENDPOINTS && !pool.addrs.contains(&ep.address) {
+                out.rejected.push(format!(
+                    "endpoint {} of pool {pool_name}: more than {MAX_ENDPOINTS} endpoints",
+                    ep.address
+                ));
+            } else {
+                pool.addrs.insert(ep.address.clone());
+            }
+        }
+        out.events
+            .insert(route.event_type.clone(), (route.manager.clone(), pool_name));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_protocol::control::v1::{Endpoint, Route};
+
+    fn route(event: &str, pool: &str, addrs: &[&str]) -> Route {
+        Route {
+            event_type: event.into(),
+            manager: "orders".into(),
+            pool: pool.into(),
+            endpoints: addrs
+                .iter()
+                .map(|a| Endpoint {
+                    address: (*a).into(),
+                    pod: String::new(),
+                })
+                .collect(),
+        }
+    }
+
+    fn table(routes: Vec<Route>) -> RoutingTable {
+        RoutingTable {
+            version: 1,
+            router: "edge".into(),
+            namespace: "shop".into(),
+            routes,
+        }
+    }
+
+    #[test]
+    fn routes_of_one_pool_share_it_and_split_pools_stay_apart() {
+        let p = plan(&table(vec![
+            route("orders.create", "orders-manager", &["10.0.0.1:7070"]),
+            route(
+                "orders.get",
+                "orders-manager",
+                &["10.0.0.1:7070", "10.0.0.2:7070"],
+            ),
+            route("orders.pay", "orders-orders-pay", &["10.0.1.1:7070"]),
+        ]));
+        assert_eq!(p.pools.len(), 2);
+        assert_eq!(p.pools["orders-manager"].addrs.len(), 2);
+        assert_eq!(p.pools["orders-orders-pay"].manager, "orders");
+        assert_eq!(
+            p.events["orders.pay"],
+            ("orders".to_owned(), "orders-orders-pay".to_owned())
+        );
+        assert!(p.rejected.is_empty());
+    }
+
+    #[test]
+    fn bad_entries_are_dropped_with_a_reason() {
+        let p = plan(&table(vec![
+            route("", "x", &["10.0.0.1:7070"]),
+            route("a.b", "", &["10.0.0.1:7070", "nonsense", "10.0.0.1"]),
+            route("a.b", "other", &["10.0.0.9:7070"]),
+        ]));
+        assert_eq!(p.events.len(), 1);
+        assert_eq!(
+            p.events["a.b"].1, "orders",
+            "an empty pool name falls back to the manager"
+        );
+        assert_eq!(p.pools["orders"].addrs.len(), 1);
+        assert!(!p.pools.contains_key("other"));
+        assert_eq!(p.rejected.len(), 4, "{:?}", p.rejected);
+        assert!(p.rejected.iter().any(|r| r.contains("\"nonsense\"")));
+    }
+
+    #[test]
+    fn an_event_type_without_ready_pods_keeps_its_route() {
+        let p = plan(&table(vec![route("a.b", "m", &[])]));
+        assert!(p.pools["m"].addrs.is_empty());
+        assert!(p.events.contains_key("a.b"));
+    }
+
+    #[test]
+    fn endpoints_are_capped_per_pool() {
+        let addrs: Vec<String> = (0..MAX_ENDPOINTS + 3)
+            .map(|i| format!("10.{}.{}.1:7070", i / 256, i % 256))
+            .collect();
+        let refs: Vec<&str> = addrs.iter().map(String::as_str).collect();
+        let p = plan(&table(vec![route("a.b", "m", &refs)]));
+        assert_eq!(p.pools["m"].addrs.len(), MAX_ENDPOINTS);
+        assert_eq!(p.rejected.len(), 3);
+    }
+}
