@@ -1,12 +1,17 @@
 # Switchyard developer entry points. The two a fresh machine needs:
-#   make demo   builds everything, starts a local control plane, installs the charts, runs the operator
-#               and applies examples/quickstart.yaml
+#   make up     builds, then runs examples/quickstart.yaml locally (router and manager sidecars, example app)
 #   make test   every check and test, e2e included (builds the control plane on first use)
+# Also: make demo (the quickstart on a local control plane with the charts and the operator), make down.
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: test lint unit e2e tools cluster-up cluster-down demo down crds fuzz
+.PHONY: test lint unit e2e tools cluster-up cluster-down demo down crds fuzz up
+
+# The quickstart as local processes on 127.0.0.1; Ctrl-C stops it.
+up:
+	$(CARGO) build --release --locked -p switchyard -p switchyard-sidecar -p switchyard-example-app
+	target/release/switchyard up -f examples/quickstart.yaml
 
 test: lint
 	$(CARGO) test --workspace --all-targets --no-fail-fast
