@@ -11,6 +11,8 @@
 //! GOAWAY   body := reason (rest, UTF-8)    the peer drains: no new requests on this connection
 //! PUSH     body := event:str8 traceparent:str8 content_type:str8 payload
 //!                                          manager -> router: an event for WebSocket subscribers
+//! HELLO    body := (empty); flags bit 0: the sender takes PUSH frames
+//!                                          first frame of the connecting side
 //! str8    := len:u8 bytes (UTF-8)
 //! ```
 //! Pure: no I/O. [`FrameCodec`] plugs it into `tokio_util::codec::Framed`.
@@ -25,6 +27,8 @@ pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024 + 1024;
 
 /// Flag on a REQUEST: fire-and-forget; the manager sends no RESPONSE.
 pub const FLAG_NO_REPLY: u8 = 0x01;
+/// Flag on a HELLO: the sender (a router sidecar) delivers PUSH frames to WebSocket subscribers.
+pub const FLAG_TAKES_PUSHES: u8 = 0x01;
 
 /// One frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -61,6 +65,12 @@ pub enum Frame {
     /// An event published by a manager for the router's WebSocket subscribers (manager -> router only;
     /// no reply, no credit: subscribers' queues are bounded and count what they drop).
     Push(Push),
+    /// The connecting side's first frame: who it is, so a manager pushes only to routers (a manager's
+    /// own outbound connections take no pushes).
+    Hello {
+        /// Whether the sender delivers PUSH frames.
+        takes_pushes: bool,
+    },
 }
 
 /// An event for WebSocket subscribers.
@@ -123,6 +133,7 @@ mod kind {
     pub const PONG: u8 = 6;
     pub const GOAWAY: u8 = 7;
     pub const PUSH: u8 = 8;
+    pub const HELLO: u8 = 9;
 }
 
 /// Why bytes are not a valid frame. The connection that sent them is closed.
@@ -258,6 +269,11 @@ pub fn encode(frame: &Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
             dst.put_u64(0);
             dst.put_slice(reason.as_bytes());
         }
+        Frame::Hello { takes_pushes } => {
+            dst.put_u8(kind::HELLO);
+            dst.put_u8(if *takes_pushes { FLAG_TAKES_PUSHES } else { 0 });
+            dst.put_u64(0);
+        }
         Frame::Push(p) => {
             dst.reserve(
                 FIXED
@@ -370,6 +386,9 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
                 payload: body,
             })
         }
+        kind::HELLO => Frame::Hello {
+            takes_pushes: flags & FLAG_TAKES_PUSHES != 0,
+        },
         other => return Err(FrameError::UnknownKind(other)),
     };
     Ok(Some(frame))
@@ -463,6 +482,10 @@ mod tests {
         roundtrip(Frame::Pong { nonce: 9 });
         roundtrip(Frame::GoAway {
             reason: "draining".into(),
+        });
+        roundtrip(Frame::Hello { takes_pushes: true });
+        roundtrip(Frame::Hello {
+            takes_pushes: false,
         });
         roundtrip(Frame::Push(Push {
             event: "prices.tick".into(),

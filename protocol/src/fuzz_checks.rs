@@ -72,6 +72,7 @@ mod tests {
             Frame::Ping { nonce: 5 },
             Frame::Pong { nonce: 6 },
             Frame::GoAway { reason: "r".into() },
+            Frame::Hello { takes_pushes: true },
             Frame::Push(Push {
                 event: "p".into(),
                 traceparent: String::new(),

@@ -82,7 +82,8 @@ async fn connection(
     );
     let writer = tokio::spawn(write_loop(sink, rx));
     let _ = tx.send(Frame::Credit { credits }).await;
-    let registered = routers.register(tx.clone());
+    // Registered for pushes once its HELLO says it is a router (a manager's outbound path is not).
+    let mut registered = None;
     tracing::info!(%peer, credits, "router connected");
     let active: Active = Arc::default();
     let deliveries = TaskTracker::new();
@@ -154,6 +155,11 @@ async fn connection(
             | Frame::GoAway { .. }
             | Frame::Credit { .. }
             | Frame::Response(_) => {}
+            Frame::Hello { takes_pushes } => {
+                if takes_pushes && registered.is_none() {
+                    registered = Some(routers.register(tx.clone()));
+                }
+            }
             Frame::Push(_) => {
                 tracing::warn!(%peer, "PUSH goes from managers to routers; ignored");
             }

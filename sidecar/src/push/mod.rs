@@ -54,6 +54,7 @@ impl Subscription {
 pub struct Hub {
     by_event: RwLock<HashMap<String, Vec<Arc<Subscription>>>>,
     metrics: Arc<Metrics>,
+    takes_pushes: bool,
 }
 
 /// What one push did, for tests and logs.
@@ -71,7 +72,22 @@ impl Hub {
         Hub {
             by_event: RwLock::new(HashMap::new()),
             metrics,
+            takes_pushes: true,
         }
+    }
+
+    /// A hub of a process without WebSocket clients (the manager role's outbound router): its
+    /// connections tell managers not to push to them.
+    pub fn inert(metrics: Arc<Metrics>) -> Hub {
+        Hub {
+            takes_pushes: false,
+            ..Hub::new(metrics)
+        }
+    }
+
+    /// Whether this process delivers pushes (sent in each connection's HELLO).
+    pub fn takes_pushes(&self) -> bool {
+        self.takes_pushes
     }
 
     /// Adds a subscription.

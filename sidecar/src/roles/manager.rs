@@ -70,6 +70,7 @@ pub async fn run(
         &c.namespace,
         &c.destinations,
         &c.static_endpoints,
+        false,
         metrics.clone(),
     );
     if let Some((url, _)) = &control_plane {

@@ -153,6 +153,7 @@ pub async fn run(
         &settings.config.namespace,
         &settings.config.destinations,
         &settings.config.static_endpoints,
+        true,
         metrics.clone(),
     );
     if let Some((url, _)) = &control_plane {

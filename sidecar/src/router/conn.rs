@@ -201,6 +201,10 @@ impl Conn {
 /// PUSH frames go to `hub`, this router process's WebSocket subscribers.
 pub async fn run(stream: TcpStream, peer: &str, hub: &Hub, on_open: impl FnOnce(Arc<Conn>)) {
     let (conn, rx) = Conn::new();
+    // First frame: whether this side delivers pushes, so managers count and feed only routers.
+    let _ = conn.tx.try_send(Frame::Hello {
+        takes_pushes: hub.takes_pushes(),
+    });
     let (sink, mut frames) = Framed::new(stream, FrameCodec::default()).split();
     let writer = tokio::spawn(write_loop(sink, rx, conn.clone()));
     on_open(conn.clone());
@@ -247,7 +251,7 @@ pub async fn run(stream: TcpStream, peer: &str, hub: &Hub, on_open: impl FnOnce(
                 let fanout = hub.publish(&p);
                 tracing::trace!(peer, event = %p.event, delivered = fanout.delivered, dropped = fanout.dropped, "push");
             }
-            Frame::Request(_) | Frame::Cancel { .. } => {
+            Frame::Request(_) | Frame::Cancel { .. } | Frame::Hello { .. } => {
                 tracing::warn!(peer, "unexpected frame from a manager; ignored");
             }
         }

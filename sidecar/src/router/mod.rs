@@ -96,15 +96,21 @@ struct Control {
 impl Router {
     /// Builds the pools of `destinations` of Router `name` and starts discovery: a Manager listed in
     /// `static_endpoints` uses that list, any other is found through `<service>.<namespace>.svc` DNS.
-    /// Both roles use it (the router role for clients, the manager role for its app's outgoing events).
+    /// Both roles use it (the router role for clients, the manager role for its app's outgoing events);
+    /// `takes_pushes` says whether this process delivers PUSH frames (the router role does).
     pub fn start(
         name: &str,
         namespace: &str,
         destinations: &BTreeMap<EventType, Destination>,
         static_endpoints: &BTreeMap<String, Vec<String>>,
+        takes_pushes: bool,
         metrics: Arc<Metrics>,
     ) -> Router {
-        let hub = Arc::new(Hub::new(metrics.clone()));
+        let hub = Arc::new(if takes_pushes {
+            Hub::new(metrics.clone())
+        } else {
+            Hub::inert(metrics.clone())
+        });
         let mut pools: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
         let mut by_event = HashMap::new();
         let mut routes = Vec::new();

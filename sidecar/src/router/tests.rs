@@ -30,6 +30,7 @@ fn start() -> Router {
         &c.namespace,
         &c.destinations,
         &c.static_endpoints,
+        true,
         Metrics::new(),
     )
 }
