@@ -288,3 +288,36 @@ async fn draining_the_router_finishes_in_flight_requests() {
     }
     assert!(all.iter().filter(|(s, _, _)| *s == 200).count() >= 8);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readiness_goes_false_as_soon_as_the_drain_starts() {
+    let mut mesh = Mesh::start(Opts::default()).await;
+    let served_before = mesh.app.state.served.load(Ordering::SeqCst);
+    // `/slow` keeps one request in flight for the route's 1 s timeout, so the drain lasts that long.
+    let client = mesh.client.clone();
+    let url = mesh.url("/slow");
+    let slow = tokio::spawn(async move { client.get(&url).await });
+    poll(
+        Duration::from_secs(5),
+        "slow request at the app",
+        || async { (mesh.app.state.served.load(Ordering::SeqCst) > served_before).then_some(()) },
+    )
+    .await;
+    let ready = format!("http://127.0.0.1:{}/readyz", mesh.router_admin);
+    assert_eq!(mesh.client.get(&ready).await.unwrap().status, 200);
+    mesh.router.sigterm();
+    // Load balancers must stop sending before the process goes: readiness is 503 while it drains.
+    poll(
+        Duration::from_secs(1),
+        "readyz 503 during the drain",
+        || async {
+            let r = mesh.client.get(&ready).await.ok()?;
+            (r.status == 503).then_some(())
+        },
+    )
+    .await;
+    let answer = slow.await.unwrap().unwrap();
+    assert_eq!(answer.status, 504, "the in-flight request is answered");
+    let code = mesh.router.wait_exit(Duration::from_secs(10)).await;
+    assert_eq!(code, Some(0), "router log:\n{}", mesh.router.log_text());
+}
