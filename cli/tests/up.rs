@@ -38,14 +38,47 @@ fn free_port() -> u16 {
 
 /// The quickstart with its Router on free ports, so tests don't fight over 8080 with each other or a user.
 fn quickstart_on_free_ports(dir: &Path) -> (PathBuf, u16) {
+    let (path, http, _) = quickstart_with_grpc_port(dir);
+    (path, http)
+}
+
+/// As `quickstart_on_free_ports`, also returning the gRPC port.
+fn quickstart_with_grpc_port(dir: &Path) -> (PathBuf, u16, u16) {
     let text = std::fs::read_to_string(repo_file("examples/quickstart.yaml")).expect("quickstart");
-    let http = free_port();
+    let (http, grpc) = (free_port(), free_port());
     let text = text
         .replace("port: 8080", &format!("port: {http}"))
-        .replace("port: 50051", &format!("port: {}", free_port()));
+        .replace("port: 50051", &format!("port: {grpc}"));
     let path = dir.join("quickstart.yaml");
     std::fs::write(&path, text).expect("write manifest");
-    (path, http)
+    (path, http, grpc)
+}
+
+/// One `switchyard.v1.Gateway/Call` of the quickstart's gRPC route `noop`, with a real tonic client.
+fn grpc_call_noop(port: u16) -> (i32, Vec<u8>) {
+    use switchyard_protocol::gateway::v1::CallRequest;
+    use switchyard_protocol::gateway::v1::gateway_client::GatewayClient;
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    rt.block_on(async {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .expect("endpoint")
+            .connect()
+            .await
+            .expect("connect to the gRPC listener");
+        let reply = GatewayClient::new(channel)
+            .call(CallRequest {
+                method: "noop".into(),
+                payload: b"{}".to_vec(),
+                metadata: Default::default(),
+            })
+            .await
+            .expect("Call noop")
+            .into_inner();
+        (reply.status, reply.payload)
+    })
 }
 
 /// `examples/relay.yaml` with its Router on a free port.
@@ -286,7 +319,7 @@ fn quickstart_answers_noop_through_both_sidecars() {
     require_binaries();
     let _one_at_a_time = END_TO_END.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
-    let (manifest, http) = quickstart_on_free_ports(dir.path());
+    let (manifest, http, grpc) = quickstart_with_grpc_port(dir.path());
     let mut up = start_up(&manifest);
 
     let ready = up.wait_for("ready: try curl", Duration::from_secs(60));
@@ -335,6 +368,11 @@ fn quickstart_answers_noop_through_both_sidecars() {
         "{reply}"
     );
     let _ = ws.close(None);
+
+    // And the gRPC gateway: `Call` for event `noop`.
+    let (status, payload) = grpc_call_noop(grpc);
+    assert_eq!(status, 200);
+    assert_eq!(payload, br#"{"ok":true}"#);
 
     up.term();
     let status = up.wait_exit(Duration::from_secs(40));
