@@ -11,14 +11,35 @@ use switchyard_protocol::control::v1::LoadReport;
 pub const MAX_PODS: usize = 10_000;
 
 /// Latest report per `namespace/pod`.
-#[derive(Default)]
 pub struct LoadBook {
     latest: Mutex<HashMap<String, (Instant, LoadReport)>>,
+    /// True once the operator shuts down: report streams never end by themselves.
+    closing: tokio::sync::watch::Sender<bool>,
+}
+
+impl Default for LoadBook {
+    fn default() -> Self {
+        LoadBook {
+            latest: Mutex::default(),
+            closing: tokio::sync::watch::Sender::new(false),
+        }
+    }
 }
 
 impl LoadBook {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, LoadReport)>> {
         self.latest.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Ends every report stream (at shutdown).
+    pub fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Resolves once [`LoadBook::close`] was called.
+    pub async fn closed(&self) {
+        let mut rx = self.closing.subscribe();
+        let _ = rx.wait_for(|c| *c).await;
     }
 
     /// Keeps `report` as its pod's latest. False when the book is full and the pod is new.

@@ -31,14 +31,16 @@ pub async fn serve(
     let hub = Arc::new(Hub::default());
     let service = server::Service {
         hub: hub.clone(),
-        loads,
+        loads: loads.clone(),
         metrics: metrics.clone(),
     };
     let observer = tokio::spawn(observe::run(client, hub.clone(), metrics));
     let closing = {
         let hub = hub.clone();
+        let loads = loads.clone();
         async move {
             shutdown.await;
+            loads.close();
             // Streams never end by themselves; without this the graceful shutdown would wait forever.
             hub.close();
         }
