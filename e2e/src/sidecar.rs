@@ -50,6 +50,8 @@ pub struct RouterSidecar {
     child: tokio::process::Child,
     /// Admin port on 127.0.0.1 (`/routes`, `/readyz`, `/metrics`).
     pub admin_port: u16,
+    /// HTTP listener on 127.0.0.1, serving `GET /noop`.
+    pub http_port: u16,
     /// File receiving its output.
     pub log: PathBuf,
     _dir: PathBuf,
@@ -65,11 +67,12 @@ impl RouterSidecar {
             .join("sidecars")
             .join(format!("{name}-{}", crate::unique_suffix()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let http_port = free_port()?;
         let config = json!({
             "name": name,
             "namespace": namespace,
             "spec": {
-                "listeners": {"http": {"port": free_port()?}},
+                "listeners": {"http": {"port": http_port}},
                 "routes": [{"event": "noop", "http": {"method": "GET", "path": "/noop"}}],
             },
             "destinations": {},
@@ -95,6 +98,7 @@ impl RouterSidecar {
         let mut sidecar = RouterSidecar {
             child,
             admin_port,
+            http_port,
             log,
             _dir: dir,
         };

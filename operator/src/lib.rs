@@ -4,6 +4,7 @@
 
 pub mod admin;
 pub mod apply;
+pub mod autoscale;
 pub mod build;
 pub mod conditions;
 pub mod context;

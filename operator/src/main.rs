@@ -11,7 +11,7 @@ use switchyard_operator::context::Context;
 use switchyard_operator::leader::{self, LeaseConfig};
 use switchyard_operator::metrics::Metrics;
 use switchyard_operator::settings::{self, Settings};
-use switchyard_operator::{control_plane, controller, telemetry};
+use switchyard_operator::{autoscale, control_plane, controller, telemetry};
 use tokio::sync::watch;
 
 #[tokio::main]
@@ -85,9 +85,11 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             anyhow::anyhow!("--control-plane-addr {}: {e}", settings.control_plane_addr)
         })?;
     tracing::info!(addr = %settings.control_plane_addr, "control plane listening");
+    let loads = Arc::new(control_plane::load::LoadBook::default());
     let control_plane = tokio::spawn(control_plane::serve(
         client.clone(),
         cp_listener,
+        loads.clone(),
         metrics.clone(),
         stopped(),
     ));
@@ -137,7 +139,11 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         }
     };
     let end = futures::future::FutureExt::shared(Box::pin(end));
-    controller::run(ctx, end).await;
+    // The autoscaler writes replicas, so like the controllers it runs on the leader only.
+    futures::join!(
+        controller::run(ctx.clone(), end.clone()),
+        autoscale::run(ctx, loads, end)
+    );
 
     if *lost_rx.borrow() {
         return Ok(ExitCode::FAILURE);

@@ -36,6 +36,17 @@ pub struct Metrics {
     cp_tables_sent: Counter,
     cp_routing_tables: Gauge,
     cp_load_reports: Counter,
+    scale_decisions: Family<ScaleLabels, Counter>,
+    scale_reaction: Histogram,
+}
+
+/// Labels of the scaling decision counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScaleLabels {
+    /// `up` or `down`.
+    pub direction: &'static str,
+    /// `panic` or `stable`.
+    pub mode: &'static str,
 }
 
 impl Default for Metrics {
@@ -93,8 +104,23 @@ impl Default for Metrics {
             "Load reports received",
             cp_load_reports.clone(),
         );
+        let scale_decisions = Family::<ScaleLabels, Counter>::default();
+        registry.register(
+            "scale_decisions",
+            "Replica changes written by the autoscaler, by direction and mode",
+            scale_decisions.clone(),
+        );
+        // 50 ms to about 7 min: the goal is seconds, the e2e bound 15 s.
+        let scale_reaction = Histogram::new(exponential_buckets(0.05, 2.0, 14));
+        registry.register(
+            "scale_reaction_seconds",
+            "Time from the first load report asking for more pods to the scale-up written",
+            scale_reaction.clone(),
+        );
         Metrics {
             registry,
+            scale_decisions,
+            scale_reaction,
             cp_subscribers,
             cp_tables_sent,
             cp_routing_tables,
@@ -164,6 +190,21 @@ impl Metrics {
     /// Counts a load report received.
     pub fn load_report(&self) {
         self.cp_load_reports.inc();
+    }
+
+    /// Counts a replica change written by the autoscaler.
+    pub fn scale_decision(&self, up: bool, panic: bool) {
+        self.scale_decisions
+            .get_or_create(&ScaleLabels {
+                direction: if up { "up" } else { "down" },
+                mode: if panic { "panic" } else { "stable" },
+            })
+            .inc();
+    }
+
+    /// Records the reaction time of a scale-up.
+    pub fn scale_reaction(&self, took: Duration) {
+        self.scale_reaction.observe(took.as_secs_f64());
     }
 
     /// Prometheus text exposition.

@@ -428,3 +428,32 @@ fn sidecars_get_the_control_plane_url_only_when_configured() {
         }
     }
 }
+
+#[test]
+fn per_event_type_deployments_take_the_autoscalers_replicas_of_their_type() {
+    let mut m = fixture(include_str!("fixtures/per-event-type.yaml"))
+        .managers
+        .remove(0);
+    m.metadata.namespace = Some("shop".into());
+    m.status = Some(switchyard_crds::status::ManagerStatus {
+        events: vec![switchyard_crds::status::EventTypeStatus {
+            event: "orders.create".into(),
+            desired_replicas: Some(5),
+            ..Default::default()
+        }],
+        ..Default::default()
+    });
+    let replicas = |m: &Manager| -> Vec<Option<i32>> {
+        build::manager::build(m, None, &settings())
+            .expect("builds")
+            .deployments
+            .iter()
+            .map(|d| d.spec.as_ref().and_then(|s| s.replicas))
+            .collect()
+    };
+    // Scaling off: spec.replicas everywhere (kubectl scale or an HPA decide).
+    assert_eq!(replicas(&m), [Some(2), Some(2)]);
+    // Scaling on: the hot type's Deployment takes its recorded replicas, the other keeps spec's.
+    m.spec.scaling.enabled = true;
+    assert_eq!(replicas(&m), [Some(5), Some(2)]);
+}

@@ -17,6 +17,7 @@ pub mod edge;
 #[doc(hidden)]
 pub mod fuzz_checks;
 pub mod listener;
+pub mod load;
 pub mod manager;
 pub mod metrics;
 pub mod middleware;

@@ -1,12 +1,13 @@
 //! Prometheus metrics of one sidecar process (either role), served on the admin port.
 
+use crate::load::{LoadMeters, Underway};
 use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 /// An event-type label that shares the route table's string instead of allocating per request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
@@ -79,6 +80,9 @@ pub struct Metrics {
     pub control_plane_tables: Counter,
     /// `switchyard_control_plane_connected`: 1 while the routing-table stream is open (router).
     pub control_plane_connected: Gauge,
+    /// Per-event-type load counters for the control plane's reports; set once at start-up, and
+    /// only when a control plane is configured (otherwise the request path skips them).
+    pub load: OnceLock<Arc<LoadMeters>>,
 }
 
 /// Labels of the local API counter.
@@ -185,6 +189,7 @@ impl Metrics {
             local_api,
             control_plane_tables,
             control_plane_connected,
+            load: OnceLock::new(),
         })
     }
 
@@ -201,6 +206,22 @@ impl Metrics {
                 event: event.clone(),
             })
             .observe(seconds);
+        if let Some(l) = self.load.get() {
+            l.finish(&event.0, status, seconds);
+        }
+    }
+
+    /// Counts an event's arrival for the load reports; the guard keeps it in flight.
+    pub fn arrive(&self, event: &str) -> Option<Underway> {
+        self.load.get().map(|l| l.arrive(event))
+    }
+
+    /// Counts an event shed before it was answered through [`Metrics::observe`].
+    pub fn shed_event(&self, event: &EventLabel) {
+        self.shed.inc();
+        if let Some(l) = self.load.get() {
+            l.shed(&event.0);
+        }
     }
 
     /// Counts one request refused by middleware.

@@ -70,6 +70,27 @@ pub fn render_config(manager: &Manager, router: Option<&Router>) -> Result<Manag
     })
 }
 
+/// Replicas of the Deployment serving `events`: the Manager's, except with `perEventType` scaling,
+/// where each type's Deployment takes the replicas the autoscaler recorded for it in status.
+pub fn replicas_of(manager: &Manager, events: &[EventType]) -> i32 {
+    let spec = &manager.spec;
+    if !spec.scaling.enabled || spec.scaling.split != Split::PerEventType {
+        return spec.replicas;
+    }
+    events
+        .first()
+        .and_then(|e| {
+            manager
+                .status
+                .as_ref()?
+                .events
+                .iter()
+                .find(|s| s.event == e.as_str())?
+                .desired_replicas
+        })
+        .unwrap_or(spec.replicas)
+}
+
 pub fn build(
     manager: &Manager,
     router: Option<&Router>,
@@ -116,7 +137,7 @@ pub fn build(
             Ok(Deployment {
                 metadata: meta::child_meta(manager, deploy_name, dep_labels)?,
                 spec: Some(DeploymentSpec {
-                    replicas: Some(spec.replicas),
+                    replicas: Some(replicas_of(manager, &events)),
                     selector: LabelSelector {
                         match_labels: Some(sel.clone()),
                         ..LabelSelector::default()

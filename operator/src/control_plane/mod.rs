@@ -19,24 +19,28 @@ use switchyard_protocol::control::v1::control_plane_server::ControlPlaneServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
-/// Serves the control plane on `listener` until `shutdown` resolves, then ends every stream.
+/// Serves the control plane on `listener` until `shutdown` resolves, then ends every stream. Load
+/// reports go into `loads`, which the autoscaler reads.
 pub async fn serve(
     client: kube::Client,
     listener: TcpListener,
+    loads: Arc<load::LoadBook>,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let hub = Arc::new(Hub::default());
     let service = server::Service {
         hub: hub.clone(),
-        loads: Arc::new(load::LoadBook::default()),
+        loads: loads.clone(),
         metrics: metrics.clone(),
     };
     let observer = tokio::spawn(observe::run(client, hub.clone(), metrics));
     let closing = {
         let hub = hub.clone();
+        let loads = loads.clone();
         async move {
             shutdown.await;
+            loads.close();
             // Streams never end by themselves; without this the graceful shutdown would wait forever.
             hub.close();
         }

@@ -96,7 +96,13 @@ impl ControlPlane for Service {
         let mut received = 0u64;
         let mut last: Option<(String, String)> = None;
         let outcome = loop {
-            match stream.message().await {
+            let next = tokio::select! {
+                m = stream.message() => m,
+                () = self.loads.closed() => {
+                    break Err(Status::unavailable("the operator is shutting down"));
+                }
+            };
+            match next {
                 Ok(Some(report)) => {
                     if let Err(s) = required(&report.pod, "pod")
                         .and_then(|_| required(&report.namespace, "namespace"))

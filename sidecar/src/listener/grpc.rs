@@ -270,6 +270,7 @@ async fn process(
         return (Err(r), edge.unmatched.clone());
     };
     let label = EventLabel(route.event.clone());
+    let _underway = edge.metrics.arrive(&route.event);
     if let Some(t) = &clock.trace {
         t.matched(None, &route.event);
     }

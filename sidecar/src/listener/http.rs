@@ -130,6 +130,7 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
         }
     };
     let label = EventLabel(route.event.clone());
+    let _underway = edge.metrics.arrive(&route.event);
     let deadline = clock.start + route.timeout;
     if let Some(t) = &clock.trace {
         t.matched(Some((parts.method.as_str(), &route.template)), &route.event);

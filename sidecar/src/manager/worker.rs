@@ -202,6 +202,7 @@ impl Worker {
             let detail = format!("this Manager pod does not handle event type {:?}", ev.event);
             return Some(problem_response(ev.id, 502, &detail));
         };
+        let _underway = self.metrics.arrive(&ev.event);
         // Credits bound each router connection; this bounds the sum over all routers.
         let bound = self.settings.queue_capacity + self.settings.max_in_flight;
         let lanes_full = matches!(place, Place::Full);
@@ -209,7 +210,7 @@ impl Worker {
             if !lanes_full {
                 self.admitted.fetch_sub(1, Ordering::AcqRel);
             }
-            self.metrics.shed.inc();
+            self.metrics.shed_event(label);
             return Some(problem_response(
                 ev.id,
                 503,

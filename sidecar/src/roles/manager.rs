@@ -3,6 +3,8 @@
 
 use super::RunError;
 use crate::admin::{self, Readiness};
+use crate::load::LoadMeters;
+use crate::load::report::Reporter;
 use crate::manager::delivery_grpc::GrpcDelivery;
 use crate::manager::delivery_http::HttpDelivery;
 use crate::manager::inbound;
@@ -77,6 +79,19 @@ pub async fn run(
         router = router.with_control_plane(url.clone());
     }
     let router = Arc::new(router);
+    let reporter = control_plane.as_ref().map(|(_, ep)| {
+        let meters = Arc::new(LoadMeters::new(
+            events.iter().map(|e| Arc::<str>::from(e.as_str())),
+        ));
+        let _ = metrics.load.set(meters.clone());
+        let who = Reporter {
+            pod: std::env::var("POD_NAME").unwrap_or_default(),
+            namespace: c.namespace.clone(),
+            role: "manager",
+            owner: c.name.clone(),
+        };
+        tokio::spawn(crate::load::push::run(ep.clone(), meters, who))
+    });
     let follower = control_plane.map(|(_, ep)| {
         let pod = std::env::var("POD_NAME").unwrap_or_default();
         tokio::spawn(follow::run(ep, router.clone(), pod))
@@ -162,6 +177,9 @@ pub async fn run(
     let _ = local_server.await;
     if let Some(f) = follower {
         f.abort();
+    }
+    if let Some(r) = reporter {
+        r.abort();
     }
     tracing::info!("manager drained");
     if let Some(o) = &otel {

@@ -8,6 +8,8 @@ use crate::listener::grpc::GrpcRoutes;
 use crate::listener::tls::{self, TlsFiles};
 use crate::listener::ws::{WsEdge, routes::WsRoutes};
 use crate::listener::{Edge, grpc, http};
+use crate::load::LoadMeters;
+use crate::load::report::Reporter;
 use crate::metrics::{EventLabel, Metrics};
 use crate::middleware::Stack;
 use crate::router::{Router, follow};
@@ -171,6 +173,27 @@ pub async fn run(
     ));
     // Until the first table arrives (and whenever the operator is away) the config's table or the
     // last streamed one serves.
+    let reporter = control_plane.as_ref().map(|(_, ep)| {
+        let events = table
+            .routes()
+            .iter()
+            .map(|r| r.event.clone())
+            .chain(grpc_routes.iter().map(|r| r.event.clone()))
+            .chain(
+                ws_routes
+                    .iter()
+                    .flat_map(|w| w.iter().map(|r| r.event.clone())),
+            );
+        let meters = Arc::new(LoadMeters::new(events));
+        let _ = metrics.load.set(meters.clone());
+        let who = Reporter {
+            pod: std::env::var("POD_NAME").unwrap_or_default(),
+            namespace: settings.config.namespace.clone(),
+            role: "router",
+            owner: settings.config.name.clone(),
+        };
+        tokio::spawn(crate::load::push::run(ep.clone(), meters, who))
+    });
     let follower = control_plane.map(|(_, ep)| {
         let pod = std::env::var("POD_NAME").unwrap_or_default();
         tokio::spawn(follow::run(ep, router.clone(), pod))
@@ -249,6 +272,9 @@ pub async fn run(
     }
     if let Some(f) = follower {
         f.abort();
+    }
+    if let Some(r) = reporter {
+        r.abort();
     }
     tracing::info!("router drained");
     if let Some(o) = &otel {

@@ -364,6 +364,7 @@ async fn call(
 ) {
     let mut clock = Clock::new(start);
     let deadline = start + route.timeout;
+    let _underway = edge.metrics.arrive(&route.event);
     let tp = traceparent::extract_or_new(None);
     // A client gone away cancels the work (the router sends CANCEL to the manager).
     let result = tokio::select! {

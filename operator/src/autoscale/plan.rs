@@ -1,0 +1,141 @@
+//! What to scale for one Manager, read from its spec and status (pure): the policy, the target of
+//! each event type, and the groups of event types that scale together.
+
+use super::decide::{Metric, Policy, Target};
+use switchyard_crds::Manager;
+use switchyard_crds::manager::{Scaling, Split};
+
+fn ms(d: &switchyard_crds::common::Duration) -> u64 {
+    let d: std::time::Duration = (*d).into();
+    u64::try_from(d.as_millis()).unwrap_or(u64::MAX)
+}
+
+/// The policy of `scaling` (negative bounds count as 0).
+pub fn policy(scaling: &Scaling) -> Policy {
+    Policy {
+        min: u32::try_from(scaling.min_replicas).unwrap_or(0),
+        max: u32::try_from(scaling.max_replicas).unwrap_or(0),
+        stable_ms: ms(&scaling.scale_up.stable_window),
+        panic_ms: ms(&scaling.scale_up.panic_window),
+        panic_threshold: scaling.scale_up.panic_threshold,
+        stabilization_ms: ms(&scaling.scale_down.stabilization_window),
+    }
+}
+
+/// The longest a Manager's windows look back, ms: how long its samples are kept.
+pub fn keep_ms(p: &Policy) -> u64 {
+    p.stable_ms.max(p.panic_ms).max(p.stabilization_ms)
+}
+
+/// The target of `event`, None when the spec has none (the CRD's rules require one when enabled).
+pub fn target(scaling: &Scaling, event: &str) -> Option<Target> {
+    let t = scaling.targets.get(event)?;
+    match (t.target_in_flight, t.target_rate) {
+        (Some(n), _) if n > 0 => Some(Target {
+            metric: Metric::InFlight,
+            per_pod: f64::from(n),
+        }),
+        (_, Some(r)) if r > 0.0 && r.is_finite() => Some(Target {
+            metric: Metric::Rate,
+            per_pod: r,
+        }),
+        _ => None,
+    }
+}
+
+/// Event types scaled together: all of them with `shared` (one Deployment), each alone with
+/// `perEventType` (one Deployment each).
+pub fn groups(manager: &Manager) -> Vec<Vec<String>> {
+    let events = manager.spec.events.iter().map(|e| e.as_str().to_owned());
+    match manager.spec.scaling.split {
+        Split::Shared => vec![events.collect()],
+        Split::PerEventType => events.map(|e| vec![e]).collect(),
+    }
+}
+
+/// Pods currently asked for the group: the Manager's replicas with `shared`; with `perEventType`
+/// the replicas the autoscaler last recorded for that event type, else the Manager's replicas.
+pub fn current(manager: &Manager, group: &[String]) -> u32 {
+    let spec = u32::try_from(manager.spec.replicas).unwrap_or(0);
+    if manager.spec.scaling.split == Split::Shared {
+        return spec;
+    }
+    group
+        .first()
+        .and_then(|e| {
+            manager
+                .status
+                .as_ref()?
+                .events
+                .iter()
+                .find(|s| &s.event == e)?
+                .desired_replicas
+        })
+        .and_then(|n| u32::try_from(n).ok())
+        .unwrap_or(spec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn manager(yaml: &str) -> Manager {
+        serde_saphyr::from_str(yaml).expect("manager yaml")
+    }
+
+    const SHOP: &str = r#"
+apiVersion: switchyard.dev/v1alpha1
+kind: Manager
+metadata: {name: orders, namespace: shop}
+spec:
+  routerRef: {name: shop}
+  events: [orders.create, orders.get]
+  app: {port: 8080}
+  template:
+    spec:
+      containers: [{name: app, image: app}]
+  replicas: 2
+  scaling:
+    enabled: true
+    minReplicas: 1
+    maxReplicas: 8
+    split: perEventType
+    targets:
+      orders.create: {targetInFlight: 32}
+      orders.get: {targetRate: 150.5}
+    scaleUp: {stableWindow: 20s, panicWindow: 2s}
+    scaleDown: {stabilizationWindow: 10s}
+status:
+  events:
+    - {event: orders.create, deployment: orders-orders-create, desiredReplicas: 5}
+"#;
+
+    #[test]
+    fn reads_policy_targets_and_groups() {
+        let m = manager(SHOP);
+        let p = policy(&m.spec.scaling);
+        assert_eq!(
+            (p.min, p.max, p.stable_ms, p.panic_ms),
+            (1, 8, 20_000, 2_000)
+        );
+        assert_eq!((p.stabilization_ms, keep_ms(&p)), (10_000, 20_000));
+        let t = target(&m.spec.scaling, "orders.create").expect("target");
+        assert_eq!((t.metric, t.per_pod), (Metric::InFlight, 32.0));
+        let t = target(&m.spec.scaling, "orders.get").expect("target");
+        assert_eq!((t.metric, t.per_pod), (Metric::Rate, 150.5));
+        assert!(target(&m.spec.scaling, "nope").is_none());
+        assert_eq!(groups(&m).len(), 2);
+        assert_eq!(current(&m, &["orders.create".into()]), 5);
+        assert_eq!(current(&m, &["orders.get".into()]), 2);
+    }
+
+    #[test]
+    fn shared_scales_all_types_together_on_spec_replicas() {
+        let m = manager(&SHOP.replace("split: perEventType", "split: shared"));
+        assert_eq!(
+            groups(&m),
+            vec![vec!["orders.create".to_owned(), "orders.get".to_owned()]]
+        );
+        assert_eq!(current(&m, &["orders.create".into()]), 2);
+    }
+}

@@ -1,0 +1,97 @@
+//! A sliding window of load samples for one (Manager, event type), averaged over the stable and
+//! panic windows (pure: times are passed in).
+
+use std::collections::VecDeque;
+
+/// Most samples kept: one per second for an hour, whatever window a spec asks for.
+pub const MAX_SAMPLES: usize = 3600;
+
+/// The load of one event type at one moment, summed over the pods that reported it.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct Sample {
+    /// Arrivals per second.
+    pub rate: f64,
+    /// Events in flight (including queued ones).
+    pub in_flight: f64,
+    /// Worst 99th percentile latency of the reporting pods, in milliseconds.
+    pub p99_ms: f64,
+}
+
+/// Samples over time, oldest first.
+#[derive(Clone, Debug, Default)]
+pub struct Window {
+    samples: VecDeque<(u64, Sample)>,
+}
+
+impl Window {
+    /// Adds the sample taken at `now_ms` and forgets samples older than `keep_ms`.
+    pub fn push(&mut self, now_ms: u64, sample: Sample, keep_ms: u64) {
+        self.samples.push_back((now_ms, sample));
+        let oldest = now_ms.saturating_sub(keep_ms);
+        while self
+            .samples
+            .front()
+            .is_some_and(|(t, _)| *t < oldest || self.samples.len() > MAX_SAMPLES)
+        {
+            self.samples.pop_front();
+        }
+    }
+
+    /// The mean of the samples taken in the last `span_ms` before `now_ms`; None without samples.
+    pub fn average(&self, now_ms: u64, span_ms: u64) -> Option<Sample> {
+        let since = now_ms.saturating_sub(span_ms);
+        let mut n = 0u32;
+        let mut sum = Sample::default();
+        for (_, s) in self.samples.iter().rev().take_while(|(t, _)| *t > since) {
+            n += 1;
+            sum.rate += s.rate;
+            sum.in_flight += s.in_flight;
+            sum.p99_ms = sum.p99_ms.max(s.p99_ms);
+        }
+        (n > 0).then(|| Sample {
+            rate: sum.rate / f64::from(n),
+            in_flight: sum.in_flight / f64::from(n),
+            p99_ms: sum.p99_ms,
+        })
+    }
+
+    /// The latest sample.
+    pub fn latest(&self) -> Option<Sample> {
+        self.samples.back().map(|(_, s)| *s)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn s(rate: f64) -> Sample {
+        Sample {
+            rate,
+            in_flight: rate / 10.0,
+            p99_ms: rate,
+        }
+    }
+
+    #[test]
+    fn averages_only_the_span_asked() {
+        let mut w = Window::default();
+        for t in 1..=10u64 {
+            w.push(t * 1000, s(if t > 8 { 100.0 } else { 0.0 }), 60_000);
+        }
+        let recent = w.average(10_000, 2_000).expect("samples");
+        assert_eq!(recent.rate, 100.0);
+        let all = w.average(10_000, 60_000).expect("samples");
+        assert_eq!(all.rate, 20.0);
+        assert_eq!(all.p99_ms, 100.0);
+    }
+
+    #[test]
+    fn forgets_old_samples() {
+        let mut w = Window::default();
+        w.push(1_000, s(50.0), 5_000);
+        w.push(10_000, s(10.0), 5_000);
+        assert_eq!(w.average(10_000, 60_000).map(|a| a.rate), Some(10.0));
+        assert!(w.average(100_000, 5_000).is_none());
+    }
+}

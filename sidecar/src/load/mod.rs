@@ -1,0 +1,9 @@
+//! Load reports for the operator's autoscaler: per event type, atomics counted on the request path
+//! (`meter`), turned into a report once a second (`report`, pure) and pushed to the control plane
+//! (`push`). Nothing is counted unless `--control-plane` is set.
+
+pub mod meter;
+pub mod push;
+pub mod report;
+
+pub use meter::{LoadMeters, Underway};

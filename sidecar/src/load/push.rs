@@ -1,0 +1,92 @@
+//! Pushes one load report per second to the control plane over a `ReportLoad` client stream, and
+//! reconnects with backoff when the stream fails. Reports taken while disconnected are not kept:
+//! the autoscaler wants the current load, not a backlog.
+
+use super::meter::LoadMeters;
+use super::report::{self, Reporter};
+use crate::backoff;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use switchyard_protocol::control::v1::LoadReport;
+use switchyard_protocol::control::v1::control_plane_client::ControlPlaneClient;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Endpoint;
+
+/// How often a report is taken.
+pub const PERIOD: Duration = Duration::from_secs(1);
+const RETRY_BASE: Duration = Duration::from_millis(200);
+const RETRY_MAX: Duration = Duration::from_secs(10);
+const STABLE_AFTER: Duration = Duration::from_secs(10);
+/// Reports waiting for the transport; a stalled stream drops new reports rather than grow.
+const BACKLOG: usize = 4;
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// Reports `meters` to the control plane at `endpoint` forever (the task is dropped at shutdown).
+pub async fn run(endpoint: Endpoint, meters: Arc<LoadMeters>, who: Reporter) {
+    let url = endpoint.uri().to_string();
+    let mut failures = 0u32;
+    loop {
+        let started = Instant::now();
+        let ended = stream(&endpoint, &meters, &who).await;
+        failures = if started.elapsed() >= STABLE_AFTER {
+            0
+        } else {
+            failures.saturating_add(1)
+        };
+        if failures <= 1 {
+            tracing::warn!(control_plane = %url, reason = %ended, "load-report stream ended; reconnecting");
+        } else {
+            tracing::debug!(control_plane = %url, reason = %ended, "load-report stream still down");
+        }
+        let wait = backoff::delay(
+            RETRY_BASE,
+            RETRY_MAX,
+            failures.saturating_sub(1),
+            fastrand::f64(),
+        );
+        tokio::time::sleep(wait).await;
+    }
+}
+
+/// One report stream, until it fails; returns why it ended.
+async fn stream(endpoint: &Endpoint, meters: &LoadMeters, who: &Reporter) -> String {
+    let channel = match endpoint.connect().await {
+        Ok(c) => c,
+        Err(e) => return format!("cannot connect: {e}"),
+    };
+    let mut client = ControlPlaneClient::new(channel);
+    let (tx, rx) = mpsc::channel::<LoadReport>(BACKLOG);
+    let call = client.report_load(ReceiverStream::new(rx));
+    tokio::pin!(call);
+    // The first report comes one period in, so its window is a full period.
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + PERIOD, PERIOD);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut before = meters.snapshot();
+    let mut taken = Instant::now();
+    loop {
+        tokio::select! {
+            answer = &mut call => {
+                return match answer {
+                    Ok(_) => "the operator closed the stream".into(),
+                    Err(s) => format!("{:?}: {}", s.code(), s.message()),
+                };
+            }
+            _ = tick.tick() => {
+                let now = meters.snapshot();
+                let window = u32::try_from(taken.elapsed().as_millis()).unwrap_or(u32::MAX);
+                taken = Instant::now();
+                let r = report::build(who, &before, &now, now_ms(), window);
+                before = now;
+                if let Err(mpsc::error::TrySendError::Closed(_)) = tx.try_send(r) {
+                    return "the report stream closed".into();
+                }
+            }
+        }
+    }
+}
