@@ -11,9 +11,66 @@ pub fn delay(base: Duration, max: Duration, attempt: u32, unit: f64) -> Duration
     d / 2 + d.mul_f64(unit / 2.0)
 }
 
+/// The failure series of a long-lived stream that reconnects (the control-plane streams): a stream
+/// that lived `stable_after` ends the series, so the next failure waits the shortest delay again.
+pub struct StreamRetry {
+    base: Duration,
+    max: Duration,
+    stable_after: Duration,
+    failures: u32,
+}
+
+/// What to do after a stream ended.
+pub struct Next {
+    /// The first failure of a series: worth a warning; repeats of it are not.
+    pub first: bool,
+    /// How long to wait before reconnecting.
+    pub wait: Duration,
+}
+
+impl StreamRetry {
+    /// The control-plane streams' policy: 200 ms doubling to 10 s; 10 s of life resets it.
+    pub fn control_plane() -> StreamRetry {
+        StreamRetry {
+            base: Duration::from_millis(200),
+            max: Duration::from_secs(10),
+            stable_after: Duration::from_secs(10),
+            failures: 0,
+        }
+    }
+
+    /// Records a stream that lived `lived`; `unit` in `[0, 1)` jitters the wait.
+    pub fn ended(&mut self, lived: Duration, unit: f64) -> Next {
+        self.failures = if lived >= self.stable_after {
+            0
+        } else {
+            self.failures.saturating_add(1)
+        };
+        Next {
+            first: self.failures <= 1,
+            wait: delay(self.base, self.max, self.failures.saturating_sub(1), unit),
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_stream_retry_series_grows_and_a_stable_stream_resets_it() {
+        let mut r = StreamRetry::control_plane();
+        let short = Duration::from_millis(5);
+        let n = r.ended(short, 1.0);
+        assert!(n.first);
+        assert_eq!(n.wait, Duration::from_millis(200));
+        let n = r.ended(short, 1.0);
+        assert!(!n.first);
+        assert_eq!(n.wait, Duration::from_millis(400));
+        let n = r.ended(Duration::from_secs(10), 1.0);
+        assert!(n.first, "a stream that lived long starts a new series");
+        assert_eq!(n.wait, Duration::from_millis(200));
+    }
 
     #[test]
     fn doubles_caps_and_jitters_within_half() {

@@ -15,9 +15,6 @@ use tonic::transport::Endpoint;
 
 /// How often a report is taken.
 pub const PERIOD: Duration = Duration::from_secs(1);
-const RETRY_BASE: Duration = Duration::from_millis(200);
-const RETRY_MAX: Duration = Duration::from_secs(10);
-const STABLE_AFTER: Duration = Duration::from_secs(10);
 /// Reports waiting for the transport; a stalled stream drops new reports rather than grow.
 const BACKLOG: usize = 4;
 
@@ -30,27 +27,17 @@ fn now_ms() -> u64 {
 /// Reports `meters` to the control plane at `endpoint` forever (the task is dropped at shutdown).
 pub async fn run(endpoint: Endpoint, meters: Arc<LoadMeters>, who: Reporter) {
     let url = endpoint.uri().to_string();
-    let mut failures = 0u32;
+    let mut retry = backoff::StreamRetry::control_plane();
     loop {
         let started = Instant::now();
         let ended = stream(&endpoint, &meters, &who).await;
-        failures = if started.elapsed() >= STABLE_AFTER {
-            0
-        } else {
-            failures.saturating_add(1)
-        };
-        if failures <= 1 {
+        let next = retry.ended(started.elapsed(), fastrand::f64());
+        if next.first {
             tracing::warn!(control_plane = %url, reason = %ended, "load-report stream ended; reconnecting");
         } else {
             tracing::debug!(control_plane = %url, reason = %ended, "load-report stream still down");
         }
-        let wait = backoff::delay(
-            RETRY_BASE,
-            RETRY_MAX,
-            failures.saturating_sub(1),
-            fastrand::f64(),
-        );
-        tokio::time::sleep(wait).await;
+        tokio::time::sleep(next.wait).await;
     }
 }
 

@@ -10,10 +10,6 @@ use switchyard_protocol::control::v1::control_plane_client::ControlPlaneClient;
 use tonic::transport::{Channel, Endpoint};
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
-const RETRY_BASE: Duration = Duration::from_millis(200);
-const RETRY_MAX: Duration = Duration::from_secs(10);
-/// A stream that lived this long resets the backoff.
-const STABLE_AFTER: Duration = Duration::from_secs(10);
 /// Largest routing table accepted (thousands of endpoints fit easily).
 const MAX_TABLE: usize = 8 << 20;
 
@@ -44,29 +40,19 @@ pub async fn run(endpoint: Endpoint, router: Arc<Router>, pod: String) {
         let (n, ns) = router.identity();
         (n.to_owned(), ns.to_owned())
     };
-    let mut failures = 0u32;
+    let mut retry = backoff::StreamRetry::control_plane();
     loop {
         let started = Instant::now();
         let ended = watch(&endpoint, &router, &name, &namespace, &pod).await;
         router.set_connected(false);
-        failures = if started.elapsed() >= STABLE_AFTER {
-            0
-        } else {
-            failures.saturating_add(1)
-        };
+        let next = retry.ended(started.elapsed(), fastrand::f64());
         // The first failure of a series is worth a warning; repeats of it are not.
-        if failures <= 1 {
+        if next.first {
             tracing::warn!(control_plane = %url, reason = %ended, "routing-table stream ended; serving the last table and reconnecting");
         } else {
             tracing::debug!(control_plane = %url, reason = %ended, "routing-table stream still down");
         }
-        let wait = backoff::delay(
-            RETRY_BASE,
-            RETRY_MAX,
-            failures.saturating_sub(1),
-            fastrand::f64(),
-        );
-        tokio::time::sleep(wait).await;
+        tokio::time::sleep(next.wait).await;
     }
 }
 
