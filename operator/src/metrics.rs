@@ -36,6 +36,7 @@ pub struct Metrics {
     cp_tables_sent: Counter,
     cp_routing_tables: Gauge,
     cp_load_reports: Counter,
+    cp_activations: Counter,
     scale_decisions: Family<ScaleLabels, Counter>,
     scale_reaction: Histogram,
 }
@@ -84,6 +85,7 @@ impl Default for Metrics {
         let cp_tables_sent = Counter::default();
         let cp_routing_tables = Gauge::default();
         let cp_load_reports = Counter::default();
+        let cp_activations = Counter::default();
         registry.register(
             "control_plane_subscribers",
             "Open WatchRoutes streams",
@@ -103,6 +105,11 @@ impl Default for Metrics {
             "control_plane_load_reports",
             "Load reports received",
             cp_load_reports.clone(),
+        );
+        registry.register(
+            "control_plane_activations",
+            "Activate calls received from routers holding requests for an event type scaled to zero",
+            cp_activations.clone(),
         );
         let scale_decisions = Family::<ScaleLabels, Counter>::default();
         registry.register(
@@ -125,6 +132,7 @@ impl Default for Metrics {
             cp_tables_sent,
             cp_routing_tables,
             cp_load_reports,
+            cp_activations,
             reconciles,
             failures,
             invalid,
@@ -190,6 +198,11 @@ impl Metrics {
     /// Counts a load report received.
     pub fn load_report(&self) {
         self.cp_load_reports.inc();
+    }
+
+    /// Counts an `Activate` call.
+    pub fn activation(&self) {
+        self.cp_activations.inc();
     }
 
     /// Counts a replica change written by the autoscaler.

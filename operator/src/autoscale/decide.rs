@@ -226,6 +226,38 @@ pub fn decide(
     }
 }
 
+/// Scales up from zero at once for an activation: a router holds `held` requests of `event` and no
+/// pod is asked for. None when pods are already asked for (they will take the requests) or the
+/// bounds allow none. The recommendation is remembered, so the stabilization window keeps the pod
+/// while the held requests reach it and show up in the load reports.
+pub fn activate(
+    policy: &Policy,
+    current: u32,
+    state: &mut State,
+    now_ms: u64,
+    event: &str,
+    held: u32,
+) -> Option<Decision> {
+    if current > 0 {
+        return None;
+    }
+    let replicas = policy.min.max(1).min(policy.max.max(policy.min));
+    if replicas == 0 {
+        return None;
+    }
+    state.recent.push_back((now_ms, replicas));
+    if state.recent.len() > MAX_RECENT {
+        state.recent.pop_front();
+    }
+    state.step_since = None;
+    Some(Decision {
+        replicas,
+        panic: false,
+        reason: format!("activation: {held} requests held for {event} with no pod"),
+        reaction_ms: Some(0),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::window::Window;
@@ -430,5 +462,49 @@ mod tests {
         let d = decide(&policy(2, 4), &[], 7, &mut state, 1000);
         assert_eq!(d.replicas, 4);
         assert!(d.reason.contains("no load reports"));
+    }
+
+    #[test]
+    fn scale_to_zero_when_idle_and_back_up_on_load() {
+        let p = policy(0, 5);
+        let t = [("a", in_flight(10.0))];
+        // Idle from the start: zero pods at once (nothing to stabilize).
+        let idle = simulate(&p, &t, |_, _| 0.0, 10);
+        assert!(idle.iter().all(|r| *r == 0), "{idle:?}");
+        // One request in flight from second 5 to 19: one pod, then back to zero once it left the
+        // stable window (second 79) and the stabilization window after that (second 139).
+        let got = simulate(&p, &t, |s, _| if (5..20).contains(&s) { 1.0 } else { 0.0 }, 150);
+        assert_eq!(got[3], 0, "{got:?}");
+        assert_eq!(got[4], 1, "{got:?}");
+        assert_eq!(got[120], 1, "held for the stabilization window: {got:?}");
+        assert_eq!(got[149], 0, "{got:?}");
+    }
+
+    #[test]
+    fn activation_wakes_from_zero_and_holds_the_pod() {
+        let p = policy(0, 5);
+        let mut state = State::default();
+        let d = activate(&p, 0, &mut state, 1_000, "orders.create", 3).expect("from zero");
+        assert_eq!(d.replicas, 1);
+        assert_eq!(d.reason, "activation: 3 requests held for orders.create with no pod");
+        assert!(activate(&p, 1, &mut state, 1_500, "orders.create", 3).is_none());
+        // No load reported yet: the stabilization window keeps the pod the activation asked for.
+        let idle = TypeLoad {
+            event: "orders.create".into(),
+            target: in_flight(10.0),
+            stable: Sample::default(),
+            panic: Sample::default(),
+        };
+        let d = decide(&p, std::slice::from_ref(&idle), 1, &mut state, 30_000);
+        assert_eq!(d.replicas, 1, "{}", d.reason);
+        let d = decide(&p, &[idle], 1, &mut state, 62_000);
+        assert_eq!(d.replicas, 0, "{}", d.reason);
+        // A min above zero is what an activation asks for; a max of zero allows nothing.
+        let mut fresh = State::default();
+        assert_eq!(
+            activate(&policy(2, 5), 0, &mut fresh, 0, "a", 1).map(|d| d.replicas),
+            Some(2)
+        );
+        assert!(activate(&policy(0, 0), 0, &mut fresh, 0, "a", 1).is_none());
     }
 }

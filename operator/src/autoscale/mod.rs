@@ -12,9 +12,10 @@ pub mod plan;
 pub mod window;
 
 use crate::context::Context;
+use crate::control_plane::activation::Activation;
 use crate::control_plane::load::LoadBook;
 use crate::controller::events;
-use decide::{State, TypeLoad};
+use decide::{Decision, State, TypeLoad};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
@@ -35,6 +36,8 @@ pub const TICK: Duration = Duration::from_secs(1);
 pub const STALE_AFTER: Duration = Duration::from_secs(3);
 /// Load figures in status are refreshed this often when nothing else changes.
 const STATUS_EVERY: Duration = Duration::from_secs(5);
+/// Activations older than this are ignored: a router holding requests repeats its call each second.
+const ACTIVATION_FRESH: Duration = Duration::from_secs(3);
 /// How long a written replica count is trusted over a cache that has not caught up yet, ms.
 const WRITE_SETTLE_MS: u64 = 10_000;
 
@@ -72,12 +75,19 @@ pub async fn run(ctx: Arc<Context>, loads: Arc<LoadBook>, shutdown: impl Future<
     let mut scaler = Scaler::default();
     tracing::info!("autoscaler running");
     loop {
-        tokio::select! {
+        let woken = tokio::select! {
             () = &mut shutdown => break,
-            _ = tick.tick() => {}
-        }
+            _ = tick.tick() => false,
+            () = loads.activations.woken() => true,
+        };
         let now = Instant::now();
         let now_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
+        if woken {
+            // Out of cycle: only the activations, so the windows keep one sample per tick.
+            let pending = loads.activations.fresh(now, ACTIVATION_FRESH);
+            scaler.activate(&ctx, &reader, &pending, now_ms).await;
+            continue;
+        }
         let samples = observe::aggregate(&loads.fresh(now, STALE_AFTER));
         scaler.tick(&ctx, &reader, &samples, now, now_ms).await;
     }
@@ -149,57 +159,16 @@ impl Scaler {
                 })
                 .collect();
             let key = (ns.clone(), name.clone(), group.join(","));
-            let seen = plan::current(m, &group);
-            let current = match self.asked.get(&key) {
-                Some((n, at)) if *n != seen && now_ms.saturating_sub(*at) < WRITE_SETTLE_MS => *n,
-                _ => seen,
-            };
+            let current = self.current(m, &key, &group, now_ms);
             let state = self.states.entry(key.clone()).or_default();
             let d = decide::decide(&policy, &loads, current, state, now_ms);
             for e in &group {
                 desired.insert(e.clone(), d.replicas);
             }
-            if d.replicas == current {
-                continue;
+            if d.replicas != current && self.write(ctx, m, key, &group, current, &d, now_ms).await
+            {
+                changed = true;
             }
-            if scaling.split == Split::Shared {
-                let patch = serde_json::json!({ "spec": { "replicas": d.replicas } });
-                let api = Api::<Manager>::namespaced(ctx.client.clone(), &ns);
-                if let Err(e) = api
-                    .patch_scale(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                {
-                    tracing::warn!(manager = %name, namespace = %ns, error = %e, "could not write replicas through the scale subresource");
-                    continue;
-                }
-            }
-            changed = true;
-            self.asked.insert(key, (d.replicas, now_ms));
-            let up = d.replicas > current;
-            ctx.metrics.scale_decision(up, d.panic);
-            if let Some(r) = d.reaction_ms {
-                ctx.metrics.scale_reaction(Duration::from_millis(r));
-            }
-            let what = if scaling.split == Split::Shared {
-                String::new()
-            } else {
-                format!(" {}", group.join(","))
-            };
-            let note = format!(
-                "scaled{what} from {current} to {}: {}",
-                d.replicas, d.reason
-            );
-            tracing::info!(manager = %name, namespace = %ns, from = current, to = d.replicas, reaction_ms = ?d.reaction_ms, reason = %d.reason, "scaled");
-            let reason = if up { "ScaledUp" } else { "ScaledDown" };
-            events::publish(
-                ctx,
-                &m.object_ref(&()),
-                EventType::Normal,
-                reason,
-                "Scale",
-                note,
-            )
-            .await;
         }
         let key = (ns.clone(), name.clone());
         let due = self
@@ -210,6 +179,116 @@ impl Scaler {
             self.write_status(ctx, m, &ns, &name, &policy, &desired, now_ms)
                 .await;
             self.last_status.insert(key, now);
+        }
+    }
+
+    /// Pods asked for `group` now: the Manager's, unless a count written lately is newer than the
+    /// cache.
+    fn current(&self, m: &Manager, key: &Key, group: &[String], now_ms: u64) -> u32 {
+        let seen = plan::current(m, group);
+        match self.asked.get(key) {
+            Some((n, at)) if *n != seen && now_ms.saturating_sub(*at) < WRITE_SETTLE_MS => *n,
+            _ => seen,
+        }
+    }
+
+    /// Writes decision `d` for `group` (`shared`: the scale subresource; `perEventType`: the caller
+    /// writes status), counts it and emits its Event. False when the write failed.
+    #[allow(clippy::too_many_arguments)]
+    async fn write(
+        &mut self,
+        ctx: &Context,
+        m: &Manager,
+        key: Key,
+        group: &[String],
+        current: u32,
+        d: &Decision,
+        now_ms: u64,
+    ) -> bool {
+        let (ns, name) = (key.0.clone(), key.1.clone());
+        let scaling = &m.spec.scaling;
+        if scaling.split == Split::Shared {
+            let patch = serde_json::json!({ "spec": { "replicas": d.replicas } });
+            let api = Api::<Manager>::namespaced(ctx.client.clone(), &ns);
+            if let Err(e) = api
+                .patch_scale(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+            {
+                tracing::warn!(manager = %name, namespace = %ns, error = %e, "could not write replicas through the scale subresource");
+                return false;
+            }
+        }
+        self.asked.insert(key, (d.replicas, now_ms));
+        let up = d.replicas > current;
+        ctx.metrics.scale_decision(up, d.panic);
+        if let Some(r) = d.reaction_ms {
+            ctx.metrics.scale_reaction(Duration::from_millis(r));
+        }
+        let what = if scaling.split == Split::Shared {
+            String::new()
+        } else {
+            format!(" {}", group.join(","))
+        };
+        let note = format!(
+            "scaled{what} from {current} to {}: {}",
+            d.replicas, d.reason
+        );
+        tracing::info!(manager = %name, namespace = %ns, from = current, to = d.replicas, reaction_ms = ?d.reaction_ms, reason = %d.reason, "scaled");
+        let reason = if up { "ScaledUp" } else { "ScaledDown" };
+        events::publish(
+            ctx,
+            &m.object_ref(&()),
+            EventType::Normal,
+            reason,
+            "Scale",
+            note,
+        )
+        .await;
+        true
+    }
+
+    /// Scales from zero, at once, each group with a pending activation and no pod asked for.
+    async fn activate(
+        &mut self,
+        ctx: &Context,
+        reader: &Store<Manager>,
+        pending: &[Activation],
+        now_ms: u64,
+    ) {
+        if pending.is_empty() {
+            return;
+        }
+        for m in reader.state().iter().filter(|m| m.spec.scaling.enabled) {
+            let Some(ns) = m.namespace() else { continue };
+            let name = m.name_any();
+            let policy = plan::policy(&m.spec.scaling);
+            let mut desired: HashMap<String, u32> = HashMap::new();
+            let mut changed = false;
+            for group in plan::groups(m) {
+                let key = (ns.clone(), name.clone(), group.join(","));
+                let current = self.current(m, &key, &group, now_ms);
+                let woke = pending
+                    .iter()
+                    .find(|a| a.namespace == ns && group.contains(&a.event_type));
+                let mut replicas = current;
+                if let Some(a) = woke {
+                    let state = self.states.entry(key.clone()).or_default();
+                    if let Some(d) =
+                        decide::activate(&policy, current, state, now_ms, &a.event_type, a.held)
+                        && self.write(ctx, m, key, &group, current, &d, now_ms).await
+                    {
+                        replicas = d.replicas;
+                        changed = true;
+                    }
+                }
+                for e in &group {
+                    desired.insert(e.clone(), replicas);
+                }
+            }
+            if changed {
+                self.write_status(ctx, m, &ns, &name, &policy, &desired, now_ms)
+                    .await;
+            }
         }
     }
 

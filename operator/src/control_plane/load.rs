@@ -10,9 +10,11 @@ use switchyard_protocol::control::v1::LoadReport;
 /// Most pods remembered; reports from further pods are dropped (and counted) rather than grow memory.
 pub const MAX_PODS: usize = 10_000;
 
-/// Latest report per `namespace/pod`.
+/// Latest report per `namespace/pod`, and the pending activations.
 pub struct LoadBook {
     latest: Mutex<HashMap<String, (Instant, LoadReport)>>,
+    /// Activations from routers holding requests for an event type scaled to zero.
+    pub activations: super::activation::Activations,
     /// True once the operator shuts down: report streams never end by themselves.
     closing: tokio::sync::watch::Sender<bool>,
 }
@@ -21,6 +23,7 @@ impl Default for LoadBook {
     fn default() -> Self {
         LoadBook {
             latest: Mutex::default(),
+            activations: super::activation::Activations::default(),
             closing: tokio::sync::watch::Sender::new(false),
         }
     }

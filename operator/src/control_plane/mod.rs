@@ -1,10 +1,12 @@
 //! The control plane: every operator replica (leader or not, it only reads caches) serves the
 //! `switchyard.v1.ControlPlane` gRPC API. Router sidecars subscribe to their Router's routing table
-//! (`WatchRoutes`); sidecars stream load reports back (`ReportLoad`).
+//! (`WatchRoutes`); sidecars stream load reports back (`ReportLoad`) and routers holding requests for
+//! an event type scaled to zero ask for a pod (`Activate`).
 //!
 //! `table` is the pure core (Routers, Managers, Pods -> tables); `hub` holds the latest table per
 //! Router in watch channels; `observe` feeds it from reflector caches; `server` is the tonic shell.
 
+pub mod activation;
 pub mod hub;
 pub mod load;
 pub mod observe;

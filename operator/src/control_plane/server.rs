@@ -9,7 +9,10 @@ use futures::{Stream, StreamExt};
 use std::pin::Pin;
 use std::sync::Arc;
 use switchyard_protocol::control::v1::control_plane_server::ControlPlane;
-use switchyard_protocol::control::v1::{LoadAck, LoadReport, RoutingTable, WatchRoutesRequest};
+use super::activation::Activation;
+use switchyard_protocol::control::v1::{
+    ActivateAck, ActivateRequest, LoadAck, LoadReport, RoutingTable, WatchRoutesRequest,
+};
 use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -127,5 +130,30 @@ impl ControlPlane for Service {
             self.loads.forget(&ns, &pod);
         }
         outcome.map(|()| Response::new(LoadAck { received }))
+    }
+
+    async fn activate(
+        &self,
+        request: Request<ActivateRequest>,
+    ) -> Result<Response<ActivateAck>, Status> {
+        let req = request.into_inner();
+        let activation = Activation {
+            namespace: required(&req.namespace, "namespace")?,
+            event_type: required(&req.event_type, "event_type")?,
+            held: req.held,
+        };
+        tracing::info!(router = %req.router, pod = %req.pod, namespace = %activation.namespace, event = %activation.event_type, held = req.held, "activation");
+        self.metrics.activation();
+        if !self
+            .loads
+            .activations
+            .record_at(activation, std::time::Instant::now())
+        {
+            return Err(Status::resource_exhausted(format!(
+                "activations of more than {} event types are pending; retry later",
+                super::activation::MAX_KEYS
+            )));
+        }
+        Ok(Response::new(ActivateAck {}))
     }
 }
