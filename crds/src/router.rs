@@ -486,6 +486,18 @@ pub struct Broker {
     #[serde(default = "default_response_timeout")]
     #[schemars(schema_with = "schema::duration")]
     pub response_timeout: Duration,
+    /// How long a request waits for a ready endpoint when its event type has none (its Manager is
+    /// scaled to zero, or its pods are starting) while the operator is asked to scale it up; then
+    /// 503 with Retry-After. The request's own deadline (responseTimeout or the route's timeout)
+    /// ends the wait earlier. Held requests count against queueCapacity. Only routers following the
+    /// operator's control plane hold; with a static table they answer 503 at once.
+    #[serde(default = "default_activation_timeout")]
+    #[schemars(schema_with = "schema::duration")]
+    pub activation_timeout: Duration,
+}
+
+fn default_activation_timeout() -> Duration {
+    Duration::from(std::time::Duration::from_secs(20))
 }
 
 fn default_queue_capacity() -> i32 {
@@ -501,6 +513,7 @@ impl Default for Broker {
         Broker {
             queue_capacity: default_queue_capacity(),
             response_timeout: default_response_timeout(),
+            activation_timeout: default_activation_timeout(),
         }
     }
 }

@@ -142,7 +142,9 @@ async fn route(
         return Err(Failure::Shed);
     };
     clock.admitted = Some(Instant::now());
-    let Some(pool) = edge.router.pool_of(event) else {
+    // Waits (within the deadline) for an endpoint when the event type has none ready and the router
+    // can ask the operator for one (scale from zero); the broker's admission bounds these waits.
+    let Some(pool) = edge.router.ready_pool(event, deadline).await else {
         clock.call_end = clock.admitted;
         return Err(Failure::NoManager);
     };

@@ -60,6 +60,9 @@ pub struct Metrics {
     pub in_flight: Gauge,
     /// `switchyard_queued`: router: requests waiting for credit; manager: events waiting for a worker.
     pub queued: Gauge,
+    /// `switchyard_held_requests`: router: requests held for an event type with no ready endpoint
+    /// while the operator is asked to scale it up.
+    pub held: Gauge,
     /// `switchyard_shed_total`: requests refused with 503 because a bound was reached.
     pub shed: Counter,
     /// `switchyard_retries_total{event}`: delivery retries (manager).
@@ -120,6 +123,12 @@ impl Metrics {
             in_flight.clone(),
         );
         let queued = Gauge::default();
+        let held = Gauge::default();
+        registry.register(
+            "switchyard_held_requests",
+            "Requests held for an event type with no ready endpoint (activation)",
+            held.clone(),
+        );
         registry.register(
             "switchyard_queued",
             "Requests or events waiting in a bounded queue",
@@ -181,6 +190,7 @@ impl Metrics {
             duration,
             in_flight,
             queued,
+            held,
             shed,
             retries,
             dead_letter_unrouted,

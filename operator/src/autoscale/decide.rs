@@ -473,7 +473,12 @@ mod tests {
         assert!(idle.iter().all(|r| *r == 0), "{idle:?}");
         // One request in flight from second 5 to 19: one pod, then back to zero once it left the
         // stable window (second 79) and the stabilization window after that (second 139).
-        let got = simulate(&p, &t, |s, _| if (5..20).contains(&s) { 1.0 } else { 0.0 }, 150);
+        let got = simulate(
+            &p,
+            &t,
+            |s, _| if (5..20).contains(&s) { 1.0 } else { 0.0 },
+            150,
+        );
         assert_eq!(got[3], 0, "{got:?}");
         assert_eq!(got[4], 1, "{got:?}");
         assert_eq!(got[120], 1, "held for the stabilization window: {got:?}");
@@ -486,7 +491,10 @@ mod tests {
         let mut state = State::default();
         let d = activate(&p, 0, &mut state, 1_000, "orders.create", 3).expect("from zero");
         assert_eq!(d.replicas, 1);
-        assert_eq!(d.reason, "activation: 3 requests held for orders.create with no pod");
+        assert_eq!(
+            d.reason,
+            "activation: 3 requests held for orders.create with no pod"
+        );
         assert!(activate(&p, 1, &mut state, 1_500, "orders.create", 3).is_none());
         // No load reported yet: the stabilization window keeps the pod the activation asked for.
         let idle = TypeLoad {

@@ -165,8 +165,7 @@ impl Scaler {
             for e in &group {
                 desired.insert(e.clone(), d.replicas);
             }
-            if d.replicas != current && self.write(ctx, m, key, &group, current, &d, now_ms).await
-            {
+            if d.replicas != current && self.write(ctx, m, key, &group, current, &d, now_ms).await {
                 changed = true;
             }
         }

@@ -1,6 +1,7 @@
 //! The tonic service: `WatchRoutes` streams a Router's table from the hub, `ReportLoad` keeps the
 //! latest report of each pod.
 
+use super::activation::Activation;
 use super::hub::{Hub, SubscribeError};
 use super::load::LoadBook;
 use super::table::RouterKey;
@@ -9,7 +10,6 @@ use futures::{Stream, StreamExt};
 use std::pin::Pin;
 use std::sync::Arc;
 use switchyard_protocol::control::v1::control_plane_server::ControlPlane;
-use super::activation::Activation;
 use switchyard_protocol::control::v1::{
     ActivateAck, ActivateRequest, LoadAck, LoadReport, RoutingTable, WatchRoutesRequest,
 };

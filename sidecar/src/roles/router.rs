@@ -12,6 +12,7 @@ use crate::load::LoadMeters;
 use crate::load::report::Reporter;
 use crate::metrics::{EventLabel, Metrics};
 use crate::middleware::Stack;
+use crate::router::activate::Activator;
 use crate::router::{Router, follow};
 use crate::routes::RouteTable;
 use crate::secrets::Secrets;
@@ -158,8 +159,17 @@ pub async fn run(
         true,
         metrics.clone(),
     );
-    if let Some((url, _)) = &control_plane {
-        router = router.with_control_plane(url.clone());
+    if let Some((url, ep)) = &control_plane {
+        let activator = Activator::new(
+            ep,
+            &settings.config.name,
+            &settings.config.namespace,
+            &std::env::var("POD_NAME").unwrap_or_default(),
+            settings.config.spec.broker.activation_timeout.into(),
+        );
+        router = router
+            .with_control_plane(url.clone())
+            .with_activation(activator);
     }
     let router = Arc::new(router);
     let admin = admin::bind(admin_addr)

@@ -2,9 +2,12 @@
 //! waits for their answers, within the request's deadline. The routing table comes from the config
 //! (static endpoints or DNS) or, with `--control-plane`, from the operator's stream (`follow`).
 
+pub mod activate;
+pub mod changes;
 mod conn;
 pub mod discovery;
 pub mod follow;
+pub mod hold;
 pub mod p2c;
 mod peer;
 pub mod pool;
@@ -13,8 +16,10 @@ pub mod table;
 
 use crate::metrics::Metrics;
 use crate::push::Hub;
+use activate::Activator;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
+use changes::Changes;
 use conn::Conn;
 use discovery::Source;
 use peer::Peer;
@@ -84,6 +89,11 @@ pub struct Router {
     control: Option<Control>,
     metrics: Arc<Metrics>,
     hub: Arc<Hub>,
+    /// Bumped at each table and each new endpoint connection; held requests wait on it.
+    changes: Arc<Changes>,
+    /// Set when following the control plane: requests with no ready endpoint are held and the
+    /// operator is asked for a pod.
+    activator: Option<Arc<Activator>>,
 }
 
 /// The state of the control-plane stream, for `/routes`.
@@ -111,6 +121,7 @@ impl Router {
         } else {
             Hub::inert(metrics.clone())
         });
+        let changes = Arc::new(Changes::default());
         let mut pools: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
         let mut by_event = HashMap::new();
         let mut routes = Vec::new();
@@ -126,7 +137,11 @@ impl Router {
             let pool = pools
                 .entry(key.clone())
                 .or_insert_with(|| {
-                    let pool = Arc::new(Pool::new(dest.manager.clone(), hub.clone()));
+                    let pool = Arc::new(Pool::new(
+                        dest.manager.clone(),
+                        hub.clone(),
+                        changes.clone(),
+                    ));
                     discovery::start(pool.clone(), source);
                     pool
                 })
@@ -152,7 +167,21 @@ impl Router {
             control: None,
             metrics,
             hub,
+            changes,
+            activator: None,
         }
+    }
+
+    /// Holds requests whose event type has no ready endpoint and asks the control plane for a pod
+    /// (see [`Router::ready_pool`]).
+    pub fn with_activation(mut self, activator: Activator) -> Router {
+        self.activator = Some(Arc::new(activator));
+        self
+    }
+
+    /// Requests of `event` held now for want of an endpoint.
+    pub fn held(&self, event: &str) -> u32 {
+        self.activator.as_ref().map_or(0, |a| a.held(event))
     }
 
     /// Marks this router as following the control plane at `url` (shown at `/routes`).
@@ -198,7 +227,13 @@ impl Router {
             let pool = reuse
                 .then(|| current.pools.get(&name).cloned())
                 .flatten()
-                .unwrap_or_else(|| Arc::new(Pool::new(p.manager.clone(), self.hub.clone())));
+                .unwrap_or_else(|| {
+                    Arc::new(Pool::new(
+                        p.manager.clone(),
+                        self.hub.clone(),
+                        self.changes.clone(),
+                    ))
+                });
             pool.update(p.addrs);
             pools.insert(name, pool);
         }
@@ -235,6 +270,41 @@ impl Router {
         self.metrics.control_plane_tables.inc();
         if let Some(c) = &self.control {
             c.received.fetch_add(1, Ordering::Relaxed);
+        }
+        self.changes.bump();
+    }
+
+    /// The pool serving `event` once it has a connected endpoint. Without activation, or when one
+    /// is connected already, that is [`Router::pool_of`] at once. Otherwise the request is held:
+    /// the operator is asked for a pod, and each new table or new connection is looked at (no
+    /// polling) until an endpoint is ready, the activation timeout passes or `deadline` comes; then
+    /// the pool is returned as it is and the call fails with `NoEndpoint` (503 + Retry-After).
+    /// None when no Manager handles `event`.
+    pub async fn ready_pool(&self, event: &Arc<str>, deadline: Instant) -> Option<Arc<Pool>> {
+        let Some(activator) = &self.activator else {
+            return self.pool_of(event);
+        };
+        let mut changed = self.changes.subscribe();
+        let pool = self.pool_of(event)?;
+        if pool.has_usable() {
+            return Some(pool);
+        }
+        let until = hold::hold_until(Instant::now(), activator.timeout(), deadline);
+        let _held = activator.hold(event);
+        self.metrics.held.inc();
+        let _unheld = HeldGauge(&self.metrics);
+        tracing::debug!(event = %event, "no ready endpoint; holding the request");
+        loop {
+            // Marks the current state seen before looking, so a bump during the look wakes us.
+            changed.borrow_and_update();
+            let pool = self.pool_of(event)?;
+            if pool.has_usable() {
+                return Some(pool);
+            }
+            match timeout_at(until.into(), changed.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return Some(pool),
+            }
         }
     }
 
@@ -404,6 +474,15 @@ impl Router {
                 Err(Attempt::Failed(CallError::Lost))
             }
         }
+    }
+}
+
+/// Ends a held request's count in `switchyard_held_requests`.
+struct HeldGauge<'a>(&'a Metrics);
+
+impl Drop for HeldGauge<'_> {
+    fn drop(&mut self) {
+        self.0.held.dec();
     }
 }
 

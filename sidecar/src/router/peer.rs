@@ -1,5 +1,6 @@
 //! One manager endpoint: keeps a connection to it open, reconnecting with backoff.
 
+use super::changes::Changes;
 use super::conn::{self, Conn};
 use crate::backoff;
 use crate::push::Hub;
@@ -23,17 +24,20 @@ pub struct Peer {
     conn: Mutex<Option<Arc<Conn>>>,
     stop: CancellationToken,
     hub: Arc<Hub>,
+    changes: Arc<Changes>,
 }
 
 impl Peer {
-    /// Creates the peer and starts its connection loop; its PUSH frames go to `hub`.
-    pub fn spawn(addr: String, hub: Arc<Hub>) -> Arc<Peer> {
+    /// Creates the peer and starts its connection loop; its PUSH frames go to `hub`, and each
+    /// connection it opens bumps `changes` (held requests wait for that).
+    pub fn spawn(addr: String, hub: Arc<Hub>, changes: Arc<Changes>) -> Arc<Peer> {
         let peer = Arc::new(Peer {
             addr,
             in_flight: AtomicUsize::new(0),
             conn: Mutex::new(None),
             stop: CancellationToken::new(),
             hub,
+            changes,
         });
         tokio::spawn(peer.clone().run());
         peer
@@ -79,7 +83,11 @@ impl Peer {
                     let _ = stream.set_nodelay(true);
                     let opened = Instant::now();
                     tracing::info!(peer = %self.addr, "connected to manager");
-                    conn::run(stream, &self.addr, &self.hub, |c| *self.slot() = Some(c)).await;
+                    conn::run(stream, &self.addr, &self.hub, |c| {
+                        *self.slot() = Some(c);
+                        self.changes.bump();
+                    })
+                    .await;
                     *self.slot() = None;
                     failures = if opened.elapsed() >= STABLE_AFTER {
                         0

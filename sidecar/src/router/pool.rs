@@ -1,5 +1,6 @@
 //! The endpoints of one Manager (or one per-event-type Deployment): a snapshot list of peers.
 
+use super::changes::Changes;
 use super::peer::Peer;
 use crate::push::Hub;
 use std::collections::BTreeSet;
@@ -12,16 +13,19 @@ pub struct Pool {
     pub name: String,
     peers: RwLock<Arc<Vec<Arc<Peer>>>>,
     hub: Arc<Hub>,
+    changes: Arc<Changes>,
     retired: AtomicBool,
 }
 
 impl Pool {
-    /// An empty pool whose endpoints' PUSH frames go to `hub`.
-    pub fn new(name: String, hub: Arc<Hub>) -> Pool {
+    /// An empty pool whose endpoints' PUSH frames go to `hub` and whose new connections bump
+    /// `changes`.
+    pub fn new(name: String, hub: Arc<Hub>, changes: Arc<Changes>) -> Pool {
         Pool {
             name,
             peers: RwLock::new(Arc::new(Vec::new())),
             hub,
+            changes,
             retired: AtomicBool::new(false),
         }
     }
@@ -29,6 +33,11 @@ impl Pool {
     /// The current peers; cheap to take per request.
     pub fn snapshot(&self) -> Arc<Vec<Arc<Peer>>> {
         self.peers.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Whether some endpoint has an open connection that takes requests.
+    pub fn has_usable(&self) -> bool {
+        self.snapshot().iter().any(|p| p.usable().is_some())
     }
 
     /// The pool left the routing table: its peers drain and discovery stops filling it.
@@ -69,7 +78,7 @@ impl Pool {
         for addr in addrs {
             if !next.iter().any(|p| p.addr == addr) {
                 tracing::info!(manager = %self.name, peer = %addr, "endpoint added");
-                next.push(Peer::spawn(addr, self.hub.clone()));
+                next.push(Peer::spawn(addr, self.hub.clone(), self.changes.clone()));
             }
         }
         *guard = Arc::new(next);

@@ -1,0 +1,264 @@
+//! Scale from zero at the router: a router following a control plane (a fake one in this process,
+//! serving tables from a watch channel and recording `Activate` calls) holds a request whose event
+//! type has no ready endpoint, asks for a pod at once, and delivers the request when a table brings
+//! an endpoint (a real manager sidecar and app started only after the activation); an event type
+//! that never gets one is answered 503 with Retry-After after the activation timeout.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use common::*;
+use serde_json::json;
+use std::pin::Pin;
+use std::time::{Duration, Instant};
+use switchyard_protocol::control::v1::control_plane_server::{ControlPlane, ControlPlaneServer};
+use switchyard_protocol::control::v1::{
+    ActivateAck, ActivateRequest, Endpoint, LoadAck, LoadReport, Route, RoutingTable,
+    WatchRoutesRequest,
+};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status, Streaming};
+
+/// The fake operator: one table for every subscriber, activations forwarded to the test.
+struct FakeControlPlane {
+    tables: watch::Receiver<RoutingTable>,
+    activations: mpsc::UnboundedSender<ActivateRequest>,
+}
+
+type Tables = Pin<Box<dyn tokio_stream::Stream<Item = Result<RoutingTable, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ControlPlane for FakeControlPlane {
+    type WatchRoutesStream = Tables;
+
+    async fn watch_routes(
+        &self,
+        _r: Request<WatchRoutesRequest>,
+    ) -> Result<Response<Tables>, Status> {
+        // The current table first, then each new one.
+        let s =
+            futures::stream::unfold((self.tables.clone(), true), |(mut rx, first)| async move {
+                if !first && rx.changed().await.is_err() {
+                    return None;
+                }
+                let t = rx.borrow_and_update().clone();
+                Some((Ok(t), (rx, false)))
+            });
+        Ok(Response::new(Box::pin(s)))
+    }
+
+    async fn report_load(
+        &self,
+        r: Request<Streaming<LoadReport>>,
+    ) -> Result<Response<LoadAck>, Status> {
+        let mut s = r.into_inner();
+        let mut received = 0;
+        while let Ok(Some(_)) = s.message().await {
+            received += 1;
+        }
+        Ok(Response::new(LoadAck { received }))
+    }
+
+    async fn activate(&self, r: Request<ActivateRequest>) -> Result<Response<ActivateAck>, Status> {
+        let _ = self.activations.send(r.into_inner());
+        Ok(Response::new(ActivateAck {}))
+    }
+}
+
+fn table(version: u64, endpoints: &[String]) -> RoutingTable {
+    RoutingTable {
+        version,
+        router: "edge".into(),
+        namespace: "default".into(),
+        routes: vec![Route {
+            event_type: "noop".into(),
+            manager: "handlers".into(),
+            pool: "handlers-manager".into(),
+            endpoints: endpoints
+                .iter()
+                .map(|a| Endpoint {
+                    address: a.clone(),
+                    pod: "handlers-0".into(),
+                })
+                .collect(),
+        }],
+    }
+}
+
+struct Setup {
+    dir: tempfile::TempDir,
+    tables: watch::Sender<RoutingTable>,
+    activations: mpsc::UnboundedReceiver<ActivateRequest>,
+    router: Proc,
+    http_port: u16,
+    admin: u16,
+    client: Http,
+}
+
+/// The fake control plane with an empty `noop` route, and a router following it whose broker
+/// holds for `activation_timeout`.
+async fn setup(activation_timeout: &str) -> Setup {
+    let (tables, rx) = watch::channel(table(1, &[]));
+    let (act_tx, activations) = mpsc::unbounded_channel();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let cp = listener.local_addr().unwrap();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ControlPlaneServer::new(FakeControlPlane {
+                tables: rx,
+                activations: act_tx,
+            }))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let http_port = free_port();
+    let admin = free_port();
+    let cfg = write_json(
+        dir.path(),
+        "router.json",
+        &json!({
+            "name": "edge",
+            "namespace": "default",
+            "spec": {
+                "listeners": {"http": {"port": http_port}},
+                "routes": [{"event": "noop", "http": {"method": "GET", "path": "/noop"}}],
+                "broker": {
+                    "queueCapacity": 16,
+                    "responseTimeout": "30s",
+                    "activationTimeout": activation_timeout,
+                },
+            },
+            "destinations": {},
+        }),
+    );
+    let url = format!("http://{cp}");
+    let router = spawn_router(
+        dir.path(),
+        &cfg,
+        admin,
+        &["--control-plane", &url],
+        &[("POD_NAME", "edge-0")],
+    );
+    let client = Http::new();
+    wait_ready(&client, admin).await;
+    // The first table (an empty route) is in place.
+    poll(Duration::from_secs(10), "the first table", || async {
+        let r = client
+            .get(&format!("http://127.0.0.1:{admin}/routes"))
+            .await
+            .ok()?;
+        (r.json()["version"] == 1).then_some(())
+    })
+    .await;
+    Setup {
+        dir,
+        tables,
+        activations,
+        router,
+        http_port,
+        admin,
+        client,
+    }
+}
+
+async fn held(s: &Setup) -> f64 {
+    let r = s
+        .client
+        .get(&format!("http://127.0.0.1:{}/metrics", s.admin))
+        .await
+        .unwrap();
+    metric(
+        &String::from_utf8_lossy(&r.body),
+        "switchyard_held_requests",
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_held_request_is_delivered_when_an_endpoint_appears() {
+    let mut s = setup("20s").await;
+    let url = format!("http://127.0.0.1:{}/noop", s.http_port);
+    let client = s.client.clone();
+    let started = Instant::now();
+    let request = tokio::spawn(async move { client.get(&url).await });
+
+    // The router asks for a pod at once, naming the event type.
+    let a = tokio::time::timeout(Duration::from_secs(10), s.activations.recv())
+        .await
+        .expect("an Activate call")
+        .unwrap();
+    println!("activation after {:?}", started.elapsed());
+    assert_eq!(
+        (a.namespace.as_str(), a.router.as_str(), a.pod.as_str()),
+        ("default", "edge", "edge-0")
+    );
+    assert_eq!((a.event_type.as_str(), a.held), ("noop", 1));
+    assert!(!request.is_finished(), "the request is held, not refused");
+    assert_eq!(held(&s).await, 1.0);
+
+    // Only now does a manager exist; a table brings its endpoint.
+    let app = TestApp::start().await;
+    let (manager_port, manager_admin) = (free_port(), free_port());
+    let mcfg = write_json(
+        s.dir.path(),
+        "manager.json",
+        &manager_config(app.port, &Opts::default()),
+    );
+    let _manager = spawn_manager(s.dir.path(), &mcfg, manager_port, manager_admin);
+    wait_ready(&s.client, manager_admin).await;
+    s.tables
+        .send_replace(table(2, &[format!("127.0.0.1:{manager_port}")]));
+
+    let reply = tokio::time::timeout(Duration::from_secs(15), request)
+        .await
+        .expect("the held request is answered")
+        .unwrap()
+        .unwrap();
+    println!("held request answered after {:?}", started.elapsed());
+    assert_eq!(
+        reply.status,
+        200,
+        "{}\n{}",
+        String::from_utf8_lossy(&reply.body),
+        s.router.log_text()
+    );
+    assert_eq!(app.state.seen("noop").len(), 1);
+    assert_eq!(held(&s).await, 0.0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_no_endpoint_the_hold_ends_in_503_with_retry_after() {
+    let mut s = setup("1s").await;
+    let started = Instant::now();
+    let reply = s
+        .client
+        .get(&format!("http://127.0.0.1:{}/noop", s.http_port))
+        .await
+        .unwrap();
+    let waited = started.elapsed();
+    println!("answered after {waited:?}");
+    assert_eq!(
+        reply.status,
+        503,
+        "{}",
+        String::from_utf8_lossy(&reply.body)
+    );
+    assert!(reply.header("retry-after").is_some(), "{:?}", reply.headers);
+    assert!(
+        waited >= Duration::from_secs(1),
+        "held for the activation timeout first: {waited:?}"
+    );
+    let a = s.activations.try_recv().expect("an Activate call was made");
+    assert_eq!(a.event_type, "noop");
+    assert_eq!(held(&s).await, 0.0);
+    // Repeated about once a second while held, and not after (a call sent as the hold ended has
+    // arrived within the first 300 ms).
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    while s.activations.try_recv().is_ok() {}
+    tokio::time::sleep(Duration::from_millis(2500)).await;
+    assert!(
+        s.activations.try_recv().is_err(),
+        "no activation after the hold"
+    );
+}
