@@ -226,6 +226,12 @@ impl Metrics {
         self.load.get().map(|l| l.arrive(event))
     }
 
+    /// Counts an event as waiting (held, waiting for credit or for a worker) in the load reports
+    /// until the guard drops.
+    pub fn wait(&self, event: &str) -> Option<crate::load::Waiting> {
+        self.load.get().map(|l| l.wait(event))
+    }
+
     /// Counts an event shed before it was answered through [`Metrics::observe`].
     pub fn shed_event(&self, event: &EventLabel) {
         self.shed.inc();

@@ -20,6 +20,7 @@ pub struct EventMeter {
     arrivals: AtomicU64,
     completions: AtomicU64,
     in_flight: AtomicU64,
+    queued: AtomicU64,
     shed: AtomicU64,
     latency: [AtomicU64; BUCKETS],
 }
@@ -31,8 +32,10 @@ pub struct Counts {
     pub arrivals: u64,
     /// Events answered (any status), since start.
     pub completions: u64,
-    /// Events arrived and not answered yet.
+    /// Events arrived and not answered yet (the waiting ones included).
     pub in_flight: u64,
+    /// Of those, events waiting: held for an endpoint or for credit (router), for a worker (manager).
+    pub queued: u64,
     /// Events refused with 503 because a bound was reached, since start.
     pub shed: u64,
     /// Answered events per latency bucket, since start.
@@ -64,6 +67,17 @@ impl Drop for Underway {
     }
 }
 
+/// Held while an event waits (see [`Counts::queued`]).
+pub struct Waiting(Option<Arc<EventMeter>>);
+
+impl Drop for Waiting {
+    fn drop(&mut self) {
+        if let Some(m) = &self.0 {
+            m.queued.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
 impl LoadMeters {
     /// Counters for `events` (duplicates are merged).
     pub fn new(events: impl IntoIterator<Item = Arc<str>>) -> LoadMeters {
@@ -83,6 +97,15 @@ impl LoadMeters {
             m.in_flight.fetch_add(1, Ordering::Relaxed);
         }
         Underway(meter)
+    }
+
+    /// Counts an event as waiting until the guard drops. Unknown types are not counted.
+    pub fn wait(&self, event: &str) -> Waiting {
+        let meter = self.by_event.get(event).cloned();
+        if let Some(m) = &meter {
+            m.queued.fetch_add(1, Ordering::Relaxed);
+        }
+        Waiting(meter)
     }
 
     /// Counts an answer with its status and latency.
@@ -117,6 +140,7 @@ impl LoadMeters {
                     arrivals: m.arrivals.load(Ordering::Relaxed),
                     completions: m.completions.load(Ordering::Relaxed),
                     in_flight: m.in_flight.load(Ordering::Relaxed),
+                    queued: m.queued.load(Ordering::Relaxed),
                     shed: m.shed.load(Ordering::Relaxed),
                     latency,
                 };
@@ -151,6 +175,18 @@ mod tests {
         assert_eq!(c.latency[bucket_of(0.002)], 1);
         drop(b);
         assert_eq!(m.snapshot()[0].1.in_flight, 0);
+    }
+
+    #[test]
+    fn counts_waiting_events_until_the_guard_drops() {
+        let m = LoadMeters::new([Arc::from("a")]);
+        let _underway = m.arrive("a");
+        let w = m.wait("a");
+        let _ignored = m.wait("unknown");
+        assert_eq!(m.snapshot()[0].1.queued, 1);
+        drop(w);
+        let c = &m.snapshot()[0].1;
+        assert_eq!((c.in_flight, c.queued), (1, 0));
     }
 
     #[test]

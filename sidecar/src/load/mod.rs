@@ -6,4 +6,4 @@ pub mod meter;
 pub mod push;
 pub mod report;
 
-pub use meter::{LoadMeters, Underway};
+pub use meter::{LoadMeters, Underway, Waiting};

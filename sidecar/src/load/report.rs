@@ -54,9 +54,9 @@ pub fn event_load(event: &str, before: &Counts, now: &Counts, window_ms: u32) ->
     EventLoad {
         event_type: event.to_owned(),
         arrivals_per_second: now.arrivals.saturating_sub(before.arrivals) as f64 / secs,
-        in_flight: u32::try_from(now.in_flight).unwrap_or(u32::MAX),
-        // Waiting events are counted per process, not per type; they show up as in flight.
-        queued: 0,
+        // Apart, so the operator's sum of the two counts each event once.
+        in_flight: u32::try_from(now.in_flight.saturating_sub(now.queued)).unwrap_or(u32::MAX),
+        queued: u32::try_from(now.queued).unwrap_or(u32::MAX),
         latency_p50_ms: quantile_ms(&latency, 0.5),
         latency_p99_ms: quantile_ms(&latency, 0.99),
         shed: now.shed.saturating_sub(before.shed),
@@ -104,6 +104,7 @@ mod tests {
             arrivals,
             completions: fast + slow,
             in_flight,
+            queued: 0,
             shed,
             latency,
         }
@@ -116,6 +117,14 @@ mod tests {
         assert_eq!(l.in_flight, 4);
         assert_eq!(l.shed, 2);
         assert_eq!(l.latency_p99_ms, 0.0);
+    }
+
+    #[test]
+    fn waiting_events_are_queued_not_in_flight() {
+        let mut now = counts(10, 5, 0, 0, 0);
+        now.queued = 2;
+        let l = event_load("a", &Counts::default(), &now, 1000);
+        assert_eq!((l.in_flight, l.queued), (3, 2));
     }
 
     #[test]

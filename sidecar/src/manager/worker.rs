@@ -261,6 +261,7 @@ impl Worker {
         } = job;
         let arrived = Instant::now();
         self.metrics.queued.inc();
+        let waiting = self.metrics.wait(&ev.event);
         if let Some(t) = trace.as_deref_mut() {
             t.queue_start(&ev.event);
         }
@@ -293,6 +294,7 @@ impl Worker {
             }
         };
         self.metrics.queued.dec();
+        drop(waiting);
         if let Some(t) = trace.as_deref_mut() {
             t.queue_end(permit.is_none().then_some("deadline"));
         }

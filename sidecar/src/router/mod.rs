@@ -291,6 +291,8 @@ impl Router {
         }
         let until = hold::hold_until(Instant::now(), activator.timeout(), deadline);
         let _held = activator.hold(event);
+        // Queued in the load reports: the autoscaler must not scale to zero under held requests.
+        let _waiting = self.metrics.wait(event);
         self.metrics.held.inc();
         let _unheld = HeldGauge(&self.metrics);
         tracing::debug!(event = %event, "no ready endpoint; holding the request");
@@ -408,7 +410,9 @@ impl Router {
     ) -> Result<Response, Attempt> {
         let waited = Instant::now();
         self.metrics.queued.inc();
+        let waiting = self.metrics.wait(&out.event);
         let credit = timeout_at(deadline.into(), conn.credits.acquire()).await;
+        drop(waiting);
         self.metrics.queued.dec();
         times.credit_wait += waited.elapsed();
         match credit {
