@@ -14,6 +14,7 @@ pub mod cmd;
 pub mod fixtures;
 pub mod k8s;
 pub mod lock;
+pub mod loopback;
 pub mod operator;
 pub mod poll;
 pub mod sidecar;

@@ -362,6 +362,11 @@ pub fn free_port() -> Result<u16> {
 
 /// Minimal HTTP/1.0 GET to 127.0.0.1:`port` (no client dependency needed): (status, body).
 pub async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
+    http_get_within(port, path, Duration::from_secs(10)).await
+}
+
+/// [`http_get`] waiting up to `limit` for the whole answer.
+pub async fn http_get_within(port: u16, path: &str, limit: Duration) -> Result<(u16, String)> {
     let exchange = async {
         let mut stream = tokio::net::TcpStream::connect(("127.0.0.1", port)).await?;
         stream
@@ -374,7 +379,7 @@ pub async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
         stream.read_to_end(&mut raw).await?;
         anyhow::Ok(raw)
     };
-    let raw = tokio::time::timeout(Duration::from_secs(10), exchange)
+    let raw = tokio::time::timeout(limit, exchange)
         .await
         .map_err(|_| anyhow!("GET 127.0.0.1:{port}{path} timed out"))?
         .with_context(|| format!("GET 127.0.0.1:{port}{path}"))?;

@@ -1,5 +1,6 @@
-//! A router sidecar as a local process, following the operator's control plane: built with cargo,
-//! configured for a Router of the cluster, read through its admin `/routes`.
+//! Sidecars as local processes: a router sidecar following the operator's control plane (built with
+//! cargo, configured for a Router of the cluster, read through its admin `/routes`), and a manager
+//! sidecar with the example app behind it, listening where a kwok pod's IP points (see `loopback`).
 
 use crate::cmd::Cmd;
 use crate::operator::{free_port, http_get};
@@ -13,28 +14,40 @@ use tokio::sync::OnceCell;
 /// Package and binary name of the sidecar.
 pub const SIDECAR_PACKAGE: &str = "switchyard-sidecar";
 
+/// Package and binary name of the example app.
+pub const APP_PACKAGE: &str = "switchyard-example-app";
+
 static BINARY: OnceCell<Result<PathBuf, String>> = OnceCell::const_new();
+static APP_BINARY: OnceCell<Result<PathBuf, String>> = OnceCell::const_new();
 
 /// Builds the sidecar once per process and returns `<target dir>/debug/switchyard-sidecar`.
 pub async fn sidecar_binary() -> Result<PathBuf> {
     let result = BINARY
-        .get_or_init(|| async { build().await.map_err(|e| format!("{e:#}")) })
+        .get_or_init(|| async { build(SIDECAR_PACKAGE).await.map_err(|e| format!("{e:#}")) })
         .await;
     result
         .clone()
         .map_err(|e| anyhow!("cannot build the sidecar: {e}"))
 }
 
-async fn build() -> Result<PathBuf> {
+/// Builds the example app once per process and returns its binary.
+pub async fn app_binary() -> Result<PathBuf> {
+    let result = APP_BINARY
+        .get_or_init(|| async { build(APP_PACKAGE).await.map_err(|e| format!("{e:#}")) })
+        .await;
+    result
+        .clone()
+        .map_err(|e| anyhow!("cannot build the example app: {e}"))
+}
+
+async fn build(package: &str) -> Result<PathBuf> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
     Cmd::new(cargo)
-        .args(["build", "-p", SIDECAR_PACKAGE, "--bin", SIDECAR_PACKAGE])
+        .args(["build", "-p", package, "--bin", package])
         .timeout(Duration::from_secs(60 * 60))
         .ok()
         .await?;
-    let bin = crate::operator::target_dir()
-        .join("debug")
-        .join(SIDECAR_PACKAGE);
+    let bin = crate::operator::target_dir().join("debug").join(package);
     if !bin.is_file() {
         bail!(
             "`cargo build` succeeded but {} does not exist",
@@ -139,3 +152,120 @@ impl RouterSidecar {
         crate::tail_file(&self.log, n)
     }
 }
+
+/// A manager sidecar process and the example app it delivers to, both killed when dropped.
+#[derive(Debug)]
+pub struct ManagerSidecar {
+    sidecar: tokio::process::Child,
+    app: tokio::process::Child,
+    /// Admin port on 127.0.0.1.
+    pub admin_port: u16,
+    /// File receiving the sidecar's output.
+    pub log: PathBuf,
+    _dir: PathBuf,
+}
+
+impl ManagerSidecar {
+    /// Starts the example app on a free loopback port and a manager sidecar for Manager
+    /// `namespace/name` of Router `router`, handling `events`, its frame listener on `listen`.
+    /// Waits until the sidecar's `/readyz` answers 200.
+    pub async fn start(
+        namespace: &str,
+        name: &str,
+        router: &str,
+        events: &[&str],
+        listen: std::net::SocketAddr,
+    ) -> Result<ManagerSidecar> {
+        let (bin, app_bin) = (sidecar_binary().await?, app_binary().await?);
+        let dir = crate::work_dir()
+            .join("sidecars")
+            .join(format!("{name}-manager-{}", crate::unique_suffix()));
+        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        let app_port = free_port()?;
+        let app_log = std::fs::File::create(dir.join("app.log"))?;
+        let app = tokio::process::Command::new(&app_bin)
+            .args(["--port", &app_port.to_string()])
+            .stdin(Stdio::null())
+            .stdout(app_log.try_clone()?)
+            .stderr(app_log)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", app_bin.display()))?;
+        let config = json!({
+            "name": name,
+            "namespace": namespace,
+            "router": router,
+            "events": events,
+            "app": {"port": app_port, "protocol": "http", "path": "/events"},
+            "workers": {
+                "maxInFlight": 16,
+                "queueCapacity": 64,
+                "timeout": "5s",
+                "retries": {"attempts": 3, "backoff": "10ms", "maxBackoff": "50ms"},
+            },
+            "split": "shared",
+        });
+        let config_file = dir.join("manager.json");
+        std::fs::write(&config_file, serde_json::to_vec_pretty(&config)?)?;
+        let admin_port = free_port()?;
+        let local_api = free_port()?;
+        let log = dir.join("manager.log");
+        let out = std::fs::File::create(&log)?;
+        let sidecar = tokio::process::Command::new(&bin)
+            .args(["--log-format", "text", "manager", "--config"])
+            .arg(&config_file)
+            .arg("--listen")
+            .arg(listen.to_string())
+            .arg("--admin-addr")
+            .arg(format!("127.0.0.1:{admin_port}"))
+            .arg("--local-api-addr")
+            .arg(format!("127.0.0.1:{local_api}"))
+            .env("POD_NAME", format!("e2e-{name}-local"))
+            .env_remove(crate::sidecar::CONTROL_PLANE_ENV)
+            .stdin(Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out)
+            .kill_on_drop(true)
+            .spawn()
+            .with_context(|| format!("starting {}", bin.display()))?;
+        let mut m = ManagerSidecar {
+            sidecar,
+            app,
+            admin_port,
+            log,
+            _dir: dir,
+        };
+        let start = std::time::Instant::now();
+        loop {
+            if let Some(status) = m.sidecar.try_wait()? {
+                bail!(
+                    "the manager sidecar exited with {status}:\n{}",
+                    m.log_tail(30)
+                );
+            }
+            if let Some(status) = m.app.try_wait()? {
+                bail!("the example app exited with {status}");
+            }
+            if let Ok((200, _)) = http_get(admin_port, "/readyz").await {
+                break;
+            }
+            if start.elapsed() > crate::timeout() {
+                bail!(
+                    "the manager sidecar's /readyz never answered 200; log:\n{}",
+                    m.log_tail(30)
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        Ok(m)
+    }
+
+    /// The last `n` lines of its log.
+    pub fn log_tail(&self, n: usize) -> String {
+        crate::tail_file(&self.log, n)
+    }
+}
+
+/// The variable naming the control plane, removed from the manager's environment: this one only
+/// answers frames.
+pub const CONTROL_PLANE_ENV: &str = "SWITCHYARD_CONTROL_PLANE";

@@ -289,3 +289,212 @@ async fn a_router_sidecar_under_load_reports_arrivals_that_scale_its_manager() -
     op.stop().await?;
     Ok(())
 }
+
+async fn deployment_replicas(client: &kube::Client, ns: &str, name: &str) -> Result<i32> {
+    let d = Api::<Deployment>::namespaced(client.clone(), ns)
+        .get(name)
+        .await?;
+    d.spec
+        .and_then(|s| s.replicas)
+        .with_context(|| format!("Deployment {name} without spec.replicas"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn per_event_type_load_scales_only_that_types_deployment() -> Result<()> {
+    let _lock = OperatorLock::acquire().await?;
+    let c = cluster().await?;
+    let client = c.client().await?;
+    let ns = TestNamespace::create(c, "scale-split").await?;
+    let cp_port = free_port()?;
+    let op = Operator::start(
+        c,
+        OperatorOpts {
+            control_plane_port: Some(cp_port),
+            ..OperatorOpts::new("e2e-scale-split")
+        },
+    )
+    .await?;
+    let scaling = SCALING
+        .replace(
+            "EVENT: {targetInFlight: 10}",
+            "noop: {targetInFlight: 10}\n      echo: {targetInFlight: 10}",
+        )
+        .replace("    targets:", "    split: perEventType\n    targets:");
+    let manifests = format!(
+        "{}---\n{}",
+        fixtures::router("edge"),
+        fixtures::manager("split", "edge", "[noop, echo]", &scaling),
+    );
+    c.kubectl()
+        .args(["apply", "-n", &ns.name, "-f", "-"])
+        .stdin(manifests)
+        .ok()
+        .await?;
+    wait_rolled_out(&client, &ns.name, "split-noop", 1).await?;
+    wait_rolled_out(&client, &ns.name, "split-echo", 1).await?;
+
+    let (load_tx, load_rx) = watch::channel(vec![("noop".to_owned(), 2), ("echo".to_owned(), 3)]);
+    let pusher = push_reports(
+        format!("http://127.0.0.1:{cp_port}"),
+        ns.name.clone(),
+        load_rx,
+    );
+    let managers = Api::<Manager>::namespaced(client.clone(), &ns.name);
+    let result = async {
+        eventually(
+            "load figures of both types in status",
+            timeout(),
+            || async {
+                let s = managers.get("split").await?.status.context("no status")?;
+                for (event, n) in [("noop", 2.0), ("echo", 3.0)] {
+                    let e = s
+                        .events
+                        .iter()
+                        .find(|e| e.event == event)
+                        .with_context(|| format!("no {event} entry"))?;
+                    ensure!(e.in_flight == Some(n), "status events: {:?}", s.events);
+                }
+                Ok(())
+            },
+        )
+        .await?;
+
+        // The step on noop only: 40 in flight against 10 per pod.
+        let step = Instant::now();
+        load_tx.send_replace(vec![("noop".to_owned(), 40), ("echo".to_owned(), 3)]);
+        eventually(
+            "noop's Deployment to scale to 4",
+            REACTION_BOUND,
+            || async {
+                let n = deployment_replicas(&client, &ns.name, "split-noop").await?;
+                ensure!(n == 4, "split-noop has {n} replicas");
+                Ok(())
+            },
+        )
+        .await?;
+        println!("per-event-type reaction time: {:?}", step.elapsed());
+        wait_rolled_out(&client, &ns.name, "split-noop", 4).await?;
+        let s = managers.get("split").await?;
+        let desired = |event: &str| {
+            s.status
+                .as_ref()
+                .and_then(|st| st.events.iter().find(|e| e.event == event))
+                .and_then(|e| e.desired_replicas)
+        };
+        ensure!(desired("noop") == Some(4), "status: {:?}", s.status);
+        ensure!(desired("echo") == Some(1), "status: {:?}", s.status);
+        ensure!(
+            deployment_replicas(&client, &ns.name, "split-echo").await? == 1,
+            "echo's Deployment moved"
+        );
+        ensure!(
+            s.spec.replicas == 1,
+            "perEventType leaves spec.replicas alone"
+        );
+
+        // The load stops: noop's Deployment returns to min; echo's never moved.
+        load_tx.send_replace(vec![("noop".to_owned(), 0), ("echo".to_owned(), 3)]);
+        eventually("noop's Deployment back to 1", timeout(), || async {
+            let n = deployment_replicas(&client, &ns.name, "split-noop").await?;
+            ensure!(n == 1, "split-noop has {n} replicas");
+            Ok(())
+        })
+        .await?;
+        ensure!(deployment_replicas(&client, &ns.name, "split-echo").await? == 1);
+        anyhow::Ok(())
+    }
+    .await;
+    pusher.abort();
+    if let Err(e) = result {
+        bail!("{e:#}\n--- operator log ---\n{}", op.log_tail(40));
+    }
+    op.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn with_scaling_off_kubectl_scale_and_an_hpa_set_the_replicas() -> Result<()> {
+    let _lock = OperatorLock::acquire().await?;
+    let c = cluster().await?;
+    let client = c.client().await?;
+    let ns = TestNamespace::create(c, "scale-manual").await?;
+    let cp_port = free_port()?;
+    let op = Operator::start(
+        c,
+        OperatorOpts {
+            control_plane_port: Some(cp_port),
+            ..OperatorOpts::new("e2e-scale-manual")
+        },
+    )
+    .await?;
+    let scaling = SCALING
+        .replace("EVENT", "noop")
+        .replace("enabled: true", "enabled: false");
+    let manifests = format!(
+        "{}---\n{}",
+        fixtures::router("edge"),
+        fixtures::manager("manual", "edge", "[noop]", &scaling),
+    );
+    c.kubectl()
+        .args(["apply", "-n", &ns.name, "-f", "-"])
+        .stdin(manifests)
+        .ok()
+        .await?;
+    wait_rolled_out(&client, &ns.name, "manual-manager", 1).await?;
+    // Load that would scale the Manager down to... nothing: scaling is off, so it must not count.
+    let (_load_tx, load_rx) = watch::channel(vec![("noop".to_owned(), 0)]);
+    let pusher = push_reports(
+        format!("http://127.0.0.1:{cp_port}"),
+        ns.name.clone(),
+        load_rx,
+    );
+    let managers = Api::<Manager>::namespaced(client.clone(), &ns.name);
+    let result = async {
+        c.kubectl()
+            .args(["scale", "-n", &ns.name, "manager/manual", "--replicas", "3"])
+            .ok()
+            .await?;
+        wait_rolled_out(&client, &ns.name, "manual-manager", 3).await?;
+        // Several autoscaler ticks and reconciles later, nobody has undone it.
+        tokio::time::sleep(Duration::from_secs(5)).await;
+        ensure!(spec_replicas(&managers, "manual").await? == 3);
+        ensure!(deployment_replicas(&client, &ns.name, "manual-manager").await? == 3);
+
+        // An HPA on the scale subresource raises replicas below its minReplicas before it looks at
+        // any metric, so no metrics server is needed for this.
+        let hpa = "apiVersion: autoscaling/v2
+kind: HorizontalPodAutoscaler
+metadata:
+  name: manual
+spec:
+  scaleTargetRef: {apiVersion: switchyard.dev/v1alpha1, kind: Manager, name: manual}
+  minReplicas: 5
+  maxReplicas: 6
+  metrics:
+    - type: Resource
+      resource: {name: cpu, target: {type: Utilization, averageUtilization: 80}}
+";
+        c.kubectl()
+            .args(["apply", "-n", &ns.name, "-f", "-"])
+            .stdin(hpa)
+            .ok()
+            .await?;
+        let applied = Instant::now();
+        eventually("the HPA to raise the Manager to 5", timeout(), || async {
+            let n = spec_replicas(&managers, "manual").await?;
+            ensure!(n == 5, "manual has {n} replicas");
+            Ok(())
+        })
+        .await?;
+        println!("the HPA scaled the Manager after {:?}", applied.elapsed());
+        wait_rolled_out(&client, &ns.name, "manual-manager", 5).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    pusher.abort();
+    if let Err(e) = result {
+        bail!("{e:#}\n--- operator log ---\n{}", op.log_tail(40));
+    }
+    op.stop().await?;
+    Ok(())
+}

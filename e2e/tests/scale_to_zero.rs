@@ -1,0 +1,170 @@
+//! Scale to zero and back, end to end: a Manager at zero replicas, a real router sidecar process
+//! following the real operator's control plane, and one HTTP request. The router holds it and
+//! activates; the operator scales the Manager from 0 to 1; kwok runs the pod on a node whose pod
+//! CIDR is a loopback address (`switchyard_e2e::loopback`), where a real manager sidecar and the
+//! example app listen; the table brings that endpoint and the held request is answered 200. With
+//! no more load the Manager returns to zero after the stabilization window.
+
+use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::events::v1::Event;
+use kube::api::{Api, ListParams};
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+use switchyard_crds::Manager;
+use switchyard_e2e::k8s::wait_rolled_out;
+use switchyard_e2e::operator::{OperatorLock, free_port, http_get_within};
+use switchyard_e2e::sidecar::{ManagerSidecar, RouterSidecar};
+use switchyard_e2e::{
+    Operator, OperatorOpts, TestNamespace, cluster, eventually, fixtures, loopback, timeout,
+};
+use switchyard_protocol::ports::MANAGER_INBOUND;
+
+/// The loose correctness bound for the whole path (request to answer) on a noisy shared machine.
+const BOUND: Duration = Duration::from_secs(15);
+
+const SCALING: &str = "  replicas: 0
+  scaling:
+    enabled: true
+    minReplicas: 0
+    maxReplicas: 2
+    targets:
+      noop: {targetInFlight: 10}
+    scaleUp: {stableWindow: 6s, panicWindow: 2s}
+    scaleDown: {stabilizationWindow: 6s}
+";
+
+fn endpoints(routes: &serde_json::Value) -> Option<Vec<serde_json::Value>> {
+    routes["routes"]
+        .as_array()?
+        .iter()
+        .find(|r| r["eventType"] == "noop")?["endpoints"]
+        .as_array()
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_request_to_a_manager_at_zero_is_held_scaled_up_for_and_answered() -> Result<()> {
+    let _lock = OperatorLock::acquire().await?;
+    let c = cluster().await?;
+    let client = c.client().await?;
+    let pod_ip = loopback::ensure_node(&client).await?;
+    let ns = TestNamespace::create(c, "zero").await?;
+    // The pod's address, served by real processes on this host before the pod exists.
+    let manager = ManagerSidecar::start(
+        &ns.name,
+        "lazy",
+        "edge",
+        &["noop"],
+        SocketAddr::new(pod_ip.into(), MANAGER_INBOUND),
+    )
+    .await?;
+    let cp_port = free_port()?;
+    let op = Operator::start(
+        c,
+        OperatorOpts {
+            control_plane_port: Some(cp_port),
+            ..OperatorOpts::new("e2e-zero")
+        },
+    )
+    .await?;
+    let manifests = format!(
+        "{}---\n{}",
+        fixtures::router("edge"),
+        fixtures::manager(
+            "lazy",
+            "edge",
+            "[noop]",
+            &format!("{}{SCALING}", loopback::TEMPLATE_LINES)
+        ),
+    );
+    c.kubectl()
+        .args(["apply", "-n", &ns.name, "-f", "-"])
+        .stdin(manifests)
+        .ok()
+        .await?;
+    wait_rolled_out(&client, &ns.name, "lazy-manager", 0).await?;
+    let router =
+        RouterSidecar::start(&ns.name, "edge", &format!("http://127.0.0.1:{cp_port}")).await?;
+    let managers = Api::<Manager>::namespaced(client.clone(), &ns.name);
+
+    let result = async {
+        eventually("the noop route with no endpoint", timeout(), || async {
+            let r = router.routes().await?;
+            let eps = endpoints(&r).context("no noop route yet")?;
+            ensure!(eps.is_empty(), "endpoints {eps:?}");
+            Ok(())
+        })
+        .await?;
+        ensure!(managers.get("lazy").await?.spec.replicas == 0);
+
+        let sent = Instant::now();
+        let port = router.http_port;
+        let request =
+            tokio::spawn(async move { http_get_within(port, "/noop", Duration::from_secs(40)).await });
+        eventually("the Manager scaled from zero", BOUND, || async {
+            let n = managers.get("lazy").await?.spec.replicas;
+            ensure!(n >= 1, "lazy has {n} replicas");
+            Ok(())
+        })
+        .await?;
+        let scaled = sent.elapsed();
+        let want = format!("{pod_ip}:{MANAGER_INBOUND}");
+        eventually("the pod's loopback endpoint connected", BOUND, || async {
+            let r = router.routes().await?;
+            let eps = endpoints(&r).context("no noop route")?;
+            ensure!(
+                eps.iter()
+                    .any(|e| e["address"] == want.as_str() && e["connected"] == true),
+                "endpoints {eps:?}"
+            );
+            Ok(())
+        })
+        .await?;
+        let connected = sent.elapsed();
+        let (status, body) = request.await??;
+        let answered = sent.elapsed();
+        println!(
+            "scale from zero: replicas written after {scaled:?}, endpoint connected after {connected:?}, answered after {answered:?}"
+        );
+        ensure!(status == 200, "the held request got {status}: {body}");
+        ensure!(answered < BOUND, "answered only after {answered:?}");
+
+        let events = Api::<Event>::namespaced(client.clone(), &ns.name);
+        let list = events.list(&ListParams::default()).await?;
+        let notes: Vec<String> = list
+            .items
+            .iter()
+            .filter(|e| e.reason.as_deref() == Some("ScaledUp"))
+            .filter_map(|e| e.note.clone())
+            .collect();
+        ensure!(
+            notes
+                .iter()
+                .any(|n| n.contains("from 0 to 1") && n.contains("activation")),
+            "ScaledUp notes: {notes:?}"
+        );
+
+        // Idle again: back to zero once the stable and stabilization windows have passed.
+        let idle = Instant::now();
+        eventually("the Manager back at zero", timeout(), || async {
+            let n = managers.get("lazy").await?.spec.replicas;
+            ensure!(n == 0, "lazy has {n} replicas");
+            Ok(())
+        })
+        .await?;
+        println!("back to zero {:?} after the answer", idle.elapsed());
+        wait_rolled_out(&client, &ns.name, "lazy-manager", 0).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    if let Err(e) = result {
+        bail!(
+            "{e:#}\n--- router log ---\n{}\n--- manager log ---\n{}\n--- operator log ---\n{}",
+            router.log_tail(30),
+            manager.log_tail(20),
+            op.log_tail(40)
+        );
+    }
+    op.stop().await?;
+    Ok(())
+}
