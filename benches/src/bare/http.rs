@@ -1,5 +1,5 @@
-//! Bare hyper HTTP/1.1: `{"ok":true}` for any request, or `n` bytes for `/bytes?n=N` (the payload-size
-//! baseline, same body as the example app's `bytes` event).
+//! Bare hyper HTTP/1.1: `{"ok":true}` for any request, or `n` bytes for `/bytes/N` (the payload-size
+//! baseline, same body as the example app's `bytes` event behind the bench Router's `/bytes/{n}`).
 
 use bytes::Bytes;
 use http_body_util::Full;
@@ -13,18 +13,14 @@ use tokio::net::TcpListener;
 /// Largest `n` served, as the example app's `bytes` event.
 pub const MAX_BYTES: usize = 4 * 1024 * 1024;
 
-/// The reply size asked by a query string, if it asks one: `n=N`.
-pub fn bytes_asked(query: Option<&str>) -> Option<usize> {
-    query?
-        .split('&')
-        .find_map(|p| p.strip_prefix("n="))?
-        .parse()
-        .ok()
+/// The reply size a path asks, if it asks one: `/bytes/N`.
+pub fn bytes_asked(path: &str) -> Option<usize> {
+    path.strip_prefix("/bytes/")?.parse().ok()
 }
 
 fn answer(req: &Request<hyper::body::Incoming>) -> Response<Full<Bytes>> {
-    let (body, ct) = if req.uri().path() == "/bytes" {
-        match bytes_asked(req.uri().query()) {
+    let (body, ct) = if req.uri().path().starts_with("/bytes/") {
+        match bytes_asked(req.uri().path()) {
             Some(n) if n <= MAX_BYTES => (Bytes::from(vec![b'x'; n]), "application/octet-stream"),
             _ => {
                 let mut r = Response::new(Full::new(Bytes::from_static(b"n: 0..=4194304\n")));
@@ -66,10 +62,9 @@ mod tests {
     use super::*;
 
     #[test]
-    fn reads_n_from_the_query() {
-        assert_eq!(bytes_asked(Some("n=1024")), Some(1024));
-        assert_eq!(bytes_asked(Some("x=1&n=5")), Some(5));
-        assert_eq!(bytes_asked(Some("n=x")), None);
-        assert_eq!(bytes_asked(None), None);
+    fn reads_n_from_the_path() {
+        assert_eq!(bytes_asked("/bytes/1024"), Some(1024));
+        assert_eq!(bytes_asked("/bytes/x"), None);
+        assert_eq!(bytes_asked("/noop"), None);
     }
 }
