@@ -26,7 +26,7 @@ fn num(s: &str) -> Option<f64> {
 }
 
 /// Numbers after `key` on a line, in order (commas dropped; `/` and words skipped).
-fn numbers_after<'a>(line: &'a str, key: &str) -> Vec<f64> {
+fn numbers_after(line: &str, key: &str) -> Vec<f64> {
     line.split_once(key)
         .map(|(_, rest)| {
             rest.split(|c: char| c.is_whitespace() || c == '/')

@@ -136,7 +136,7 @@ mod tests {
         );
         assert_eq!(parse_cmdline(b"/usr/bin/python3\0/tmp/app.py\0"), "python3");
         assert_eq!(
-            parse_cmdline(b"switchyard-bare\0--port\01\0"),
+            parse_cmdline(b"switchyard-bare\0--port\0 1\0"),
             "switchyard-bare"
         );
         assert_eq!(parse_cmdline(b""), "");

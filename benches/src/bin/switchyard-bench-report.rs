@@ -145,12 +145,11 @@ fn load(dir: &Path) -> anyhow::Result<Results> {
     let mut meta = serde_json::Map::new();
     for p in json_files(dir)? {
         let name = stem(&p);
-        if name == "meta" || name.starts_with("meta-") {
-            if let Ok(serde_json::Value::Object(m)) =
+        if (name == "meta" || name.starts_with("meta-"))
+            && let Ok(serde_json::Value::Object(m)) =
                 serde_json::from_str(&std::fs::read_to_string(&p)?)
-            {
-                meta.extend(m);
-            }
+        {
+            meta.extend(m);
         }
     }
     r.meta = serde_json::Value::Object(meta);

@@ -187,7 +187,7 @@ mod tests {
         assert_eq!(f.lost(), 0, "{f:?}");
         let w = Window::new(Duration::ZERO, Duration::from_millis(50));
         let t = rtt_worker(addr, w, 16).await;
-        assert!(t.hist.len() > 0);
+        assert!(!t.hist.is_empty());
         assert_eq!(t.errors, 0);
     }
 }
