@@ -3,9 +3,15 @@
 
 #![forbid(unsafe_code)]
 
+pub mod bare;
+pub mod cost;
+pub mod lapin;
 pub mod load;
+pub mod plateau;
+pub mod plots;
 pub mod procs;
 pub mod report;
+pub mod results;
 pub mod routing;
 pub mod summary;
 pub mod targets;

@@ -16,6 +16,48 @@ pub struct Usage {
     pub peak_rss_mb: f64,
     /// Current resident set size (`VmRSS`), MiB.
     pub rss_mb: f64,
+    /// Program and role, e.g. `switchyard-sidecar router` (from the command line; `comm` is cut at 15 bytes).
+    #[serde(default)]
+    pub cmd: String,
+}
+
+impl Usage {
+    /// Whether this is a Switchyard sidecar (either role).
+    pub fn is_sidecar(&self) -> bool {
+        self.cmd.starts_with("switchyard-sidecar")
+    }
+}
+
+/// Program file name and its first argument when that is a word (a subcommand such as `router`), from the
+/// NUL-separated content of `/proc/<pid>/cmdline`.
+pub fn parse_cmdline(raw: &[u8]) -> String {
+    let mut args = raw
+        .split(|b| *b == 0)
+        .filter(|a| !a.is_empty())
+        .map(String::from_utf8_lossy);
+    let Some(prog) = args.next() else {
+        return String::new();
+    };
+    let prog = prog.rsplit('/').next().unwrap_or_default().to_owned();
+    match args.next() {
+        Some(a) if !a.starts_with('-') && !a.contains('/') && !a.contains('.') => {
+            format!("{prog} {a}")
+        }
+        _ => prog,
+    }
+}
+
+/// One RSS reading of one process, `t_s` seconds into a sampling run.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Sample {
+    /// Seconds since sampling began.
+    pub t_s: f64,
+    /// Process id.
+    pub pid: u32,
+    /// As [`Usage::cmd`].
+    pub cmd: String,
+    /// Resident set size, MiB.
+    pub rss_mb: f64,
 }
 
 /// Clock ticks per second of `/proc/<pid>/stat` times; 100 on every Linux this runs on.
@@ -52,7 +94,11 @@ pub fn read(pid: u32) -> Option<Usage> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
     let (name, cpu_s) = parse_stat(&stat)?;
+    let cmd = std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|raw| parse_cmdline(&raw))
+        .unwrap_or_default();
     Some(Usage {
+        cmd,
         pid,
         name,
         cpu_s,
@@ -80,6 +126,20 @@ mod tests {
         assert_eq!(status_mb(status, "VmHWM"), Some(20.0));
         assert_eq!(status_mb(status, "VmRSS"), Some(1.0));
         assert_eq!(status_mb(status, "VmSwap"), None);
+    }
+
+    #[test]
+    fn names_program_and_role_from_the_command_line() {
+        assert_eq!(
+            parse_cmdline(b"/t/release/switchyard-sidecar\0router\0--config\0/x.json\0"),
+            "switchyard-sidecar router"
+        );
+        assert_eq!(parse_cmdline(b"/usr/bin/python3\0/tmp/app.py\0"), "python3");
+        assert_eq!(
+            parse_cmdline(b"switchyard-bare\0--port\0 1\0"),
+            "switchyard-bare"
+        );
+        assert_eq!(parse_cmdline(b""), "");
     }
 
     #[test]

@@ -4,6 +4,7 @@
 
 use hdrhistogram::Histogram;
 use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 /// Largest latency the histograms hold (60 s); slower answers are clamped to it.
@@ -23,8 +24,20 @@ pub fn record(hist: &mut Histogram<u64>, latency: Duration) {
 }
 
 /// The result of one load run.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct Summary {
+    /// Which part of the benchmark run this belongs to (`noop`, `protocols`, ...), set by the runner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub section: Option<String>,
+    /// Which system was driven (`bare`, `switchyard`, `edri`, ...), set by the runner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub system: Option<String>,
+    /// What varies within the section (`1KB`, `replicas=2`, ...), set by the runner.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
+    /// Figures particular to a mode, e.g. `sent` and `lost` of fire-and-forget frames.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub extra: BTreeMap<String, f64>,
     /// `http`, `http-open`, `ws` or `grpc`.
     pub mode: String,
     /// URL or address driven.
@@ -74,6 +87,10 @@ impl Summary {
         let us = |q: f64| m.hist.value_at_quantile(q) as f64 / 1_000.0;
         let requests = m.hist.len();
         Summary {
+            section: None,
+            system: None,
+            variant: None,
+            extra: BTreeMap::new(),
             mode: mode.to_owned(),
             target: target.to_owned(),
             concurrency,

@@ -1,84 +1,383 @@
-//! The human summary of a run: a markdown table of `/noop` per system and concurrency with ratios to
-//! bare hyper, then the target lines. Pure.
+//! The human summary of a run (`summary.md`): the target lines first, then one table per section with
+//! ratios, then what did not run. Pure.
 
-use crate::procs::Usage;
-use crate::targets::{Check, Run, find};
-use std::collections::BTreeMap;
+use crate::cost::PairCost;
+use crate::plateau;
+use crate::results::{Results, ratio};
+use crate::targets::Check;
 use std::fmt::Write as _;
 
-/// Systems in table order; others follow alphabetically.
-const ORDER: [&str; 3] = ["bare", "switchyard", "edri"];
+/// Systems of the `/noop` table in this order; others follow as recorded.
+const NOOP_ORDER: [&str; 4] = ["bare", "switchyard", "edri", "fastapi"];
 
-fn systems(runs: &[Run]) -> Vec<String> {
-    let mut names: Vec<String> = ORDER.iter().map(|s| (*s).to_owned()).collect();
-    let mut others: Vec<String> = runs
-        .iter()
-        .map(|r| r.system.clone())
-        .filter(|s| !ORDER.contains(&s.as_str()))
-        .collect();
-    others.sort();
-    others.dedup();
-    names.extend(others);
-    names.retain(|s| runs.iter().any(|r| &r.system == s));
-    names
+fn pct(x: Option<f64>) -> String {
+    x.map(|v| format!("{:.1} %", 100.0 * v))
+        .unwrap_or_else(|| "-".to_owned())
 }
 
-/// Renders the summary.
-pub fn render(runs: &[Run], checks: &[Check], procs: &BTreeMap<String, Vec<Usage>>) -> String {
-    let mut out = String::new();
-    let _ = writeln!(
-        out,
-        "| system | c | req/s | vs bare | p50 us | p90 us | p99 us | max us | errors |"
+fn opt(x: Option<f64>, digits: usize) -> String {
+    x.map(|v| format!("{v:.digits$}"))
+        .unwrap_or_else(|| "-".to_owned())
+}
+
+fn verdict(pass: Option<bool>) -> &'static str {
+    match pass {
+        Some(true) => "PASS",
+        Some(false) => "FAIL",
+        None => "NOT MEASURED",
+    }
+}
+
+fn head(out: &mut String, title: &str, cols: &[&str]) {
+    let _ = writeln!(out, "\n## {title}\n");
+    let _ = writeln!(out, "| {} |", cols.join(" | "));
+    let align: Vec<&str> = cols
+        .iter()
+        .enumerate()
+        .map(|(i, _)| if i == 0 { "---" } else { "---:" })
+        .collect();
+    let _ = writeln!(out, "|{}|", align.join("|"));
+}
+
+fn targets(out: &mut String, checks: &[Check]) {
+    let _ = writeln!(out, "## Targets (issue 5)\n");
+    let _ = writeln!(out, "| target | measured | bound | verdict |");
+    let _ = writeln!(out, "|---|---:|---|---|");
+    for c in checks {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} |",
+            c.name,
+            opt(c.value, 3),
+            c.target,
+            verdict(c.pass)
+        );
+    }
+}
+
+fn noop(out: &mut String, r: &Results) {
+    let mut systems: Vec<String> = NOOP_ORDER
+        .iter()
+        .map(|s| (*s).to_owned())
+        .filter(|s| r.systems("noop").contains(s))
+        .collect();
+    systems.extend(
+        r.systems("noop")
+            .into_iter()
+            .filter(|s| !NOOP_ORDER.contains(&s.as_str())),
     );
-    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|---:|---:|");
-    let mut cs: Vec<usize> = runs.iter().map(|r| r.summary.concurrency).collect();
-    cs.sort_unstable();
-    cs.dedup();
-    for sys in systems(runs) {
-        for &c in &cs {
-            let Some(s) = find(runs, &sys, c) else {
+    if systems.is_empty() {
+        return;
+    }
+    head(
+        out,
+        "Throughput and latency: GET /noop",
+        &[
+            "system", "c", "req/s", "vs bare", "p50 µs", "p90 µs", "p99 µs", "max µs", "errors",
+        ],
+    );
+    for sys in &systems {
+        for c in r.concurrencies("noop") {
+            let Some(s) = r.find("noop", sys, None, Some(c)) else {
                 continue;
             };
-            let ratio = find(runs, "bare", c)
-                .filter(|b| b.rps > 0.0)
-                .map(|b| format!("{:.1} %", 100.0 * s.rps / b.rps))
-                .unwrap_or_else(|| "-".to_owned());
+            let vs = r
+                .find("noop", "bare", None, Some(c))
+                .and_then(|b| ratio(s.rps, b.rps));
             let _ = writeln!(
                 out,
-                "| {sys} | {c} | {:.0} | {ratio} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
-                s.rps, s.p50_us, s.p90_us, s.p99_us, s.max_us, s.errors
+                "| {sys} | {c} | {:.0} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
+                s.rps,
+                pct(vs),
+                s.p50_us,
+                s.p90_us,
+                s.p99_us,
+                s.max_us,
+                s.errors
             );
         }
     }
-    if !procs.is_empty() {
-        let _ = writeln!(out, "\n| system | process | CPU s | peak RSS MiB |");
-        let _ = writeln!(out, "|---|---|---:|---:|");
-        for (sys, list) in procs {
-            for u in list {
-                let _ = writeln!(
-                    out,
-                    "| {sys} | {} | {:.1} | {:.1} |",
-                    u.name, u.cpu_s, u.peak_rss_mb
-                );
-            }
+}
+
+/// A section whose rows are (system, variant) pairs compared with a reference system of the same variant.
+fn compared(
+    out: &mut String,
+    r: &Results,
+    section: &str,
+    title: &str,
+    reference: &str,
+    unit: &str,
+) {
+    if r.section(section).next().is_none() {
+        return;
+    }
+    let vs = format!("vs {reference}");
+    head(
+        out,
+        title,
+        &[
+            "variant", "system", "c", unit, &vs, "p50 µs", "p99 µs", "errors",
+        ],
+    );
+    for v in r.variants(section) {
+        for sys in r.systems(section) {
+            let Some(s) = r.find(section, &sys, Some(&v), None) else {
+                continue;
+            };
+            let base = r
+                .find(section, reference, Some(&v), None)
+                .and_then(|b| ratio(s.rps, b.rps));
+            let _ = writeln!(
+                out,
+                "| {v} | {sys} | {} | {:.0} | {} | {:.0} | {:.0} | {} |",
+                s.concurrency,
+                s.rps,
+                pct(base),
+                s.p50_us,
+                s.p99_us,
+                s.errors
+            );
         }
     }
-    let _ = writeln!(out, "\nTargets:");
-    for c in checks {
-        let verdict = match c.pass {
-            Some(true) => "PASS",
-            Some(false) => "FAIL",
-            None => "NOT MEASURED",
+}
+
+/// A section of one system whose variants are compared with the first one.
+fn against_first(out: &mut String, r: &Results, section: &str, title: &str, what: &str) {
+    let variants = r.variants(section);
+    let Some(first) = variants.first() else {
+        return;
+    };
+    let base = r
+        .find(section, "switchyard", Some(first), None)
+        .map(|s| s.rps);
+    let vs = format!("vs {what}={first}");
+    head(
+        out,
+        title,
+        &[what, "c", "req/s", &vs, "p50 µs", "p99 µs", "errors"],
+    );
+    for v in &variants {
+        let Some(s) = r.find(section, "switchyard", Some(v), None) else {
+            continue;
         };
-        let value = c
-            .value
-            .map(|v| format!("{v:.3}"))
-            .unwrap_or_else(|| "-".to_owned());
         let _ = writeln!(
             out,
-            "- {verdict}: {} = {value} (target {})",
-            c.name, c.target
+            "| {v} | {} | {:.0} | {} | {:.0} | {:.0} | {} |",
+            s.concurrency,
+            s.rps,
+            pct(base.and_then(|b| ratio(s.rps, b))),
+            s.p50_us,
+            s.p99_us,
+            s.errors
         );
+    }
+}
+
+fn pair(out: &mut String, cost: &PairCost) {
+    if cost.added_p50_us.is_none() && cost.sidecars.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\n## Sidecar pair cost\n");
+    let _ = writeln!(
+        out,
+        "Added latency over bare hyper at c=1: p50 {} µs, p99 {} µs.\n",
+        opt(cost.added_p50_us, 0),
+        opt(cost.added_p99_us, 0)
+    );
+    let _ = writeln!(
+        out,
+        "| process | pid | CPU s / 1k requests | RSS idle MiB | RSS at c=128 MiB |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|");
+    for s in &cost.sidecars {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} |",
+            s.cmd,
+            s.pid,
+            opt(s.cpu_s_per_1k, 3),
+            opt(s.rss_idle_mb, 1),
+            opt(s.rss_c128_mb, 1)
+        );
+    }
+}
+
+fn frames(out: &mut String, r: &Results) {
+    let fire = r.find("frames", "switchyard", Some("fire"), None);
+    let rtt = r.find("frames", "switchyard", Some("rtt"), None);
+    if fire.is_none() && rtt.is_none() && r.lapinbeam.is_none() {
+        return;
+    }
+    let l = r.lapinbeam.clone().unwrap_or_default();
+    head(
+        out,
+        "Inter-sidecar frames (loopback, two processes)",
+        &["figure", "Switchyard", "lapinbeam"],
+    );
+    let lost = fire.and_then(|f| f.extra.get("lost").copied());
+    let sent = fire.and_then(|f| f.extra.get("sent").copied());
+    let _ = writeln!(
+        out,
+        "| fire-and-forget delivered msg/s | {} | {} (cross-process, best offered rate) |",
+        opt(fire.map(|f| f.rps), 0),
+        opt(l.xproc_delivered_per_s, 0)
+    );
+    let _ = writeln!(
+        out,
+        "| lost | {} of {} | {} |",
+        opt(lost, 0),
+        opt(sent, 0),
+        opt(l.xproc_lost, 0)
+    );
+    let _ = writeln!(
+        out,
+        "| request/ack RTT p50 ms | {} | {} (remote RTT; send+ack {}) |",
+        opt(rtt.map(|s| s.p50_us / 1000.0), 3),
+        opt(l.rtt_p50_ms, 3),
+        opt(l.xproc_ack_p50_ms, 3)
+    );
+    let _ = writeln!(
+        out,
+        "| request/ack RTT p99 ms | {} | {} (remote RTT; send+ack {}) |",
+        opt(rtt.map(|s| s.p99_us / 1000.0), 3),
+        opt(l.rtt_p99_ms, 3),
+        opt(l.xproc_ack_p99_ms, 3)
+    );
+    let _ = writeln!(
+        out,
+        "| round trips/s (one in flight) | {} | - |",
+        opt(rtt.map(|s| s.rps), 0)
+    );
+}
+
+fn plateaus(out: &mut String, r: &Results) {
+    let names: Vec<&String> = r
+        .samples
+        .keys()
+        .filter(|k| k.starts_with("plateau_"))
+        .collect();
+    if names.is_empty() {
+        return;
+    }
+    head(
+        out,
+        "Memory plateau (RSS each second)",
+        &[
+            "load",
+            "process",
+            "pid",
+            "samples",
+            "first MiB",
+            "last MiB",
+            "max MiB",
+            "late growth MiB",
+            "levelled off",
+        ],
+    );
+    for name in names {
+        let series = &r.samples[name];
+        let mut pids: Vec<(u32, String)> = Vec::new();
+        for s in series {
+            if !pids.iter().any(|(p, _)| *p == s.pid) {
+                pids.push((s.pid, s.cmd.clone()));
+            }
+        }
+        for (pid, cmd) in pids {
+            let rss: Vec<f64> = series
+                .iter()
+                .filter(|s| s.pid == pid)
+                .map(|s| s.rss_mb)
+                .collect();
+            let Some(p) = plateau::judge(&rss) else {
+                continue;
+            };
+            let levelled = match p.levelled {
+                Some(true) => "yes",
+                Some(false) => "NO",
+                None => "too short",
+            };
+            let _ = writeln!(
+                out,
+                "| {} | {cmd} | {pid} | {} | {:.1} | {:.1} | {:.1} | {:+.1} | {levelled} |",
+                name.trim_start_matches("plateau_"),
+                p.samples,
+                p.first_mb,
+                p.last_mb,
+                p.max_mb,
+                p.late_growth_mb
+            );
+        }
+    }
+}
+
+fn core(out: &mut String, r: &Results) {
+    if r.section("core").next().is_none() {
+        return;
+    }
+    head(
+        out,
+        "Core routing in process",
+        &["events in flight", "events/s", "errors"],
+    );
+    for s in r.section("core") {
+        let _ = writeln!(out, "| {} | {:.0} | {} |", s.concurrency, s.rps, s.errors);
+    }
+}
+
+/// Renders the summary.
+pub fn render(r: &Results, checks: &[Check], cost: &PairCost) -> String {
+    let mut out = String::from("# Benchmark run\n\n");
+    if let Some(m) = r.meta.as_object() {
+        let line: Vec<String> = m
+            .iter()
+            .map(|(k, v)| match v.as_str() {
+                Some(s) => format!("{k}: {s}"),
+                None => format!("{k}: {v}"),
+            })
+            .collect();
+        let _ = writeln!(out, "{}\n", line.join(" · "));
+    }
+    targets(&mut out, checks);
+    noop(&mut out, r);
+    compared(
+        &mut out,
+        r,
+        "protocols",
+        "WebSocket vs REST vs gRPC (Switchyard next to raw servers)",
+        "raw",
+        "msg/s",
+    );
+    compared(
+        &mut out,
+        r,
+        "payload",
+        "Payload size (response bytes)",
+        "bare",
+        "req/s",
+    );
+    against_first(
+        &mut out,
+        r,
+        "scaling",
+        "Manager scaling (burn, ~2 ms CPU per event)",
+        "replicas",
+    );
+    against_first(
+        &mut out,
+        r,
+        "middleware",
+        "Middleware overhead (pass-through layers)",
+        "layers",
+    );
+    pair(&mut out, cost);
+    frames(&mut out, r);
+    plateaus(&mut out, r);
+    core(&mut out, r);
+    if !r.missing.is_empty() {
+        let _ = writeln!(out, "\n## Not measured in this run\n");
+        for m in &r.missing {
+            let _ = writeln!(out, "- {m}");
+        }
     }
     out
 }
@@ -86,41 +385,42 @@ pub fn render(runs: &[Run], checks: &[Check], procs: &BTreeMap<String, Vec<Usage
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::report::Summary;
+    use crate::cost::pair_cost;
+    use crate::results::run;
+    use crate::targets::evaluate;
 
     #[test]
-    fn table_has_a_row_per_run_with_its_ratio_and_the_verdicts() {
-        let s = |c, rps| Summary {
-            mode: "http".to_owned(),
-            target: String::new(),
-            concurrency: c,
-            rate: None,
-            duration_s: 1.0,
-            requests: 1,
-            errors: 0,
-            rps,
-            p50_us: 1.0,
-            p90_us: 1.0,
-            p99_us: 1.0,
-            max_us: 1.0,
+    fn tables_have_a_row_per_run_with_ratios_and_the_verdicts() {
+        let r = Results {
+            runs: vec![
+                run("noop", "switchyard", None, 32, 25_000.0),
+                run("noop", "bare", None, 32, 100_000.0),
+                run("payload", "bare", Some("1MB"), 8, 1_000.0),
+                run("payload", "switchyard", Some("1MB"), 8, 400.0),
+                run("scaling", "switchyard", Some("1"), 32, 400.0),
+                run("scaling", "switchyard", Some("2"), 32, 700.0),
+            ],
+            missing: vec!["noop edri: did not start".into()],
+            ..Results::default()
         };
-        let runs = vec![
-            Run {
-                system: "switchyard".into(),
-                summary: s(32, 25_000.0),
-            },
-            Run {
-                system: "bare".into(),
-                summary: s(32, 100_000.0),
-            },
-        ];
-        let checks = crate::targets::evaluate(&runs);
-        let text = render(&runs, &checks, &BTreeMap::new());
+        let cost = pair_cost(&r);
+        let text = render(&r, &evaluate(&r, &cost), &cost);
         let bare = text.find("| bare | 32").expect("bare row");
         let sy = text.find("| switchyard | 32").expect("switchyard row");
         assert!(bare < sy, "bare hyper comes first");
-        assert!(text.contains("25.0 %"));
-        assert!(text.contains("FAIL: /noop c=32: Switchyard req/s / bare hyper"));
-        assert!(text.contains("NOT MEASURED: /noop c=32: Switchyard req/s / EDRI"));
+        assert!(text.contains("| 25.0 % |"), "{text}");
+        assert!(
+            text.contains("| 1MB | switchyard | 8 | 400 | 40.0 % |"),
+            "{text}"
+        );
+        assert!(text.contains("| 2 | 32 | 700 | 175.0 % |"), "{text}");
+        assert!(
+            text.contains("| /noop c=32: Switchyard / bare hyper req/s | 0.250 | >= 0.35 | FAIL |")
+        );
+        assert!(
+            text.contains("| /noop c=32: Switchyard / EDRI req/s | - | >= 30 | NOT MEASURED |")
+        );
+        assert!(text.contains("- noop edri: did not start"));
+        assert!(!text.contains("Memory plateau"), "no samples, no table");
     }
 }

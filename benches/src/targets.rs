@@ -1,41 +1,22 @@
-//! The targets of issue 5 that one run checks, as pure functions of the run's summaries.
+//! The targets of issue 5 that one run checks, as pure functions of the run's results: one line each,
+//! pass, fail, or not measured (a peer or step that did not run).
 
-use crate::report::Summary;
+use crate::cost::PairCost;
+use crate::plateau;
+use crate::results::{Results, ratio};
 use serde::{Deserialize, Serialize};
-
-/// One load run of one system: `bare`, `switchyard` or `edri`.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub struct Run {
-    /// Which system was driven.
-    pub system: String,
-    /// What the load generator measured.
-    pub summary: Summary,
-}
 
 /// One target line: the measured value, the bound, and whether it holds (`None`: not measured).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Check {
-    /// What is checked, e.g. `/noop c=32 vs bare hyper`.
+    /// What is checked, e.g. `/noop c=32: Switchyard / bare hyper req/s`.
     pub name: String,
-    /// The measured ratio or duration.
+    /// The measured ratio, duration, size or rate.
     pub value: Option<f64>,
     /// The bound, in words, e.g. `>= 0.35`.
     pub target: String,
     /// Pass, fail, or not measured.
     pub pass: Option<bool>,
-}
-
-/// The run of `system` at concurrency `c`, if any.
-pub fn find<'a>(runs: &'a [Run], system: &str, c: usize) -> Option<&'a Summary> {
-    runs.iter()
-        .find(|r| r.system == system && r.summary.concurrency == c && r.summary.mode == "http")
-        .map(|r| &r.summary)
-}
-
-/// Throughput of `a` over `b` at concurrency `c`.
-pub fn rps_ratio(runs: &[Run], a: &str, b: &str, c: usize) -> Option<f64> {
-    let (a, b) = (find(runs, a, c)?, find(runs, b, c)?);
-    (b.rps > 0.0).then(|| a.rps / b.rps)
 }
 
 fn at_least(name: &str, value: Option<f64>, min: f64) -> Check {
@@ -47,74 +28,236 @@ fn at_least(name: &str, value: Option<f64>, min: f64) -> Check {
     }
 }
 
-/// Checks the `/noop` targets: c=32 throughput against bare hyper and EDRI, added p50 at c=1.
-pub fn evaluate(runs: &[Run]) -> Vec<Check> {
-    let added_p50 = find(runs, "switchyard", 1)
-        .zip(find(runs, "bare", 1))
-        .map(|(s, b)| s.p50_us - b.p50_us);
+fn at_most(name: &str, value: Option<f64>, max: f64) -> Check {
+    Check {
+        name: name.to_owned(),
+        value,
+        target: format!("<= {max}"),
+        pass: value.map(|v| v <= max),
+    }
+}
+
+/// req/s of `(section, system, variant)` over another's, at concurrency `c` (any when `None`).
+pub fn rps_ratio(
+    r: &Results,
+    section: &str,
+    a: (&str, Option<&str>),
+    b: (&str, Option<&str>),
+    c: Option<usize>,
+) -> Option<f64> {
+    let x = r.find(section, a.0, a.1, c)?;
+    let y = r.find(section, b.0, b.1, c)?;
+    ratio(x.rps, y.rps)
+}
+
+/// Highest of the present values.
+fn max_of(xs: impl Iterator<Item = Option<f64>>) -> Option<f64> {
+    xs.flatten().reduce(f64::max)
+}
+
+/// Whether every sidecar's RSS levelled off in the series `name`: 1 when all did, 0 when one did not.
+fn levelled(r: &Results, name: &str) -> Option<f64> {
+    let series = r.samples.get(name)?;
+    let mut pids: Vec<u32> = series
+        .iter()
+        .filter(|s| s.cmd.starts_with("switchyard-sidecar"))
+        .map(|s| s.pid)
+        .collect();
+    pids.sort_unstable();
+    pids.dedup();
+    if pids.is_empty() {
+        return None;
+    }
+    let mut all = true;
+    for pid in pids {
+        let rss: Vec<f64> = series
+            .iter()
+            .filter(|s| s.pid == pid)
+            .map(|s| s.rss_mb)
+            .collect();
+        match plateau::judge(&rss).and_then(|p| p.levelled) {
+            Some(true) => {}
+            Some(false) => all = false,
+            None => return None,
+        }
+    }
+    Some(if all { 1.0 } else { 0.0 })
+}
+
+/// Every target line of issue 5 item 5, plus the memory plateau of item 3.
+pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
+    let fire = r.find("frames", "switchyard", Some("fire"), None);
+    let frames_rate = fire.map(|f| f.rps);
+    let frames_lost = fire.and_then(|f| f.extra.get("lost").copied());
+    let core = max_of(r.section("core").map(|s| Some(s.rps)));
     vec![
         at_least(
-            "/noop c=32: Switchyard req/s / bare hyper req/s",
-            rps_ratio(runs, "switchyard", "bare", 32),
+            "/noop c=32: Switchyard / bare hyper req/s",
+            rps_ratio(r, "noop", ("switchyard", None), ("bare", None), Some(32)),
             0.35,
         ),
         at_least(
-            "/noop c=32: Switchyard req/s / EDRI req/s",
-            rps_ratio(runs, "switchyard", "edri", 32),
+            "/noop c=32: Switchyard / EDRI req/s",
+            rps_ratio(r, "noop", ("switchyard", None), ("edri", None), Some(32)),
             30.0,
         ),
+        at_most(
+            "/noop c=1: added p50 over bare hyper (µs)",
+            cost.added_p50_us,
+            150.0,
+        ),
+        at_least(
+            "WebSocket: Switchyard / raw tungstenite echo msg/s",
+            rps_ratio(
+                r,
+                "protocols",
+                ("switchyard", Some("ws")),
+                ("raw", Some("ws")),
+                None,
+            ),
+            0.5,
+        ),
+        at_least(
+            "gRPC unary: Switchyard / raw tonic calls/s",
+            rps_ratio(
+                r,
+                "protocols",
+                ("switchyard", Some("grpc")),
+                ("raw", Some("grpc")),
+                None,
+            ),
+            0.5,
+        ),
+        at_least(
+            "gRPC streaming: Switchyard / raw tonic msg/s",
+            rps_ratio(
+                r,
+                "protocols",
+                ("switchyard", Some("grpc-stream")),
+                ("raw", Some("grpc-stream")),
+                None,
+            ),
+            0.5,
+        ),
+        at_least(
+            "1 MB responses: Switchyard / bare hyper req/s",
+            rps_ratio(
+                r,
+                "payload",
+                ("switchyard", Some("1MB")),
+                ("bare", Some("1MB")),
+                None,
+            ),
+            0.5,
+        ),
+        at_most(
+            "Sidecar RSS idle, largest sidecar (MiB)",
+            max_of(cost.sidecars.iter().map(|s| s.rss_idle_mb)),
+            15.0,
+        ),
+        at_most(
+            "Sidecar RSS at c=128, largest sidecar (MiB)",
+            max_of(cost.sidecars.iter().map(|s| s.rss_c128_mb)),
+            40.0,
+        ),
         Check {
-            name: "/noop c=1: added p50 over bare hyper (us)".to_owned(),
-            value: added_p50,
-            target: "<= 150".to_owned(),
-            pass: added_p50.map(|v| v <= 150.0),
+            name: "Inter-sidecar frames: fire-and-forget msg/s with zero loss".to_owned(),
+            value: frames_rate,
+            target: ">= 300000, lost = 0".to_owned(),
+            pass: frames_rate
+                .zip(frames_lost)
+                .map(|(rate, lost)| rate >= 300_000.0 && lost == 0.0),
         },
+        at_least("Core routing events/s (in process)", core, 1_000_000.0),
+        at_least(
+            "Memory levels off under sustained load (1 = every sidecar)",
+            levelled(r, "plateau_sustained"),
+            1.0,
+        ),
+        at_least(
+            "Memory levels off under connection churn (1 = every sidecar)",
+            levelled(r, "plateau_churn"),
+            1.0,
+        ),
     ]
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::cost;
+    use crate::procs::Sample;
+    use crate::results::run;
 
-    fn run(system: &str, c: usize, rps: f64, p50_us: f64) -> Run {
-        Run {
-            system: system.to_owned(),
-            summary: Summary {
-                mode: "http".to_owned(),
-                target: String::new(),
-                concurrency: c,
-                rate: None,
-                duration_s: 1.0,
-                requests: 1,
-                errors: 0,
-                rps,
-                p50_us,
-                p90_us: p50_us,
-                p99_us: p50_us,
-                max_us: p50_us,
-            },
-        }
+    fn named<'a>(checks: &'a [Check], prefix: &str) -> &'a Check {
+        checks
+            .iter()
+            .find(|c| c.name.starts_with(prefix))
+            .unwrap_or_else(|| panic!("no check {prefix}"))
     }
 
     #[test]
     fn checks_pass_and_fail_on_the_bounds() {
-        let runs = vec![
-            run("bare", 32, 100_000.0, 100.0),
-            run("switchyard", 32, 40_000.0, 300.0),
-            run("edri", 32, 1_000.0, 20_000.0),
-            run("bare", 1, 20_000.0, 40.0),
-            run("switchyard", 1, 5_000.0, 240.0),
+        let mut r = Results::default();
+        let mut sy1 = run("noop", "switchyard", None, 1, 5_000.0);
+        sy1.p50_us = 300.0;
+        r.runs = vec![
+            run("noop", "bare", None, 32, 100_000.0),
+            run("noop", "switchyard", None, 32, 40_000.0),
+            run("noop", "edri", None, 32, 1_000.0),
+            run("noop", "bare", None, 1, 20_000.0),
+            sy1,
+            run("protocols", "switchyard", Some("ws"), 32, 30_000.0),
+            run("protocols", "raw", Some("ws"), 32, 100_000.0),
+            run("payload", "switchyard", Some("1MB"), 8, 600.0),
+            run("payload", "bare", Some("1MB"), 8, 1_000.0),
+            run("core", "switchyard", Some("256"), 256, 1_500_000.0),
         ];
-        let c = evaluate(&runs);
-        assert_eq!(c[0].pass, Some(true));
-        assert!((c[0].value.unwrap_or_default() - 0.4).abs() < 1e-9);
-        assert_eq!(c[1].pass, Some(true));
-        assert_eq!(c[2].pass, Some(false), "200 us added is over 150");
+        let mut fire = run("frames", "switchyard", Some("fire"), 1, 400_000.0);
+        fire.extra.insert("lost".into(), 0.0);
+        r.runs.push(fire);
+        let climb: Vec<Sample> = (0..12)
+            .map(|i| Sample {
+                t_s: f64::from(i),
+                pid: 1,
+                cmd: "switchyard-sidecar router".into(),
+                rss_mb: 10.0 + 3.0 * f64::from(i),
+            })
+            .collect();
+        r.samples.insert("plateau_churn".into(), climb);
+        let c = evaluate(&r, &cost::pair_cost(&r));
+        assert_eq!(named(&c, "/noop c=32: Switchyard / bare").pass, Some(true));
+        assert_eq!(named(&c, "/noop c=32: Switchyard / EDRI").pass, Some(true));
+        assert_eq!(
+            named(&c, "/noop c=1").pass,
+            Some(false),
+            "200 µs added is over 150"
+        );
+        assert_eq!(named(&c, "WebSocket").pass, Some(false), "30 % of raw");
+        assert_eq!(named(&c, "gRPC unary").pass, None, "not measured");
+        assert_eq!(named(&c, "1 MB").pass, Some(true));
+        assert_eq!(named(&c, "Inter-sidecar").pass, Some(true));
+        assert_eq!(named(&c, "Core").pass, Some(true));
+        assert_eq!(
+            named(&c, "Memory levels off under connection").pass,
+            Some(false)
+        );
+        assert_eq!(named(&c, "Memory levels off under sustained").pass, None);
+    }
+
+    #[test]
+    fn lost_frames_fail_even_when_fast() {
+        let mut r = Results::default();
+        let mut fire = run("frames", "switchyard", Some("fire"), 1, 900_000.0);
+        fire.extra.insert("lost".into(), 3.0);
+        r.runs.push(fire);
+        let c = evaluate(&r, &cost::pair_cost(&r));
+        assert_eq!(named(&c, "Inter-sidecar").pass, Some(false));
     }
 
     #[test]
     fn missing_runs_are_reported_as_not_measured() {
-        let c = evaluate(&[run("bare", 32, 100_000.0, 100.0)]);
+        let c = evaluate(&Results::default(), &PairCost::default());
         assert!(c.iter().all(|c| c.pass.is_none() && c.value.is_none()));
     }
 }

@@ -479,3 +479,73 @@ fn relay_example_requests_echo_through_the_local_api() {
     let status = up.wait_exit(Duration::from_secs(40));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
 }
+
+/// The admin port printed on a `✓ <label> (pid N) on ... (admin :PORT)` line.
+fn admin_port(line: &str) -> Option<u16> {
+    let rest = line.split("(admin :").nth(1)?;
+    rest.trim_end_matches(')').parse().ok()
+}
+
+/// Requests a manager sidecar has answered, summed from its `switchyard_requests_total` series.
+fn answered(admin: u16) -> u64 {
+    let text = get(admin, "/metrics").unwrap_or_default();
+    text.lines()
+        .filter(|l| l.starts_with("switchyard_requests_total{"))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[test]
+fn replicas_start_two_managers_that_both_serve() {
+    require_binaries();
+    let _one_at_a_time = END_TO_END.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let (manifest, http) = quickstart_on_free_ports(dir.path());
+    let text = std::fs::read_to_string(&manifest).expect("manifest");
+    // The Manager's spec: two replicas, which the operator's Deployment would also run.
+    let text = text.replace(
+        "  events: [noop, echo]\n",
+        "  events: [noop, echo]\n  replicas: 2\n",
+    );
+    assert!(text.contains("replicas: 2"), "the quickstart changed shape");
+    std::fs::write(&manifest, text).expect("write manifest");
+    let mut up = start_up(&manifest);
+    let ready = up.wait_for("ready: try curl", Duration::from_secs(90));
+    assert!(ready.is_some(), "never ready:\n{}", up.seen.join("\n"));
+    let admins: Vec<u16> = [
+        "✓ manager sidecar handlers (",
+        "✓ manager sidecar handlers[2] (",
+    ]
+    .iter()
+    .map(|label| {
+        up.seen
+            .iter()
+            .find(|l| l.starts_with(label))
+            .and_then(|l| admin_port(l))
+            .unwrap_or_else(|| panic!("no {label} line:\n{}", up.seen.join("\n")))
+    })
+    .collect();
+    assert!(up.seen.iter().any(|l| l.starts_with("✓ app handlers[2]")));
+
+    // The router picks between the two with random ties, so a few requests reach both; the bound is a count, not
+    // a time.
+    let mut sent = 0;
+    while sent < 400 && admins.iter().any(|&a| answered(a) == 0) {
+        let answer = get(http, "/noop").expect("GET /noop");
+        assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+        sent += 1;
+    }
+    let counts: Vec<u64> = admins.iter().map(|&a| answered(a)).collect();
+    assert!(
+        counts.iter().all(|&n| n > 0),
+        "answered per replica: {counts:?} after {sent} requests"
+    );
+
+    up.term();
+    let status = up.wait_exit(Duration::from_secs(40));
+    assert!(
+        status.is_some_and(|s| s.success()),
+        "{status:?}\n{}",
+        up.seen.join("\n")
+    );
+}

@@ -1,53 +1,45 @@
-//! A bare hyper HTTP/1.1 server answering every request with `{"ok":true}`: the physical limit the
-//! full path is measured against.
+//! The baselines Switchyard is measured against, each the least a server of that protocol can do:
+//! `http` (bare hyper: `{"ok":true}`, or `n` bytes on `/bytes?n=N`), `ws` (a raw tokio-tungstenite echo)
+//! and `grpc` (raw tonic serving `switchyard.v1.Gateway` with a fixed reply, so the same client drives
+//! it and the router), and `frames` (the receiving end of the inter-sidecar frame bench).
 
 #![forbid(unsafe_code)]
 
-use bytes::Bytes;
-use clap::Parser;
-use http_body_util::Full;
-use hyper::server::conn::http1;
-use hyper::service::service_fn;
-use hyper::{Request, Response};
-use hyper_util::rt::TokioIo;
-use std::convert::Infallible;
+use clap::{Parser, ValueEnum};
+use switchyard_benches::bare;
 use tokio::net::TcpListener;
+
+#[derive(Clone, Copy, ValueEnum)]
+enum Mode {
+    Http,
+    Ws,
+    Grpc,
+    Frames,
+}
 
 #[derive(Parser)]
 #[command(
     name = "switchyard-bare",
-    about = "Bare hyper noop server (benchmark baseline)"
+    about = "Baseline servers for the benchmarks: bare hyper, raw WebSocket echo, raw tonic Gateway"
 )]
 struct Args {
     /// Port on 127.0.0.1.
     #[arg(long, default_value_t = 18080)]
     port: u16,
-}
-
-async fn noop(_req: Request<hyper::body::Incoming>) -> Result<Response<Full<Bytes>>, Infallible> {
-    let mut resp = Response::new(Full::new(Bytes::from_static(br#"{"ok":true}"#)));
-    resp.headers_mut().insert(
-        hyper::header::CONTENT_TYPE,
-        hyper::header::HeaderValue::from_static("application/json"),
-    );
-    Ok(resp)
+    /// Which server.
+    #[arg(long, value_enum, default_value_t = Mode::Http)]
+    mode: Mode,
 }
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let args = Args::parse();
     let listener = TcpListener::bind(("127.0.0.1", args.port)).await?;
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(s) => s,
-            // Out of descriptors and the like: keep serving the connections we have.
-            Err(_) => continue,
-        };
-        let _ = stream.set_nodelay(true);
-        tokio::spawn(async move {
-            let _ = http1::Builder::new()
-                .serve_connection(TokioIo::new(stream), service_fn(noop))
-                .await;
-        });
+    match args.mode {
+        Mode::Http => bare::http::serve(listener).await,
+        Mode::Ws => bare::ws::serve(listener).await,
+        Mode::Grpc => bare::grpc::serve(listener).await?,
+        Mode::Frames => switchyard_benches::load::frames::serve(listener).await,
     }
+    Ok(())
 }

@@ -1,17 +1,19 @@
-//! The benchmark runner's helper: `procs` prints CPU seconds and peak RSS of processes as JSON;
-//! `summarize DIR` gathers `DIR/runs/*.json` and `DIR/procs/*.json` into `DIR/results.json` and
-//! `DIR/summary.md` with ratios and the pass/fail target lines.
+//! The benchmark runner's helper:
+//! - `procs PID...` prints CPU seconds, RSS and command of processes as JSON;
+//! - `sample --every 1s --for 60s PID...` prints their RSS each period as a JSON series;
+//! - `summarize DIR` reads a results folder (`runs/`, `procs/`, `samples/`, `peers/lapinbeam.txt`,
+//!   `missing.txt`, `meta*.json`) and writes `results.json`, `summary.md` and `plots/*.svg`.
 
 #![forbid(unsafe_code)]
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
-use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use switchyard_benches::procs::{self, Usage};
+use std::time::{Duration, Instant};
+use switchyard_benches::procs::{self, Sample, Usage};
 use switchyard_benches::report::Summary;
-use switchyard_benches::summary;
-use switchyard_benches::targets::{self, Run};
+use switchyard_benches::results::Results;
+use switchyard_benches::{cost, lapin, plots, summary, targets};
 
 #[derive(Parser)]
 #[command(name = "switchyard-bench-report")]
@@ -22,14 +24,25 @@ struct Args {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// CPU seconds and peak RSS of live processes, as a JSON array.
+    /// CPU seconds, RSS and command of live processes, as a JSON array.
     Procs {
         /// Process ids; gone ones are skipped.
         pids: Vec<u32>,
     },
-    /// Builds results.json and summary.md from a results folder.
+    /// RSS of live processes every period for a while, as a JSON array of samples.
+    Sample {
+        /// Period, e.g. `1s`.
+        #[arg(long, default_value = "1s", value_parser = humantime::parse_duration)]
+        every: Duration,
+        /// How long, e.g. `60s`.
+        #[arg(long = "for", value_parser = humantime::parse_duration)]
+        length: Duration,
+        /// Process ids; gone ones are skipped.
+        pids: Vec<u32>,
+    },
+    /// Builds results.json, summary.md and plots/ from a results folder.
     Summarize {
-        /// The results folder (holds runs/ and procs/).
+        /// The results folder.
         dir: PathBuf,
     },
 }
@@ -40,15 +53,30 @@ fn main() -> anyhow::Result<()> {
             let usage: Vec<Usage> = pids.into_iter().filter_map(procs::read).collect();
             println!("{}", serde_json::to_string_pretty(&usage)?);
         }
+        Cmd::Sample {
+            every,
+            length,
+            pids,
+        } => {
+            let start = Instant::now();
+            let mut out: Vec<Sample> = Vec::new();
+            let mut next = start;
+            while start.elapsed() <= length {
+                let t_s = start.elapsed().as_secs_f64();
+                out.extend(pids.iter().filter_map(|&p| procs::read(p)).map(|u| Sample {
+                    t_s,
+                    pid: u.pid,
+                    cmd: u.cmd,
+                    rss_mb: u.rss_mb,
+                }));
+                next += every;
+                std::thread::sleep(next.saturating_duration_since(Instant::now()));
+            }
+            println!("{}", serde_json::to_string(&out)?);
+        }
         Cmd::Summarize { dir } => summarize(&dir)?,
     }
     Ok(())
-}
-
-/// `<system>_c<N>.json` or `<system>_<mode>_c<N>.json`: the system is the part before the first `_`.
-fn system_of(path: &Path) -> Option<String> {
-    let stem = path.file_stem()?.to_str()?;
-    Some(stem.split('_').next()?.to_owned())
 }
 
 fn json_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
@@ -65,57 +93,98 @@ fn json_files(dir: &Path) -> anyhow::Result<Vec<PathBuf>> {
     Ok(files)
 }
 
-fn summarize(dir: &Path) -> anyhow::Result<()> {
-    let mut runs = Vec::new();
-    for p in json_files(&dir.join("runs"))? {
+fn stem(p: &Path) -> String {
+    p.file_stem()
+        .and_then(|s| s.to_str())
+        .unwrap_or("?")
+        .to_owned()
+}
+
+/// Reads every JSON file of `dir`; a file that does not parse (a step killed half-way) is named in
+/// `missing` and skipped, so one broken step does not lose the rest of the run.
+fn read_all<T: serde::de::DeserializeOwned>(
+    dir: &Path,
+    missing: &mut Vec<String>,
+) -> anyhow::Result<Vec<(String, T)>> {
+    let mut out = Vec::new();
+    for p in json_files(dir)? {
         let text = std::fs::read_to_string(&p)?;
-        let summary: Summary =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
-        let system = system_of(&p).unwrap_or_default();
-        runs.push(Run { system, summary });
+        match serde_json::from_str(&text) {
+            Ok(v) => out.push((stem(&p), v)),
+            Err(e) => missing.push(format!("{}: unreadable ({e})", p.display())),
+        }
     }
-    let mut procs_by: BTreeMap<String, Vec<Usage>> = BTreeMap::new();
-    for p in json_files(&dir.join("procs"))? {
-        let text = std::fs::read_to_string(&p)?;
-        let usage: Vec<Usage> =
-            serde_json::from_str(&text).with_context(|| format!("parsing {}", p.display()))?;
-        let name = p
-            .file_stem()
-            .and_then(|s| s.to_str())
-            .unwrap_or("?")
-            .to_owned();
-        procs_by.insert(name, usage);
+    Ok(out)
+}
+
+fn load(dir: &Path) -> anyhow::Result<Results> {
+    let mut r = Results::default();
+    if let Ok(text) = std::fs::read_to_string(dir.join("missing.txt")) {
+        r.missing = text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect();
     }
-    let checks = targets::evaluate(&runs);
-    let meta: serde_json::Value = std::fs::read_to_string(dir.join("meta.json"))
+    let mut missing = Vec::new();
+    r.runs = read_all::<Summary>(&dir.join("runs"), &mut missing)?
+        .into_iter()
+        .map(|(_, s)| s)
+        .collect();
+    r.procs = read_all::<Vec<Usage>>(&dir.join("procs"), &mut missing)?
+        .into_iter()
+        .collect();
+    r.samples = read_all::<Vec<Sample>>(&dir.join("samples"), &mut missing)?
+        .into_iter()
+        .collect();
+    r.missing.extend(missing);
+    r.lapinbeam = std::fs::read_to_string(dir.join("peers").join("lapinbeam.txt"))
         .ok()
-        .and_then(|t| serde_json::from_str(&t).ok())
-        .unwrap_or(serde_json::Value::Null);
+        .map(|t| lapin::parse(&t));
+    // meta.json from the runner, plus any meta-*.json a step added (peer versions).
+    let mut meta = serde_json::Map::new();
+    for p in json_files(dir)? {
+        let name = stem(&p);
+        if (name == "meta" || name.starts_with("meta-"))
+            && let Ok(serde_json::Value::Object(m)) =
+                serde_json::from_str(&std::fs::read_to_string(&p)?)
+        {
+            meta.extend(m);
+        }
+    }
+    r.meta = serde_json::Value::Object(meta);
+    Ok(r)
+}
+
+fn summarize(dir: &Path) -> anyhow::Result<()> {
+    let r = load(dir)?;
+    let pair = cost::pair_cost(&r);
+    let checks = targets::evaluate(&r, &pair);
+    let plots = match plots::draw_all(&dir.join("plots"), &r) {
+        Ok(files) => files,
+        Err(e) => {
+            eprintln!("plots: {e:#}");
+            Vec::new()
+        }
+    };
     let results = serde_json::json!({
-        "meta": meta,
-        "runs": runs,
-        "ratios_vs_bare": ratios(&runs),
-        "procs": procs_by,
+        "results": r,
+        "pair_cost": pair,
         "targets": checks,
     });
     std::fs::write(
         dir.join("results.json"),
         serde_json::to_string_pretty(&results)?,
     )?;
-    let text = summary::render(&runs, &checks, &procs_by);
+    let mut text = summary::render(&r, &checks, &pair);
+    if !plots.is_empty() {
+        text.push_str("\n## Plots\n\n");
+        for p in &plots {
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("?");
+            text.push_str(&format!("![{name}](plots/{name})\n"));
+        }
+    }
     std::fs::write(dir.join("summary.md"), &text)?;
     print!("{text}");
     Ok(())
-}
-
-/// req/s of every system over bare hyper's, per concurrency.
-fn ratios(runs: &[Run]) -> BTreeMap<String, BTreeMap<usize, f64>> {
-    let mut out: BTreeMap<String, BTreeMap<usize, f64>> = BTreeMap::new();
-    for r in runs.iter().filter(|r| r.system != "bare") {
-        let c = r.summary.concurrency;
-        if let Some(v) = targets::rps_ratio(runs, &r.system, "bare", c) {
-            out.entry(r.system.clone()).or_default().insert(c, v);
-        }
-    }
-    out
 }

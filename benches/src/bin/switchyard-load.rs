@@ -1,13 +1,15 @@
-//! The load generator: closed-loop or open-loop HTTP/1.1, WebSocket round trips and gRPC unary calls
-//! at a given concurrency for a given time; prints one JSON summary (req/s, p50, p90, p99, max, errors).
+//! The load generator: closed-loop or open-loop HTTP/1.1 (optionally a new connection per request),
+//! WebSocket round trips, gRPC unary calls and `Connect` streams, inter-sidecar frames, and the core
+//! routing loop in process; prints one JSON summary (req/s, p50, p90, p99, max, errors).
 
 #![forbid(unsafe_code)]
 
 use anyhow::bail;
 use clap::{Parser, Subcommand};
 use std::time::Duration;
-use switchyard_benches::load::{Window, grpc, http, run_workers, ws};
-use switchyard_benches::report::Summary;
+use switchyard_benches::load::{Window, frames, grpc, grpc_stream, http, run_workers, ws};
+use switchyard_benches::report::{self, Measured, Summary};
+use switchyard_benches::routing::{Loop, quickstart_table};
 
 #[derive(Parser)]
 #[command(
@@ -29,6 +31,13 @@ struct Args {
     /// Runtime threads of the generator (1 keeps it on one core, like `wrk -t1`).
     #[arg(long, default_value_t = 1, global = true)]
     threads: usize,
+    /// Labels copied into the JSON, so the report knows what the run was: section, system, variant.
+    #[arg(long, global = true)]
+    section: Option<String>,
+    #[arg(long, global = true)]
+    system: Option<String>,
+    #[arg(long, global = true)]
+    variant: Option<String>,
 }
 
 #[derive(Subcommand)]
@@ -40,6 +49,9 @@ enum Mode {
         /// Requests per second in total (open loop); without it, closed loop.
         #[arg(long)]
         rate: Option<f64>,
+        /// A new connection for every request (closed loop only): connection churn.
+        #[arg(long)]
+        churn: bool,
     },
     /// WebSocket round trips with the router's `{"command": ..., "id": N}` protocol.
     Ws {
@@ -57,6 +69,34 @@ enum Mode {
         #[arg(long, default_value = "noop")]
         method: String,
     },
+    /// gRPC streaming: one `switchyard.v1.Gateway/Connect` stream per worker, one request in flight on each.
+    GrpcStream {
+        /// `http://host:port`.
+        addr: String,
+        /// The gRPC route's method.
+        #[arg(long, default_value = "noop")]
+        method: String,
+    },
+    /// Fire-and-forget frames to `switchyard-bare --mode frames` as fast as the socket takes them; reports
+    /// delivered frames/s and the loss count (one connection; `-c` is ignored).
+    FramesFire {
+        /// `host:port` of the receiver.
+        addr: String,
+        /// Payload bytes per frame.
+        #[arg(long, default_value_t = 64)]
+        payload: usize,
+    },
+    /// REQUEST/RESPONSE frame round trips to `switchyard-bare --mode frames`, one in flight per connection.
+    FramesRtt {
+        /// `host:port` of the receiver.
+        addr: String,
+        /// Payload bytes per frame.
+        #[arg(long, default_value_t = 64)]
+        payload: usize,
+    },
+    /// The core routing loop in this process (route lookup, admission, REQUEST frame to a manager task over an
+    /// in-memory pipe, RESPONSE back), `-c` events in flight; reports events/s. Ignores `--threads` (one thread).
+    Core,
 }
 
 fn main() -> anyhow::Result<()> {
@@ -64,11 +104,19 @@ fn main() -> anyhow::Result<()> {
     if args.concurrency == 0 || args.threads == 0 {
         bail!("--concurrency and --threads must be at least 1");
     }
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(args.threads)
-        .enable_all()
-        .build()?;
-    let summary = rt.block_on(run(&args))?;
+    let rt = match args.mode {
+        Mode::Core => tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()?,
+        _ => tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(args.threads)
+            .enable_all()
+            .build()?,
+    };
+    let mut summary = rt.block_on(run(&args))?;
+    summary.section = args.section.clone();
+    summary.system = args.system.clone();
+    summary.variant = args.variant.clone();
     println!("{}", serde_json::to_string_pretty(&summary)?);
     Ok(())
 }
@@ -77,15 +125,23 @@ async fn run(args: &Args) -> anyhow::Result<Summary> {
     let n = args.concurrency;
     let w = Window::new(args.warmup, args.duration);
     Ok(match &args.mode {
-        Mode::Http { url, rate: None } => {
+        Mode::Http {
+            url,
+            rate: None,
+            churn,
+        } => {
             let t = http::Target::parse(url)?;
-            let m = run_workers(n, w, |_| http::closed_worker(t.clone(), w)).await;
-            Summary::new("http", url, n, None, &m)
+            let m = run_workers(n, w, |_| http::closed_worker(t.clone(), w, *churn)).await;
+            Summary::new(if *churn { "http-churn" } else { "http" }, url, n, None, &m)
         }
         Mode::Http {
             url,
             rate: Some(rate),
+            churn,
         } => {
+            if *churn {
+                bail!("--churn is for the closed loop; drop --rate");
+            }
             if !(rate.is_finite() && *rate > 0.0) {
                 bail!("--rate must be a positive number of requests per second");
             }
@@ -101,5 +157,66 @@ async fn run(args: &Args) -> anyhow::Result<Summary> {
             let m = run_workers(n, w, |_| grpc::worker(addr.clone(), method.clone(), w)).await;
             Summary::new("grpc", addr, n, None, &m)
         }
+        Mode::GrpcStream { addr, method } => {
+            let m = run_workers(n, w, |_| {
+                grpc_stream::worker(addr.clone(), method.clone(), w)
+            })
+            .await;
+            Summary::new("grpc-stream", addr, n, None, &m)
+        }
+        Mode::FramesFire { addr, payload } => {
+            let f = frames::fire(addr, w, *payload).await?;
+            let m = Measured {
+                hist: report::histogram(),
+                errors: f.lost(),
+                elapsed: Duration::from_secs_f64(f.secs),
+            };
+            let mut s = Summary::new("frames-fire", addr, 1, None, &m);
+            s.requests = f.received;
+            s.rps = f.rate();
+            s.extra.insert("sent".to_owned(), f.sent as f64);
+            s.extra.insert("lost".to_owned(), f.lost() as f64);
+            s
+        }
+        Mode::FramesRtt { addr, payload } => {
+            let m = run_workers(n, w, |_| frames::rtt_worker(addr.clone(), w, *payload)).await;
+            Summary::new("frames-rtt", addr, n, None, &m)
+        }
+        Mode::Core => core(n, w).await?,
     })
+}
+
+/// Batches of the core loop until the window ends; only batches finishing in the measured window count.
+async fn core(window: usize, w: Window) -> anyhow::Result<Summary> {
+    const BATCH: usize = 4096;
+    let mut lp = Loop::start(quickstart_table()?, window.max(1));
+    let mut events = 0u64;
+    let mut errors = 0u64;
+    let mut began = None;
+    loop {
+        let now = tokio::time::Instant::now();
+        if now >= w.end {
+            break;
+        }
+        let ok = lp.run("/noop", BATCH, window).await?;
+        if now >= w.start {
+            began.get_or_insert(now);
+            events += ok as u64;
+            errors += (BATCH - ok) as u64;
+        }
+    }
+    let elapsed = began.map(|b| b.elapsed()).unwrap_or_default();
+    let m = Measured {
+        hist: report::histogram(),
+        errors,
+        elapsed,
+    };
+    let mut s = Summary::new("core", "in-process", window, None, &m);
+    s.requests = events;
+    s.rps = if elapsed.as_secs_f64() > 0.0 {
+        events as f64 / elapsed.as_secs_f64()
+    } else {
+        0.0
+    };
+    Ok(s)
 }

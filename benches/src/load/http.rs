@@ -73,8 +73,9 @@ async fn get(sender: &mut SendRequest<Empty<Bytes>>, t: &Target) -> bool {
     }
 }
 
-/// A closed-loop worker: as many requests as the target answers until the window ends.
-pub async fn closed_worker(t: Target, w: Window) -> Tally {
+/// A closed-loop worker: as many requests as the target answers until the window ends. With `churn`
+/// every request has a connection of its own (connect, one GET, close), as many short-lived clients do.
+pub async fn closed_worker(t: Target, w: Window, churn: bool) -> Tally {
     let mut tally = Tally::new();
     let mut sender = None;
     while Instant::now() < w.end {
@@ -89,7 +90,7 @@ pub async fn closed_worker(t: Target, w: Window) -> Tally {
         let sent = Instant::now();
         let ok = get(s, &t).await;
         tally.count(&w, sent, ok);
-        if !ok {
+        if !ok || churn {
             sender = None;
         }
     }

@@ -1,7 +1,9 @@
 //! The load generator's drivers: one connection per worker, each worker keeps its own histogram, and
 //! the histograms are merged at the end, so workers share nothing while they run.
 
+pub mod frames;
 pub mod grpc;
+pub mod grpc_stream;
 pub mod http;
 pub mod ws;
 

@@ -1,9 +1,9 @@
 //! `switchyard up -f FILE.yaml`: the Routers and Managers of a manifest as local processes on 127.0.0.1, no
 //! cluster.
 //!
-//! Per Manager: its app (the first container's `command` + `args`) and a manager-role sidecar; per Router: a
-//! router-role sidecar whose config sends each Manager's events straight to that Manager's local sidecar
-//! (`staticEndpoints`) instead of Service endpoints. Apps get `PORT` and, when several Managers declare the same
+//! Per Manager replica (`spec.replicas`, see `plan::local_replicas`): its app (the first container's `command` +
+//! `args`) and a manager-role sidecar; per Router: a router-role sidecar whose config sends each Manager's events
+//! straight to that Manager's local sidecars (`staticEndpoints`) instead of Service endpoints. Apps get `PORT` and, when several Managers declare the same
 //! `app.port`, distinct ports from 8000 upward (a `--port N` argument is rewritten to match).
 //!
 //! Start order is apps, manager sidecars, routers, each waited on until ready; stop order is the reverse.

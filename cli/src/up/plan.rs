@@ -129,30 +129,6 @@ pub fn plan(
         let name = m.name_any();
         let declared = u16::try_from(m.spec.app.port)
             .with_context(|| format!("Manager {name}: spec.app.port"))?;
-        // With --no-app the user runs the app, presumably on the port the spec declares.
-        let app_port = if opts.apps {
-            ports.app(declared)?
-        } else {
-            declared
-        };
-        let local_api = ports.ephemeral()?;
-        let local_api_url = format!("http://{LOCALHOST}:{local_api}");
-        if opts.apps {
-            plan.procs.push(app_proc(m, app_port, &local_api_url)?);
-        } else {
-            plan.notes.push(format!(
-                "· app {name}: not started (--no-app); run it on {LOCALHOST}:{app_port} with {LOCAL_API_ENV}={local_api_url}"
-            ));
-        }
-
-        let listen = ports.ephemeral()?;
-        let admin = ports.ephemeral()?;
-        let config_path = opts.state_dir.join(format!("manager-{name}.json"));
-        manager_configs.push((
-            m,
-            config_path.clone(),
-            config::manager_config(m, router_of(&objs.routers, m), app_port)?,
-        ));
         let events = m
             .spec
             .events
@@ -160,37 +136,75 @@ pub fn plan(
             .map(|e| e.as_str())
             .collect::<Vec<_>>()
             .join(",");
-        endpoints
-            .entry(name.clone())
-            .or_default()
-            .push(format!("{LOCALHOST}:{listen}"));
-        sidecars.push(ProcSpec {
-            label: format!("manager sidecar {name}"),
-            tier: Tier::Manager,
-            program: opts.sidecar.to_owned(),
-            args: vec![
-                "manager".into(),
-                // Humans read this output; the JSON default is for log collectors in a cluster.
-                "--log-format".into(),
-                "text".into(),
-                "--config".into(),
-                config_path.display().to_string(),
-                "--listen".into(),
-                format!("{LOCALHOST}:{listen}"),
-                "--admin-addr".into(),
-                format!("{LOCALHOST}:{admin}"),
-                "--app-addr".into(),
-                format!("{LOCALHOST}:{app_port}"),
-                "--local-api-addr".into(),
-                format!("{LOCALHOST}:{local_api}"),
-            ],
-            env: vec![(EVENT_TYPES_ENV.into(), events)],
-            probe: Probe::Http {
-                addr: SocketAddr::from((LOCALHOST, admin)),
-                path: "/readyz",
-            },
-            listening: format!("on {LOCALHOST}:{listen} (admin :{admin})"),
-        });
+        let replicas = local_replicas(m);
+        for replica in 1..=replicas {
+            // The first replica keeps the plain names, so a one-replica run looks as it always did.
+            let id = if replica == 1 {
+                name.clone()
+            } else {
+                format!("{name}[{replica}]")
+            };
+            // With --no-app the user runs the app, presumably on the port the spec declares.
+            let app_port = if opts.apps {
+                ports.app(declared)?
+            } else if replica == 1 {
+                declared
+            } else {
+                bail!(
+                    "Manager {name}: {replicas} replicas need one app each on its own port; --no-app runs only one \
+                     (set spec.replicas to 1, or let switchyard up start the apps)"
+                );
+            };
+            let local_api = ports.ephemeral()?;
+            let local_api_url = format!("http://{LOCALHOST}:{local_api}");
+            if opts.apps {
+                plan.procs.push(app_proc(m, &id, app_port, &local_api_url)?);
+            } else {
+                plan.notes.push(format!(
+                    "· app {name}: not started (--no-app); run it on {LOCALHOST}:{app_port} with {LOCAL_API_ENV}={local_api_url}"
+                ));
+            }
+
+            let listen = ports.ephemeral()?;
+            let admin = ports.ephemeral()?;
+            let config_path = opts.state_dir.join(format!("manager-{id}.json"));
+            manager_configs.push((
+                m,
+                config_path.clone(),
+                config::manager_config(m, router_of(&objs.routers, m), app_port)?,
+            ));
+            endpoints
+                .entry(name.clone())
+                .or_default()
+                .push(format!("{LOCALHOST}:{listen}"));
+            sidecars.push(ProcSpec {
+                label: format!("manager sidecar {id}"),
+                tier: Tier::Manager,
+                program: opts.sidecar.to_owned(),
+                args: vec![
+                    "manager".into(),
+                    // Humans read this output; the JSON default is for log collectors in a cluster.
+                    "--log-format".into(),
+                    "text".into(),
+                    "--config".into(),
+                    config_path.display().to_string(),
+                    "--listen".into(),
+                    format!("{LOCALHOST}:{listen}"),
+                    "--admin-addr".into(),
+                    format!("{LOCALHOST}:{admin}"),
+                    "--app-addr".into(),
+                    format!("{LOCALHOST}:{app_port}"),
+                    "--local-api-addr".into(),
+                    format!("{LOCALHOST}:{local_api}"),
+                ],
+                env: vec![(EVENT_TYPES_ENV.into(), events.clone())],
+                probe: Probe::Http {
+                    addr: SocketAddr::from((LOCALHOST, admin)),
+                    path: "/readyz",
+                },
+                listening: format!("on {LOCALHOST}:{listen} (admin :{admin})"),
+            });
+        }
     }
     plan.procs.extend(sidecars);
     for (m, path, mut config) in manager_configs {
@@ -265,8 +279,28 @@ pub fn plan(
     Ok(plan)
 }
 
-/// The app process of `manager`: the first container's `command` + `args`, run on `port`.
-fn app_proc(manager: &Manager, port: u16, local_api_url: &str) -> anyhow::Result<ProcSpec> {
+/// How many replicas of `manager` a local run starts: `spec.replicas` (what `kubectl scale` sets), kept within
+/// `scaling.minReplicas..=maxReplicas` when scaling is enabled (the operator's autoscaler would, and no autoscaler
+/// runs locally), and at least one, since nothing would start a replica from zero locally.
+pub fn local_replicas(manager: &Manager) -> u32 {
+    let spec = &manager.spec;
+    let mut n = spec.replicas;
+    if spec.scaling.enabled {
+        n = n.clamp(
+            spec.scaling.min_replicas,
+            spec.scaling.max_replicas.max(spec.scaling.min_replicas),
+        );
+    }
+    u32::try_from(n).unwrap_or(0).max(1)
+}
+
+/// The app process of one replica (`id`) of `manager`: the first container's `command` + `args`, run on `port`.
+fn app_proc(
+    manager: &Manager,
+    id: &str,
+    port: u16,
+    local_api_url: &str,
+) -> anyhow::Result<ProcSpec> {
     let name = manager.name_any();
     let field = "spec.template.spec.containers[0]";
     let container = manager
@@ -315,7 +349,7 @@ fn app_proc(manager: &Manager, port: u16, local_api_url: &str) -> anyhow::Result
         Probe::Tcp(addr)
     };
     Ok(ProcSpec {
-        label: format!("app {name}"),
+        label: format!("app {id}"),
         tier: Tier::App,
         program: path,
         args: rewrite_port(args, port),
@@ -602,6 +636,71 @@ spec:
         assert!(p.procs.iter().all(|p| p.tier != Tier::App));
         assert_eq!(p.notes.len(), 2);
         assert!(p.procs[1].args.contains(&"127.0.0.1:8000".to_owned()));
+        Ok(())
+    }
+
+    #[test]
+    fn replicas_start_one_app_and_sidecar_each_behind_one_router() -> anyhow::Result<()> {
+        let yaml = TWO_MANAGERS.replace(
+            "  events: [noop]\n",
+            "  events: [noop]\n  replicas: 3\n  scaling: {enabled: true, minReplicas: 1, maxReplicas: 2}\n",
+        );
+        let p = plan_of(&yaml, true)?;
+        let labels: Vec<_> = p.procs.iter().map(|p| p.label.as_str()).collect();
+        assert_eq!(
+            labels,
+            [
+                "app a",
+                "app a[2]",
+                "app b",
+                "manager sidecar a",
+                "manager sidecar a[2]",
+                "manager sidecar b",
+                "router edge"
+            ],
+            "3 replicas capped at maxReplicas 2"
+        );
+        assert!(p.procs[0].env.contains(&("PORT".into(), "8000".into())));
+        assert!(p.procs[1].env.contains(&("PORT".into(), "8001".into())));
+        assert!(p.procs[4].args.contains(&"127.0.0.1:8001".to_owned()));
+        let (_, text) = p
+            .files
+            .iter()
+            .find(|(path, _)| path.ends_with("router-edge.json"))
+            .context("router config")?;
+        let cfg: switchyard_protocol::config::RouterConfig = serde_json::from_str(text)?;
+        let a = cfg.static_endpoints.get("a").context("endpoints of a")?;
+        assert_eq!(
+            a,
+            &vec![p.procs[3].args[6].clone(), p.procs[4].args[6].clone()]
+        );
+        assert!(
+            p.files
+                .iter()
+                .any(|(path, _)| path.ends_with("manager-a[2].json"))
+        );
+        let err = plan_of(&yaml, false).err().map(|e| format!("{e:#}"));
+        assert!(
+            err.as_deref().is_some_and(|e| e.contains("--no-app")),
+            "{err:?}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn local_replicas_follow_spec_and_scaling_bounds() -> anyhow::Result<()> {
+        let objs = switchyard_crds::yaml::parse(TWO_MANAGERS)?;
+        let mut m = objs.managers[0].clone();
+        assert_eq!(local_replicas(&m), 1);
+        m.spec.replicas = 4;
+        assert_eq!(local_replicas(&m), 4, "scaling off: spec.replicas");
+        m.spec.replicas = 0;
+        assert_eq!(local_replicas(&m), 1, "never none locally");
+        m.spec.scaling.enabled = true;
+        m.spec.scaling.min_replicas = 2;
+        assert_eq!(local_replicas(&m), 2, "raised to minReplicas");
+        m.spec.replicas = 50;
+        assert_eq!(local_replicas(&m), 10, "capped at maxReplicas");
         Ok(())
     }
 

@@ -132,6 +132,16 @@ impl Handlers {
                     Answer::problem(StatusCode::BAD_REQUEST, "Invalid burn parameters", &detail)
                 }
             },
+            "bytes" => match crate::sized::parse_n(&body) {
+                Ok(n) => Answer {
+                    status: StatusCode::OK,
+                    content_type: Some("application/octet-stream".to_owned()),
+                    body: crate::sized::body(n),
+                },
+                Err(detail) => {
+                    Answer::problem(StatusCode::BAD_REQUEST, "Invalid bytes parameters", &detail)
+                }
+            },
             "relay" => match &self.relay {
                 Some(r) => r.relay(body, traceparent).await,
                 None => Answer::problem(

@@ -137,6 +137,15 @@ async fn answers_each_event_type_on_one_keep_alive_connection() {
     .await;
     assert_eq!(a.json(), serde_json::json!({"burned_ms": 5}));
 
+    let a = send(
+        &mut c,
+        event(Some("bytes"), Some("application/json"), r#"{"n":100000}"#),
+    )
+    .await;
+    assert_eq!(a.status, StatusCode::OK);
+    assert_eq!(a.content_type.as_deref(), Some("application/octet-stream"));
+    assert_eq!(a.body.len(), 100_000);
+
     // Still the same connection: HTTP/1.1 keep-alive held across all of the above.
     assert!(!c.is_closed());
     server.stop().await;

@@ -1,0 +1,62 @@
+//! Raw tonic serving `switchyard.v1.Gateway` with a fixed `{"ok":true}` reply: `Call` answers at once,
+//! `Connect` answers each message with its id. The same client drives this and the router's listener.
+
+use futures::StreamExt;
+use switchyard_protocol::gateway::v1::gateway_server::{Gateway, GatewayServer};
+use switchyard_protocol::gateway::v1::{CallReply, CallRequest, ConnectReply, ConnectRequest};
+use tokio::net::TcpListener;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
+use tonic::{Request, Response, Status, Streaming};
+
+const OK: &[u8] = br#"{"ok":true}"#;
+/// Replies waiting to be written per stream; a full queue holds the reader back (nothing dropped).
+const STREAM_QUEUE: usize = 256;
+
+struct Fixed;
+
+#[tonic::async_trait]
+impl Gateway for Fixed {
+    async fn call(&self, _req: Request<CallRequest>) -> Result<Response<CallReply>, Status> {
+        Ok(Response::new(CallReply {
+            status: 200,
+            payload: OK.to_vec(),
+            content_type: "application/json".to_owned(),
+        }))
+    }
+
+    type ConnectStream = ReceiverStream<Result<ConnectReply, Status>>;
+
+    async fn connect(
+        &self,
+        req: Request<Streaming<ConnectRequest>>,
+    ) -> Result<Response<Self::ConnectStream>, Status> {
+        let mut inbound = req.into_inner();
+        let (tx, rx) = mpsc::channel(STREAM_QUEUE);
+        tokio::spawn(async move {
+            while let Some(Ok(m)) = inbound.next().await {
+                let reply = ConnectReply {
+                    id: m.id,
+                    status: 200,
+                    payload: OK.to_vec(),
+                    content_type: "application/json".to_owned(),
+                    error: String::new(),
+                };
+                if tx.send(Ok(reply)).await.is_err() {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+}
+
+/// Serves until the process ends.
+pub async fn serve(listener: TcpListener) -> anyhow::Result<()> {
+    tonic::transport::Server::builder()
+        .tcp_nodelay(true)
+        .add_service(GatewayServer::new(Fixed))
+        .serve_with_incoming(TcpListenerStream::new(listener))
+        .await?;
+    Ok(())
+}
