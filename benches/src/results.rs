@@ -18,6 +18,8 @@ pub struct Results {
     pub samples: BTreeMap<String, Vec<Sample>>,
     /// lapinbeam's figures from its runner, when it ran.
     pub lapinbeam: Option<Lapinbeam>,
+    /// Flat CPU profiles by name (`perf report` text: share, process, symbol per line).
+    pub profiles: BTreeMap<String, String>,
     /// `section system: why` for every peer or step that did not run.
     pub missing: Vec<String>,
     /// Machine, commit, knobs and peer versions.

@@ -99,6 +99,34 @@ fn noop(out: &mut String, r: &Results) {
     }
 }
 
+/// CPU seconds and peak RSS of every process of each system after its `/noop` runs.
+fn noop_procs(out: &mut String, r: &Results) {
+    let snaps: Vec<(&String, &Vec<crate::procs::Usage>)> = r
+        .procs
+        .iter()
+        .filter(|(k, _)| k.starts_with("noop_") && !k.ends_with("_idle"))
+        .collect();
+    if snaps.is_empty() {
+        return;
+    }
+    let _ = writeln!(out, "\nProcesses after the `/noop` runs:\n");
+    let _ = writeln!(out, "| system | process | pid | CPU s | peak RSS MiB |");
+    let _ = writeln!(out, "|---|---|---:|---:|---:|");
+    for (k, list) in snaps {
+        for u in list {
+            let name = if u.cmd.is_empty() { &u.name } else { &u.cmd };
+            let _ = writeln!(
+                out,
+                "| {} | {name} | {} | {:.1} | {:.1} |",
+                k.trim_start_matches("noop_"),
+                u.pid,
+                u.cpu_s,
+                u.peak_rss_mb
+            );
+        }
+    }
+}
+
 /// A section whose rows are (system, variant) pairs compared with a reference system of the same variant.
 fn compared(
     out: &mut String,
@@ -324,6 +352,23 @@ fn core(out: &mut String, r: &Results) {
     }
 }
 
+/// Lines of a profile shown in the summary; the whole profile stays in `profiles/`.
+const PROFILE_LINES: usize = 25;
+
+fn profiles(out: &mut String, r: &Results) {
+    for (name, text) in &r.profiles {
+        let _ = writeln!(
+            out,
+            "\n## Where the CPU goes: {name} (perf, self time, top {PROFILE_LINES})\n"
+        );
+        let _ = writeln!(out, "```");
+        for line in text.lines().filter(|l| !l.trim().is_empty()).take(PROFILE_LINES) {
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+        let _ = writeln!(out, "```");
+    }
+}
+
 /// Renders the summary.
 pub fn render(r: &Results, checks: &[Check], cost: &PairCost) -> String {
     let mut out = String::from("# Benchmark run\n\n");
@@ -339,6 +384,7 @@ pub fn render(r: &Results, checks: &[Check], cost: &PairCost) -> String {
     }
     targets(&mut out, checks);
     noop(&mut out, r);
+    noop_procs(&mut out, r);
     compared(
         &mut out,
         r,
@@ -373,6 +419,7 @@ pub fn render(r: &Results, checks: &[Check], cost: &PairCost) -> String {
     frames(&mut out, r);
     plateaus(&mut out, r);
     core(&mut out, r);
+    profiles(&mut out, r);
     if !r.missing.is_empty() {
         let _ = writeln!(out, "\n## Not measured in this run\n");
         for m in &r.missing {
@@ -401,6 +448,11 @@ mod tests {
                 run("scaling", "switchyard", Some("2"), 32, 700.0),
             ],
             missing: vec!["noop edri: did not start".into()],
+            profiles: [(
+                "noop_c32".to_owned(),
+                "    12.50%  4242:switchyard-side  [.] tokio::runtime::park\n".to_owned(),
+            )]
+            .into(),
             ..Results::default()
         };
         let cost = pair_cost(&r);
@@ -422,5 +474,7 @@ mod tests {
         );
         assert!(text.contains("- noop edri: did not start"));
         assert!(!text.contains("Memory plateau"), "no samples, no table");
+        assert!(text.contains("## Where the CPU goes: noop_c32"));
+        assert!(text.contains("12.50%  4242:switchyard-side  [.] tokio::runtime::park"));
     }
 }

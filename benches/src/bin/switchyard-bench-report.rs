@@ -2,7 +2,7 @@
 //! - `procs PID...` prints CPU seconds, RSS and command of processes as JSON;
 //! - `sample --every 1s --for 60s PID...` prints their RSS each period as a JSON series;
 //! - `summarize DIR` reads a results folder (`runs/`, `procs/`, `samples/`, `peers/lapinbeam.txt`,
-//!   `missing.txt`, `meta*.json`) and writes `results.json`, `summary.md` and `plots/*.svg`.
+//!   `missing.txt`, `meta*.json`, `profiles/*.txt`) and writes `results.json`, `summary.md` and `plots/*.svg`.
 
 #![forbid(unsafe_code)]
 
@@ -138,6 +138,15 @@ fn load(dir: &Path) -> anyhow::Result<Results> {
         .into_iter()
         .collect();
     r.missing.extend(missing);
+    let profiles = dir.join("profiles");
+    if profiles.is_dir() {
+        for e in std::fs::read_dir(&profiles)? {
+            let p = e?.path();
+            if p.extension().is_some_and(|x| x == "txt") {
+                r.profiles.insert(stem(&p), std::fs::read_to_string(&p)?);
+            }
+        }
+    }
     r.lapinbeam = std::fs::read_to_string(dir.join("peers").join("lapinbeam.txt"))
         .ok()
         .map(|t| lapin::parse(&t));
