@@ -362,7 +362,11 @@ fn profiles(out: &mut String, r: &Results) {
             "\n## Where the CPU goes: {name} (perf, self time, top {PROFILE_LINES})\n"
         );
         let _ = writeln!(out, "```");
-        for line in text.lines().filter(|l| !l.trim().is_empty()).take(PROFILE_LINES) {
+        for line in text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .take(PROFILE_LINES)
+        {
             let _ = writeln!(out, "{}", line.trim_end());
         }
         let _ = writeln!(out, "```");
