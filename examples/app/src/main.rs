@@ -24,7 +24,7 @@ struct Args {
     protocol: Protocol,
     /// Async runtime threads: 1 runs every task on one thread, n > 1 a pool of n, 0 one per CPU. Burns run on
     /// blocking threads either way.
-    #[arg(long, env = "SWITCHYARD_RUNTIME_THREADS", default_value_t = 0)]
+    #[arg(long, env = "SWITCHYARD_RUNTIME_THREADS", default_value_t = 1)]
     runtime_threads: usize,
 }
 
