@@ -27,8 +27,7 @@ impl Delivery {
     pub async fn attempt(&self, ev: &Request, timeout: Duration) -> Outcome {
         match self {
             Delivery::Http(h) => h.attempt(ev, timeout).await,
-            // Boxed so the larger gRPC client future does not size every HTTP delivery's state.
-            Delivery::Grpc(g) => Box::pin(g.attempt(ev, timeout)).await,
+            Delivery::Grpc(g) => g.attempt(ev, timeout).await,
         }
     }
 }

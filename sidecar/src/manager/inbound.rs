@@ -132,9 +132,7 @@ async fn connection(
                 let (worker, tx, active) = (worker.clone(), tx.clone(), active.clone());
                 // Only a published event needs these after the delivery: nobody reads its answer.
                 let published = no_reply.then(|| (req.event.clone(), req.ce_id.clone()));
-                // Boxed: the delivery future is large (retries, app exchange, tracing), and a task stores
-                // its future inline, copying it on spawn and at each stage change; a box moves a pointer.
-                deliveries.spawn(Box::pin(async move {
+                deliveries.spawn(async move {
                     let mut resp = worker.handle_placed(req, place, cancel).await;
                     if let Some((event, ce_id)) = published {
                         if let Some(r) = resp.filter(|r| r.status >= 500) {
@@ -157,7 +155,7 @@ async fn connection(
                     if !credit_sent {
                         let _ = tx.send(Frame::Credit { credits: 1 }).await;
                     }
-                }));
+                });
             }
             Frame::Cancel { id } => {
                 if let Some(t) = lock(&active).get(&id) {
