@@ -108,6 +108,7 @@ async fn manager_side(mut conn: Framed<DuplexStream, FrameCodec>) {
             app_us: 0,
             content_type: "application/json".to_owned(),
             payload: Bytes::from_static(br#"{"ok":true}"#),
+            returns_credit: false,
         });
         if conn.send(resp).await.is_err() {
             return;

@@ -5,6 +5,7 @@
 //! frame   := len:u32 kind:u8 flags:u8 id:u64 body        (len counts everything after itself)
 //! REQUEST  body := deadline_ms:u32 event:str8 ce_id:str8 traceparent:str8 content_type:str8 payload
 //! RESPONSE body := status:u16 queue_us:u32 app_us:u32 content_type:str8 payload
+//!                                          flags bit 0: the answer also returns its request's credit
 //! CANCEL   body := (empty)                 the client went away; the manager stops the work
 //! CREDIT   body := credits:u32             the manager grants that many more requests
 //! PING/PONG body := nonce:u64              heartbeats
@@ -12,6 +13,7 @@
 //! PUSH     body := event:str8 traceparent:str8 content_type:str8 payload
 //!                                          manager -> router: an event for WebSocket subscribers
 //! HELLO    body := (empty); flags bit 0: the sender takes PUSH frames
+//!                                          flags bit 1: the sender counts a flagged RESPONSE as a credit
 //!                                          first frame of the connecting side
 //! str8    := len:u8 bytes (UTF-8)
 //! ```
@@ -29,6 +31,13 @@ pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024 + 1024;
 pub const FLAG_NO_REPLY: u8 = 0x01;
 /// Flag on a HELLO: the sender (a router sidecar) delivers PUSH frames to WebSocket subscribers.
 pub const FLAG_TAKES_PUSHES: u8 = 0x01;
+/// Flag on a HELLO: the sender counts a RESPONSE carrying [`FLAG_RETURNS_CREDIT`] as one credit, so
+/// the manager may skip the CREDIT frame after each answer. A peer that never sent it gets CREDIT
+/// frames as before: sidecars of mixed versions keep exact credit accounting.
+pub const FLAG_IMPLICIT_CREDIT: u8 = 0x02;
+/// Flag on a RESPONSE: the answer also returns its request's credit (no CREDIT frame follows for it).
+/// Only sent to a peer whose HELLO carried [`FLAG_IMPLICIT_CREDIT`].
+pub const FLAG_RETURNS_CREDIT: u8 = 0x01;
 
 /// One frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -70,7 +79,21 @@ pub enum Frame {
     Hello {
         /// Whether the sender delivers PUSH frames.
         takes_pushes: bool,
+        /// Whether the sender counts a RESPONSE with [`FLAG_RETURNS_CREDIT`] as one credit.
+        implicit_credit: bool,
     },
+}
+
+impl Frame {
+    /// Credits this frame returns to the side that sends requests: a CREDIT frame's count, one for
+    /// an answer that carries its credit, none otherwise. The one rule both sidecars account by.
+    pub fn credits_returned(&self) -> u32 {
+        match self {
+            Frame::Credit { credits } => *credits,
+            Frame::Response(r) if r.returns_credit => 1,
+            _ => 0,
+        }
+    }
 }
 
 /// An event for WebSocket subscribers.
@@ -122,6 +145,8 @@ pub struct Response {
     pub content_type: String,
     /// The reply data.
     pub payload: Bytes,
+    /// The answer also returns its request's credit ([`FLAG_RETURNS_CREDIT`]).
+    pub returns_credit: bool,
 }
 
 mod kind {
@@ -234,7 +259,11 @@ pub fn encode(frame: &Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
         Frame::Response(r) => {
             dst.reserve(FIXED + 2 + 8 + 1 + r.content_type.len() + r.payload.len());
             dst.put_u8(kind::RESPONSE);
-            dst.put_u8(0);
+            dst.put_u8(if r.returns_credit {
+                FLAG_RETURNS_CREDIT
+            } else {
+                0
+            });
             dst.put_u64(r.id);
             dst.put_u16(r.status);
             dst.put_u32(r.queue_us);
@@ -269,9 +298,19 @@ pub fn encode(frame: &Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
             dst.put_u64(0);
             dst.put_slice(reason.as_bytes());
         }
-        Frame::Hello { takes_pushes } => {
+        Frame::Hello {
+            takes_pushes,
+            implicit_credit,
+        } => {
+            let mut flags = 0;
+            if *takes_pushes {
+                flags |= FLAG_TAKES_PUSHES;
+            }
+            if *implicit_credit {
+                flags |= FLAG_IMPLICIT_CREDIT;
+            }
             dst.put_u8(kind::HELLO);
-            dst.put_u8(if *takes_pushes { FLAG_TAKES_PUSHES } else { 0 });
+            dst.put_u8(flags);
             dst.put_u64(0);
         }
         Frame::Push(p) => {
@@ -354,6 +393,7 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
                 app_us,
                 content_type,
                 payload: body,
+                returns_credit: flags & FLAG_RETURNS_CREDIT != 0,
             })
         }
         kind::CANCEL => Frame::Cancel { id },
@@ -388,6 +428,7 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
         }
         kind::HELLO => Frame::Hello {
             takes_pushes: flags & FLAG_TAKES_PUSHES != 0,
+            implicit_credit: flags & FLAG_IMPLICIT_CREDIT != 0,
         },
         other => return Err(FrameError::UnknownKind(other)),
     };
@@ -475,6 +516,16 @@ mod tests {
             app_us: 345,
             content_type: "text/plain".into(),
             payload: Bytes::from_static(b"busy"),
+            returns_credit: false,
+        }));
+        roundtrip(Frame::Response(Response {
+            id: 1,
+            status: 200,
+            queue_us: 0,
+            app_us: 1,
+            content_type: String::new(),
+            payload: Bytes::new(),
+            returns_credit: true,
         }));
         roundtrip(Frame::Cancel { id: 3 });
         roundtrip(Frame::Credit { credits: 64 });
@@ -483,10 +534,14 @@ mod tests {
         roundtrip(Frame::GoAway {
             reason: "draining".into(),
         });
-        roundtrip(Frame::Hello { takes_pushes: true });
-        roundtrip(Frame::Hello {
-            takes_pushes: false,
-        });
+        for (takes_pushes, implicit_credit) in
+            [(true, true), (true, false), (false, true), (false, false)]
+        {
+            roundtrip(Frame::Hello {
+                takes_pushes,
+                implicit_credit,
+            });
+        }
         roundtrip(Frame::Push(Push {
             event: "prices.tick".into(),
             traceparent: String::new(),
@@ -527,6 +582,50 @@ mod tests {
             decode(&mut tiny, 1024),
             Err(FrameError::Truncated("header"))
         );
+    }
+
+    fn response(returns_credit: bool) -> Frame {
+        Frame::Response(Response {
+            id: 4,
+            status: 200,
+            queue_us: 0,
+            app_us: 0,
+            content_type: String::new(),
+            payload: Bytes::new(),
+            returns_credit,
+        })
+    }
+
+    #[test]
+    fn credit_comes_back_by_credit_frames_and_flagged_answers_only() {
+        assert_eq!(Frame::Credit { credits: 5 }.credits_returned(), 5);
+        assert_eq!(response(true).credits_returned(), 1);
+        assert_eq!(response(false).credits_returned(), 0);
+        assert_eq!(Frame::Cancel { id: 4 }.credits_returned(), 0);
+        assert_eq!(request(b"").credits_returned(), 0);
+    }
+
+    #[test]
+    fn old_peers_interoperate_on_the_credit_flags() {
+        // An old manager writes flags 0 on a RESPONSE: no implicit credit, its CREDIT frame counts.
+        let mut buf = BytesMut::new();
+        encode(&response(false), &mut buf).expect("encodes");
+        assert_eq!(buf[5], 0, "flags byte of an answer without credit");
+        // An old router's HELLO (bit 0 only) does not ask for implicit credit.
+        let mut hello =
+            BytesMut::from(&[0, 0, 0, 10, 9, FLAG_TAKES_PUSHES, 0, 0, 0, 0, 0, 0, 0, 0][..]);
+        assert_eq!(
+            decode(&mut hello, 1024),
+            Ok(Some(Frame::Hello {
+                takes_pushes: true,
+                implicit_credit: false
+            }))
+        );
+        // An old router ignores RESPONSE flags, which is why a manager sets the bit only after the
+        // router's HELLO asked for it.
+        let mut flagged = BytesMut::new();
+        encode(&response(true), &mut flagged).expect("encodes");
+        assert_eq!(flagged[5], FLAG_RETURNS_CREDIT);
     }
 
     #[test]

@@ -9,7 +9,9 @@ use bytes::BytesMut;
 const MAX: usize = 64 * 1024;
 
 /// Decodes every frame in `data`. Must never panic; every decoded frame must re-encode to bytes that
-/// decode to the same frame; an error must consume nothing it did not report.
+/// decode to the same frame; an error must consume nothing it did not report. Credit accounting: only
+/// a CREDIT frame or an answer flagged as returning its credit gives credit back, an answer at most
+/// one, and the count survives re-encoding (a flag bit cannot appear or vanish on the way).
 pub fn frame_decode(data: &[u8]) {
     let mut buf = BytesMut::from(data);
     loop {
@@ -22,9 +24,18 @@ pub fn frame_decode(data: &[u8]) {
             Err(_) => return,
             Ok(Some(frame)) => {
                 assert!(buf.len() < before, "a decoded frame consumes bytes");
+                credit_rule(&frame);
                 roundtrip(&frame);
             }
         }
+    }
+}
+
+fn credit_rule(frame: &Frame) {
+    match frame {
+        Frame::Credit { credits } => assert_eq!(frame.credits_returned(), *credits),
+        Frame::Response(r) => assert_eq!(frame.credits_returned(), u32::from(r.returns_credit)),
+        other => assert_eq!(other.credits_returned(), 0, "{other:?} returns no credit"),
     }
 }
 
@@ -35,7 +46,10 @@ fn roundtrip(frame: &Frame) {
         panic!("decoded frame does not re-encode: {e}: {frame:?}");
     }
     match decode(&mut out, usize::MAX) {
-        Ok(Some(again)) => assert_eq!(&again, frame),
+        Ok(Some(again)) => {
+            assert_eq!(again.credits_returned(), frame.credits_returned());
+            assert_eq!(&again, frame);
+        }
         other => panic!("re-encoded frame does not decode: {other:?}"),
     }
     assert!(out.is_empty());
@@ -66,13 +80,17 @@ mod tests {
                 app_us: 2,
                 content_type: "x".into(),
                 payload: Bytes::from_static(b"ok"),
+                returns_credit: true,
             }),
             Frame::Cancel { id: 3 },
             Frame::Credit { credits: 4 },
             Frame::Ping { nonce: 5 },
             Frame::Pong { nonce: 6 },
             Frame::GoAway { reason: "r".into() },
-            Frame::Hello { takes_pushes: true },
+            Frame::Hello {
+                takes_pushes: true,
+                implicit_credit: true,
+            },
             Frame::Push(Push {
                 event: "p".into(),
                 traceparent: String::new(),

@@ -12,6 +12,11 @@ pub struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value = "json", global = true)]
     pub log_format: LogFormat,
+    /// Async runtime threads: 1 runs every task on one thread, n > 1 a pool of n, 0 one per CPU. One
+    /// costs the least CPU per request (no cross-thread wake-ups; docs/performance.md, "Hot path
+    /// profile"); give a router that has cores of its own more.
+    #[arg(long, env = crate::runtime::THREADS_ENV, default_value_t = 1, global = true)]
+    pub runtime_threads: usize,
     /// Role to run.
     #[command(subcommand)]
     pub role: Role,

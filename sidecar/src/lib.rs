@@ -28,6 +28,7 @@ pub mod push;
 pub mod roles;
 pub mod router;
 pub mod routes;
+pub mod runtime;
 pub mod secrets;
 pub mod shutdown;
 pub mod telemetry;

@@ -10,10 +10,7 @@ use switchyard_sidecar::roles::{self, RunError};
 fn main() -> ExitCode {
     let cli = Cli::parse();
     switchyard_sidecar::telemetry::init(cli.log_format);
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let runtime = match switchyard_sidecar::runtime::build(cli.runtime_threads) {
         Ok(rt) => rt,
         Err(e) => {
             tracing::error!(error = %e, "cannot start the async runtime");

@@ -22,6 +22,10 @@ struct Args {
     /// service); it must match the Manager's `app.protocol`.
     #[arg(long, env = "APP_PROTOCOL", value_enum, default_value_t = Protocol::Http)]
     protocol: Protocol,
+    /// Async runtime threads: 1 runs every task on one thread, n > 1 a pool of n, 0 one per CPU. Burns run on
+    /// blocking threads either way.
+    #[arg(long, env = "SWITCHYARD_RUNTIME_THREADS", default_value_t = 1)]
+    runtime_threads: usize,
 }
 
 #[derive(Clone, Copy, clap::ValueEnum)]
@@ -30,9 +34,27 @@ enum Protocol {
     Grpc,
 }
 
-#[tokio::main]
-async fn main() -> ExitCode {
+fn main() -> ExitCode {
     let args = Args::parse();
+    let mut builder = if args.runtime_threads == 1 {
+        tokio::runtime::Builder::new_current_thread()
+    } else {
+        let mut b = tokio::runtime::Builder::new_multi_thread();
+        if args.runtime_threads > 1 {
+            b.worker_threads(args.runtime_threads);
+        }
+        b
+    };
+    match builder.enable_all().build() {
+        Ok(rt) => rt.block_on(run(args)),
+        Err(e) => {
+            eprintln!("switchyard-example-app: cannot start the async runtime: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(args: Args) -> ExitCode {
     let addr = SocketAddr::new(args.bind, args.port);
     let listener = match TcpListener::bind(addr).await {
         Ok(l) => l,

@@ -1,12 +1,10 @@
-//! Delivery to the app in CloudEvents HTTP binary mode over pooled keep-alive connections.
+//! Delivery to the app in CloudEvents HTTP binary mode over keep-alive connections.
 
+use super::app_conns::{self, AppConns};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::Uri;
 use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue};
-use hyper_util::client::legacy::Client;
-use hyper_util::client::legacy::connect::HttpConnector;
-use hyper_util::rt::TokioExecutor;
 use std::net::SocketAddr;
 use std::time::Duration;
 use switchyard_protocol::frame::{DEFAULT_MAX_FRAME, Request};
@@ -42,7 +40,8 @@ pub enum Outcome {
 
 /// An HTTP client bound to the app's event endpoint.
 pub struct HttpDelivery {
-    client: Client<HttpConnector, Full<Bytes>>,
+    conns: AppConns,
+    /// The event path in origin form, as an HTTP/1 request carries it.
     uri: Uri,
     source: HeaderValue,
 }
@@ -59,16 +58,9 @@ impl HttpDelivery {
             .parse()
             .map_err(|e| format!("app URL: {e}"))?;
         let source = HeaderValue::from_str(source).map_err(|e| format!("ce-source: {e}"))?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        connector.set_connect_timeout(Some(Duration::from_secs(2)));
-        let client = Client::builder(TokioExecutor::new())
-            .pool_idle_timeout(Duration::from_secs(30))
-            .pool_max_idle_per_host(idle)
-            .build(connector);
         Ok(HttpDelivery {
-            client,
-            uri,
+            conns: AppConns::new(app, idle)?,
+            uri: app_conns::origin_form(&uri),
             source,
         })
     }
@@ -104,39 +96,21 @@ impl HttpDelivery {
             Ok(r) => r,
             Err(e) => return Outcome::Invalid(e),
         };
-        let exchange = async {
-            let resp = self
-                .client
-                .request(req)
-                .await
-                .map_err(|e| error_chain(&e))?;
-            let status = resp.status().as_u16();
-            let content_type = resp
-                .headers()
-                .get(CONTENT_TYPE)
-                .and_then(|v| v.to_str().ok())
-                .unwrap_or("")
-                .to_owned();
-            let body = Limited::new(resp.into_body(), MAX_REPLY)
-                .collect()
-                .await
-                .map_err(|e| format!("reading the reply: {e}"))?
-                .to_bytes();
-            Ok::<_, String>(Outcome::Answer {
-                status,
-                content_type,
-                body,
-            })
-        };
-        match tokio::time::timeout(timeout, exchange).await {
+        // A timeout drops the exchange and with it its connection, whose answer may still come.
+        match tokio::time::timeout(timeout, self.conns.exchange(req, MAX_REPLY)).await {
             Err(_) => Outcome::TimedOut,
-            Ok(Ok(o)) => o,
+            Ok(Ok(a)) => Outcome::Answer {
+                status: a.status,
+                content_type: a.content_type,
+                body: a.body,
+            },
             Ok(Err(e)) => Outcome::Unreachable(e),
         }
     }
 }
 
-fn error_chain(e: &dyn std::error::Error) -> String {
+/// The error and its sources, one line.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {

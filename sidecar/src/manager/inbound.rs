@@ -9,9 +9,10 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_protocol::frame::{FLAG_NO_REPLY, Frame, FrameCodec};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
-use tokio_util::codec::Framed;
+use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -72,7 +73,10 @@ async fn connection(
     drain: CancellationToken,
 ) {
     let credits = worker.credits();
-    let (sink, mut frames) = Framed::new(stream, FrameCodec::default()).split();
+    // Owned halves, not `Framed::split`: reader and writer never contend on a shared lock.
+    let (read, write) = stream.into_split();
+    let mut frames = FramedRead::new(read, FrameCodec::default());
+    let sink = FramedWrite::new(write, FrameCodec::default());
     // Credits bound the requests on this connection, so answers plus credit frames fit without waiting.
     let (tx, rx) = mpsc::channel::<Frame>(
         (credits as usize)
@@ -84,6 +88,9 @@ async fn connection(
     let _ = tx.send(Frame::Credit { credits }).await;
     // Registered for pushes once its HELLO says it is a router (a manager's outbound path is not).
     let mut registered = None;
+    // Set by the router's HELLO: answers then carry their credit, and no CREDIT frame follows them.
+    // The HELLO precedes the router's requests on the connection, so every answer sees it.
+    let mut implicit_credit = false;
     tracing::info!(%peer, credits, "router connected");
     let active: Active = Arc::default();
     let deliveries = TaskTracker::new();
@@ -126,7 +133,7 @@ async fn connection(
                 // Only a published event needs these after the delivery: nobody reads its answer.
                 let published = no_reply.then(|| (req.event.clone(), req.ce_id.clone()));
                 deliveries.spawn(async move {
-                    let resp = worker.handle_placed(req, place, cancel).await;
+                    let mut resp = worker.handle_placed(req, place, cancel).await;
                     if let Some((event, ce_id)) = published {
                         if let Some(r) = resp.filter(|r| r.status >= 500) {
                             // Shed, or failed for good (dead-lettered when configured): never silent.
@@ -137,10 +144,17 @@ async fn connection(
                         return;
                     }
                     lock(&active).remove(&id);
+                    if let Some(r) = resp.as_mut() {
+                        r.returns_credit = implicit_credit;
+                    }
+                    let credit_sent = resp.as_ref().is_some_and(|r| r.returns_credit);
                     if let Some(resp) = resp {
                         let _ = tx.send(Frame::Response(resp)).await;
                     }
-                    let _ = tx.send(Frame::Credit { credits: 1 }).await;
+                    // A cancelled request has no answer to carry its credit: it comes back alone.
+                    if !credit_sent {
+                        let _ = tx.send(Frame::Credit { credits: 1 }).await;
+                    }
                 });
             }
             Frame::Cancel { id } => {
@@ -155,7 +169,11 @@ async fn connection(
             | Frame::GoAway { .. }
             | Frame::Credit { .. }
             | Frame::Response(_) => {}
-            Frame::Hello { takes_pushes } => {
+            Frame::Hello {
+                takes_pushes,
+                implicit_credit: implicit,
+            } => {
+                implicit_credit = implicit;
                 if takes_pushes && registered.is_none() {
                     registered = Some(routers.register(tx.clone()));
                 }
@@ -178,7 +196,7 @@ async fn connection(
 }
 
 async fn write_loop(
-    mut sink: futures::stream::SplitSink<Framed<TcpStream, FrameCodec>, Frame>,
+    mut sink: FramedWrite<OwnedWriteHalf, FrameCodec>,
     mut rx: mpsc::Receiver<Frame>,
 ) {
     while let Some(first) = rx.recv().await {

@@ -1,5 +1,6 @@
 //! The manager role: inbound frame connections from routers, workers, delivery to the app.
 
+pub mod app_conns;
 pub mod delivery;
 pub mod delivery_grpc;
 pub mod delivery_http;

@@ -91,6 +91,7 @@ fn problem_response(id: u64, status: u16, detail: &str) -> Response {
         app_us: 0,
         content_type: problem::CONTENT_TYPE.to_owned(),
         payload: problem::body(status, problem::title(status), detail),
+        returns_credit: false,
     }
 }
 
@@ -355,6 +356,7 @@ impl Worker {
                         app_us: 0,
                         content_type,
                         payload: body,
+                        returns_credit: false,
                     }
                 }
             }

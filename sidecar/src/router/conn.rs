@@ -9,8 +9,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use switchyard_protocol::frame::{Frame, FrameCodec, Response};
 use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{Semaphore, mpsc, oneshot};
-use tokio_util::codec::Framed;
+use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 
 /// Heartbeat period.
@@ -161,6 +162,7 @@ impl Conn {
                 app_us: 0,
                 content_type: String::new(),
                 payload: bytes::Bytes::new(),
+                returns_credit: false,
             }));
         }
         self.close_if_drained();
@@ -202,10 +204,16 @@ impl Conn {
 pub async fn run(stream: TcpStream, peer: &str, hub: &Hub, on_open: impl FnOnce(Arc<Conn>)) {
     let (conn, rx) = Conn::new();
     // First frame: whether this side delivers pushes, so managers count and feed only routers.
+    // It also asks for implicit credit: a manager that knows the flag then returns each answer's
+    // credit inside the RESPONSE instead of a CREDIT frame after it (half the frames back).
     let _ = conn.tx.try_send(Frame::Hello {
         takes_pushes: hub.takes_pushes(),
+        implicit_credit: true,
     });
-    let (sink, mut frames) = Framed::new(stream, FrameCodec::default()).split();
+    // Owned halves, not `Framed::split`: reader and writer never contend on a shared lock.
+    let (read, write) = stream.into_split();
+    let mut frames = FramedRead::new(read, FrameCodec::default());
+    let sink = FramedWrite::new(write, FrameCodec::default());
     let writer = tokio::spawn(write_loop(sink, rx, conn.clone()));
     on_open(conn.clone());
     loop {
@@ -232,9 +240,14 @@ pub async fn run(stream: TcpStream, peer: &str, hub: &Hub, on_open: impl FnOnce(
             }
             Ok(Some(Ok(f))) => f,
         };
+        // Before the answer is resolved, so a caller woken by it finds the credit back already.
+        let returned = frame.credits_returned();
+        if returned > 0 {
+            conn.grant(returned);
+        }
         match frame {
             Frame::Response(r) => conn.resolve(r),
-            Frame::Credit { credits } => conn.grant(credits),
+            Frame::Credit { .. } => {}
             Frame::Ping { nonce } => {
                 let _ = conn.tx.try_send(Frame::Pong { nonce });
             }
@@ -260,7 +273,7 @@ pub async fn run(stream: TcpStream, peer: &str, hub: &Hub, on_open: impl FnOnce(
     let _ = writer.await;
 }
 
-type Sink = futures::stream::SplitSink<Framed<TcpStream, FrameCodec>, Frame>;
+type Sink = FramedWrite<OwnedWriteHalf, FrameCodec>;
 
 async fn write_loop(mut sink: Sink, mut rx: mpsc::Receiver<Frame>, conn: Arc<Conn>) {
     let mut ping = tokio::time::interval(PING_EVERY);

@@ -56,6 +56,8 @@ impl Pusher {
                                         app_us: 0,
                                         content_type: "application/json".into(),
                                         payload: Bytes::from_static(b"{}"),
+                                        // Like a manager from before implicit credit: the CREDIT frame follows.
+                                        returns_credit: false,
                                     });
                                     let _ = framed.send(resp).await;
                                     let _ = framed.send(Frame::Credit { credits: 1 }).await;

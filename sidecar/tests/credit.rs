@@ -1,0 +1,118 @@
+//! Credit accounting on a frame connection, seen by a router that speaks raw frames to a real manager
+//! sidecar: an answer carries its credit only when the router's HELLO asked for it, so routers from
+//! before implicit credit keep getting a CREDIT frame per answer.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use futures::{SinkExt, StreamExt};
+use std::time::Duration;
+use switchyard_protocol::frame::{Frame, FrameCodec, Request};
+use tokio::net::TcpStream;
+use tokio_util::codec::Framed;
+
+type Conn = Framed<TcpStream, FrameCodec>;
+
+async fn next(conn: &mut Conn) -> Frame {
+    tokio::time::timeout(Duration::from_secs(5), conn.next())
+        .await
+        .expect("a frame within 5 s")
+        .expect("connection open")
+        .expect("valid frame")
+}
+
+fn noop(id: u64) -> Frame {
+    Frame::Request(Request {
+        id,
+        flags: 0,
+        deadline_ms: 5_000,
+        event: "noop".into(),
+        ce_id: format!("credit-{id}"),
+        traceparent: String::new(),
+        content_type: "application/json".into(),
+        payload: Bytes::from_static(b"{}"),
+    })
+}
+
+/// Connects as a router, says HELLO, and returns the connection with the manager's first grant.
+async fn connect(mesh: &Mesh, implicit_credit: bool) -> (Conn, u32) {
+    let stream = TcpStream::connect(("127.0.0.1", mesh.manager_port))
+        .await
+        .unwrap();
+    let mut conn = Framed::new(stream, FrameCodec::default());
+    conn.send(Frame::Hello {
+        takes_pushes: false,
+        implicit_credit,
+    })
+    .await
+    .unwrap();
+    let Frame::Credit { credits } = next(&mut conn).await else {
+        panic!("the first frame is the manager's grant");
+    };
+    (conn, credits)
+}
+
+/// Sends one request and collects the frames up to the PONG of a PING sent after its answer: the
+/// manager queues an answer's CREDIT frame right behind it, so any such frame shows up before the PONG.
+async fn exchange(conn: &mut Conn, id: u64) -> Vec<Frame> {
+    conn.send(noop(id)).await.unwrap();
+    let mut seen = Vec::new();
+    loop {
+        let f = next(conn).await;
+        let answered = matches!(&f, Frame::Response(r) if r.id == id);
+        seen.push(f);
+        if answered {
+            break;
+        }
+    }
+    conn.send(Frame::Ping { nonce: id }).await.unwrap();
+    loop {
+        let f = next(conn).await;
+        let pong = f == Frame::Pong { nonce: id };
+        if !pong {
+            seen.push(f);
+        } else {
+            return seen;
+        }
+    }
+}
+
+fn credits(frames: &[Frame]) -> u32 {
+    frames.iter().map(Frame::credits_returned).sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_answer_carries_its_credit_when_the_router_asked() {
+    let mesh = Mesh::start(Opts::default()).await;
+    let (mut conn, granted) = connect(&mesh, true).await;
+    assert!(granted > 0);
+    for id in 1..=3 {
+        let frames = exchange(&mut conn, id).await;
+        assert_eq!(frames.len(), 1, "only the answer: {frames:?}");
+        let Frame::Response(r) = &frames[0] else {
+            panic!("{frames:?}")
+        };
+        assert_eq!(r.status, 200);
+        assert!(r.returns_credit);
+        assert_eq!(credits(&frames), 1, "each request's credit comes back once");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_without_implicit_credit_gets_credit_frames() {
+    let mesh = Mesh::start(Opts::default()).await;
+    let (mut conn, _) = connect(&mesh, false).await;
+    for id in 1..=3 {
+        let frames = exchange(&mut conn, id).await;
+        let Some(Frame::Response(r)) = frames.first() else {
+            panic!("{frames:?}")
+        };
+        assert_eq!(r.status, 200);
+        assert!(!r.returns_credit, "an old router would not count it");
+        assert_eq!(frames.get(1), Some(&Frame::Credit { credits: 1 }));
+        assert_eq!(credits(&frames), 1, "each request's credit comes back once");
+    }
+}
