@@ -94,7 +94,7 @@ async fn collect(
     let mut all = Vec::new();
     for t in tasks {
         all.extend(
-            tokio::time::timeout(Duration::from_secs(10), t)
+            tokio::time::timeout(Duration::from_secs(15), t)
                 .await
                 .expect("load loop ends")
                 .unwrap(),
@@ -181,6 +181,8 @@ async fn credit_flow_control_neither_loses_nor_hangs() {
     let mesh = Mesh::start(Opts {
         queue_capacity: 4,
         max_in_flight: 4,
+        // Far above the ~0.4 s the admitted requests need, so a loaded machine gives no 504 here.
+        response_timeout: "10s",
         ..Opts::default()
     })
     .await;
@@ -202,7 +204,7 @@ async fn credit_flow_control_neither_loses_nor_hangs() {
         .collect();
     let mut ok = 0;
     for t in tasks {
-        let (status, retry_after, took) = tokio::time::timeout(Duration::from_secs(10), t)
+        let (status, retry_after, took) = tokio::time::timeout(Duration::from_secs(15), t)
             .await
             .expect("no hang")
             .unwrap();
@@ -210,7 +212,8 @@ async fn credit_flow_control_neither_loses_nor_hangs() {
             status == 200 || (status == 503 && retry_after.as_deref() == Some("1")),
             "status {status}"
         );
-        assert!(took < Duration::from_secs(4), "took {took:?}");
+        // Below the response timeout: nothing waited for it, so nothing hung on a lost credit.
+        assert!(took < Duration::from_secs(9), "took {took:?}");
         ok += usize::from(status == 200);
     }
     assert!(ok >= 4, "{ok} succeeded");

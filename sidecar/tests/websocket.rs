@@ -298,7 +298,13 @@ async fn mesh_refusals_have_the_http_statuses() {
 
     let r = ask(&mut ws, json!({"command": "slow", "id": 2})).await;
     assert_eq!(r["status"], 504, "{r}");
-    assert_eq!(r["error"]["detail"], "no reply within 1s");
+    // The manager's deadline is the router's remaining time, so either side's 504 may come first:
+    // the router's ("no reply within 1s") or the manager's ("... did not answer within 1000 ms").
+    let detail = r["error"]["detail"].as_str().unwrap_or_default();
+    assert!(
+        detail == "no reply within 1s" || detail.contains("did not answer within"),
+        "{r}"
+    );
     assert!(timing_names(&r).contains(&"broker".to_owned()), "{r}");
 }
 

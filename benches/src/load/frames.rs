@@ -142,6 +142,8 @@ pub async fn serve(listener: TcpListener) {
                         app_us: 0,
                         content_type: String::new(),
                         payload: Bytes::new(),
+                        // The sender keeps no credit count: it never says HELLO.
+                        returns_credit: false,
                     }),
                     Frame::Ping { .. } => Frame::Pong { nonce: received },
                     _ => continue,

@@ -548,7 +548,7 @@ pub fn spawn_router(
 }
 
 pub async fn wait_ready(client: &Http, admin: u16) {
-    poll(Duration::from_secs(10), "readyz", || async {
+    poll(Duration::from_secs(30), "readyz", || async {
         let r = client
             .get(&format!("http://127.0.0.1:{admin}/readyz"))
             .await
