@@ -62,15 +62,7 @@ pub fn current(manager: &Manager, group: &[String]) -> u32 {
     }
     group
         .first()
-        .and_then(|e| {
-            manager
-                .status
-                .as_ref()?
-                .events
-                .iter()
-                .find(|s| &s.event == e)?
-                .desired_replicas
-        })
+        .and_then(|e| crate::build::manager::recorded_replicas(manager, e))
         .and_then(|n| u32::try_from(n).ok())
         .unwrap_or(spec)
 }

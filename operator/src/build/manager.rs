@@ -79,16 +79,20 @@ pub fn replicas_of(manager: &Manager, events: &[EventType]) -> i32 {
     }
     events
         .first()
-        .and_then(|e| {
-            manager
-                .status
-                .as_ref()?
-                .events
-                .iter()
-                .find(|s| s.event == e.as_str())?
-                .desired_replicas
-        })
+        .and_then(|e| recorded_replicas(manager, e.as_str()))
         .unwrap_or(spec.replicas)
+}
+
+/// The replicas the autoscaler recorded in status for one event type's Deployment
+/// (`perEventType`), if it recorded any.
+pub fn recorded_replicas(manager: &Manager, event: &str) -> Option<i32> {
+    manager
+        .status
+        .as_ref()?
+        .events
+        .iter()
+        .find(|s| s.event == event)?
+        .desired_replicas
 }
 
 pub fn build(
