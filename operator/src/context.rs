@@ -13,8 +13,8 @@ pub struct Context {
     pub recorder: Recorder,
     /// Metrics.
     pub metrics: Arc<Metrics>,
-    /// Inputs of the pure build step that do not come from the resource.
-    pub build: crate::build::BuildSettings,
+    /// Inputs of the pure render step that do not come from the resource.
+    pub render: crate::render::RenderSettings,
 }
 
 impl Context {
@@ -22,7 +22,7 @@ impl Context {
     pub fn new(
         client: Client,
         metrics: Arc<Metrics>,
-        build: crate::build::BuildSettings,
+        render: crate::render::RenderSettings,
         identity: String,
     ) -> Self {
         let reporter = Reporter {
@@ -33,7 +33,7 @@ impl Context {
             recorder: Recorder::new(client.clone(), reporter),
             client,
             metrics,
-            build,
+            render,
         }
     }
 }

@@ -5,7 +5,6 @@
 pub mod admin;
 pub mod apply;
 pub mod autoscale;
-pub mod build;
 pub mod conditions;
 pub mod context;
 pub mod control_plane;
@@ -13,6 +12,7 @@ pub mod controller;
 pub mod error;
 pub mod leader;
 pub mod metrics;
+pub mod render;
 pub mod settings;
 pub mod telemetry;
 pub mod validate;

@@ -6,10 +6,10 @@ use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use switchyard_operator::admin::{self, Admin};
-use switchyard_operator::build::BuildSettings;
 use switchyard_operator::context::Context;
 use switchyard_operator::leader::{self, LeaseConfig};
 use switchyard_operator::metrics::Metrics;
+use switchyard_operator::render::RenderSettings;
 use switchyard_operator::settings::{self, Settings};
 use switchyard_operator::{autoscale, control_plane, controller, telemetry};
 use tokio::sync::watch;
@@ -112,7 +112,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let ctx = Arc::new(Context::new(
         client.clone(),
         metrics.clone(),
-        BuildSettings {
+        RenderSettings {
             sidecar_image: settings.sidecar_image.clone(),
             control_plane_url: settings.control_plane_url.clone(),
         },

@@ -19,7 +19,7 @@ pub fn manager_config(
         .metadata
         .namespace
         .get_or_insert_with(|| DEFAULT_NAMESPACE.into());
-    let mut config = switchyard_operator::build::manager::render_config(&manager, router)?;
+    let mut config = switchyard_operator::render::manager::render_config(&manager, router)?;
     config.app.port = i32::from(app_port);
     Ok(config)
 }
@@ -37,7 +37,7 @@ pub fn router_config(
         .metadata
         .namespace
         .get_or_insert_with(|| DEFAULT_NAMESPACE.into());
-    let mut config = switchyard_operator::build::router::render_config(&router, managers)?;
+    let mut config = switchyard_operator::render::router::render_config(&router, managers)?;
     config.static_endpoints = config
         .destinations
         .values()

@@ -17,7 +17,7 @@ pub fn files(
     dir: &Path,
 ) -> anyhow::Result<Vec<(PathBuf, Vec<u8>)>> {
     let mut out = Vec::new();
-    for name in switchyard_operator::build::secrets::referenced(&router.spec) {
+    for name in switchyard_operator::render::secrets::referenced(&router.spec) {
         let Some(secret) = secrets.iter().find(|s| s.name_any() == name) else {
             bail!(
                 "Router {}: Secret {name:?} is referenced but not in the file; add a `kind: Secret` document named {name:?}",

@@ -62,7 +62,7 @@ pub fn current(manager: &Manager, group: &[String]) -> u32 {
     }
     group
         .first()
-        .and_then(|e| crate::build::manager::recorded_replicas(manager, e))
+        .and_then(|e| crate::render::manager::recorded_replicas(manager, e))
         .and_then(|n| u32::try_from(n).ok())
         .unwrap_or(spec)
 }

@@ -3,8 +3,8 @@
 
 use super::hub::Hub;
 use super::table;
-use crate::build::meta;
 use crate::metrics::Metrics;
+use crate::render::meta;
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::core::v1::Pod;
 use kube::api::Api;

@@ -1,6 +1,6 @@
 //! Pure: the routing table of each Router from the observed Routers, Managers and manager Pods.
 
-use crate::build::{self, meta};
+use crate::render::{self, meta};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
@@ -54,7 +54,7 @@ pub fn all_tables(
 /// first Manager by name wins a contested type) and the ready pods its destination selects.
 pub fn routes(router: &Router, managers: &[Manager], pods: &[&Pod]) -> Vec<Route> {
     // render_config only fails without a namespace, which `all_tables` has already required.
-    let Ok(config) = build::router::render_config(router, managers) else {
+    let Ok(config) = render::router::render_config(router, managers) else {
         return Vec::new();
     };
     config
@@ -62,9 +62,9 @@ pub fn routes(router: &Router, managers: &[Manager], pods: &[&Pod]) -> Vec<Route
         .iter()
         .map(|(event, dest)| {
             let pool = if dest.pod_selector.contains_key(meta::EVENT_TYPE) {
-                build::manager::per_type_name(&dest.manager, event)
+                render::manager::per_type_name(&dest.manager, event)
             } else {
-                build::manager::service_name(&dest.manager)
+                render::manager::service_name(&dest.manager)
             };
             let mut endpoints: Vec<Endpoint> = pods
                 .iter()

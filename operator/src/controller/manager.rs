@@ -2,9 +2,9 @@
 
 use super::events;
 use crate::apply::{apply, prune};
-use crate::build::{self, meta};
 use crate::conditions::{self, Problem, Rollout};
 use crate::context::Context;
+use crate::render::{self, meta};
 use crate::validate;
 use crate::{Error, Result};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -104,7 +104,7 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
     let mut per_type = Vec::new();
     let mut applied = String::new();
     if !problem.as_ref().is_some_and(|p| p.blocks_apply) {
-        let children = build::manager::build(manager, router.as_ref(), &ctx.build)?;
+        let children = render::manager::build(manager, router.as_ref(), &ctx.render)?;
         apply(&ctx.client, &children.config_map).await?;
         apply(&ctx.client, &children.service).await?;
         let mut rollouts = Vec::new();
@@ -148,8 +148,8 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
         applied = format!(
             "Deployments {}, Service {}, ConfigMap {}",
             names.join(", "),
-            build::manager::service_name(&name),
-            build::manager::config_map_name(&name)
+            render::manager::service_name(&name),
+            render::manager::config_map_name(&name)
         );
     }
 

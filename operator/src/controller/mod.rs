@@ -34,7 +34,7 @@ pub async fn run(
 fn owned_children() -> watcher::Config {
     watcher::Config::default().labels(&format!(
         "{}={}",
-        crate::build::meta::MANAGED_BY,
+        crate::render::meta::MANAGED_BY,
         crate::FIELD_MANAGER
     ))
 }

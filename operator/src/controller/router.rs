@@ -2,9 +2,9 @@
 
 use super::events;
 use crate::apply::apply;
-use crate::build::{self, meta};
 use crate::conditions::{self, Problem, Rollout};
 use crate::context::Context;
+use crate::render::{self, meta};
 use crate::validate;
 use crate::{Error, Result};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -93,15 +93,15 @@ async fn reconcile_inner(router: &Router, ctx: &Context) -> Result<Action> {
     let mut rollout = None;
     let mut applied = String::new();
     if !problem.as_ref().is_some_and(|p| p.blocks_apply) {
-        let children = build::router::build(router, &managers, &ctx.build)?;
+        let children = render::router::build(router, &managers, &ctx.render)?;
         apply(&ctx.client, &children.config_map).await?;
         apply(&ctx.client, &children.service).await?;
         let deployment = apply(&ctx.client, &children.deployment).await?;
         rollout = Some(Rollout::total(&[Rollout::of(&deployment)]));
         applied = format!(
             "Deployment {0}, Service {0}, ConfigMap {1}",
-            build::router::workload_name(&name),
-            build::router::config_map_name(&name)
+            render::router::workload_name(&name),
+            render::router::config_map_name(&name)
         );
     }
 

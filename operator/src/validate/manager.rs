@@ -1,7 +1,7 @@
 //! Checks of a Manager spec beyond its schema.
 
 use super::{FieldError, check_name};
-use crate::build::sidecar;
+use crate::render::sidecar;
 use switchyard_crds::ManagerSpec;
 use switchyard_protocol::ports;
 

@@ -41,7 +41,7 @@ pub fn summary(errors: &[FieldError]) -> String {
 }
 
 pub(crate) fn check_name(name: &str, out: &mut Vec<FieldError>) {
-    let max = crate::build::meta::MAX_NAME_LEN;
+    let max = crate::render::meta::MAX_NAME_LEN;
     if name.len() > max {
         out.push(FieldError::new(
             "metadata.name",

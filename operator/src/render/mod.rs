@@ -9,7 +9,7 @@ pub mod sidecar;
 
 /// Inputs of the build step that come from the operator's settings, not from the resource.
 #[derive(Clone, Debug)]
-pub struct BuildSettings {
+pub struct RenderSettings {
     /// Image of the sidecar container.
     pub sidecar_image: String,
     /// URL of the operator's control plane, given to every sidecar (env [`sidecar::CONTROL_PLANE_ENV`]);

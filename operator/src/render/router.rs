@@ -1,6 +1,6 @@
 //! Children of a Router: the router-role Deployment, its Service and the rendered config.
 
-use super::BuildSettings;
+use super::RenderSettings;
 use super::meta::{self, ROUTER};
 use super::sidecar::{self, Role};
 use crate::Error;
@@ -78,7 +78,7 @@ pub fn render_config(router: &Router, managers: &[Manager]) -> Result<RouterConf
 pub fn build(
     router: &Router,
     managers: &[Manager],
-    settings: &BuildSettings,
+    settings: &RenderSettings,
 ) -> Result<RouterChildren, Error> {
     let name = router.name_any();
     let labels = meta::labels(ROUTER, &name);

@@ -1,6 +1,6 @@
 //! Children of a Manager: one Deployment (or one per event type), a Service and the rendered config.
 
-use super::BuildSettings;
+use super::RenderSettings;
 use super::meta::{self, MANAGER};
 use super::sidecar::{self, Role};
 use crate::Error;
@@ -98,7 +98,7 @@ pub fn recorded_replicas(manager: &Manager, event: &str) -> Option<i32> {
 pub fn build(
     manager: &Manager,
     router: Option<&Router>,
-    settings: &BuildSettings,
+    settings: &RenderSettings,
 ) -> Result<ManagerChildren, Error> {
     let name = manager.name_any();
     let spec = &manager.spec;
@@ -181,7 +181,7 @@ pub fn build(
 /// `restartPolicy: Always`, so it is up before the app and does not keep Jobs alive).
 fn pod_template(
     manager: &Manager,
-    settings: &BuildSettings,
+    settings: &RenderSettings,
     selector: &BTreeMap<String, String>,
     config_hash: &str,
     events: &[EventType],

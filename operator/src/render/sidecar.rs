@@ -1,6 +1,6 @@
 //! The sidecar container, in router or manager role.
 
-use super::BuildSettings;
+use super::RenderSettings;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, ObjectFieldSelector, Probe, ResourceRequirements, SeccompProfile,
@@ -39,7 +39,7 @@ impl Role {
 
 /// The sidecar container. `ports` are the role's serving ports (name, port); the admin port is added.
 pub fn container(
-    settings: &BuildSettings,
+    settings: &RenderSettings,
     role: Role,
     ports: &[(&str, i32)],
     resources: Option<ResourceRequirements>,

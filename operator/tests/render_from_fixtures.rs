@@ -4,14 +4,14 @@
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::PodSpec;
 use switchyard_crds::{Manager, Router, yaml};
-use switchyard_operator::build::{self, BuildSettings, meta};
+use switchyard_operator::render::{self, RenderSettings, meta};
 use switchyard_operator::validate;
 use switchyard_protocol::config::{ManagerConfig, RouterConfig};
 
 const SIDECAR: &str = "registry.example/switchyard-sidecar:test";
 
-fn settings() -> BuildSettings {
-    BuildSettings {
+fn settings() -> RenderSettings {
+    RenderSettings {
         sidecar_image: SIDECAR.into(),
         control_plane_url: None,
     }
@@ -46,8 +46,8 @@ fn pod(d: &Deployment) -> &PodSpec {
 #[test]
 fn router_children_are_owned_labelled_and_wired_to_the_config() {
     let (router, manager) = quickstart();
-    let c =
-        build::router::build(&router, std::slice::from_ref(&manager), &settings()).expect("builds");
+    let c = render::router::build(&router, std::slice::from_ref(&manager), &settings())
+        .expect("builds");
 
     for meta in [
         &c.deployment.metadata,
@@ -125,7 +125,7 @@ fn router_children_are_owned_labelled_and_wired_to_the_config() {
         &meta::hash(&serde_json::to_string(&router.spec).expect("spec"))
     );
     // A new Manager changes the routing table but must not roll the router pods.
-    let alone = build::router::build(&router, &[], &settings()).expect("builds");
+    let alone = render::router::build(&router, &[], &settings()).expect("builds");
     assert_ne!(alone.config_map, c.config_map);
     assert_eq!(alone.deployment, c.deployment);
 }
@@ -133,22 +133,22 @@ fn router_children_are_owned_labelled_and_wired_to_the_config() {
 #[test]
 fn building_twice_gives_identical_objects() {
     let (router, manager) = quickstart();
-    let a = build::router::build(&router, std::slice::from_ref(&manager), &settings()).expect("a");
-    let b = build::router::build(&router, std::slice::from_ref(&manager), &settings()).expect("b");
+    let a = render::router::build(&router, std::slice::from_ref(&manager), &settings()).expect("a");
+    let b = render::router::build(&router, std::slice::from_ref(&manager), &settings()).expect("b");
     assert_eq!(
         a, b,
         "a reconcile with nothing changed must apply the same bytes"
     );
     assert_eq!(
-        build::manager::build(&manager, Some(&router), &settings()).expect("a"),
-        build::manager::build(&manager, Some(&router), &settings()).expect("b")
+        render::manager::build(&manager, Some(&router), &settings()).expect("a"),
+        render::manager::build(&manager, Some(&router), &settings()).expect("b")
     );
 }
 
 #[test]
 fn manager_gets_a_native_sidecar_and_keeps_the_users_template() {
     let (router, manager) = quickstart();
-    let c = build::manager::build(&manager, Some(&router), &settings()).expect("builds");
+    let c = render::manager::build(&manager, Some(&router), &settings()).expect("builds");
     assert_eq!(c.deployments.len(), 1);
     let d = &c.deployments[0];
     assert_eq!(d.metadata.name.as_deref(), Some("handlers-manager"));
@@ -200,7 +200,7 @@ fn per_event_type_split_builds_one_deployment_per_type() {
         .managers
         .remove(0);
     m.metadata.namespace = Some("shop".into());
-    let c = build::manager::build(&m, None, &settings()).expect("builds");
+    let c = render::manager::build(&m, None, &settings()).expect("builds");
     let names: Vec<_> = c
         .deployments
         .iter()
@@ -243,7 +243,7 @@ fn per_event_type_destinations_select_the_types_pods() {
         .managers
         .remove(0);
     m.metadata.namespace = Some("demo".into());
-    let cfg = build::router::render_config(&router, &[m]).expect("renders");
+    let cfg = render::router::render_config(&router, &[m]).expect("renders");
     let d = &cfg.destinations[&"orders.create".into()];
     assert_eq!(d.pod_selector[meta::EVENT_TYPE], "orders-create");
 }
@@ -255,14 +255,14 @@ fn managers_follow_their_routers_tracing() {
         otlp_endpoint: "http://otel-collector.observability:4317".into(),
         sampling_ratio: 0.1,
     });
-    let config = |c: &build::manager::ManagerChildren| -> ManagerConfig {
+    let config = |c: &render::manager::ManagerChildren| -> ManagerConfig {
         serde_json::from_str(&c.config_map.data.as_ref().expect("data")["config.json"])
             .expect("config parses")
     };
-    let c = build::manager::build(&manager, Some(&router), &settings()).expect("builds");
+    let c = render::manager::build(&manager, Some(&router), &settings()).expect("builds");
     assert_eq!(config(&c).tracing, router.spec.tracing);
     // A missing Router (RouterNotFound) or one without tracing: none, and the config hash follows.
-    let off = build::manager::build(&manager, None, &settings()).expect("builds");
+    let off = render::manager::build(&manager, None, &settings()).expect("builds");
     assert_eq!(config(&off).tracing, None);
     assert_ne!(c.config_map, off.config_map);
 }
@@ -343,8 +343,8 @@ fn config_hash(d: &Deployment) -> String {
 #[test]
 fn referenced_secrets_are_mounted_read_only_and_roll_the_pods_when_renamed() {
     let (router, manager) = middleware_example();
-    let c =
-        build::router::build(&router, std::slice::from_ref(&manager), &settings()).expect("builds");
+    let c = render::router::build(&router, std::slice::from_ref(&manager), &settings())
+        .expect("builds");
     let p = pod(&c.deployment);
     let volumes = p.volumes.as_ref().expect("volumes");
     let secret_volume = volumes
@@ -372,7 +372,7 @@ fn referenced_secrets_are_mounted_read_only_and_roll_the_pods_when_renamed() {
     // A Router without middleware mounts no Secret.
     let (plain, manager) = quickstart();
     let q =
-        build::router::build(&plain, std::slice::from_ref(&manager), &settings()).expect("builds");
+        render::router::build(&plain, std::slice::from_ref(&manager), &settings()).expect("builds");
     assert!(
         pod(&q.deployment)
             .volumes
@@ -390,7 +390,7 @@ fn referenced_secrets_are_mounted_read_only_and_roll_the_pods_when_renamed() {
         .expect("apiKey entry")
         .keys_secret_ref
         .name = "edge-api-keys-v2".into();
-    let r = build::router::build(&renamed, &[manager], &settings()).expect("builds");
+    let r = render::router::build(&renamed, &[manager], &settings()).expect("builds");
     assert_ne!(config_hash(&r.deployment), config_hash(&c.deployment));
 }
 
@@ -406,13 +406,13 @@ fn env_of(c: &k8s_openapi::api::core::v1::Container, name: &str) -> Option<Strin
 fn sidecars_get_the_control_plane_url_only_when_configured() {
     let (router, manager) = quickstart();
     let url = "http://switchyard.switchyard-system.svc:7443";
-    let with = BuildSettings {
+    let with = RenderSettings {
         control_plane_url: Some(url.into()),
         ..settings()
     };
     for s in [&with, &settings()] {
-        let r = build::router::build(&router, std::slice::from_ref(&manager), s).expect("router");
-        let m = build::manager::build(&manager, Some(&router), s).expect("manager");
+        let r = render::router::build(&router, std::slice::from_ref(&manager), s).expect("router");
+        let m = render::manager::build(&manager, Some(&router), s).expect("manager");
         let router_side = &pod(&r.deployment).containers[0];
         let manager_side = &pod(&m.deployments[0])
             .init_containers
@@ -420,7 +420,7 @@ fn sidecars_get_the_control_plane_url_only_when_configured() {
             .expect("init")[0];
         for c in [router_side, manager_side] {
             assert_eq!(
-                env_of(c, build::sidecar::CONTROL_PLANE_ENV),
+                env_of(c, render::sidecar::CONTROL_PLANE_ENV),
                 s.control_plane_url,
                 "{}",
                 c.name
@@ -444,7 +444,7 @@ fn per_event_type_deployments_take_the_autoscalers_replicas_of_their_type() {
         ..Default::default()
     });
     let replicas = |m: &Manager| -> Vec<Option<i32>> {
-        build::manager::build(m, None, &settings())
+        render::manager::build(m, None, &settings())
             .expect("builds")
             .deployments
             .iter()
