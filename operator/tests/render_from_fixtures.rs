@@ -3,6 +3,7 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::PodSpec;
+use switchyard_crds::router::HttpMethod;
 use switchyard_crds::{Manager, Router, yaml};
 use switchyard_operator::render::{self, RenderSettings, meta};
 use switchyard_operator::validate;
@@ -293,6 +294,27 @@ fn invalid_router_reports_every_field() {
             "spec.middleware[1].bodyLimit: bodyLimit is already configured at spec.middleware[0]",
         ]
     );
+}
+
+#[test]
+fn typed_query_parameters_of_get_and_delete_routes_are_valid() {
+    // The router sidecar types a declared parameter that is not in the path as a query parameter
+    // of GET and DELETE; the operator accepts what the sidecar serves.
+    let r = fixture(include_str!("fixtures/invalid-router.yaml"))
+        .routers
+        .remove(0);
+    let mut spec = r.spec.clone();
+    spec.routes.truncate(1);
+    spec.middleware.truncate(1);
+    let mut list = r.spec.routes[2].clone();
+    for method in [HttpMethod::Get, HttpMethod::Delete] {
+        if let Some(h) = list.http.as_mut() {
+            h.method = method;
+        }
+        spec.routes.push(list.clone());
+        assert_eq!(validate::router::validate("ok", &spec), [], "{method:?}");
+        spec.routes.pop();
+    }
 }
 
 #[test]

@@ -2,7 +2,6 @@
 //! status (Degraded, reason InvalidSpec) with the field path; it never breaks the watch.
 
 pub mod manager;
-pub mod path_template;
 pub mod router;
 
 use std::fmt;
