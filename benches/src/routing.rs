@@ -7,9 +7,9 @@ use bytes::Bytes;
 use futures::{SinkExt, StreamExt};
 use switchyard_crds::router::RouterSpec;
 use switchyard_protocol::frame::{Frame, FrameCodec, Request, Response};
-use switchyard_sidecar::broker::Broker;
-use switchyard_sidecar::metrics::Metrics;
-use switchyard_sidecar::routes::{Lookup, RouteTable};
+use switchyard_sidecar::bench::Broker;
+use switchyard_sidecar::bench::Metrics;
+use switchyard_sidecar::bench::{Lookup, RouteTable};
 use tokio::io::DuplexStream;
 use tokio_util::codec::Framed;
 
@@ -109,6 +109,7 @@ async fn manager_side(mut conn: Framed<DuplexStream, FrameCodec>) {
             content_type: "application/json".to_owned(),
             payload: Bytes::from_static(br#"{"ok":true}"#),
             returns_credit: false,
+            from_mesh: false,
         });
         if conn.send(resp).await.is_err() {
             return;

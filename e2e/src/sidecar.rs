@@ -268,4 +268,4 @@ impl ManagerSidecar {
 
 /// The variable naming the control plane, removed from the manager's environment: this one only
 /// answers frames.
-pub const CONTROL_PLANE_ENV: &str = "SWITCHYARD_CONTROL_PLANE";
+pub use switchyard_protocol::env::CONTROL_PLANE as CONTROL_PLANE_ENV;

@@ -6,6 +6,8 @@
 //! REQUEST  body := deadline_ms:u32 event:str8 ce_id:str8 traceparent:str8 content_type:str8 payload
 //! RESPONSE body := status:u16 queue_us:u32 app_us:u32 content_type:str8 payload
 //!                                          flags bit 0: the answer also returns its request's credit
+//!                                          flags bit 1: the manager sidecar answered, not the app
+//!                                          (its problem+json says why: queue full, app down, deadline)
 //! CANCEL   body := (empty)                 the client went away; the manager stops the work
 //! CREDIT   body := credits:u32             the manager grants that many more requests
 //! PING/PONG body := nonce:u64              heartbeats
@@ -38,6 +40,10 @@ pub const FLAG_IMPLICIT_CREDIT: u8 = 0x02;
 /// Flag on a RESPONSE: the answer also returns its request's credit (no CREDIT frame follows for it).
 /// Only sent to a peer whose HELLO carried [`FLAG_IMPLICIT_CREDIT`].
 pub const FLAG_RETURNS_CREDIT: u8 = 0x01;
+/// Flag on a RESPONSE: the manager sidecar made this answer (a problem+json saying why the app gave
+/// none), so the router reports it as the mesh's refusal rather than as the app's reply. A router of
+/// an older version ignores the bit and passes the problem through as before.
+pub const FLAG_FROM_MESH: u8 = 0x02;
 
 /// One frame.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -147,6 +153,8 @@ pub struct Response {
     pub payload: Bytes,
     /// The answer also returns its request's credit ([`FLAG_RETURNS_CREDIT`]).
     pub returns_credit: bool,
+    /// The manager sidecar made this answer, not the app ([`FLAG_FROM_MESH`]).
+    pub from_mesh: bool,
 }
 
 mod kind {
@@ -259,11 +267,14 @@ pub fn encode(frame: &Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
         Frame::Response(r) => {
             dst.reserve(FIXED + 2 + 8 + 1 + r.content_type.len() + r.payload.len());
             dst.put_u8(kind::RESPONSE);
-            dst.put_u8(if r.returns_credit {
-                FLAG_RETURNS_CREDIT
-            } else {
-                0
-            });
+            let mut flags = 0;
+            if r.returns_credit {
+                flags |= FLAG_RETURNS_CREDIT;
+            }
+            if r.from_mesh {
+                flags |= FLAG_FROM_MESH;
+            }
+            dst.put_u8(flags);
             dst.put_u64(r.id);
             dst.put_u16(r.status);
             dst.put_u32(r.queue_us);
@@ -394,6 +405,7 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
                 content_type,
                 payload: body,
                 returns_credit: flags & FLAG_RETURNS_CREDIT != 0,
+                from_mesh: flags & FLAG_FROM_MESH != 0,
             })
         }
         kind::CANCEL => Frame::Cancel { id },
@@ -517,6 +529,7 @@ mod tests {
             content_type: "text/plain".into(),
             payload: Bytes::from_static(b"busy"),
             returns_credit: false,
+            from_mesh: true,
         }));
         roundtrip(Frame::Response(Response {
             id: 1,
@@ -526,6 +539,7 @@ mod tests {
             content_type: String::new(),
             payload: Bytes::new(),
             returns_credit: true,
+            from_mesh: false,
         }));
         roundtrip(Frame::Cancel { id: 3 });
         roundtrip(Frame::Credit { credits: 64 });
@@ -593,6 +607,7 @@ mod tests {
             content_type: String::new(),
             payload: Bytes::new(),
             returns_credit,
+            from_mesh: false,
         })
     }
 
@@ -626,6 +641,25 @@ mod tests {
         let mut flagged = BytesMut::new();
         encode(&response(true), &mut flagged).expect("encodes");
         assert_eq!(flagged[5], FLAG_RETURNS_CREDIT);
+    }
+
+    #[test]
+    fn mesh_answers_carry_their_own_bit_beside_the_credit_bit() {
+        let mut both = response(true);
+        if let Frame::Response(r) = &mut both {
+            r.from_mesh = true;
+        }
+        let mut buf = BytesMut::new();
+        encode(&both, &mut buf).expect("encodes");
+        assert_eq!(buf[5], FLAG_RETURNS_CREDIT | FLAG_FROM_MESH);
+        assert_eq!(decode(&mut buf, 1024), Ok(Some(both)));
+        // An answer from an older manager (flags 0) is the app's.
+        let mut old = BytesMut::new();
+        encode(&response(false), &mut old).expect("encodes");
+        match decode(&mut old, 1024) {
+            Ok(Some(Frame::Response(r))) => assert!(!r.from_mesh),
+            other => panic!("not a response: {other:?}"),
+        }
     }
 
     #[test]

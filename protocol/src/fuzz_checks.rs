@@ -81,6 +81,7 @@ mod tests {
                 content_type: "x".into(),
                 payload: Bytes::from_static(b"ok"),
                 returns_credit: true,
+                from_mesh: true,
             }),
             Frame::Cancel { id: 3 },
             Frame::Credit { credits: 4 },

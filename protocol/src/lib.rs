@@ -3,9 +3,12 @@
 //! control-plane gRPC API.
 
 pub mod config;
+pub mod env;
 pub mod frame;
 #[doc(hidden)]
 pub mod fuzz_checks;
+pub mod labels;
+pub mod path_template;
 pub mod ports;
 
 /// The router's client-facing gRPC API (`proto/switchyard/v1/gateway.proto`) and the manager's local

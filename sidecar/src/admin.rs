@@ -2,12 +2,11 @@
 //! (its current routing table as JSON).
 
 use crate::metrics::Metrics;
-use crate::router::Router;
+use crate::upstream::Upstream;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Request, Response, StatusCode, body::Incoming, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
@@ -29,22 +28,13 @@ impl Readiness {
     }
 }
 
-/// Binds the admin port; the server then runs until the process exits, so probes see the drain.
-pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
-    TcpListener::bind(addr).await
-}
-
-/// Serves admin requests on `listener` forever.
-pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, ready: Readiness) {
-    serve_with(listener, metrics, ready, None).await;
-}
-
-/// As [`serve`], plus `GET /routes` showing `router`'s table.
+/// Serves admin requests on `listener` forever: `/healthz`, `/readyz`, `/metrics`, and `GET /routes`
+/// showing `router`'s table. Runs until the process exits, so probes see the drain.
 pub async fn serve_router(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: Readiness,
-    router: Arc<Router>,
+    router: Arc<Upstream>,
 ) {
     serve_with(listener, metrics, ready, Some(router)).await;
 }
@@ -53,7 +43,7 @@ async fn serve_with(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: Readiness,
-    router: Option<Arc<Router>>,
+    router: Option<Arc<Upstream>>,
 ) {
     // Probes and scrapes are few; a small bound keeps a flood of admin connections from costing memory.
     let limit = Arc::new(tokio::sync::Semaphore::new(64));
@@ -91,7 +81,7 @@ fn answer(
     path: &str,
     metrics: &Metrics,
     ready: &Readiness,
-    router: Option<&Router>,
+    router: Option<&Upstream>,
 ) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match path {
         "/routes" => match router {

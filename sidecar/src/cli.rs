@@ -1,30 +1,33 @@
-//! Command line: one binary, two roles.
+//! Command line: one binary, two roles. Parses the arguments, starts the runtime and runs the role;
+//! the exit status says how it ended (0 after a drain, 2 for an unusable config, 1 otherwise).
 
+use crate::roles::{self, RunError};
 use crate::telemetry::LogFormat;
 use clap::{Parser, Subcommand};
 use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 /// The Switchyard sidecar.
 #[derive(Parser, Debug)]
 #[command(name = "switchyard-sidecar", version, about)]
-pub struct Cli {
+struct Cli {
     /// Log format.
     #[arg(long, value_enum, default_value = "json", global = true)]
-    pub log_format: LogFormat,
+    log_format: LogFormat,
     /// Async runtime threads: 1 runs every task on one thread, n > 1 a pool of n, 0 one per CPU. One
     /// costs the least CPU per request (no cross-thread wake-ups; docs/performance.md, "Hot path
     /// profile"); give a router that has cores of its own more.
     #[arg(long, env = crate::runtime::THREADS_ENV, default_value_t = 1, global = true)]
-    pub runtime_threads: usize,
+    runtime_threads: usize,
     /// Role to run.
     #[command(subcommand)]
-    pub role: Role,
+    role: Role,
 }
 
 /// The two roles.
 #[derive(Subcommand, Debug)]
-pub enum Role {
+enum Role {
     /// At the edge: accept client requests and route them as events to manager sidecars.
     Router {
         /// Rendered router config (config.json).
@@ -41,7 +44,7 @@ pub enum Role {
         secrets_dir: PathBuf,
         /// Operator control plane (`http://host:port`) to follow for the routing table; unset: the
         /// config's static endpoints or the Managers' Service DNS names.
-        #[arg(long, env = crate::router::follow::CONTROL_PLANE_ENV)]
+        #[arg(long, env = switchyard_protocol::env::CONTROL_PLANE)]
         control_plane: Option<String>,
     },
     /// Beside the handler app: accept events from routers and deliver them to the app.
@@ -62,7 +65,72 @@ pub enum Role {
         #[arg(long, default_value = "127.0.0.1:7071")]
         local_api_addr: SocketAddr,
         /// Event types this pod handles (comma list); default: every one in the config.
-        #[arg(long, env = "SWITCHYARD_EVENT_TYPES", hide_env_values = true)]
+        #[arg(long, env = switchyard_protocol::env::EVENT_TYPES, hide_env_values = true)]
         event_types: Option<String>,
     },
+}
+
+/// Runs the sidecar as the command line says, until its role drains.
+pub fn run() -> ExitCode {
+    let cli = Cli::parse();
+    crate::telemetry::init(cli.log_format);
+    let runtime = match crate::runtime::build(cli.runtime_threads) {
+        Ok(rt) => rt,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start the async runtime");
+            return ExitCode::FAILURE;
+        }
+    };
+    let result = runtime.block_on(async {
+        match &cli.role {
+            Role::Router {
+                config,
+                bind,
+                admin_addr,
+                secrets_dir,
+                control_plane,
+            } => {
+                roles::router::run(
+                    config,
+                    *bind,
+                    *admin_addr,
+                    secrets_dir,
+                    control_plane.as_deref(),
+                )
+                .await
+            }
+            Role::Manager {
+                config,
+                listen,
+                admin_addr,
+                app_addr,
+                local_api_addr,
+                event_types,
+            } => {
+                roles::manager::run(
+                    config,
+                    *listen,
+                    *admin_addr,
+                    *app_addr,
+                    *local_api_addr,
+                    event_types.as_deref(),
+                )
+                .await
+            }
+        }
+    });
+    // Connection tasks still finishing after the drain limit must not hold the exit.
+    runtime.shutdown_timeout(std::time::Duration::from_millis(100));
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(RunError::Config(e)) => {
+            tracing::error!(error = %e, "invalid config");
+            eprintln!("{e}");
+            ExitCode::from(2)
+        }
+        Err(e) => {
+            tracing::error!(error = %e, "start-up failed");
+            ExitCode::from(e.exit_code())
+        }
+    }
 }

@@ -3,7 +3,7 @@
 //!
 //! Pure. Every rejection says what to fix and names the field; nothing internal leaks.
 
-use crate::routes::HttpRoute;
+use crate::routes::http::HttpRoute;
 use bytes::Bytes;
 use serde_json::{Map, Value};
 
@@ -181,7 +181,7 @@ pub fn params_payload(
             q,
             &|n| route.param_type(n),
             &mut params,
-            crate::routes::MAX_QUERY_PARAMS,
+            crate::routes::http::MAX_QUERY_PARAMS,
         )
         .map_err(|bad| {
             Rejection::new(
@@ -201,7 +201,7 @@ pub fn params_payload(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::routes::{Lookup, RouteTable};
+    use crate::routes::http::{Lookup, RouteTable};
 
     fn table() -> RouteTable {
         let spec = serde_json::from_value(serde_json::json!({

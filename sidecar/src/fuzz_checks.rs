@@ -7,7 +7,7 @@
 //! schema, payload building, query parameters.
 
 use crate::edge;
-use crate::routes::{Lookup, RouteTable};
+use crate::routes::http::{Lookup, RouteTable};
 use bytes::Bytes;
 use std::sync::OnceLock;
 

@@ -1,36 +1,56 @@
 //! The Switchyard sidecar: one binary, two roles. The router role turns client requests into events
 //! and routes them to manager sidecars; the manager role delivers events to the handler app.
 //!
-//! Modules are named by stage. Pure cores (`routes`, `params`, `edge`, `timing`, `problem`,
-//! `backoff`, `router::p2c`) have their tests beside them; sockets live in `listener`, `router`,
-//! `manager` and `admin`.
+//! The stack, top to bottom (a room imports only rooms below it; `layering.rs` holds it true):
+//! `roles` (composition) -> `admin` -> `listener` and `manager` (the front doors and delivery) ->
+//! `middleware` -> `dispatch` (broker and routing stage) -> `upstream` (routing table and frame
+//! connections) -> the pure cores (`answer`, `routes`, `edge`, `params`, `timing`, `problem`) and the
+//! process plumbing (`net`, `metrics`, `load`, `otel`, `config`, `secrets`, `backoff`, ...).
+//!
+//! Everything is crate-private; the few items below are exported for the binary, the benches and
+//! the fuzz targets, and nothing else.
 
 #![forbid(unsafe_code)]
 
-pub mod admin;
-pub mod backoff;
-pub mod broker;
-pub mod cli;
-pub mod config;
-pub mod dispatch;
-pub mod edge;
+mod admin;
+mod answer;
+mod backoff;
+mod cli;
+mod config;
+mod dispatch;
+mod edge;
+mod listener;
+mod load;
+mod manager;
+mod metrics;
+mod middleware;
+mod net;
+mod otel;
+mod params;
+mod problem;
+mod roles;
+mod routes;
+mod runtime;
+mod secrets;
+mod shutdown;
+mod telemetry;
+mod timing;
+mod traceparent;
+mod upstream;
+
 #[doc(hidden)]
 pub mod fuzz_checks;
-pub mod listener;
-pub mod load;
-pub mod manager;
-pub mod metrics;
-pub mod middleware;
-pub mod otel;
-pub mod params;
-pub mod problem;
-pub mod push;
-pub mod roles;
-pub mod router;
-pub mod routes;
-pub mod runtime;
-pub mod secrets;
-pub mod shutdown;
-pub mod telemetry;
-pub mod timing;
-pub mod traceparent;
+#[cfg(test)]
+mod layering;
+
+pub use cli::run;
+
+/// What the benches measure in process: edge checks, route lookup, the broker and the stage timing.
+#[doc(hidden)]
+pub mod bench {
+    pub use crate::dispatch::Broker;
+    pub use crate::edge::{body_event, params_payload};
+    pub use crate::metrics::Metrics;
+    pub use crate::routes::http::{Lookup, RouteTable};
+    pub use crate::timing::StageTimes;
+}

@@ -1,7 +1,7 @@
 //! The async runtime the sidecar runs on, sized by `--runtime-threads`.
 
 /// Environment variable for `--runtime-threads` (the example app reads the same one).
-pub const THREADS_ENV: &str = "SWITCHYARD_RUNTIME_THREADS";
+pub(crate) use switchyard_protocol::env::RUNTIME_THREADS as THREADS_ENV;
 
 /// Builds the runtime: `1` runs every task on the calling thread (no cross-thread wake-ups, the cheapest
 /// when the sidecar shares a few cores with its app), `n > 1` a work-stealing pool of `n` threads, `0` one

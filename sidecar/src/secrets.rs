@@ -58,14 +58,28 @@ impl Secrets {
     }
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>, String> {
-    let meta = std::fs::metadata(path).map_err(|e| e.to_string())?;
+/// Why a mounted key file cannot be used.
+#[derive(Debug, thiserror::Error)]
+enum ReadError {
+    /// It cannot be read.
+    #[error(transparent)]
+    Io(#[from] std::io::Error),
+    /// Larger than any key or certificate chain should be.
+    #[error("larger than {MAX_FILE} bytes")]
+    TooLarge,
+    /// Nothing in it.
+    #[error("the file is empty")]
+    Empty,
+}
+
+fn read_file(path: &Path) -> Result<Vec<u8>, ReadError> {
+    let meta = std::fs::metadata(path)?;
     if meta.len() > MAX_FILE {
-        return Err(format!("larger than {MAX_FILE} bytes"));
+        return Err(ReadError::TooLarge);
     }
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
+    let bytes = std::fs::read(path)?;
     if bytes.is_empty() {
-        return Err("the file is empty".into());
+        return Err(ReadError::Empty);
     }
     Ok(bytes)
 }

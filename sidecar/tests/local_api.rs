@@ -112,12 +112,15 @@ async fn request_returns_the_reply_and_honours_the_timeout() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_calls_and_missing_managers_get_problems() {
     let mesh = LocalMesh::start().await;
+    // No Manager handles the type: 503 + Retry-After, as at the router's edge (the routing table may
+    // not have arrived yet, and nothing was sent, so a retry is safe).
     let r = post(&mesh, "/v1/publish/nobody", &[], "{}").await;
-    assert_eq!(r.status, 404);
+    assert_eq!(r.status, 503);
+    assert_eq!(r.header("retry-after"), Some("1"));
     assert_eq!(r.header("content-type"), Some("application/problem+json"));
     assert!(r.json()["detail"].as_str().unwrap().contains("nobody"));
     let r = post(&mesh, "/v1/request/nobody", &[], "{}").await;
-    assert_eq!(r.status, 404);
+    assert_eq!(r.status, 503);
 
     // `haunt` is routed to a Manager whose sidecar never runs.
     let r = post(&mesh, "/v1/publish/haunt", &[], "{}").await;
@@ -295,8 +298,15 @@ async fn grpc_variant_on_the_same_port() {
         "the router, not handlers' own outbound path"
     );
 
+    // No Manager handles the type: not sent, safe to retry (UNAVAILABLE with retry-after).
     let err = c.publish(event("nobody", "{}")).await.unwrap_err();
-    assert_eq!(err.code(), tonic::Code::NotFound);
+    assert_eq!(err.code(), tonic::Code::Unavailable);
+    assert_eq!(
+        err.metadata()
+            .get("retry-after")
+            .and_then(|v| v.to_str().ok()),
+        Some("1")
+    );
     let err = c.publish(event("haunt", "{}")).await.unwrap_err();
     assert_eq!(err.code(), tonic::Code::Unavailable);
     let err = c.request(event("audit", "{nope")).await.unwrap_err();

@@ -2,8 +2,8 @@
 
 use criterion::{Criterion, criterion_group};
 use std::hint::black_box;
-use switchyard_sidecar::broker::Broker;
-use switchyard_sidecar::metrics::Metrics;
+use switchyard_sidecar::bench::Broker;
+use switchyard_sidecar::bench::Metrics;
 
 fn admit(c: &mut Criterion) {
     let broker = Broker::new(1024, Metrics::new());

@@ -6,8 +6,8 @@ use criterion::{Criterion, criterion_group};
 use serde_json::Map;
 use std::hint::black_box;
 use switchyard_benches::routing::quickstart_table;
-use switchyard_sidecar::edge::{body_event, params_payload};
-use switchyard_sidecar::routes::Lookup;
+use switchyard_sidecar::bench::Lookup;
+use switchyard_sidecar::bench::{body_event, params_payload};
 
 fn payloads(c: &mut Criterion) {
     let table = quickstart_table().expect("table");

@@ -3,7 +3,7 @@
 use criterion::{Criterion, criterion_group};
 use std::hint::black_box;
 use std::time::Duration;
-use switchyard_sidecar::timing::StageTimes;
+use switchyard_sidecar::bench::StageTimes;
 
 fn header(c: &mut Criterion) {
     let mut t = StageTimes {

@@ -144,6 +144,7 @@ pub async fn serve(listener: TcpListener) {
                         payload: Bytes::new(),
                         // The sender keeps no credit count: it never says HELLO.
                         returns_credit: false,
+                        from_mesh: false,
                     }),
                     Frame::Ping { .. } => Frame::Pong { nonce: received },
                     _ => continue,

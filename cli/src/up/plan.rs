@@ -14,10 +14,10 @@ use switchyard_crds::{Manager, Router};
 
 /// Environment variable giving the app its port (the `PORT` convention), set for every app.
 pub const PORT_ENV: &str = "PORT";
-/// Environment variable telling the app where its manager sidecar's local API is.
-pub const LOCAL_API_ENV: &str = "SWITCHYARD_LOCAL_API";
 /// Environment variable telling the manager sidecar which event types it serves.
-pub const EVENT_TYPES_ENV: &str = "SWITCHYARD_EVENT_TYPES";
+pub use switchyard_protocol::env::EVENT_TYPES as EVENT_TYPES_ENV;
+/// Environment variable telling the app where its manager sidecar's local API is.
+pub use switchyard_protocol::env::LOCAL_API as LOCAL_API_ENV;
 /// The example app answers `/healthz`; other apps are only known to listen.
 const EXAMPLE_APP: &str = "switchyard-example-app";
 

@@ -12,7 +12,7 @@ use hyper_util::rt::TokioExecutor;
 use std::time::Duration;
 
 /// Where the manager sidecar's local API is, e.g. `http://127.0.0.1:7071`.
-pub const LOCAL_API_ENV: &str = "SWITCHYARD_LOCAL_API";
+pub use switchyard_protocol::env::LOCAL_API as LOCAL_API_ENV;
 /// The relay waits this long for the echo.
 const TIMEOUT: Duration = Duration::from_secs(10);
 /// Largest reply taken from the local API.

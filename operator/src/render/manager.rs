@@ -18,9 +18,9 @@ use switchyard_protocol::config::{self, ManagerConfig};
 use switchyard_protocol::ports;
 
 /// Environment variable telling a manager pod's sidecar which event types its Deployment serves.
-pub const EVENT_TYPES_ENV: &str = "SWITCHYARD_EVENT_TYPES";
+pub use switchyard_protocol::env::EVENT_TYPES as EVENT_TYPES_ENV;
 /// Environment variable telling the app where the sidecar's local API is.
-pub const LOCAL_API_ENV: &str = "SWITCHYARD_LOCAL_API";
+pub use switchyard_protocol::env::LOCAL_API as LOCAL_API_ENV;
 
 /// The desired children of one Manager.
 #[derive(Clone, Debug, PartialEq)]

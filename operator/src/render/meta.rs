@@ -5,20 +5,9 @@ use kube::Resource;
 use sha2::{Digest, Sha256};
 use std::collections::BTreeMap;
 
-/// Label: who manages the object.
-pub const MANAGED_BY: &str = "app.kubernetes.io/managed-by";
-/// Label: the custom resource a child belongs to.
-pub const INSTANCE: &str = "app.kubernetes.io/instance";
-/// Label: the component (`switchyard-router` or `switchyard-manager`).
-pub const NAME: &str = "app.kubernetes.io/name";
-/// Label: the Router of a router pod.
-pub const ROUTER: &str = "switchyard.dev/router";
-/// Label: the Manager of a manager pod.
-pub const MANAGER: &str = "switchyard.dev/manager";
-/// Label: the event type a per-event-type Deployment serves.
-pub const EVENT_TYPE: &str = "switchyard.dev/event-type";
-/// Pod annotation: hash of the rendered config, so a config change rolls the pods.
-pub const CONFIG_HASH: &str = "switchyard.dev/config-hash";
+pub use switchyard_protocol::labels::{
+    CONFIG_HASH, EVENT_TYPE, INSTANCE, MANAGED_BY, MANAGER, NAME, ROUTER,
+};
 
 /// Longest Router or Manager name: children append at most `-manager-config` (15 chars) and Service
 /// names must stay DNS-1035 labels of at most 63 characters.

@@ -9,7 +9,7 @@ use k8s_openapi::api::core::v1::{
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
-use switchyard_protocol::{config, ports};
+use switchyard_protocol::{config, env, ports};
 
 /// Name of the sidecar container; reserved in Manager templates.
 pub const CONTAINER: &str = "switchyard-sidecar";
@@ -17,7 +17,7 @@ pub const CONTAINER: &str = "switchyard-sidecar";
 pub const CONFIG_VOLUME: &str = "switchyard-config";
 
 /// Environment variable carrying the control-plane URL (the sidecar's `--control-plane`).
-pub const CONTROL_PLANE_ENV: &str = "SWITCHYARD_CONTROL_PLANE";
+pub use switchyard_protocol::env::CONTROL_PLANE as CONTROL_PLANE_ENV;
 
 /// Role of a sidecar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,8 +70,8 @@ pub fn container(
         ..Probe::default()
     };
     let mut env = vec![
-        field_env("POD_NAME", "metadata.name"),
-        field_env("POD_NAMESPACE", "metadata.namespace"),
+        field_env(env::POD_NAME, "metadata.name"),
+        field_env(env::POD_NAMESPACE, "metadata.namespace"),
     ];
     // An env var rather than an argument: both roles accept it, and a role that does not follow the
     // control plane yet ignores it instead of failing on an unknown flag.

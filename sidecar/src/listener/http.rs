@@ -1,14 +1,15 @@
 //! The HTTP listener (HTTP/1.1 and h2c on one port): request -> checks -> event -> manager -> answer.
 
 use super::Edge;
-use super::reply::Reply;
-use crate::dispatch::{Clock, Failure, dispatch};
+use crate::answer::Answer;
+use crate::answer::http::Reply;
+use crate::dispatch::{Clock, new_ce_id};
 use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
 use crate::otel::request::RequestTrace;
-use crate::router::CallError;
-use crate::routes::Lookup;
+use crate::routes::http::Lookup;
 use crate::traceparent;
+use crate::upstream::Outgoing;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
@@ -32,7 +33,7 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 /// Accepts connections until `drain` fires, then lets open ones finish (up to the drain limit).
 /// With `tls` it serves HTTPS (h2 or HTTP/1.1 by ALPN). Middleware, when the spec has any, wraps
 /// the service of each connection; without it requests go straight to `handle`.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     edge: Arc<Edge>,
     drain: CancellationToken,
@@ -50,7 +51,7 @@ pub async fn serve(
         .max_concurrent_streams(256)
         .keep_alive_interval(Duration::from_secs(20));
     if edge.middleware.is_empty() {
-        super::accept::accept_loop(listener, drain, "http", tls, move |io, _peer| {
+        crate::net::accept::accept_loop(listener, drain, "http", tls, move |io, _peer| {
             let edge = edge.clone();
             let svc = service_fn(move |req| handle(edge.clone(), req));
             // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
@@ -60,16 +61,22 @@ pub async fn serve(
         })
         .await;
     } else {
-        super::accept::accept_loop(listener, drain, "http", tls, move |io, peer: SocketAddr| {
-            let e = edge.clone();
-            let inner = tower::service_fn(move |req| handle(e.clone(), req));
-            let stack = edge.middleware.wrap(inner, peer.ip(), &edge.metrics);
-            let svc = service_fn(move |req| stack.clone().oneshot(req));
-            // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
-            builder
-                .serve_connection_with_upgrades(TokioIo::new(io), svc)
-                .into_owned()
-        })
+        crate::net::accept::accept_loop(
+            listener,
+            drain,
+            "http",
+            tls,
+            move |io, peer: SocketAddr| {
+                let e = edge.clone();
+                let inner = tower::service_fn(move |req| handle(e.clone(), req));
+                let stack = edge.middleware.wrap(inner, peer.ip(), &edge.metrics);
+                let svc = service_fn(move |req| stack.clone().oneshot(req));
+                // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
+                builder
+                    .serve_connection_with_upgrades(TokioIo::new(io), svc)
+                    .into_owned()
+            },
+        )
         .await;
     }
 }
@@ -101,7 +108,7 @@ async fn handle(
     if let Some(t) = clock.trace.take() {
         t.finish_http(reply.status);
     }
-    Ok(reply.into_response(&times))
+    Ok(reply.into_response(Some(&times)))
 }
 
 fn rejected(r: Rejection) -> Reply {
@@ -121,7 +128,7 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
                 405,
                 &format!("{} is not allowed here; use {allow}", parts.method),
             );
-            r.allow = Some(allow);
+            r.allow = HeaderValue::from_str(&allow).ok();
             return (r, edge.unmatched.clone());
         }
         Lookup::BadParam(bad) => {
@@ -196,63 +203,15 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
             .get(traceparent::HEADER)
             .map(HeaderValue::as_bytes),
     );
-    let result = dispatch(edge, &route.event, payload, traceparent, deadline, clock).await;
-    let reply = match result {
-        Ok(resp) => {
-            let content_type = HeaderValue::from_str(&resp.content_type)
-                .ok()
-                .filter(|_| !resp.content_type.is_empty())
-                .unwrap_or_else(|| HeaderValue::from_static("application/octet-stream"));
-            let status = if (100..=599).contains(&resp.status) {
-                resp.status
-            } else {
-                502
-            };
-            Reply {
-                status,
-                content_type,
-                body: resp.payload,
-                allow: None,
-                retry_after: status == 503,
-            }
-        }
-        Err(Failure::Shed) => Reply::problem(
-            503,
-            "too many requests pending in this router; retry shortly",
-        ),
-        Err(Failure::NoManager) => Reply::problem(
-            503,
-            &format!("no Manager handles event type {}", route.event),
-        ),
-        Err(Failure::Call(CallError::NoEndpoint)) => Reply::problem(
-            503,
-            &format!(
-                "no endpoint of the Manager for {} is reachable; retry shortly",
-                route.event
-            ),
-        ),
-        Err(Failure::Call(CallError::NoCredit)) => Reply::problem(
-            503,
-            &format!(
-                "the Manager for {} is saturated; the request was not sent",
-                route.event
-            ),
-        ),
-        Err(Failure::Call(CallError::Timeout)) => {
-            Reply::problem(504, &format!("no reply within {}", humanize(route.timeout)))
-        }
-        Err(Failure::Call(CallError::Lost)) => Reply::problem(
-            502,
-            "the connection to the Manager failed after the request was sent; it may have been handled",
-        ),
+    let out = Outgoing {
+        event: route.event.clone(),
+        ce_id: new_ce_id(),
+        traceparent,
+        payload,
+    };
+    let reply = match edge.dispatch.call(out, deadline, clock).await {
+        Ok(resp) => Reply::app(resp.status, &resp.content_type, resp.payload),
+        Err(f) => Reply::answer(&Answer::of(&f, &route.event, route.timeout)),
     };
     (reply, label)
-}
-
-fn humanize(d: Duration) -> String {
-    if d.subsec_millis() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
-    }
 }

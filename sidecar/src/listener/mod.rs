@@ -1,28 +1,23 @@
 //! Listeners: where client requests enter: HTTP (`http.rs`), WebSocket (`ws/`, on the HTTP port)
-//! and gRPC (`grpc.rs`), sharing the route table, broker and router through [`Edge`].
+//! and gRPC (`grpc/`), sharing the route table and the dispatch stage through [`Edge`].
 
-pub(crate) mod accept;
-pub mod grpc;
-pub mod http;
-pub(crate) mod reply;
-pub mod tls;
-pub mod ws;
+pub(crate) mod grpc;
+pub(crate) mod http;
+pub(crate) mod tls;
+pub(crate) mod ws;
 
-use crate::broker::Broker;
+use crate::dispatch::Dispatch;
 use crate::metrics::{EventLabel, Metrics};
 use crate::middleware::Stack;
-use crate::router::Router;
-use crate::routes::RouteTable;
+use crate::routes::http::RouteTable;
 use std::sync::Arc;
 
-/// What every listener needs: the compiled routes, the broker and the router.
-pub struct Edge {
+/// What every listener needs: the compiled routes and the dispatch stage.
+pub(crate) struct Edge {
     /// HTTP routes.
     pub table: RouteTable,
-    /// Admission bound.
-    pub broker: Broker,
-    /// Manager connections; shared with the admin server's `/routes` and the control-plane follower.
-    pub router: Arc<Router>,
+    /// Broker and upstream.
+    pub dispatch: Dispatch,
     /// Metrics.
     pub metrics: Arc<Metrics>,
     /// Label of requests that matched no route.

@@ -1,12 +1,9 @@
-//! The manager role: inbound frame connections from routers, workers, delivery to the app.
+//! The manager role: inbound frame connections from routers, workers, delivery to the app, and the
+//! app's local API for its own events.
 
-pub mod app_conns;
-pub mod delivery;
-pub mod delivery_grpc;
-pub mod delivery_http;
-pub mod inbound;
-pub mod local_api;
-pub mod ordering;
-pub mod outbound;
-pub mod routers;
-pub mod worker;
+pub(crate) mod delivery;
+pub(crate) mod inbound;
+pub(crate) mod local_api;
+mod ordering;
+pub(crate) mod routers;
+pub(crate) mod worker;

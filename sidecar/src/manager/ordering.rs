@@ -69,12 +69,14 @@ impl<T> KeyedQueue<T> {
     }
 
     /// Items waiting over all keys.
-    pub fn queued(&self) -> usize {
+    #[cfg(test)]
+    fn queued(&self) -> usize {
         self.queued
     }
 
     /// Keys with an item running.
-    pub fn busy_keys(&self) -> usize {
+    #[cfg(test)]
+    fn busy_keys(&self) -> usize {
         self.lanes.len()
     }
 }

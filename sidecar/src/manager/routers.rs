@@ -38,13 +38,9 @@ impl Routers {
     }
 
     /// Routers connected now.
-    pub fn len(&self) -> usize {
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.lock().len()
-    }
-
-    /// Whether no router is connected.
-    pub fn is_empty(&self) -> bool {
-        self.len() == 0
     }
 
     /// Queues `push` on every connection whose write queue has room; returns how many took it.

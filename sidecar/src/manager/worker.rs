@@ -2,15 +2,15 @@
 //! under a deadline, retrying 5xx and connection errors with backoff; CANCEL aborts a delivery.
 //! Optionally one at a time per ordering key, and with dead letters published when retries run out.
 
-pub use super::delivery::Delivery;
-use super::delivery_http::Outcome;
+pub(crate) use super::delivery::Delivery;
+use super::delivery::Outcome;
 use super::ordering::{self, Lanes, Turn};
-use super::outbound::{self, Outbound};
 use crate::backoff;
 use crate::metrics::{EventLabel, EventLabels, Metrics};
 use crate::otel::Otel;
 use crate::otel::inbound::InboundTrace;
 use crate::problem;
+use crate::upstream::{Outgoing, Upstream};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,10 +40,10 @@ pub struct Settings {
 /// How long publishing a dead letter may wait for an endpoint and credit.
 const DEAD_LETTER_DEADLINE: Duration = Duration::from_secs(5);
 
-/// Where events go whose delivery failed for good.
+/// Where events go whose delivery failed for good: published through the app's upstream.
 struct DeadLetter {
     event: Arc<str>,
-    outbound: Arc<Outbound>,
+    upstream: Arc<Upstream>,
 }
 
 /// Per-key ordering: the payload's JSON pointer and the lanes by key.
@@ -92,6 +92,7 @@ fn problem_response(id: u64, status: u16, detail: &str) -> Response {
         content_type: problem::CONTENT_TYPE.to_owned(),
         payload: problem::body(status, problem::title(status), detail),
         returns_credit: false,
+        from_mesh: true,
     }
 }
 
@@ -140,11 +141,11 @@ impl Worker {
         self
     }
 
-    /// Publishes events whose delivery failed for good to `event` through `outbound`.
-    pub fn with_dead_letter(mut self, event: &str, outbound: Arc<Outbound>) -> Worker {
+    /// Publishes events whose delivery failed for good to `event` through `upstream`.
+    pub fn with_dead_letter(mut self, event: &str, upstream: Arc<Upstream>) -> Worker {
         self.dead_letter = Some(DeadLetter {
             event: Arc::from(event),
-            outbound,
+            upstream,
         });
         self
     }
@@ -166,11 +167,6 @@ impl Worker {
     /// Credits granted to each router connection: the queue capacity.
     pub fn credits(&self) -> u32 {
         u32::try_from(self.settings.queue_capacity).unwrap_or(u32::MAX)
-    }
-
-    /// Handles one event; `None` when it was cancelled (nothing is sent back but the credit).
-    pub async fn handle(&self, ev: Request, cancel: CancellationToken) -> Option<Response> {
-        self.handle_placed(ev, Place::Unordered, cancel).await
     }
 
     /// Handles one event that took its `place` in the ordering lanes.
@@ -357,6 +353,7 @@ impl Worker {
                         content_type,
                         payload: body,
                         returns_credit: false,
+                        from_mesh: false,
                     }
                 }
             }
@@ -369,15 +366,17 @@ impl Worker {
             }
             Outcome::TimedOut => {
                 // The bound that fired: the attempt timeout, or the sender's deadline when sooner.
-                let attempt_ms = self.settings.attempt_timeout.as_millis();
-                let bound_ms = match u128::from(ev.deadline_ms) {
-                    0 => attempt_ms,
-                    d => d.min(attempt_ms),
+                let bound = match ev.deadline_ms {
+                    0 => self.settings.attempt_timeout,
+                    d => Duration::from_millis(d.into()).min(self.settings.attempt_timeout),
                 };
                 problem_response(
                     ev.id,
                     504,
-                    &format!("the handler app did not answer within {bound_ms} ms"),
+                    &format!(
+                        "the handler app did not answer within {}",
+                        crate::answer::duration(bound)
+                    ),
                 )
             }
             Outcome::Invalid(e) => problem_response(ev.id, 400, &e),
@@ -401,17 +400,22 @@ impl Worker {
                 .inc();
             return;
         };
-        let out = outbound::Event {
+        let out = Outgoing {
             event: dl.event.clone(),
             ce_id: ev.ce_id.clone(),
             traceparent: ev.traceparent.clone(),
             payload: ev.payload.clone(),
         };
-        match dl
-            .outbound
-            .publish(out, Instant::now() + DEAD_LETTER_DEADLINE)
-            .await
-        {
+        let deadline = Instant::now() + DEAD_LETTER_DEADLINE;
+        let published = match dl.upstream.pool_of(&dl.event) {
+            None => Err("no Manager handles the dead-letter type".to_owned()),
+            Some(pool) => dl
+                .upstream
+                .publish(&pool, &out, deadline)
+                .await
+                .map_err(|e| format!("{e:?}")),
+        };
+        match published {
             Ok(()) => {
                 tracing::info!(event = %ev.event, ce_id = %ev.ce_id, dead_letter = %dl.event, reason, "dead letter published");
                 self.metrics
@@ -420,7 +424,7 @@ impl Worker {
                     .inc();
             }
             Err(e) => {
-                tracing::warn!(event = %ev.event, ce_id = %ev.ce_id, dead_letter = %dl.event, reason, error = ?e, "dead letter could not be published; the event is lost");
+                tracing::warn!(event = %ev.event, ce_id = %ev.ce_id, dead_letter = %dl.event, reason, error = %e, "dead letter could not be published; the event is lost");
                 self.metrics
                     .dead_letter_unrouted
                     .get_or_create(&labels)

@@ -34,11 +34,25 @@ pub enum Decision {
     Refuse(&'static str, String),
 }
 
+/// A `cors` entry that cannot be served.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum CorsError {
+    /// No origin is allowed.
+    #[error("allowOrigins needs at least one origin (or \"*\")")]
+    NoOrigins,
+    /// The methods cannot form a header value.
+    #[error("allowMethods cannot be written as a header")]
+    Methods,
+    /// A header name is not a token.
+    #[error("allowHeaders must be header names (letters, digits, `-`)")]
+    Headers,
+}
+
 impl Policy {
     /// Compiles the policy; allowed methods default to every method of the spec's HTTP routes.
-    pub fn build(spec: &Cors, router: &RouterSpec) -> Result<Policy, String> {
+    pub fn build(spec: &Cors, router: &RouterSpec) -> Result<Policy, CorsError> {
         if spec.allow_origins.is_empty() {
-            return Err("allowOrigins needs at least one origin (or \"*\")".into());
+            return Err(CorsError::NoOrigins);
         }
         let mut methods = spec.allow_methods.clone();
         if methods.is_empty() {
@@ -51,15 +65,14 @@ impl Policy {
         methods.sort();
         methods.dedup();
         let join = |items: Vec<&str>| HeaderValue::from_str(&items.join(", "));
-        let allow_methods = join(methods.iter().map(|m| m.as_str()).collect())
-            .map_err(|_| "allowMethods cannot be written as a header".to_owned())?;
+        let allow_methods =
+            join(methods.iter().map(|m| m.as_str()).collect()).map_err(|_| CorsError::Methods)?;
         let allow_headers = if spec.allow_headers.is_empty() {
             None
         } else {
             Some(
-                join(spec.allow_headers.iter().map(String::as_str).collect()).map_err(|_| {
-                    "allowHeaders must be header names (letters, digits, `-`)".to_owned()
-                })?,
+                join(spec.allow_headers.iter().map(String::as_str).collect())
+                    .map_err(|_| CorsError::Headers)?,
             )
         };
         let max_age = spec

@@ -3,15 +3,13 @@
 
 use super::cors::Decision;
 use super::{Denial, Head, Stack, Step};
-use crate::listener::reply::Reply;
+use crate::answer::http::Reply;
 use crate::metrics::Metrics;
 use crate::timing::StageTimes;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http_body_util::Full;
-use hyper::header::{
-    CONNECTION, CONTENT_LENGTH, HeaderValue, RETRY_AFTER, TRANSFER_ENCODING, WWW_AUTHENTICATE,
-};
+use hyper::header::{CONNECTION, CONTENT_LENGTH, HeaderValue, TRANSFER_ENCODING, WWW_AUTHENTICATE};
 use hyper::{Request, Response, StatusCode, Version};
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -24,14 +22,11 @@ use tower::{Layer, Service, ServiceExt as _};
 pub type HttpService<B> = BoxCloneSyncService<Request<B>, Response<Full<Bytes>>, Infallible>;
 
 /// The response a denial gets: problem+json with `WWW-Authenticate` or `Retry-After` as fitting.
-pub fn denial_response(d: &Denial) -> Response<Full<Bytes>> {
-    let mut resp = Reply::problem(d.status, &d.detail).into_response(&StageTimes::default());
-    let h = resp.headers_mut();
+pub(crate) fn denial_response(d: &Denial) -> Response<Full<Bytes>> {
+    // Refused before any stage ran: the timing header says so (total 0) rather than vanishing.
+    let mut resp = Reply::answer(&d.answer()).into_response(Some(&StageTimes::default()));
     if let Some(c) = &d.challenge {
-        h.insert(WWW_AUTHENTICATE, c.clone());
-    }
-    if let Some(secs) = d.retry_after {
-        h.insert(RETRY_AFTER, HeaderValue::from(secs));
+        resp.headers_mut().insert(WWW_AUTHENTICATE, c.clone());
     }
     resp
 }
@@ -119,7 +114,8 @@ where
                 }
                 Decision::Refuse(reason, detail) => {
                     metrics.rejected("cors", reason);
-                    let resp = Reply::problem(403, &detail).into_response(&StageTimes::default());
+                    let resp =
+                        Reply::problem(403, &detail).into_response(Some(&StageTimes::default()));
                     Box::pin(async move { Ok(resp) })
                 }
                 Decision::Decorate(headers) => Box::pin(async move {

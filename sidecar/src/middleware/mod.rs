@@ -5,13 +5,14 @@
 //! themselves. Decisions are pure ([`Gate::check`], [`cors::Policy::decide`]); `layer.rs` is the
 //! tower shell. With no middleware configured nothing here runs per request.
 
-pub mod api_key;
-pub mod bucket;
-pub mod cors;
-pub mod jwt;
-pub mod layer;
-pub mod rate_limit;
+mod api_key;
+mod bucket;
+pub(crate) mod cors;
+mod jwt;
+mod layer;
+mod rate_limit;
 
+use crate::answer::Answer;
 use crate::config::{ConfigError, field_error};
 use crate::metrics::Metrics;
 use crate::secrets::Secrets;
@@ -46,6 +47,18 @@ pub struct Denial {
     pub retry_after: Option<u64>,
 }
 
+impl Denial {
+    /// The answer every protocol renders: the status's gRPC code (UNAUTHENTICATED, RESOURCE_EXHAUSTED,
+    /// PERMISSION_DENIED), the detail, and Retry-After when the limiter gave one.
+    pub(crate) fn answer(&self) -> Answer {
+        let a = Answer::refusal(self.status, self.detail.clone());
+        match self.retry_after {
+            Some(secs) => a.retry_after(secs),
+            None => a,
+        }
+    }
+}
+
 /// A check on the request head that admits or refuses it.
 pub trait Gate: Send + Sync {
     /// Admits the request, or says why not.
@@ -77,8 +90,8 @@ impl Stack {
         for (i, m) in spec.middleware.iter().enumerate() {
             let field = format!("spec.middleware[{i}]");
             if let Some(c) = &m.cors {
-                let policy = cors::Policy::build(c, spec).map_err(|msg| {
-                    field_error(&secrets.config_file, format!("{field}.cors"), msg)
+                let policy = cors::Policy::build(c, spec).map_err(|e| {
+                    field_error(&secrets.config_file, format!("{field}.cors"), e.to_string())
                 })?;
                 stack.steps.push(Step::Cors(Arc::new(policy)));
             }

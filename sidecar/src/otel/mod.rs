@@ -6,10 +6,12 @@
 //! instead of riding on the `tracing` subscriber's current-span bookkeeping. Logs keep using
 //! `tracing` (see `crate::telemetry`).
 
-pub mod context;
-pub mod inbound;
-pub mod request;
-pub mod settings;
+pub(crate) mod context;
+pub(crate) mod inbound;
+pub(crate) mod request;
+pub(crate) mod settings;
+
+use crate::config::ConfigError;
 
 use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
@@ -46,6 +48,22 @@ impl Role {
     }
 }
 
+/// Tracing could not be started.
+#[derive(Debug, thiserror::Error)]
+pub enum OtelError {
+    /// The `tracing` block or the OTEL variables are unusable (exit 2).
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+    /// The OTLP exporter could not be built for this endpoint.
+    #[error("OTLP exporter for {endpoint}: {source}")]
+    Exporter {
+        /// The collector endpoint.
+        endpoint: String,
+        /// Why.
+        source: opentelemetry_otlp::ExporterBuildError,
+    },
+}
+
 /// A running exporter and the tracer that feeds it.
 #[derive(Debug)]
 pub struct Otel {
@@ -58,13 +76,16 @@ pub struct Otel {
 impl Otel {
     /// Starts the OTLP exporter (its connection is made lazily, so a collector that is not up yet
     /// does not stop the sidecar). Must run inside the Tokio runtime, which the exporter uses.
-    pub fn start(settings: &ExportSettings, role: Role) -> Result<Otel, String> {
+    pub fn start(settings: &ExportSettings, role: Role) -> Result<Otel, OtelError> {
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_endpoint(settings.endpoint.clone())
             .with_timeout(EXPORT_TIMEOUT)
             .build()
-            .map_err(|e| format!("OTLP exporter for {}: {e}", settings.endpoint))?;
+            .map_err(|source| OtelError::Exporter {
+                endpoint: settings.endpoint.clone(),
+                source,
+            })?;
         let mut attributes = settings::k8s_attributes(|k| std::env::var(k).ok());
         attributes.push(KeyValue::new(
             opentelemetry_semantic_conventions::attribute::SERVICE_VERSION,
@@ -114,13 +135,13 @@ pub fn configure(
     field: &'static str,
     role: Role,
     file: &std::path::Path,
-) -> Result<Option<Otel>, crate::roles::RunError> {
+) -> Result<Option<Otel>, OtelError> {
     let resolved = settings::resolve(config, field, |k| std::env::var(k).ok())
         .map_err(|e| crate::config::field_error(file, e.field, e.message))?;
     let Some(s) = resolved else {
         return Ok(None);
     };
-    let otel = Otel::start(&s, role).map_err(crate::roles::RunError::Startup)?;
+    let otel = Otel::start(&s, role)?;
     tracing::info!(endpoint = %s.endpoint, sampling_ratio = s.sampling_ratio, "exporting traces over OTLP");
     Ok(Some(otel))
 }

@@ -1,30 +1,29 @@
 //! Manager role: frame listener -> workers -> app, the app's local API -> outbound router, plus
 //! admin; drains on SIGTERM with GOAWAY.
 
-use super::RunError;
+use super::{RunError, bind};
 use crate::admin::{self, Readiness};
 use crate::load::LoadMeters;
 use crate::load::report::Reporter;
-use crate::manager::delivery_grpc::GrpcDelivery;
-use crate::manager::delivery_http::HttpDelivery;
+use crate::manager::delivery::grpc::GrpcDelivery;
+use crate::manager::delivery::http::HttpDelivery;
 use crate::manager::inbound;
 use crate::manager::local_api::{self, LocalApi};
-use crate::manager::outbound::Outbound;
 use crate::manager::routers::Routers;
 use crate::manager::worker::{Delivery, Settings, Worker};
 use crate::metrics::Metrics;
-use crate::router::Router;
-use crate::router::follow::{self, CONTROL_PLANE_ENV};
 use crate::shutdown::DRAIN_LIMIT;
+use crate::upstream::{Upstream, follow};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use switchyard_crds::manager::AppProtocol;
+use switchyard_protocol::env;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Runs the manager role until a drain completes.
-pub async fn run(
+pub(crate) async fn run(
     config_file: &Path,
     listen: SocketAddr,
     admin_addr: SocketAddr,
@@ -37,13 +36,14 @@ pub async fn run(
     let app = app_addr.unwrap_or(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), s.app_port));
     let source = format!("/switchyard/{}/{}", c.namespace, c.name);
     let delivery = match c.app.protocol {
-        AppProtocol::Grpc => Delivery::Grpc(Box::new(
-            GrpcDelivery::new(app, &source)
-                .map_err(|e| crate::config::field_error(config_file, "app.port", e))?,
-        )),
+        AppProtocol::Grpc => {
+            Delivery::Grpc(Box::new(GrpcDelivery::new(app, &source).map_err(|e| {
+                crate::config::field_error(config_file, "app.port", e.to_string())
+            })?))
+        }
         AppProtocol::Http => Delivery::Http(Box::new(
             HttpDelivery::new(app, &c.app.path, &source, s.max_in_flight)
-                .map_err(|e| crate::config::field_error(config_file, "app.path", e))?,
+                .map_err(|e| crate::config::field_error(config_file, "app.path", e.to_string()))?,
         )),
     };
     let otel = crate::otel::configure(
@@ -58,21 +58,19 @@ pub async fn run(
     // The app's outgoing events and dead letters leave through the same router stage as client requests.
     // In a cluster the table comes from the operator's control plane (the operator sets the variable on
     // both sidecars); locally `switchyard up` puts the Router's table in the config.
-    let control_plane = std::env::var(CONTROL_PLANE_ENV)
+    let control_plane = std::env::var(env::CONTROL_PLANE)
         .ok()
         .filter(|u| !u.is_empty())
-        .map(|url| {
-            follow::endpoint(&url)
-                .map(|ep| (url, ep))
-                .map_err(RunError::Startup)
-        })
+        .map(|url| follow::endpoint(&url).map(|ep| (url, ep)))
         .transpose()?;
-    let mut router = Router::start(
+    let pod = std::env::var(env::POD_NAME).unwrap_or_default();
+    // No WebSocket clients here: these connections take no pushes.
+    let mut router = Upstream::start(
         &c.router,
         &c.namespace,
         &c.destinations,
         &c.static_endpoints,
-        false,
+        None,
         metrics.clone(),
     );
     if let Some((url, _)) = &control_plane {
@@ -85,20 +83,16 @@ pub async fn run(
         ));
         let _ = metrics.load.set(meters.clone());
         let who = Reporter {
-            pod: std::env::var("POD_NAME").unwrap_or_default(),
+            pod: pod.clone(),
             namespace: c.namespace.clone(),
             role: "manager",
             owner: c.name.clone(),
         };
         tokio::spawn(crate::load::push::run(ep.clone(), meters, who))
     });
-    let follower = control_plane.map(|(_, ep)| {
-        let pod = std::env::var("POD_NAME").unwrap_or_default();
-        tokio::spawn(follow::run(ep, router.clone(), pod))
-    });
-    let outbound = Arc::new(Outbound::new(router.clone()));
+    let follower = control_plane.map(|(_, ep)| tokio::spawn(follow::run(ep, router.clone(), pod)));
     if let Some(dl) = &c.workers.dead_letter
-        && !outbound.knows(dl.as_str())
+        && router.pool_of(dl.as_str()).is_none()
     {
         tracing::warn!(dead_letter = %dl, "no Manager handles the dead-letter event type yet; dead letters are counted as unrouted");
     }
@@ -121,31 +115,25 @@ pub async fn run(
         worker = worker.with_ordering_key(key.clone());
     }
     if let Some(dl) = &c.workers.dead_letter {
-        worker = worker.with_dead_letter(dl.as_str(), outbound.clone());
+        worker = worker.with_dead_letter(dl.as_str(), router.clone());
     }
     let worker = Arc::new(worker);
     let routers = Arc::new(Routers::default());
     let ready = Readiness::default();
-    let admin = admin::bind(admin_addr)
-        .await
-        .map_err(|e| RunError::Startup(format!("admin {admin_addr}: {e}")))?;
+    let admin = bind("admin", admin_addr).await?;
     // `/routes` shows the outbound table the app's events and dead letters use.
     tokio::spawn(admin::serve_router(
         admin,
         metrics.clone(),
         ready.clone(),
-        router,
+        router.clone(),
     ));
-    let listener = tokio::net::TcpListener::bind(listen)
-        .await
-        .map_err(|e| RunError::Startup(format!("frame listener {listen}: {e}")))?;
-    let local_listener = tokio::net::TcpListener::bind(local_api_addr)
-        .await
-        .map_err(|e| RunError::Startup(format!("local API {local_api_addr}: {e}")))?;
+    let listener = bind("frame listener", listen).await?;
+    let local_listener = bind("local API", local_api_addr).await?;
     let drain = CancellationToken::new();
     // The app may still publish while its last deliveries run: the local API closes after them.
     let local_drain = CancellationToken::new();
-    let local = LocalApi::new(outbound, routers.clone(), metrics);
+    let local = LocalApi::new(router, routers.clone(), metrics);
     let local_server = tokio::spawn(local_api::serve(
         local_listener,
         Arc::new(local),

@@ -1,15 +1,64 @@
-//! Wiring of each role: bind, serve, drain.
+//! Wiring of each role: bind, serve, drain. The top of the stack: everything below is composed here.
 
-pub mod manager;
-pub mod router;
+pub(crate) mod manager;
+pub(crate) mod router;
+
+use crate::config::ConfigError;
+use crate::otel::OtelError;
+use std::net::SocketAddr;
 
 /// How a role run ended badly.
 #[derive(Debug, thiserror::Error)]
 pub enum RunError {
     /// The config is unusable (exit 2).
     #[error(transparent)]
-    Config(#[from] crate::config::ConfigError),
-    /// A listener could not be bound or another start-up step failed (exit 1).
-    #[error("{0}")]
-    Startup(String),
+    Config(#[from] ConfigError),
+    /// A port could not be bound (exit 1).
+    #[error("{what} {addr}: {source}")]
+    Bind {
+        /// Which listener.
+        what: &'static str,
+        /// Its address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The control-plane URL is unusable (exit 1).
+    #[error(transparent)]
+    ControlPlane(#[from] crate::upstream::follow::EndpointError),
+    /// Trace export could not start (exit 1).
+    #[error(transparent)]
+    Tracing(OtelError),
+    /// gRPC reflection could not be built (exit 1).
+    #[error(transparent)]
+    Reflection(#[from] crate::listener::grpc::ReflectionError),
+}
+
+impl RunError {
+    /// The exit status: 2 for a config the user must fix, 1 for other start-up failures.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Config(_) => 2,
+            _ => 1,
+        }
+    }
+}
+
+impl From<OtelError> for RunError {
+    fn from(e: OtelError) -> RunError {
+        match e {
+            OtelError::Config(c) => RunError::Config(c),
+            other => RunError::Tracing(other),
+        }
+    }
+}
+
+/// Binds `addr` for `what`, naming both when it fails.
+pub(crate) async fn bind(
+    what: &'static str,
+    addr: SocketAddr,
+) -> Result<tokio::net::TcpListener, RunError> {
+    tokio::net::TcpListener::bind(addr)
+        .await
+        .map_err(|source| RunError::Bind { what, addr, source })
 }

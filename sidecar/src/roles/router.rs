@@ -1,43 +1,43 @@
 //! Router role: HTTP (with WebSocket) and gRPC listeners -> broker -> router, plus admin; drains on
 //! SIGTERM.
 
-use super::RunError;
+use super::{RunError, bind};
 use crate::admin::{self, Readiness};
-use crate::broker::Broker;
-use crate::listener::grpc::GrpcRoutes;
+use crate::dispatch::{Broker, Dispatch};
 use crate::listener::tls::{self, TlsFiles};
-use crate::listener::ws::{WsEdge, routes::WsRoutes};
+use crate::listener::ws::WsEdge;
+use crate::listener::ws::push::Hub;
 use crate::listener::{Edge, grpc, http};
 use crate::load::LoadMeters;
 use crate::load::report::Reporter;
 use crate::metrics::{EventLabel, Metrics};
 use crate::middleware::Stack;
-use crate::router::activate::Activator;
-use crate::router::{Router, follow};
-use crate::routes::RouteTable;
+use crate::routes::grpc::GrpcRoutes;
+use crate::routes::http::RouteTable;
+use crate::routes::ws::WsRoutes;
 use crate::secrets::Secrets;
 use crate::shutdown::DRAIN_LIMIT;
+use crate::upstream::activate::Activator;
+use crate::upstream::pushes::PushSink;
+use crate::upstream::{Upstream, follow};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
+use switchyard_protocol::env;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// Runs the router role until a drain completes.
-pub async fn run(
+pub(crate) async fn run(
     config_file: &Path,
-    bind: IpAddr,
+    bind_ip: IpAddr,
     admin_addr: SocketAddr,
     secrets_dir: &Path,
     control_plane: Option<&str>,
 ) -> Result<(), RunError> {
     let settings = crate::config::load_router(config_file)?;
     let control_plane = control_plane
-        .map(|url| {
-            follow::endpoint(url)
-                .map(|ep| (url.to_owned(), ep))
-                .map_err(RunError::Startup)
-        })
+        .map(|url| follow::endpoint(url).map(|ep| (url.to_owned(), ep)))
         .transpose()?;
     let secrets = Secrets {
         dir: secrets_dir.to_owned(),
@@ -151,12 +151,15 @@ pub async fn run(
     }
     let metrics = Metrics::new();
     let ready = Readiness::default();
-    let mut router = Router::start(
+    let pod = std::env::var(env::POD_NAME).unwrap_or_default();
+    // PUSH frames from managers go to this process's WebSocket subscribers.
+    let hub = Arc::new(Hub::new(metrics.clone()));
+    let mut router = Upstream::start(
         &settings.config.name,
         &settings.config.namespace,
         &settings.config.destinations,
         &settings.config.static_endpoints,
-        true,
+        Some(hub.clone() as Arc<dyn PushSink>),
         metrics.clone(),
     );
     if let Some((url, ep)) = &control_plane {
@@ -164,7 +167,7 @@ pub async fn run(
             ep,
             &settings.config.name,
             &settings.config.namespace,
-            &std::env::var("POD_NAME").unwrap_or_default(),
+            &pod,
             settings.config.spec.broker.activation_timeout.into(),
         );
         router = router
@@ -172,9 +175,7 @@ pub async fn run(
             .with_activation(activator);
     }
     let router = Arc::new(router);
-    let admin = admin::bind(admin_addr)
-        .await
-        .map_err(|e| RunError::Startup(format!("admin {admin_addr}: {e}")))?;
+    let admin = bind("admin", admin_addr).await?;
     tokio::spawn(admin::serve_router(
         admin,
         metrics.clone(),
@@ -197,43 +198,37 @@ pub async fn run(
         let meters = Arc::new(LoadMeters::new(events));
         let _ = metrics.load.set(meters.clone());
         let who = Reporter {
-            pod: std::env::var("POD_NAME").unwrap_or_default(),
+            pod: pod.clone(),
             namespace: settings.config.namespace.clone(),
             role: "router",
             owner: settings.config.name.clone(),
         };
         tokio::spawn(crate::load::push::run(ep.clone(), meters, who))
     });
-    let follower = control_plane.map(|(_, ep)| {
-        let pod = std::env::var("POD_NAME").unwrap_or_default();
-        tokio::spawn(follow::run(ep, router.clone(), pod))
-    });
+    let follower =
+        control_plane.map(|(_, ep)| tokio::spawn(follow::run(ep, router.clone(), pod.clone())));
 
-    let http_addr = SocketAddr::new(bind, settings.http_port);
-    let listener = tokio::net::TcpListener::bind(http_addr)
-        .await
-        .map_err(|e| RunError::Startup(format!("HTTP listener {http_addr}: {e}")))?;
-    let grpc_addr = grpc_port.map(|p| SocketAddr::new(bind, p));
+    let http_addr = SocketAddr::new(bind_ip, settings.http_port);
+    let listener = bind("HTTP listener", http_addr).await?;
+    let grpc_addr = grpc_port.map(|p| SocketAddr::new(bind_ip, p));
     let grpc_listener = match grpc_addr {
         None => None,
-        Some(a) => Some(
-            tokio::net::TcpListener::bind(a)
-                .await
-                .map_err(|e| RunError::Startup(format!("gRPC listener {a}: {e}")))?,
-        ),
+        Some(a) => Some(bind("gRPC listener", a).await?),
     };
     let drain = CancellationToken::new();
     let ws_path = ws_routes.as_ref().map(|w| w.path.clone());
     let ws = ws_routes.map(|routes| WsEdge {
         routes,
-        hub: router.hub().clone(),
+        hub,
         drain: drain.clone(),
         sessions: TaskTracker::new(),
     });
     let edge = Arc::new(Edge {
         table,
-        broker: Broker::new(settings.queue_capacity, metrics.clone()),
-        router,
+        dispatch: Dispatch {
+            broker: Broker::new(settings.queue_capacity, metrics.clone()),
+            upstream: router,
+        },
         metrics,
         unmatched: EventLabel(Arc::from("unmatched")),
         otel: otel.clone(),
@@ -243,8 +238,7 @@ pub async fn run(
     let grpc_server = match grpc_listener {
         None => None,
         Some(l) => {
-            let svc = grpc::service(edge.clone(), Arc::new(grpc_routes), drain.clone())
-                .map_err(RunError::Startup)?;
+            let svc = grpc::service(edge.clone(), Arc::new(grpc_routes), drain.clone())?;
             Some(tokio::spawn(grpc::serve(
                 l,
                 svc,

@@ -58,6 +58,7 @@ impl Pusher {
                                         payload: Bytes::from_static(b"{}"),
                                         // Like a manager from before implicit credit: the CREDIT frame follows.
                                         returns_credit: false,
+                                        from_mesh: false,
                                     });
                                     let _ = framed.send(resp).await;
                                     let _ = framed.send(Frame::Credit { credits: 1 }).await;

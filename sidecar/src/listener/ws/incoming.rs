@@ -5,8 +5,8 @@
 //! against the route's schema like an HTTP body) or the built-in command's arguments. Every
 //! rejection names the problem and keeps the `id` when the message had a usable one.
 
-use super::routes::{WsRoute, WsRoutes};
-use crate::push::filter::Filter;
+use super::push::filter::Filter;
+use crate::routes::ws::{WsRoute, WsRoutes};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use std::sync::Arc;
@@ -200,7 +200,8 @@ fn subscribe(mut obj: Map<String, Value>) -> Result<Command, Bad> {
             ));
         }
     };
-    let filter = Filter::parse(obj.remove("filters").as_ref()).map_err(|e| bad(400, e))?;
+    let filter =
+        Filter::parse(obj.remove("filters").as_ref()).map_err(|e| bad(400, e.to_string()))?;
     no_other_members(&obj, "subscribe", "`event` and `filters`")?;
     Ok(Command::Subscribe { event, filter })
 }

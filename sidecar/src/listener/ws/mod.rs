@@ -1,30 +1,29 @@
 //! The WebSocket listener: upgrades on the HTTP port at `listeners.websocket.path`; each message is
 //! a command routed like an HTTP request (see `incoming.rs`, `outgoing.rs`), plus push subscriptions.
 
-pub mod handshake;
-pub mod incoming;
-pub mod metrics;
-pub mod outgoing;
-pub mod routes;
+mod handshake;
+mod incoming;
+mod outgoing;
+pub(crate) mod push;
 mod session;
 
 use super::Edge;
-use super::reply::Reply;
-use crate::push::Hub;
+use crate::answer::http::Reply;
+use crate::routes::ws::WsRoutes;
 use crate::timing::StageTimes;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{CONNECTION, HeaderName, HeaderValue, SEC_WEBSOCKET_ACCEPT, UPGRADE};
 use hyper::{Request, Response, StatusCode};
-use routes::WsRoutes;
+use push::Hub;
 use std::sync::Arc;
 use std::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 /// What the WebSocket listener needs beside the [`Edge`]: its routes, the push hub, and the drain.
-pub struct WsEdge {
+pub(crate) struct WsEdge {
     /// Path, size limit and command routes.
     pub routes: WsRoutes,
     /// Subscriptions of this router process.
@@ -41,11 +40,11 @@ fn problem(status: u16, detail: &str, start: Instant) -> Response<Full<Bytes>> {
         total: start.elapsed(),
         ..StageTimes::default()
     };
-    Reply::problem(status, detail).into_response(&times)
+    Reply::problem(status, detail).into_response(Some(&times))
 }
 
 /// Answers a request on the WebSocket path: 101 and a session, or a problem saying what to send.
-pub fn upgrade(edge: &Arc<Edge>, mut req: Request<Incoming>) -> Response<Full<Bytes>> {
+pub(crate) fn upgrade(edge: &Arc<Edge>, mut req: Request<Incoming>) -> Response<Full<Bytes>> {
     let start = Instant::now();
     let Some(ws) = edge.ws.as_ref() else {
         return problem(404, "no WebSocket endpoint here", start);

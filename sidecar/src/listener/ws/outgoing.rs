@@ -10,11 +10,9 @@
 //! {"type":"push","subscription":1,"event":"prices.tick","data":{..},"dropped":3}
 //! ```
 
-use crate::dispatch::Failure;
-use crate::router::CallError;
+use crate::answer::Answer;
 use base64::Engine as _;
-use serde_json::{Map, Value, json};
-use std::time::Duration;
+use serde_json::{Map, Value};
 
 /// Payload data in a message: JSON as JSON, other UTF-8 as a string, anything else base64.
 #[derive(Debug, Clone, PartialEq)]
@@ -89,17 +87,11 @@ pub fn answer(id: &Value, status: u16, content_type: &str, payload: &[u8], timin
     finish(obj, timing)
 }
 
-/// A command refused at the edge or by the mesh (never reached the app, or got no answer).
-pub fn refusal(id: &Value, status: u16, detail: &str, timing: &str) -> String {
-    let mut obj = reply_head(id, status);
-    obj.insert(
-        "error".into(),
-        json!({"title": crate::problem::title(status), "detail": detail}),
-    );
-    if status == 503 {
-        // Like HTTP's Retry-After: the command was not handled; sending it again later is safe.
-        obj.insert("retryAfter".into(), Value::from(1));
-    }
+/// A command refused at the edge or by the mesh (it never reached the app, or got no answer): the
+/// answer's `error` and, when a retry is safe, `retryAfter`.
+pub fn refusal(id: &Value, answer: &Answer, timing: &str) -> String {
+    let mut obj = reply_head(id, answer.status);
+    crate::answer::ws::error_members(answer, &mut obj);
     finish(obj, timing)
 }
 
@@ -123,44 +115,10 @@ pub fn push(sub: u64, event: &str, data: &str, dropped: u64) -> String {
     }
 }
 
-/// The status and detail of a command that got no answer from a manager: the HTTP listener's
-/// status for the same case (503 for shedding and unreachable managers, 504 past the deadline,
-/// 502 when the connection failed after sending).
-pub fn failure(f: Failure, event: &str, timeout: Duration) -> (u16, String) {
-    match f {
-        Failure::Shed => (
-            503,
-            "too many requests pending in this router; retry shortly".to_owned(),
-        ),
-        Failure::NoManager => (503, format!("no Manager handles event type {event}")),
-        Failure::Call(CallError::NoEndpoint) => (
-            503,
-            format!("no endpoint of the Manager for {event} is reachable; retry shortly"),
-        ),
-        Failure::Call(CallError::NoCredit) => (
-            503,
-            format!("the Manager for {event} is saturated; the request was not sent"),
-        ),
-        Failure::Call(CallError::Timeout) => (504, format!("no reply within {}", humanize(timeout))),
-        Failure::Call(CallError::Lost) => (
-            502,
-            "the connection to the Manager failed after the request was sent; it may have been handled"
-                .to_owned(),
-        ),
-    }
-}
-
-fn humanize(d: Duration) -> String {
-    if d.subsec_millis() == 0 {
-        format!("{}s", d.as_secs())
-    } else {
-        format!("{}ms", d.as_millis())
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     fn parse(s: &str) -> Value {
         serde_json::from_str(s).expect("valid JSON")
@@ -208,41 +166,43 @@ mod tests {
 
     #[test]
     fn refusals_have_title_detail_and_retry_after_for_503() {
-        let v = parse(&refusal(&json!(7), 400, "field `/value` is required", "t"));
+        let v = parse(&refusal(
+            &json!(7),
+            &Answer::refusal(400, "field `/value` is required"),
+            "t",
+        ));
         assert_eq!(
             v,
             json!({"type": "reply", "id": 7, "status": 400, "timing": "t",
                    "error": {"title": "Bad Request", "detail": "field `/value` is required"}})
         );
-        let v = parse(&refusal(&json!(8), 503, "busy", "t"));
+        let v = parse(&refusal(&json!(8), &Answer::refusal(503, "busy"), "t"));
         assert_eq!(v["retryAfter"], 1);
         assert_eq!(v["error"]["title"], "Service Unavailable");
     }
 
     #[test]
-    fn failures_map_like_http() {
+    fn mesh_failures_read_like_http() {
+        use crate::answer::Failure;
+        use std::time::Duration;
         let t = Duration::from_millis(1500);
-        assert_eq!(failure(Failure::Shed, "e", t).0, 503);
+        let reply = |f: Failure| parse(&refusal(&json!(1), &Answer::of(&f, "e", t), "t"));
+        assert_eq!(reply(Failure::Shed)["status"], 503);
         assert_eq!(
-            failure(Failure::NoManager, "e", t).1,
+            reply(Failure::NoManager)["error"]["detail"],
             "no Manager handles event type e"
         );
-        assert_eq!(failure(Failure::Call(CallError::NoEndpoint), "e", t).0, 503);
-        assert_eq!(failure(Failure::Call(CallError::NoCredit), "e", t).0, 503);
-        assert_eq!(
-            failure(Failure::Call(CallError::Timeout), "e", t),
-            (504, "no reply within 1500ms".to_owned())
+        assert_eq!(reply(Failure::NoEndpoint)["status"], 503);
+        assert_eq!(reply(Failure::NoCredit)["retryAfter"], 1);
+        let v = reply(Failure::Timeout);
+        assert_eq!(v["status"], 504);
+        assert_eq!(v["error"]["detail"], "no reply within 1500ms");
+        assert!(v.get("retryAfter").is_none());
+        assert!(
+            v.get("data").is_none(),
+            "the mesh's refusals are errors, never data"
         );
-        assert_eq!(failure(Failure::Call(CallError::Lost), "e", t).0, 502);
-        assert_eq!(
-            failure(
-                Failure::Call(CallError::Timeout),
-                "e",
-                Duration::from_secs(2)
-            )
-            .1,
-            "no reply within 2s"
-        );
+        assert_eq!(reply(Failure::Lost)["status"], 502);
     }
 
     #[test]

@@ -8,13 +8,16 @@
 
 use super::incoming::{self, Command};
 use super::outgoing;
-use super::routes::WsRoute;
-use crate::dispatch::{Clock, dispatch};
+use super::push::{Hub, Outbox, Subscription};
+use crate::answer::Answer;
+use crate::answer::http::app_status;
+use crate::dispatch::{Clock, new_ce_id};
 use crate::listener::Edge;
 use crate::metrics::EventLabel;
-use crate::push::{Hub, Outbox, Subscription};
+use crate::routes::ws::WsRoute;
 use crate::shutdown::DRAIN_LIMIT;
 use crate::traceparent;
+use crate::upstream::Outgoing;
 use bytes::Bytes;
 use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
@@ -98,7 +101,7 @@ impl Drop for Subs {
 }
 
 /// Runs one upgraded connection to its end.
-pub async fn run(edge: Arc<Edge>, upgraded: Upgraded) {
+pub(super) async fn run(edge: Arc<Edge>, upgraded: Upgraded) {
     let Some(ws) = edge.ws.as_ref() else { return };
     let max = ws.routes.max_message;
     let hard = hard_limit(max);
@@ -171,7 +174,7 @@ pub async fn run(edge: Arc<Edge>, upgraded: Upgraded) {
                 let timing = Clock::new(last_seen).stages().header_value();
                 queue(
                     &tx,
-                    outgoing::refusal(&Value::Null, status, &detail, &timing),
+                    outgoing::refusal(&Value::Null, &Answer::refusal(status, detail), &timing),
                     permit,
                 );
             }
@@ -183,8 +186,7 @@ pub async fn run(edge: Arc<Edge>, upgraded: Upgraded) {
                 edge.metrics.ws.message(incoming::INVALID, status);
                 let text = outgoing::refusal(
                     &Value::Null,
-                    status,
-                    "binary messages are not accepted; send JSON text",
+                    &Answer::refusal(status, "binary messages are not accepted; send JSON text"),
                     &Clock::new(last_seen).stages().header_value(),
                 );
                 queue(&tx, text, permit);
@@ -301,7 +303,7 @@ fn on_text(
     let (status, reply) = match parsed.command {
         Err(bad) => (
             bad.status,
-            outgoing::refusal(&id, bad.status, &bad.detail, &timing()),
+            outgoing::refusal(&id, &Answer::refusal(bad.status, bad.detail), &timing()),
         ),
         Ok(Command::Call { route, payload }) => {
             let work = call(
@@ -324,7 +326,10 @@ fn on_text(
                 let detail = format!(
                     "this connection already has {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe first"
                 );
-                (400, outgoing::refusal(&id, 400, &detail, &timing()))
+                (
+                    400,
+                    outgoing::refusal(&id, &Answer::refusal(400, detail), &timing()),
+                )
             } else {
                 let sub = subs.next;
                 subs.next += 1;
@@ -344,7 +349,10 @@ fn on_text(
             }
             None => {
                 let detail = format!("no subscription {subscription} on this connection");
-                (404, outgoing::refusal(&id, 404, &detail, &timing()))
+                (
+                    404,
+                    outgoing::refusal(&id, &Answer::refusal(404, detail), &timing()),
+                )
             }
         },
     };
@@ -365,27 +373,29 @@ async fn call(
     let mut clock = Clock::new(start);
     let deadline = start + route.timeout;
     let _underway = edge.metrics.arrive(&route.event);
-    let tp = traceparent::extract_or_new(None);
+    let out = Outgoing {
+        event: route.event.clone(),
+        ce_id: new_ce_id(),
+        traceparent: traceparent::extract_or_new(None),
+        payload,
+    };
     // A client gone away cancels the work (the router sends CANCEL to the manager).
     let result = tokio::select! {
-        r = dispatch(&edge, &route.event, payload, tp, deadline, &mut clock) => r,
+        r = edge.dispatch.call(out, deadline, &mut clock) => r,
         _ = gone.cancelled() => return,
     };
+    // `data` means the app answered; `error` means the mesh did (its own refusal or the manager's).
     let (status, text) = match result {
         Ok(resp) => {
-            let status = if (100..=599).contains(&resp.status) {
-                resp.status
-            } else {
-                502
-            };
+            let status = app_status(resp.status);
             let timing = clock.stages().header_value();
             let text = outgoing::answer(&id, status, &resp.content_type, &resp.payload, &timing);
             (status, text)
         }
         Err(f) => {
-            let (status, detail) = outgoing::failure(f, &route.event, route.timeout);
+            let answer = Answer::of(&f, &route.event, route.timeout);
             let timing = clock.stages().header_value();
-            (status, outgoing::refusal(&id, status, &detail, &timing))
+            (answer.status, outgoing::refusal(&id, &answer, &timing))
         }
     };
     let total = clock.stages().total;

@@ -1,7 +1,8 @@
 //! The local API over gRPC: `switchyard.v1.LocalApi` (Publish, Request, Push) on the HTTP port, h2c.
 
-use super::parse::{self, Op, Refusal};
+use super::parse::{self, Op};
 use super::{Call, Done, LocalApi, MAX_BODY};
+use crate::answer::Answer;
 use bytes::Bytes;
 use hyper::body::Incoming;
 use std::convert::Infallible;
@@ -9,9 +10,8 @@ use std::sync::Arc;
 use switchyard_protocol::gateway::v1::local_api_server::{self, LocalApiServer};
 use switchyard_protocol::gateway::v1::{LocalEvent, PublishReply, PushReply, RequestReply};
 use tonic::codegen::Service as _;
-use tonic::metadata::MetadataValue;
 use tonic::service::Routes;
-use tonic::{Code, Request, Response, Status};
+use tonic::{Request, Response, Status};
 
 /// Whether an HTTP request is a gRPC call.
 pub fn is_grpc<B>(req: &hyper::Request<B>) -> bool {
@@ -40,24 +40,6 @@ struct Grpc {
     api: Arc<LocalApi>,
 }
 
-fn status_of(r: &Refusal) -> Status {
-    let code = match r.status {
-        400 | 415 => Code::InvalidArgument,
-        404 => Code::NotFound,
-        413 => Code::OutOfRange,
-        503 if r.saturated => Code::ResourceExhausted,
-        503 => Code::Unavailable,
-        504 => Code::DeadlineExceeded,
-        _ => Code::Unknown,
-    };
-    let mut s = Status::new(code, r.detail.clone());
-    if r.status == 503 {
-        s.metadata_mut()
-            .insert("retry-after", MetadataValue::from_static("1"));
-    }
-    s
-}
-
 impl Grpc {
     async fn run(&self, op: Op, req: Request<LocalEvent>) -> Result<Done, Status> {
         let result = self.checked(op, req).await;
@@ -67,15 +49,15 @@ impl Grpc {
             Err(r) => r.status,
         };
         self.api.count(op, status);
-        result.map_err(|r| status_of(&r))
+        result.map_err(|a| crate::answer::grpc::status(&a, None))
     }
 
-    async fn checked(&self, op: Op, req: Request<LocalEvent>) -> Result<Done, Refusal> {
+    async fn checked(&self, op: Op, req: Request<LocalEvent>) -> Result<Done, Answer> {
         let timeout = req
             .metadata()
             .get("grpc-timeout")
             .and_then(|v| v.to_str().ok())
-            .and_then(crate::listener::grpc::parse_grpc_timeout)
+            .and_then(crate::net::grpc_timeout::parse_grpc_timeout)
             .map_or(parse::DEFAULT_TIMEOUT, |t| t.min(parse::MAX_TIMEOUT));
         let traceparent = req
             .metadata()
@@ -88,7 +70,7 @@ impl Grpc {
             Bytes::from_static(b"{}")
         } else {
             crate::edge::check_syntax(&ev.payload)
-                .map_err(|r| Refusal::new(r.status, r.detail.replacen("body", "payload", 1)))?;
+                .map_err(|r| Answer::refusal(r.status, r.detail.replacen("body", "payload", 1)))?;
             Bytes::from(ev.payload)
         };
         self.api
@@ -137,30 +119,5 @@ impl local_api_server::LocalApi for Grpc {
             })),
             _ => Err(Status::internal("unexpected outcome of push")),
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn refusals_map_to_grpc_codes() {
-        let code = |r: Refusal| status_of(&r).code();
-        assert_eq!(code(Refusal::new(400, "x")), Code::InvalidArgument);
-        assert_eq!(code(Refusal::new(404, "x")), Code::NotFound);
-        assert_eq!(code(Refusal::new(413, "x")), Code::OutOfRange);
-        assert_eq!(code(Refusal::new(503, "x")), Code::Unavailable);
-        assert_eq!(code(Refusal::saturated("x")), Code::ResourceExhausted);
-        assert_eq!(code(Refusal::new(504, "x")), Code::DeadlineExceeded);
-        assert_eq!(code(Refusal::new(502, "x")), Code::Unknown);
-        let s = status_of(&Refusal::saturated("full"));
-        assert_eq!(
-            s.metadata()
-                .get("retry-after")
-                .and_then(|v| v.to_str().ok()),
-            Some("1")
-        );
-        assert_eq!(s.message(), "full");
     }
 }

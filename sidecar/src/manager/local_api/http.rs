@@ -1,13 +1,14 @@
 //! The local API over HTTP: `POST /v1/{publish|request|push}/{event}` with a JSON body.
 
-use super::parse::{self, Op, Refusal};
+use super::parse::{self, Op};
 use super::{Call, Done, LocalApi, MAX_BODY};
+use crate::answer::Answer;
+use crate::answer::http::Reply;
 use crate::edge;
-use crate::problem;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
 use hyper::body::Incoming;
-use hyper::header::{ALLOW, CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
 use std::sync::Arc;
 use std::time::Duration;
@@ -18,7 +19,7 @@ static TIMEOUT: HeaderName = HeaderName::from_static("timeout");
 const BODY_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Answers one HTTP call of the app.
-pub async fn handle(api: Arc<LocalApi>, req: Request<Incoming>) -> Response<Full<Bytes>> {
+pub(crate) async fn handle(api: Arc<LocalApi>, req: Request<Incoming>) -> Response<Full<Bytes>> {
     let op = parse::route(req.uri().path()).ok().map(|(op, _)| op);
     let resp = match serve(&api, req).await {
         Ok(done) => answer(done),
@@ -30,11 +31,11 @@ pub async fn handle(api: Arc<LocalApi>, req: Request<Incoming>) -> Response<Full
     resp
 }
 
-async fn serve(api: &LocalApi, req: Request<Incoming>) -> Result<Done, Refusal> {
+async fn serve(api: &LocalApi, req: Request<Incoming>) -> Result<Done, Answer> {
     let (parts, body) = req.into_parts();
     let (op, event) = parse::route(parts.uri.path())?;
     if parts.method != Method::POST {
-        return Err(Refusal::new(
+        return Err(Answer::refusal(
             405,
             format!("{} is not allowed here; use POST", parts.method),
         ));
@@ -42,7 +43,7 @@ async fn serve(api: &LocalApi, req: Request<Incoming>) -> Result<Done, Refusal> 
     let header = |name: &HeaderName| parts.headers.get(name).and_then(|v| v.to_str().ok());
     let declared_len = header(&CONTENT_LENGTH).and_then(|v| v.parse::<u64>().ok());
     edge::check_content_type(header(&CONTENT_TYPE), declared_len)
-        .map_err(|r| Refusal::new(r.status, r.detail))?;
+        .map_err(|r| Answer::refusal(r.status, r.detail))?;
     if declared_len.is_some_and(|n| n > MAX_BODY as u64) {
         return Err(too_large());
     }
@@ -57,14 +58,19 @@ async fn serve(api: &LocalApi, req: Request<Incoming>) -> Result<Done, Refusal> 
     {
         Ok(Ok(c)) => c.to_bytes(),
         Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return Err(too_large()),
-        Ok(Err(_)) => return Err(Refusal::new(400, "the request body could not be read")),
-        Err(_) => return Err(Refusal::new(408, "the request body did not arrive in time")),
+        Ok(Err(_)) => return Err(Answer::refusal(400, "the request body could not be read")),
+        Err(_) => {
+            return Err(Answer::refusal(
+                408,
+                "the request body did not arrive in time",
+            ));
+        }
     };
     // An empty body is the empty object, as on the gRPC side.
     let payload = if raw.is_empty() {
         Bytes::from_static(b"{}")
     } else {
-        edge::check_syntax(&raw).map_err(|r| Refusal::new(r.status, r.detail))?;
+        edge::check_syntax(&raw).map_err(|r| Answer::refusal(r.status, r.detail))?;
         raw
     };
     api.call(Call {
@@ -81,8 +87,8 @@ async fn serve(api: &LocalApi, req: Request<Incoming>) -> Result<Done, Refusal> 
     .await
 }
 
-fn too_large() -> Refusal {
-    Refusal::new(413, format!("body is larger than {MAX_BODY} bytes"))
+fn too_large() -> Answer {
+    Answer::refusal(413, format!("body is larger than {MAX_BODY} bytes"))
 }
 
 fn json_response(status: u16, body: Bytes, content_type: HeaderValue) -> Response<Full<Bytes>> {
@@ -126,22 +132,10 @@ fn answer(done: Done) -> Response<Full<Bytes>> {
     }
 }
 
-fn problem_response(r: &Refusal) -> Response<Full<Bytes>> {
-    let body = problem::body(r.status, problem::title(r.status), &r.detail);
-    let mut resp = json_response(
-        r.status,
-        body,
-        HeaderValue::from_static(problem::CONTENT_TYPE),
-    );
-    let h = resp.headers_mut();
-    if r.status == 503 {
-        h.insert(RETRY_AFTER, HeaderValue::from_static("1"));
+fn problem_response(a: &Answer) -> Response<Full<Bytes>> {
+    let mut reply = Reply::answer(a);
+    if a.status == 405 {
+        reply.allow = Some(HeaderValue::from_static("POST"));
     }
-    if r.status == 405 {
-        h.insert(ALLOW, HeaderValue::from_static("POST"));
-    }
-    if matches!(r.status, 408 | 413) {
-        h.insert(hyper::header::CONNECTION, HeaderValue::from_static("close"));
-    }
-    resp
+    reply.into_response(None)
 }

@@ -1,25 +1,26 @@
 //! The app's local API on localhost (default 127.0.0.1:7071): publish, request and push events.
 //! HTTP (`http.rs`) and gRPC (`grpc.rs`, `switchyard.v1.LocalApi`) share one port and this core.
 
-pub mod grpc;
-pub mod http;
-pub mod parse;
+pub(crate) mod grpc;
+pub(crate) mod http;
+pub(crate) mod parse;
 
-use super::outbound::{self, Outbound, SendError};
 use super::routers::Routers;
+use crate::answer::Answer;
+use crate::answer::http::app_status;
+use crate::dispatch::{Broker, Clock, Dispatch, new_ce_id};
 use crate::metrics::{LocalApiLabels, Metrics};
-use crate::router::CallError;
+use crate::upstream::{Outgoing, Upstream};
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use parse::{Op, Refusal};
+use parse::Op;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_protocol::frame::Push;
 use tokio::net::TcpListener;
-use tokio::sync::Semaphore;
 use tokio_util::sync::CancellationToken;
 
 /// Calls served at once; past it the app gets 503 + Retry-After (RESOURCE_EXHAUSTED).
@@ -71,21 +72,22 @@ pub enum Done {
     },
 }
 
-/// The shared core of both protocols.
+/// The shared core of both protocols: the app's events take the dispatch stage, as a client's do.
 pub struct LocalApi {
-    outbound: Arc<Outbound>,
+    dispatch: Dispatch,
     routers: Arc<Routers>,
-    calls: Semaphore,
     metrics: Arc<Metrics>,
 }
 
 impl LocalApi {
-    /// The local API over the manager's outbound path and its router connections.
-    pub fn new(outbound: Arc<Outbound>, routers: Arc<Routers>, metrics: Arc<Metrics>) -> LocalApi {
+    /// The local API over the manager's upstream (the app's outgoing events) and its router connections.
+    pub fn new(upstream: Arc<Upstream>, routers: Arc<Routers>, metrics: Arc<Metrics>) -> LocalApi {
         LocalApi {
-            outbound,
+            dispatch: Dispatch {
+                broker: Broker::new(MAX_CALLS, metrics.clone()),
+                upstream,
+            },
             routers,
-            calls: Semaphore::new(MAX_CALLS),
             metrics,
         }
     }
@@ -102,13 +104,7 @@ impl LocalApi {
     }
 
     /// Serves one call.
-    pub async fn call(&self, call: Call<'_>) -> Result<Done, Refusal> {
-        let Ok(_slot) = self.calls.try_acquire() else {
-            self.metrics.shed.inc();
-            return Err(Refusal::saturated(
-                "too many local API calls in flight; retry shortly",
-            ));
-        };
+    pub async fn call(&self, call: Call<'_>) -> Result<Done, Answer> {
         let traceparent = crate::traceparent::extract_or_new(call.traceparent);
         if call.op == Op::Push {
             let routers = self.routers.push(&Push {
@@ -119,14 +115,8 @@ impl LocalApi {
             });
             return Ok(Done::Pushed { routers });
         }
-        if !self.outbound.knows(call.event) {
-            return Err(Refusal::new(
-                404,
-                format!("no Manager handles event type {}", call.event),
-            ));
-        }
-        let ce_id = call.ce_id.unwrap_or_else(outbound::new_ce_id);
-        let ev = outbound::Event {
+        let ce_id = call.ce_id.unwrap_or_else(new_ce_id);
+        let out = Outgoing {
             event: Arc::from(call.event),
             ce_id: ce_id.clone(),
             traceparent,
@@ -134,52 +124,22 @@ impl LocalApi {
         };
         if call.op == Op::Publish {
             let deadline = Instant::now() + parse::SEND_DEADLINE;
-            return match self.outbound.publish(ev, deadline).await {
+            return match self.dispatch.publish(out, deadline).await {
                 Ok(()) => Ok(Done::Accepted { ce_id }),
-                Err(SendError::Call(CallError::Timeout)) => Err(Refusal::new(
-                    504,
-                    format!(
-                        "the event was not confirmed written within {} ms; it may still be delivered",
-                        parse::SEND_DEADLINE.as_millis()
-                    ),
-                )),
-                Err(e) => Err(refusal(e, call.event, parse::SEND_DEADLINE)),
+                Err(f) => Err(Answer::of(&f, call.event, parse::SEND_DEADLINE)),
             };
         }
         let deadline = Instant::now() + call.timeout;
-        match self.outbound.request(ev, deadline).await {
+        let mut clock = Clock::new(Instant::now());
+        match self.dispatch.call(out, deadline, &mut clock).await {
             Ok(r) => Ok(Done::Reply {
                 ce_id,
-                status: if (100..=599).contains(&r.status) {
-                    r.status
-                } else {
-                    502
-                },
+                status: app_status(r.status),
                 content_type: r.content_type,
                 body: r.payload,
             }),
-            Err(e) => Err(refusal(e, call.event, call.timeout)),
+            Err(f) => Err(Answer::of(&f, call.event, call.timeout)),
         }
-    }
-}
-
-fn refusal(e: SendError, event: &str, within: Duration) -> Refusal {
-    match e {
-        SendError::NoManager => Refusal::new(404, format!("no Manager handles event type {event}")),
-        SendError::Call(CallError::NoEndpoint) => Refusal::new(
-            503,
-            format!("no endpoint of the Manager for {event} is reachable; retry shortly"),
-        ),
-        SendError::Call(CallError::NoCredit) => Refusal::saturated(format!(
-            "the Manager for {event} is saturated; the event was not sent"
-        )),
-        SendError::Call(CallError::Timeout) => {
-            Refusal::new(504, format!("no reply within {} ms", within.as_millis()))
-        }
-        SendError::Call(CallError::Lost) => Refusal::new(
-            502,
-            "the connection to the Manager failed after the event was sent; it may have been handled",
-        ),
     }
 }
 
@@ -198,27 +158,21 @@ pub async fn serve(listener: TcpListener, api: Arc<LocalApi>, drain: Cancellatio
         .timer(TokioTimer::new())
         .max_concurrent_streams(256);
     // Loopback only, so no TLS.
-    crate::listener::accept::accept_loop(
-        listener,
-        drain,
-        "local-api",
-        None,
-        move |stream, _peer| {
+    crate::net::accept::accept_loop(listener, drain, "local-api", None, move |stream, _peer| {
+        let (api, grpc) = (api.clone(), grpc.clone());
+        let svc = service_fn(move |req: hyper::Request<Incoming>| {
             let (api, grpc) = (api.clone(), grpc.clone());
-            let svc = service_fn(move |req: hyper::Request<Incoming>| {
-                let (api, grpc) = (api.clone(), grpc.clone());
-                async move {
-                    if grpc::is_grpc(&req) {
-                        grpc::call(grpc, req).await
-                    } else {
-                        Ok(http::handle(api, req).await.map(tonic::body::Body::new))
-                    }
+            async move {
+                if grpc::is_grpc(&req) {
+                    grpc::call(grpc, req).await
+                } else {
+                    Ok(http::handle(api, req).await.map(tonic::body::Body::new))
                 }
-            });
-            builder
-                .serve_connection(TokioIo::new(stream), svc)
-                .into_owned()
-        },
-    )
+            }
+        });
+        builder
+            .serve_connection(TokioIo::new(stream), svc)
+            .into_owned()
+    })
     .await;
 }

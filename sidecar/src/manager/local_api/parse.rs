@@ -1,6 +1,7 @@
 //! Reading a local API call (pure): which operation and event type a path names, the reply deadline,
 //! the app's CloudEvents id. Every rejection names what to fix.
 
+use crate::answer::Answer;
 use std::time::Duration;
 use switchyard_crds::EventType;
 
@@ -33,40 +34,10 @@ impl Op {
     }
 }
 
-/// A refused call: HTTP status and detail.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refusal {
-    /// HTTP status (gRPC maps it to a code).
-    pub status: u16,
-    /// What went wrong, for the app's developer.
-    pub detail: String,
-    /// A 503 because a bound was reached (gRPC RESOURCE_EXHAUSTED rather than UNAVAILABLE).
-    pub saturated: bool,
-}
-
-impl Refusal {
-    /// A refusal with `status`.
-    pub fn new(status: u16, detail: impl Into<String>) -> Refusal {
-        Refusal {
-            status,
-            detail: detail.into(),
-            saturated: false,
-        }
-    }
-
-    /// A 503 because a bound was reached: retry shortly.
-    pub fn saturated(detail: impl Into<String>) -> Refusal {
-        Refusal {
-            saturated: true,
-            ..Refusal::new(503, detail)
-        }
-    }
-}
-
 /// `/v1/{publish|request|push}/{event}` -> the operation and the event type.
-pub fn route(path: &str) -> Result<(Op, &str), Refusal> {
+pub fn route(path: &str) -> Result<(Op, &str), Answer> {
     let not_found = || {
-        Refusal::new(
+        Answer::refusal(
             404,
             format!(
                 "no local API at {path}; use POST /v1/publish/{{event}}, /v1/request/{{event}} or /v1/push/{{event}}"
@@ -86,18 +57,18 @@ pub fn route(path: &str) -> Result<(Op, &str), Refusal> {
 }
 
 /// Checks an event-type name as the CRDs do (400 naming the rule).
-pub fn event_type(name: &str) -> Result<(), Refusal> {
-    EventType::check(name).map_err(|e| Refusal::new(400, e))
+pub fn event_type(name: &str) -> Result<(), Answer> {
+    EventType::check(name).map_err(|e| Answer::refusal(400, e))
 }
 
 /// The app's `ce-id`, kept when legal (1 to 255 visible ASCII characters), else a new one.
-pub fn ce_id(given: Option<&str>) -> Result<Option<String>, Refusal> {
+pub fn ce_id(given: Option<&str>) -> Result<Option<String>, Answer> {
     match given {
         None | Some("") => Ok(None),
         Some(id) if id.len() <= 255 && id.bytes().all(|b| b.is_ascii_graphic()) => {
             Ok(Some(id.to_owned()))
         }
-        Some(_) => Err(Refusal::new(
+        Some(_) => Err(Answer::refusal(
             400,
             "ce-id must be 1 to 255 visible ASCII characters",
         )),
@@ -115,18 +86,18 @@ pub fn timeout_query(query: Option<&str>) -> Option<&str> {
 
 /// The reply deadline from a `timeout` such as `250ms`, `5s` or `1m`: default when absent, cut to
 /// the cap, 400 when it does not parse or is zero.
-pub fn timeout(value: Option<&str>) -> Result<Duration, Refusal> {
+pub fn timeout(value: Option<&str>) -> Result<Duration, Answer> {
     let Some(v) = value else {
         return Ok(DEFAULT_TIMEOUT);
     };
     let d = humantime::parse_duration(v.trim()).map_err(|e| {
-        Refusal::new(
+        Answer::refusal(
             400,
             format!("timeout {v:?} is not a duration such as 500ms or 5s: {e}"),
         )
     })?;
     if d.is_zero() {
-        return Err(Refusal::new(400, "timeout must be more than zero"));
+        return Err(Answer::refusal(400, "timeout must be more than zero"));
     }
     Ok(d.min(MAX_TIMEOUT))
 }

@@ -1,0 +1,15 @@
+//! Environment variables the operator, `switchyard up` and the sidecars agree on. One list, so a
+//! rename cannot leave one side reading a name the other no longer sets.
+
+/// The operator's control-plane URL, set on every sidecar (router: `--control-plane`).
+pub const CONTROL_PLANE: &str = "SWITCHYARD_CONTROL_PLANE";
+/// The event types one manager pod handles (a per-event-type Deployment's), comma-separated.
+pub const EVENT_TYPES: &str = "SWITCHYARD_EVENT_TYPES";
+/// The manager sidecar's local API URL, given to the app.
+pub const LOCAL_API: &str = "SWITCHYARD_LOCAL_API";
+/// Threads of a sidecar's async runtime (default 1).
+pub const RUNTIME_THREADS: &str = "SWITCHYARD_RUNTIME_THREADS";
+/// The pod's name (downward API); sidecars name themselves with it to the control plane.
+pub const POD_NAME: &str = "POD_NAME";
+/// The pod's namespace (downward API).
+pub const POD_NAMESPACE: &str = "POD_NAMESPACE";

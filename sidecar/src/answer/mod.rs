@@ -1,0 +1,186 @@
+//! The one mapping from "why there is no app answer" to what every front door says: the HTTP status,
+//! the gRPC code, the problem+json title and detail, and Retry-After. HTTP, gRPC, WebSocket and the
+//! manager's local API all render an [`Answer`]; none of them maps a failure on its own.
+//!
+//! Pure. `http.rs` and `grpc.rs` render an answer for their protocol; the WebSocket listener puts the
+//! same fields into its `error` member.
+//!
+//! Promises, whatever the protocol: 503 (and its gRPC codes UNAVAILABLE / RESOURCE_EXHAUSTED) means
+//! the event was not handled and a retry is safe, so it carries Retry-After; 502 (UNKNOWN) means it
+//! was sent and may have been handled; 504 (DEADLINE_EXCEEDED) means no reply came in time.
+
+pub(crate) mod grpc;
+pub(crate) mod http;
+pub(crate) mod ws;
+
+use bytes::Bytes;
+use std::time::Duration;
+use tonic::Code;
+
+/// Seconds a client is asked to wait before retrying a request the mesh did not handle.
+pub(crate) const RETRY_AFTER_SECS: u64 = 1;
+
+/// A manager's deadline answer that arrives this close to the router's own deadline is that deadline
+/// passing there: it is reported as the router's timeout, in the same words.
+pub(crate) const DEADLINE_SLACK: Duration = Duration::from_millis(50);
+
+/// Why an event got no answer from its handler app.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Failure {
+    /// This sidecar's bound on pending requests is reached; nothing was sent.
+    Shed,
+    /// No Manager handles the event type.
+    NoManager,
+    /// No endpoint of the Manager is connected; nothing was sent.
+    NoEndpoint,
+    /// The Manager gave no credit before the deadline; nothing was sent.
+    NoCredit,
+    /// The deadline passed after the event was sent.
+    Timeout,
+    /// The connection failed after the event was written: it may have been handled.
+    Lost,
+    /// The manager sidecar answered instead of the app (its queue was full, the app was unreachable,
+    /// every attempt failed, ...): its status and its problem detail.
+    Manager {
+        /// The manager's status.
+        status: u16,
+        /// The manager's problem detail.
+        detail: String,
+    },
+}
+
+impl Failure {
+    /// A short name for spans (`error.type`) and logs.
+    pub(crate) fn name(&self) -> &'static str {
+        match self {
+            Failure::Shed => "shed",
+            Failure::NoManager => "no_manager",
+            Failure::NoEndpoint => "no_endpoint",
+            Failure::NoCredit => "no_credit",
+            Failure::Timeout => "timeout",
+            Failure::Lost => "lost",
+            Failure::Manager { .. } => "manager",
+        }
+    }
+}
+
+/// What a front door says when it does not pass on an app's answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Answer {
+    /// HTTP status (also the WebSocket reply's `status` and gRPC `ConnectReply.status`).
+    pub(crate) status: u16,
+    /// gRPC status code.
+    pub(crate) code: Code,
+    /// Problem detail: what happened and what to do, never an internal error.
+    pub(crate) detail: String,
+    /// Retry-After seconds, when trying again later is safe.
+    pub(crate) retry_after: Option<u64>,
+}
+
+impl Answer {
+    /// The answer to `failure` for an event of type `event` whose reply was awaited for `within`.
+    pub(crate) fn of(failure: &Failure, event: &str, within: Duration) -> Answer {
+        let retry = |status, code, detail: String| Answer {
+            status,
+            code,
+            detail,
+            retry_after: Some(RETRY_AFTER_SECS),
+        };
+        match failure {
+            Failure::Shed => retry(
+                503,
+                Code::ResourceExhausted,
+                "too many requests pending in this sidecar; retry shortly".to_owned(),
+            ),
+            Failure::NoManager => retry(
+                503,
+                Code::Unavailable,
+                format!("no Manager handles event type {event}"),
+            ),
+            Failure::NoEndpoint => retry(
+                503,
+                Code::Unavailable,
+                format!("no endpoint of the Manager for {event} is reachable; retry shortly"),
+            ),
+            Failure::NoCredit => retry(
+                503,
+                Code::ResourceExhausted,
+                format!("the Manager for {event} is saturated; the request was not sent"),
+            ),
+            Failure::Timeout => {
+                Answer::refusal(504, format!("no reply within {}", duration(within)))
+            }
+            // Not UNAVAILABLE: that tells gRPC clients a retry is safe, and this one may have been handled.
+            Failure::Lost => Answer::refusal(
+                502,
+                "the connection to the Manager failed after the request was sent; it may have been handled",
+            ),
+            // A full queue there is saturation, as here: the event was not handled.
+            Failure::Manager {
+                status: 503,
+                detail,
+            } => retry(503, Code::ResourceExhausted, detail.clone()),
+            Failure::Manager { status, detail } => Answer::refusal(*status, detail.clone()),
+        }
+    }
+
+    /// A refusal with `status` and `detail` (edge checks, middleware, bad input): the gRPC code of
+    /// the same meaning, and Retry-After on a 503.
+    pub(crate) fn refusal(status: u16, detail: impl Into<String>) -> Answer {
+        Answer {
+            status,
+            code: code_of(status),
+            detail: detail.into(),
+            retry_after: (status == 503).then_some(RETRY_AFTER_SECS),
+        }
+    }
+
+    /// The same answer asking the client to wait `secs` before retrying (429, 503).
+    pub(crate) fn retry_after(mut self, secs: u64) -> Answer {
+        self.retry_after = Some(secs);
+        self
+    }
+
+    /// The problem title: the status's reason phrase.
+    pub(crate) fn title(&self) -> &'static str {
+        crate::problem::title(self.status)
+    }
+
+    /// The RFC 9457 problem body.
+    pub(crate) fn problem_body(&self) -> Bytes {
+        crate::problem::body(self.status, self.title(), &self.detail)
+    }
+}
+
+/// The gRPC code of an HTTP status, as the gRPC spec's HTTP mapping reads in reverse.
+pub(crate) fn code_of(status: u16) -> Code {
+    match status {
+        200..=299 => Code::Ok,
+        400 | 411 | 415 | 422 => Code::InvalidArgument,
+        401 => Code::Unauthenticated,
+        403 => Code::PermissionDenied,
+        404 => Code::NotFound,
+        405 | 501 => Code::Unimplemented,
+        408 | 504 => Code::DeadlineExceeded,
+        409 => Code::Aborted,
+        412 => Code::FailedPrecondition,
+        413 => Code::OutOfRange,
+        429 => Code::ResourceExhausted,
+        499 => Code::Cancelled,
+        500 => Code::Internal,
+        503 => Code::Unavailable,
+        _ => Code::Unknown,
+    }
+}
+
+/// A duration as every answer writes it: whole seconds as `2s`, anything else in milliseconds (`1500ms`).
+pub(crate) fn duration(d: Duration) -> String {
+    if d.subsec_millis() == 0 && d.subsec_nanos() == 0 {
+        format!("{}s", d.as_secs())
+    } else {
+        format!("{}ms", d.as_millis())
+    }
+}
+
+#[cfg(test)]
+mod tests;

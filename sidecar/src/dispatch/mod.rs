@@ -1,0 +1,193 @@
+//! The dispatch stage (EDRI's broker and router): what every front door does once a request has
+//! become an event. The broker admits it within a bound; the upstream sends it to a manager of its
+//! type and waits for the answer. A failure comes back as an [`answer::Failure`](crate::answer::Failure),
+//! which the front door renders through the one answer mapping.
+//!
+//! Used by the router role's HTTP, gRPC and WebSocket listeners and by the manager role's local API,
+//! so their stage timing, shedding and failures agree.
+
+mod broker;
+mod clock;
+
+pub use broker::Broker;
+pub(crate) use clock::Clock;
+
+use crate::answer::{DEADLINE_SLACK, Failure};
+use crate::upstream::{CallError, Outgoing, Upstream};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+use switchyard_protocol::frame::Response;
+
+/// The broker and the upstream of one process.
+pub(crate) struct Dispatch {
+    /// Admission bound.
+    pub(crate) broker: Broker,
+    /// Manager connections; shared with the admin server's `/routes` and the control-plane follower.
+    pub(crate) upstream: Arc<Upstream>,
+}
+
+impl From<CallError> for Failure {
+    fn from(e: CallError) -> Failure {
+        match e {
+            CallError::NoEndpoint => Failure::NoEndpoint,
+            CallError::NoCredit => Failure::NoCredit,
+            CallError::Timeout => Failure::Timeout,
+            CallError::Lost => Failure::Lost,
+        }
+    }
+}
+
+/// A new CloudEvents id: 128 random bits in hex.
+pub(crate) fn new_ce_id() -> String {
+    format!("{:032x}", fastrand::u128(..))
+}
+
+impl Dispatch {
+    /// Admits `out` at the broker, sends it to a manager of its type and waits for the app's answer
+    /// until `deadline`. Records the stage timestamps in `clock` (`checked` is taken on entry), and
+    /// the broker and send spans when the request is traced. An answer the manager sidecar made
+    /// itself (the app gave none) is a [`Failure::Manager`], or the deadline when it is that.
+    pub(crate) async fn call(
+        &self,
+        out: Outgoing,
+        deadline: Instant,
+        clock: &mut Clock,
+    ) -> Result<Response, Failure> {
+        clock.checked = Some(Instant::now());
+        if let Some(t) = clock.trace.as_mut() {
+            t.broker_start(&out.event, SystemTime::now());
+        }
+        let result = self.route(out, deadline, clock).await;
+        if let Some(t) = clock.trace.as_mut() {
+            t.routed(result.as_ref().map(|r| r.status).map_err(Failure::name));
+        }
+        result
+    }
+
+    async fn route(
+        &self,
+        mut out: Outgoing,
+        deadline: Instant,
+        clock: &mut Clock,
+    ) -> Result<Response, Failure> {
+        let Some(_admitted) = self.broker.admit() else {
+            return Err(Failure::Shed);
+        };
+        clock.admitted = Some(Instant::now());
+        // Waits (within the deadline) for an endpoint when the event type has none ready and the router
+        // can ask the operator for one (scale from zero); the broker's admission bounds these waits.
+        let Some(pool) = self.upstream.ready_pool(&out.event, deadline).await else {
+            clock.call_end = clock.admitted;
+            return Err(Failure::NoManager);
+        };
+        // Traced: the manager's spans hang under the send span, so its context is what travels.
+        if let Some(t) = clock.trace.as_mut() {
+            out.traceparent = t.send_start(&out.event, &out.ce_id);
+        }
+        let result = self
+            .upstream
+            .call(&pool, &out, deadline, &mut clock.call)
+            .await;
+        clock.call_end = Some(Instant::now());
+        let resp = result?;
+        clock.queue = Duration::from_micros(resp.queue_us.into());
+        clock.app = Duration::from_micros(resp.app_us.into());
+        from_manager(resp, deadline)
+    }
+
+    /// Sends `out` fire-and-forget, within the broker's bound: done once a manager sidecar granted
+    /// credit and the frame was written to it.
+    pub(crate) async fn publish(&self, out: Outgoing, deadline: Instant) -> Result<(), Failure> {
+        let Some(_admitted) = self.broker.admit() else {
+            return Err(Failure::Shed);
+        };
+        let pool = self
+            .upstream
+            .pool_of(&out.event)
+            .ok_or(Failure::NoManager)?;
+        Ok(self.upstream.publish(&pool, &out, deadline).await?)
+    }
+}
+
+/// The app's answer, or the manager sidecar's own refusal turned into a failure: its 504 near the
+/// deadline is the deadline (whichever sidecar's timer fired first, the client hears one thing).
+fn from_manager(resp: Response, deadline: Instant) -> Result<Response, Failure> {
+    if !resp.from_mesh {
+        return Ok(resp);
+    }
+    if resp.status == 504 && deadline.saturating_duration_since(Instant::now()) < DEADLINE_SLACK {
+        return Err(Failure::Timeout);
+    }
+    Err(Failure::Manager {
+        status: resp.status,
+        detail: problem_detail(&resp.payload),
+    })
+}
+
+/// The `detail` of a manager's problem body (its own, so well-formed); the status's title otherwise.
+fn problem_detail(body: &[u8]) -> String {
+    serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .and_then(|v| v.get("detail")?.as_str().map(str::to_owned))
+        .unwrap_or_else(|| "the Manager did not deliver the event".to_owned())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+
+    fn response(status: u16, from_mesh: bool, payload: &'static [u8]) -> Response {
+        Response {
+            id: 1,
+            status,
+            queue_us: 0,
+            app_us: 0,
+            content_type: crate::problem::CONTENT_TYPE.into(),
+            payload: Bytes::from_static(payload),
+            returns_credit: false,
+            from_mesh,
+        }
+    }
+
+    #[test]
+    fn the_apps_answers_pass_whatever_their_status() {
+        let far = Instant::now() + Duration::from_secs(10);
+        let r = from_manager(response(504, false, b"{}"), far).expect("the app's");
+        assert_eq!(r.status, 504);
+        assert!(from_manager(response(503, false, b"{}"), far).is_ok());
+    }
+
+    #[test]
+    fn the_managers_own_answers_are_failures_and_its_late_504_is_the_deadline() {
+        let far = Instant::now() + Duration::from_secs(10);
+        let body = br#"{"type":"about:blank","title":"Service Unavailable","status":503,"detail":"the Manager's queue is full; retry shortly"}"#;
+        assert_eq!(
+            from_manager(response(503, true, body), far).map(|r| r.status),
+            Err(Failure::Manager {
+                status: 503,
+                detail: "the Manager's queue is full; retry shortly".into()
+            })
+        );
+        let body = br#"{"status":504,"detail":"the handler app did not answer within 5s"}"#;
+        assert_eq!(
+            from_manager(response(504, true, body), far).map(|r| r.status),
+            Err(Failure::Manager {
+                status: 504,
+                detail: "the handler app did not answer within 5s".into()
+            })
+        );
+        let now = Instant::now();
+        assert_eq!(
+            from_manager(response(504, true, body), now).map(|r| r.status),
+            Err(Failure::Timeout)
+        );
+        assert_eq!(
+            from_manager(response(502, true, b"not json"), far).map(|r| r.status),
+            Err(Failure::Manager {
+                status: 502,
+                detail: "the Manager did not deliver the event".into()
+            })
+        );
+    }
+}

@@ -1,0 +1,73 @@
+//! Accepting gRPC connections: HTTP/2 (h2c, or TLS with ALPN h2), the arrival time and client
+//! deadline of each call, and the middleware gates before tonic reads a call.
+
+use super::gateway::Arrival;
+use super::message::client_deadline;
+use crate::answer::grpc::status;
+use crate::listener::Edge;
+use crate::middleware::Head;
+use crate::net::grpc_timeout::parse_grpc_timeout;
+use hyper::body::Incoming;
+use hyper::service::service_fn;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+use tonic::codegen::Service as _;
+use tonic::service::Routes;
+
+/// Concurrent streams per HTTP/2 connection.
+const MAX_STREAMS: u32 = 1024;
+
+/// Accepts HTTP/2 connections (h2c, or TLS with ALPN h2 when `tls` is set) until `drain` fires, then
+/// lets open calls finish (up to the drain limit). `Connect` streams stop reading at the drain and end
+/// once their replies are out. The auth and rate-limit middleware of `edge` refuse calls before tonic
+/// reads them.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    routes: Routes,
+    edge: Arc<Edge>,
+    drain: CancellationToken,
+    tls: Option<TlsAcceptor>,
+) {
+    let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    builder
+        .timer(TokioTimer::new())
+        .max_concurrent_streams(MAX_STREAMS)
+        .keep_alive_interval(Duration::from_secs(20));
+    crate::net::accept::accept_loop(listener, drain, "grpc", tls, move |io, peer: SocketAddr| {
+        let routes = routes.clone();
+        let edge = edge.clone();
+        let svc = service_fn(move |mut req: hyper::Request<Incoming>| {
+            let at = Instant::now();
+            let refused = if edge.middleware.gates.is_empty() {
+                None
+            } else {
+                let head = Head {
+                    headers: req.headers(),
+                    peer: peer.ip(),
+                };
+                edge.middleware.admit(&head, &edge.metrics).err()
+            };
+            let deadline = req
+                .headers()
+                .get("grpc-timeout")
+                .and_then(|v| v.to_str().ok())
+                .and_then(parse_grpc_timeout)
+                .map(|t| client_deadline(at, t));
+            req.extensions_mut().insert(Arrival { at, deadline });
+            let mut routes = routes.clone();
+            async move {
+                match refused {
+                    Some(d) => Ok(status(&d.answer(), None).into_http()),
+                    None => routes.call(req).await,
+                }
+            }
+        });
+        builder.serve_connection(TokioIo::new(io), svc)
+    })
+    .await;
+}

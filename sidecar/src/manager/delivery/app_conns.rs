@@ -1,0 +1,270 @@
+//! Keep-alive HTTP/1 connections to the app, at most one per busy worker slot, reused last-in first-out.
+//!
+//! Replaces hyper-util's legacy pooled client on the delivery path: that client spawns a task per HTTP/1
+//! answer to hand the connection back to its pool and keys its pool by host on every request; a manager
+//! talks to exactly one app address, so a stack of idle senders is all the pooling it needs.
+
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::client::conn::http1::{self, SendRequest};
+use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
+use hyper::{Request, Uri};
+use hyper_util::rt::TokioIo;
+use std::net::SocketAddr;
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Idle connections older than this are closed rather than reused: the app may have dropped them.
+const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
+
+type Sender = SendRequest<Full<Bytes>>;
+
+/// Why an exchange with the app gave no answer. Every case is a delivery the app did not complete,
+/// so the worker may retry it.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum AppError {
+    /// The app's address cannot be a `Host` header (never for a socket address; kept typed anyway).
+    #[error("host {0}: not a header value")]
+    Host(SocketAddr),
+    /// No connection within the connect timeout.
+    #[error("connecting to {0} timed out")]
+    ConnectTimeout(SocketAddr),
+    /// The connection was refused or failed.
+    #[error("connecting to {addr}: {source}")]
+    Connect {
+        /// The app's address.
+        addr: SocketAddr,
+        /// Why.
+        source: std::io::Error,
+    },
+    /// The app closed a fresh connection before the request could go out.
+    #[error("the app closed the connection")]
+    Closed,
+    /// HTTP/1 failed (handshake, writing the request, reading the head): the chain of causes.
+    #[error("{0}")]
+    Http(String),
+    /// The reply body could not be read, or was larger than a frame carries.
+    #[error("reading the reply: {0}")]
+    Body(String),
+}
+
+/// What the app answered.
+pub struct Answer {
+    /// HTTP status.
+    pub status: u16,
+    /// Media type of the body, empty when none.
+    pub content_type: String,
+    /// Body.
+    pub body: Bytes,
+}
+
+/// Connections to one app address.
+pub struct AppConns {
+    addr: SocketAddr,
+    host: HeaderValue,
+    idle: Mutex<Vec<(Sender, Instant)>>,
+    max_idle: usize,
+}
+
+impl AppConns {
+    /// Connections to `addr`, keeping at most `max_idle` open between requests.
+    pub fn new(addr: SocketAddr, max_idle: usize) -> Result<AppConns, AppError> {
+        let host = HeaderValue::from_str(&addr.to_string()).map_err(|_| AppError::Host(addr))?;
+        Ok(AppConns {
+            addr,
+            host,
+            idle: Mutex::new(Vec::new()),
+            max_idle,
+        })
+    }
+
+    fn idle(&self) -> MutexGuard<'_, Vec<(Sender, Instant)>> {
+        // The stack holds no invariant a panic could break: keep using it.
+        self.idle.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The most recently used open connection, if any is fresh enough.
+    fn take_idle(&self) -> Option<Sender> {
+        let mut idle = self.idle();
+        while let Some((sender, since)) = idle.pop() {
+            if since.elapsed() >= IDLE_TIMEOUT {
+                // Everything below is older still.
+                idle.clear();
+                return None;
+            }
+            if !sender.is_closed() {
+                return Some(sender);
+            }
+        }
+        None
+    }
+
+    fn give_back(&self, sender: Sender) {
+        if sender.is_closed() {
+            return;
+        }
+        let mut idle = self.idle();
+        if idle.len() < self.max_idle {
+            idle.push((sender, Instant::now()));
+        }
+    }
+
+    async fn connect(&self) -> Result<Sender, AppError> {
+        let addr = self.addr;
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+            .await
+            .map_err(|_| AppError::ConnectTimeout(addr))?
+            .map_err(|source| AppError::Connect { addr, source })?;
+        // Answers are small and latency is what counts: no Nagle.
+        let _ = stream.set_nodelay(true);
+        let (sender, conn) = http1::handshake(TokioIo::new(stream))
+            .await
+            .map_err(|e| AppError::Http(super::outcome::error_chain(&e)))?;
+        tokio::spawn(async move {
+            // The app closing an idle connection is normal; the next request opens another.
+            let _ = conn.await;
+        });
+        Ok(sender)
+    }
+
+    /// Sends `req` (its URI in origin form, `/path`) and reads the answer, taking at most `max_body`
+    /// bytes of body. A reused connection that turns out closed before the request went out is
+    /// replaced by a new one, once: the app never saw that request.
+    pub async fn exchange(
+        &self,
+        mut req: Request<Full<Bytes>>,
+        max_body: usize,
+    ) -> Result<Answer, AppError> {
+        req.headers_mut().insert(HOST, self.host.clone());
+        let (mut sender, mut reused) = match self.take_idle() {
+            Some(s) => (s, true),
+            None => (self.connect().await?, false),
+        };
+        let resp = loop {
+            if sender.ready().await.is_err() {
+                if reused {
+                    sender = self.connect().await?;
+                    reused = false;
+                    continue;
+                }
+                return Err(AppError::Closed);
+            }
+            match sender.try_send_request(req).await {
+                Ok(r) => break r,
+                Err(mut e) => match e.take_message() {
+                    Some(unsent) if reused => {
+                        req = unsent;
+                        sender = self.connect().await?;
+                        reused = false;
+                    }
+                    _ => return Err(AppError::Http(super::outcome::error_chain(e.error()))),
+                },
+            }
+        };
+        let status = resp.status().as_u16();
+        let content_type = resp
+            .headers()
+            .get(CONTENT_TYPE)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("")
+            .to_owned();
+        let body = Limited::new(resp.into_body(), max_body)
+            .collect()
+            .await
+            .map_err(|e| AppError::Body(e.to_string()))?
+            .to_bytes();
+        // The whole answer was read, so the connection is ready for the next request.
+        self.give_back(sender);
+        Ok(Answer {
+            status,
+            content_type,
+            body,
+        })
+    }
+}
+
+/// The origin-form request target of `uri` (`/path?query`), which an HTTP/1 connection sends.
+pub fn origin_form(uri: &Uri) -> Uri {
+    uri.path_and_query()
+        .map(|pq| Uri::from(pq.clone()))
+        .unwrap_or_else(|| Uri::from_static("/"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use hyper::service::service_fn;
+    use std::convert::Infallible;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::net::TcpListener;
+
+    /// An app on loopback answering `ok`; counts the connections it accepted.
+    async fn app(keep_alive: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(
+                    hyper::server::conn::http1::Builder::new()
+                        .keep_alive(keep_alive)
+                        .serve_connection(
+                            TokioIo::new(stream),
+                            service_fn(|_req| async {
+                                Ok::<_, Infallible>(hyper::Response::new(Full::new(
+                                    Bytes::from_static(b"ok"),
+                                )))
+                            }),
+                        ),
+                );
+            }
+        });
+        (addr, accepted)
+    }
+
+    fn request() -> Request<Full<Bytes>> {
+        Request::post("/events")
+            .body(Full::new(Bytes::from_static(b"{}")))
+            .expect("request")
+    }
+
+    #[tokio::test]
+    async fn a_kept_alive_connection_serves_the_next_request() {
+        let (addr, accepted) = app(true).await;
+        let conns = AppConns::new(addr, 4).expect("conns");
+        for _ in 0..3 {
+            let a = conns.exchange(request(), 1024).await.expect("answer");
+            assert_eq!((a.status, &a.body[..]), (200, &b"ok"[..]));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_closed_connection_is_replaced_not_reported() {
+        let (addr, accepted) = app(false).await;
+        let conns = AppConns::new(addr, 4).expect("conns");
+        for _ in 0..3 {
+            let a = conns.exchange(request(), 1024).await.expect("answer");
+            assert_eq!(a.status, 200);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn an_oversize_answer_is_an_error() {
+        let (addr, _) = app(true).await;
+        let conns = AppConns::new(addr, 4).expect("conns");
+        assert!(conns.exchange(request(), 1).await.is_err());
+    }
+
+    #[test]
+    fn the_request_target_is_the_path() {
+        let uri: Uri = "http://127.0.0.1:8000/events?x=1".parse().expect("uri");
+        assert_eq!(origin_form(&uri), "/events?x=1");
+    }
+}

@@ -1,0 +1,102 @@
+//! Delivery to the app in CloudEvents HTTP binary mode over keep-alive connections.
+
+use super::app_conns::{self, AppConns, AppError};
+use super::outcome::Outcome;
+use http_body_util::Full;
+use hyper::Uri;
+use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue};
+use std::net::SocketAddr;
+use std::time::Duration;
+use switchyard_protocol::frame::{DEFAULT_MAX_FRAME, Request};
+
+/// Largest reply body taken from the app: what fits in one frame.
+const MAX_REPLY: usize = DEFAULT_MAX_FRAME - 1024;
+
+static CE_ID: HeaderName = HeaderName::from_static("ce-id");
+static CE_TYPE: HeaderName = HeaderName::from_static("ce-type");
+static CE_SOURCE: HeaderName = HeaderName::from_static("ce-source");
+static CE_SPECVERSION: HeaderName = HeaderName::from_static("ce-specversion");
+static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+
+/// The app's address and path do not make a delivery target.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum TargetError {
+    /// `http://<app><path>` is not a URI.
+    #[error("app URL: {0}")]
+    Url(#[from] hyper::http::uri::InvalidUri),
+    /// The CloudEvents source is not a header value.
+    #[error("ce-source: {0}")]
+    Source(#[from] hyper::header::InvalidHeaderValue),
+    /// The connection pool could not be set up.
+    #[error(transparent)]
+    App(#[from] AppError),
+}
+
+/// An HTTP client bound to the app's event endpoint.
+pub struct HttpDelivery {
+    conns: AppConns,
+    /// The event path in origin form, as an HTTP/1 request carries it.
+    uri: Uri,
+    source: HeaderValue,
+}
+
+impl HttpDelivery {
+    /// A client for `http://<app>/<path>`, keeping up to `idle` connections open.
+    pub fn new(
+        app: SocketAddr,
+        path: &str,
+        source: &str,
+        idle: usize,
+    ) -> Result<HttpDelivery, TargetError> {
+        let uri: Uri = format!("http://{app}{path}").parse()?;
+        let source = HeaderValue::from_str(source)?;
+        Ok(HttpDelivery {
+            conns: AppConns::new(app, idle)?,
+            uri: app_conns::origin_form(&uri),
+            source,
+        })
+    }
+
+    /// The path events are posted to.
+    pub fn path(&self) -> &str {
+        self.uri.path()
+    }
+
+    /// One attempt, bounded by `timeout`.
+    pub async fn attempt(&self, ev: &Request, timeout: Duration) -> Outcome {
+        let header = |v: &str, name: &str| {
+            HeaderValue::from_str(v).map_err(|_| format!("{name} is not a legal header value"))
+        };
+        let built = (|| {
+            let mut req = hyper::Request::post(self.uri.clone())
+                .body(Full::new(ev.payload.clone()))
+                .map_err(|e| e.to_string())?;
+            let h = req.headers_mut();
+            h.insert(CE_ID.clone(), header(&ev.ce_id, "ce-id")?);
+            h.insert(CE_TYPE.clone(), header(&ev.event, "ce-type")?);
+            h.insert(CE_SOURCE.clone(), self.source.clone());
+            h.insert(CE_SPECVERSION.clone(), HeaderValue::from_static("1.0"));
+            if !ev.traceparent.is_empty() {
+                h.insert(TRACEPARENT.clone(), header(&ev.traceparent, "traceparent")?);
+            }
+            if !ev.content_type.is_empty() {
+                h.insert(CONTENT_TYPE, header(&ev.content_type, "content-type")?);
+            }
+            Ok::<_, String>(req)
+        })();
+        let req = match built {
+            Ok(r) => r,
+            Err(e) => return Outcome::Invalid(e),
+        };
+        // A timeout drops the exchange and with it its connection, whose answer may still come.
+        match tokio::time::timeout(timeout, self.conns.exchange(req, MAX_REPLY)).await {
+            Err(_) => Outcome::TimedOut,
+            Ok(Ok(a)) => Outcome::Answer {
+                status: a.status,
+                content_type: a.content_type,
+                body: a.body,
+            },
+            Ok(Err(e)) => Outcome::Unreachable(e.to_string()),
+        }
+    }
+}

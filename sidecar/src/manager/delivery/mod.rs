@@ -1,0 +1,41 @@
+//! How events reach the app: CloudEvents over HTTP (`http.rs`, on the connections of
+//! `app_conns.rs`) or the gRPC Handler service (`grpc.rs`), behind one `attempt` and one [`Outcome`].
+
+pub(crate) mod app_conns;
+pub(crate) mod grpc;
+pub(crate) mod http;
+mod outcome;
+
+pub(crate) use outcome::Outcome;
+
+use crate::otel::inbound::AppTarget;
+use grpc::GrpcDelivery;
+use http::HttpDelivery;
+use std::time::Duration;
+use switchyard_protocol::frame::Request;
+
+/// The app's protocol, with its client.
+pub enum Delivery {
+    /// CloudEvents HTTP binary mode.
+    Http(Box<HttpDelivery>),
+    /// The `switchyard.v1.Handler` gRPC service.
+    Grpc(Box<GrpcDelivery>),
+}
+
+impl Delivery {
+    /// What a delivery targets, for the delivery span's attributes.
+    pub fn target(&self) -> AppTarget<'_> {
+        match self {
+            Delivery::Http(h) => AppTarget::Http(h.path()),
+            Delivery::Grpc(_) => AppTarget::Grpc,
+        }
+    }
+
+    /// One delivery attempt bounded by `timeout`.
+    pub async fn attempt(&self, ev: &Request, timeout: Duration) -> Outcome {
+        match self {
+            Delivery::Http(h) => h.attempt(ev, timeout).await,
+            Delivery::Grpc(g) => g.attempt(ev, timeout).await,
+        }
+    }
+}

@@ -1,0 +1,35 @@
+//! What one delivery attempt came to, whatever the app's protocol; and errors in one line for logs.
+
+use bytes::Bytes;
+
+/// What one delivery attempt came to.
+#[derive(Debug)]
+pub enum Outcome {
+    /// The app answered (any status).
+    Answer {
+        /// HTTP status.
+        status: u16,
+        /// Media type of the body.
+        content_type: String,
+        /// Body.
+        body: Bytes,
+    },
+    /// The app could not be reached or broke the connection.
+    Unreachable(String),
+    /// The app did not answer within the attempt's deadline.
+    TimedOut,
+    /// The event cannot be expressed as a request (a header value is not legal).
+    Invalid(String),
+}
+
+/// The error and its sources, one line.
+pub fn error_chain(e: &dyn std::error::Error) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}

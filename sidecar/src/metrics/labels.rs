@@ -1,0 +1,48 @@
+//! Label sets of the sidecar's metrics (shared by the process metrics and the WebSocket ones).
+
+use prometheus_client::encoding::{EncodeLabelSet, EncodeLabelValue, LabelValueEncoder};
+use std::sync::Arc;
+
+/// An event-type label that shares the route table's string instead of allocating per request.
+#[derive(Clone, Debug, Hash, PartialEq, Eq)]
+pub struct EventLabel(pub Arc<str>);
+
+impl EncodeLabelValue for EventLabel {
+    fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        EncodeLabelValue::encode(&&*self.0, encoder)
+    }
+}
+
+/// Labels of the request counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    /// Event type (`unmatched` for requests that matched no route).
+    pub event: EventLabel,
+    /// HTTP status answered.
+    pub status: u16,
+}
+
+/// Labels keyed by event type only.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EventLabels {
+    /// Event type.
+    pub event: EventLabel,
+}
+
+/// Labels of the middleware rejection counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RejectLabels {
+    /// Middleware that refused (`cors`, `jwt`, `apiKey`, `rateLimit`).
+    pub middleware: &'static str,
+    /// Why, e.g. `expired`, `missing`, `exhausted`.
+    pub reason: &'static str,
+}
+
+/// Labels of the local API counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct LocalApiLabels {
+    /// `publish`, `request` or `push`.
+    pub op: &'static str,
+    /// HTTP status answered (for gRPC, the HTTP status of the same case).
+    pub status: u16,
+}

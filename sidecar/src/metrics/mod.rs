@@ -1,0 +1,217 @@
+//! Prometheus metrics of one sidecar process (either role), served on the admin port.
+
+pub(crate) mod labels;
+pub(crate) mod ws;
+
+use crate::load::{LoadMeters, Underway};
+pub(crate) use labels::{EventLabel, EventLabels, LocalApiLabels};
+use labels::{RejectLabels, RequestLabels};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+use std::sync::{Arc, OnceLock};
+
+fn new_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.5, 16))
+}
+
+/// Every metric of the process.
+pub struct Metrics {
+    /// The registry encoded at `/metrics`.
+    pub registry: Registry,
+    /// `switchyard_requests_total{event,status}`.
+    pub requests: Family<RequestLabels, Counter>,
+    /// `switchyard_request_duration_seconds{event}`.
+    pub duration: Family<EventLabels, Histogram>,
+    /// `switchyard_in_flight`: router: requests waiting for a reply; manager: deliveries running.
+    pub in_flight: Gauge,
+    /// `switchyard_queued`: router: requests waiting for credit; manager: events waiting for a worker.
+    pub queued: Gauge,
+    /// `switchyard_held_requests`: router: requests held for an event type with no ready endpoint
+    /// while the operator is asked to scale it up.
+    pub held: Gauge,
+    /// `switchyard_shed_total`: requests refused with 503 because a bound was reached.
+    pub shed: Counter,
+    /// `switchyard_retries_total{event}`: delivery retries (manager).
+    pub retries: Family<EventLabels, Counter>,
+    /// `switchyard_dead_letter_unrouted_total{event}`: events whose delivery failed for good with a
+    /// dead-letter type set, and whose dead-letter publish failed too.
+    pub dead_letter_unrouted: Family<EventLabels, Counter>,
+    /// WebSocket connections, messages and pushes (router).
+    pub ws: ws::WsMetrics,
+    /// `switchyard_middleware_rejections_total{middleware,reason}`: requests refused at the edge.
+    pub rejections: Family<RejectLabels, Counter>,
+    /// `switchyard_dead_letter_published_total{event}`: events whose delivery failed for good,
+    /// published to the dead-letter type (manager).
+    pub dead_letter_published: Family<EventLabels, Counter>,
+    /// `switchyard_local_api_requests_total{op,status}`: the app's calls to the local API (manager).
+    pub local_api: Family<LocalApiLabels, Counter>,
+    /// `switchyard_control_plane_tables_total`: routing tables received from the operator (router).
+    pub control_plane_tables: Counter,
+    /// `switchyard_control_plane_connected`: 1 while the routing-table stream is open (router).
+    pub control_plane_connected: Gauge,
+    /// Per-event-type load counters for the control plane's reports; set once at start-up, and
+    /// only when a control plane is configured (otherwise the request path skips them).
+    pub load: OnceLock<Arc<LoadMeters>>,
+}
+
+impl Metrics {
+    /// Registers every metric.
+    pub fn new() -> Arc<Metrics> {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "switchyard_requests",
+            "Requests answered, by event type and status",
+            requests.clone(),
+        );
+        // 100 us to about 1.5 min: sub-millisecond hops and slow handlers both land in a bucket.
+        let duration = Family::<EventLabels, Histogram>::new_with_constructor(
+            new_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "switchyard_request_duration_seconds",
+            "Time from request arrival to reply, by event type",
+            duration.clone(),
+        );
+        let in_flight = Gauge::default();
+        registry.register(
+            "switchyard_in_flight",
+            "Requests or deliveries in flight",
+            in_flight.clone(),
+        );
+        let queued = Gauge::default();
+        let held = Gauge::default();
+        registry.register(
+            "switchyard_held_requests",
+            "Requests held for an event type with no ready endpoint (activation)",
+            held.clone(),
+        );
+        registry.register(
+            "switchyard_queued",
+            "Requests or events waiting in a bounded queue",
+            queued.clone(),
+        );
+        let shed = Counter::default();
+        registry.register(
+            "switchyard_shed",
+            "Requests refused with 503 because a bound was reached",
+            shed.clone(),
+        );
+        let retries = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "switchyard_retries",
+            "Delivery retries to the app",
+            retries.clone(),
+        );
+        let dead_letter_unrouted = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "switchyard_dead_letter_unrouted",
+            "Events that failed for good while a dead-letter type is set, and whose dead-letter publish failed",
+            dead_letter_unrouted.clone(),
+        );
+        let ws = ws::WsMetrics::register(&mut registry);
+        let rejections = Family::<RejectLabels, Counter>::default();
+        registry.register(
+            "switchyard_middleware_rejections",
+            "Requests refused by edge middleware, by middleware and reason",
+            rejections.clone(),
+        );
+        let dead_letter_published = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "switchyard_dead_letter_published",
+            "Events that failed for good, published to the dead-letter event type",
+            dead_letter_published.clone(),
+        );
+        let local_api = Family::<LocalApiLabels, Counter>::default();
+        registry.register(
+            "switchyard_local_api_requests",
+            "Calls of the app to the manager's local API, by operation and status",
+            local_api.clone(),
+        );
+        let control_plane_tables = Counter::default();
+        registry.register(
+            "switchyard_control_plane_tables",
+            "Routing tables received from the operator's control plane",
+            control_plane_tables.clone(),
+        );
+        let control_plane_connected = Gauge::default();
+        registry.register(
+            "switchyard_control_plane_connected",
+            "1 while the routing-table stream from the control plane is open",
+            control_plane_connected.clone(),
+        );
+        Arc::new(Metrics {
+            ws,
+            registry,
+            requests,
+            duration,
+            in_flight,
+            queued,
+            held,
+            shed,
+            retries,
+            dead_letter_unrouted,
+            rejections,
+            dead_letter_published,
+            local_api,
+            control_plane_tables,
+            control_plane_connected,
+            load: OnceLock::new(),
+        })
+    }
+
+    /// Counts one answered request and its duration.
+    pub fn observe(&self, event: &EventLabel, status: u16, seconds: f64) {
+        self.requests
+            .get_or_create(&RequestLabels {
+                event: event.clone(),
+                status,
+            })
+            .inc();
+        self.duration
+            .get_or_create(&EventLabels {
+                event: event.clone(),
+            })
+            .observe(seconds);
+        if let Some(l) = self.load.get() {
+            l.finish(&event.0, status, seconds);
+        }
+    }
+
+    /// Counts an event's arrival for the load reports; the guard keeps it in flight.
+    pub fn arrive(&self, event: &str) -> Option<Underway> {
+        self.load.get().map(|l| l.arrive(event))
+    }
+
+    /// Counts an event as waiting (held, waiting for credit or for a worker) in the load reports
+    /// until the guard drops.
+    pub fn wait(&self, event: &str) -> Option<crate::load::Waiting> {
+        self.load.get().map(|l| l.wait(event))
+    }
+
+    /// Counts an event shed before it was answered through [`Metrics::observe`].
+    pub fn shed_event(&self, event: &EventLabel) {
+        self.shed.inc();
+        if let Some(l) = self.load.get() {
+            l.shed(&event.0);
+        }
+    }
+
+    /// Counts one request refused by middleware.
+    pub fn rejected(&self, middleware: &'static str, reason: &'static str) {
+        self.rejections
+            .get_or_create(&RejectLabels { middleware, reason })
+            .inc();
+    }
+
+    /// The text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::with_capacity(4096);
+        // Writing into a String cannot fail.
+        let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
+        out
+    }
+}

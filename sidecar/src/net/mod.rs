@@ -1,0 +1,5 @@
+//! Serving plumbing below every front door: the shared accept loop (bounded connections, optional
+//! TLS, graceful drain) and what gRPC servers read off the wire.
+
+pub(crate) mod accept;
+pub(crate) mod grpc_timeout;

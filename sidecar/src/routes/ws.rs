@@ -1,0 +1,178 @@
+//! The WebSocket routes of a Router spec: a message's `command` -> event type, compiled once.
+//!
+//! Pure. `subscribe` and `unsubscribe` are built in, so a route may not claim them.
+
+use super::{RouteError, compile_schema};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_crds::router::RouterSpec;
+
+/// Commands the listener answers itself.
+pub const BUILT_IN: [&str; 2] = ["subscribe", "unsubscribe"];
+
+/// A compiled WebSocket route.
+pub struct WsRoute {
+    /// The `command` of messages.
+    pub command: String,
+    /// Event type the message becomes.
+    pub event: Arc<str>,
+    /// Reply deadline of this route.
+    pub timeout: Duration,
+    /// Payload schema, compiled.
+    pub schema: Option<Arc<jsonschema::Validator>>,
+}
+
+/// The WebSocket endpoint: path, size limit and routes by command.
+pub struct WsRoutes {
+    /// Path of the upgrade request.
+    pub path: String,
+    /// Largest accepted message.
+    pub max_message: usize,
+    by_command: HashMap<String, Arc<WsRoute>>,
+    /// Every command a client may send, sorted, for the unknown-command error.
+    known: String,
+}
+
+impl WsRoutes {
+    /// Compiles the WebSocket listener and routes; `None` when the spec has no WebSocket listener.
+    /// When two routes name the same command, the first one wins.
+    pub fn build(spec: &RouterSpec) -> Result<Option<WsRoutes>, RouteError> {
+        let Some(listener) = &spec.listeners.websocket else {
+            return Ok(None);
+        };
+        if !listener.path.starts_with('/') {
+            return Err(RouteError {
+                field: "spec.listeners.websocket.path".into(),
+                message: format!("{:?} must start with `/`", listener.path),
+            });
+        }
+        let max_message = usize::try_from(listener.max_message_bytes)
+            .ok()
+            .filter(|n| *n > 0)
+            .ok_or_else(|| RouteError {
+                field: "spec.listeners.websocket.maxMessageBytes".into(),
+                message: format!("{} is not a positive size", listener.max_message_bytes),
+            })?;
+        let default_timeout: Duration = spec.broker.response_timeout.into();
+        let mut by_command = HashMap::new();
+        for (i, r) in spec.routes.iter().enumerate() {
+            let Some(ws) = &r.websocket else { continue };
+            if BUILT_IN.contains(&ws.command.as_str()) {
+                return Err(RouteError {
+                    field: format!("spec.routes[{i}].websocket.command"),
+                    message: format!(
+                        "`{}` is a built-in command (push subscriptions); choose another name",
+                        ws.command
+                    ),
+                });
+            }
+            if by_command.contains_key(&ws.command) {
+                tracing::warn!(command = %ws.command, "a second WebSocket route names this command; the first one wins");
+                continue;
+            }
+            let schema = compile_schema(i, r.schema.as_ref())?;
+            by_command.insert(
+                ws.command.clone(),
+                Arc::new(WsRoute {
+                    command: ws.command.clone(),
+                    event: Arc::from(r.event.as_str()),
+                    timeout: r.timeout.map(Into::into).unwrap_or(default_timeout),
+                    schema,
+                }),
+            );
+        }
+        let mut names: Vec<&str> = by_command.keys().map(String::as_str).collect();
+        names.extend(BUILT_IN);
+        names.sort_unstable();
+        let known = names.join(", ");
+        Ok(Some(WsRoutes {
+            path: listener.path.clone(),
+            max_message,
+            by_command,
+            known,
+        }))
+    }
+
+    /// The route of `command`.
+    pub fn get(&self, command: &str) -> Option<&Arc<WsRoute>> {
+        self.by_command.get(command)
+    }
+
+    /// The routes, in no particular order.
+    pub fn iter(&self) -> impl Iterator<Item = &WsRoute> {
+        self.by_command.values().map(|r| &**r)
+    }
+
+    /// The commands a client may send, e.g. `echo, noop, subscribe, unsubscribe`.
+    pub fn known(&self) -> &str {
+        &self.known
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(listeners: serde_json::Value, routes: serde_json::Value) -> RouterSpec {
+        serde_json::from_value(serde_json::json!({
+            "listeners": listeners,
+            "routes": routes,
+            "broker": {"queueCapacity": 10, "responseTimeout": "3s"},
+        }))
+        .expect("spec")
+    }
+
+    #[test]
+    fn builds_by_command_with_defaults() {
+        let s = spec(
+            serde_json::json!({"http": {"port": 8080}, "websocket": {}}),
+            serde_json::json!([
+                {"event": "noop", "http": {"method": "GET", "path": "/noop"}},
+                {"event": "noop", "websocket": {"command": "noop"}},
+                {"event": "echo", "websocket": {"command": "echo"}, "timeout": "1s",
+                 "schema": {"type": "object"}},
+                {"event": "other", "websocket": {"command": "noop"}},
+            ]),
+        );
+        let t = WsRoutes::build(&s).expect("routes").expect("listener");
+        assert_eq!(t.path, "/ws");
+        assert_eq!(t.max_message, 1 << 20);
+        assert_eq!(&*t.get("noop").expect("noop").event, "noop");
+        assert_eq!(t.get("noop").expect("noop").timeout, Duration::from_secs(3));
+        let echo = t.get("echo").expect("echo");
+        assert_eq!(echo.timeout, Duration::from_secs(1));
+        assert!(echo.schema.is_some());
+        assert_eq!(t.iter().count(), 2);
+        assert_eq!(t.known(), "echo, noop, subscribe, unsubscribe");
+    }
+
+    #[test]
+    fn no_listener_no_routes_and_bad_routes_name_the_field() {
+        let s = spec(
+            serde_json::json!({"http": {"port": 8080}}),
+            serde_json::json!([{"event": "noop", "http": {"method": "GET", "path": "/noop"}}]),
+        );
+        assert!(WsRoutes::build(&s).expect("ok").is_none());
+        let s = spec(
+            serde_json::json!({"http": {"port": 8080}, "websocket": {"path": "/x", "maxMessageBytes": 10}}),
+            serde_json::json!([{"event": "e", "websocket": {"command": "subscribe"}}]),
+        );
+        let err = WsRoutes::build(&s).err().expect("built-in");
+        assert_eq!(err.field, "spec.routes[0].websocket.command");
+        let s = spec(
+            serde_json::json!({"http": {"port": 8080}, "websocket": {"maxMessageBytes": 0}}),
+            serde_json::json!([{"event": "e", "websocket": {"command": "e"}}]),
+        );
+        let err = WsRoutes::build(&s).err().expect("size");
+        assert_eq!(err.field, "spec.listeners.websocket.maxMessageBytes");
+        let s = spec(
+            serde_json::json!({"http": {"port": 8080}, "websocket": {}}),
+            serde_json::json!([{"event": "e", "websocket": {"command": "e"}, "schema": {"type": 1}}]),
+        );
+        assert_eq!(
+            WsRoutes::build(&s).err().expect("schema").field,
+            "spec.routes[0].schema"
+        );
+    }
+}

@@ -1,0 +1,339 @@
+//! One multiplexed frame connection to a manager sidecar: a writer task fed by a bounded channel,
+//! a reader resolving pending requests by id, credit-based flow control and heartbeats.
+
+use super::pushes::Pushes;
+use futures::{SinkExt, StreamExt};
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+use switchyard_protocol::frame::{Frame, FrameCodec, Response};
+use tokio::net::TcpStream;
+use tokio::net::tcp::OwnedWriteHalf;
+use tokio::sync::{Semaphore, mpsc, oneshot};
+use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::sync::CancellationToken;
+
+/// Heartbeat period.
+pub const PING_EVERY: Duration = Duration::from_secs(5);
+/// A connection with no frame for this long is dead.
+pub const DEAD_AFTER: Duration = Duration::from_secs(15);
+/// Frames waiting for the writer; credits bound the requests among them, so this only absorbs bursts.
+const WRITE_QUEUE: usize = 1024;
+/// Most credits held at once; a manager granting more is capped rather than trusted.
+const MAX_CREDITS: usize = 1 << 20;
+/// Frames written before a flush, so one slow batch cannot starve heartbeats.
+const WRITE_BATCH: usize = 64;
+
+/// The connection ended before the request was answered.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lost {
+    /// Whether the request frame reached the socket (then it may have been handled).
+    pub written: bool,
+}
+
+struct Pending {
+    reply: oneshot::Sender<Result<Response, Lost>>,
+    written: bool,
+    /// Fire-and-forget: resolved (with a 202) once the frame is flushed, as no RESPONSE comes.
+    no_reply: bool,
+}
+
+#[derive(Default)]
+struct State {
+    pending: HashMap<u64, Pending>,
+    closed: bool,
+    draining: bool,
+}
+
+/// The connection is closed: the frame was not queued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the frame connection is closed")]
+pub(crate) struct Closed;
+
+/// A live connection.
+pub struct Conn {
+    tx: mpsc::Sender<Frame>,
+    state: Mutex<State>,
+    /// Requests the manager currently allows.
+    pub credits: Semaphore,
+    next_id: AtomicU64,
+    usable: AtomicBool,
+    dead: CancellationToken,
+}
+
+/// A request slot on a connection.
+pub struct Slot {
+    /// Request id on this connection.
+    pub id: u64,
+    /// Resolves with the answer or the loss.
+    pub reply: oneshot::Receiver<Result<Response, Lost>>,
+}
+
+impl Conn {
+    fn new() -> (Arc<Conn>, mpsc::Receiver<Frame>) {
+        let (tx, rx) = mpsc::channel(WRITE_QUEUE);
+        let conn = Conn {
+            tx,
+            state: Mutex::new(State::default()),
+            credits: Semaphore::new(0),
+            next_id: AtomicU64::new(1),
+            usable: AtomicBool::new(true),
+            dead: CancellationToken::new(),
+        };
+        (Arc::new(conn), rx)
+    }
+
+    fn state(&self) -> MutexGuard<'_, State> {
+        // A panic while holding this lock cannot leave the map half-updated in a way that matters:
+        // continue with the data rather than poison every later request.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Whether new requests may use this connection.
+    pub fn is_usable(&self) -> bool {
+        self.usable.load(Ordering::Acquire)
+    }
+
+    /// Reserves an id and a reply slot; `None` when the connection is closing. With `no_reply` the
+    /// slot resolves once the request frame is flushed to the socket.
+    pub fn register(&self, no_reply: bool) -> Option<Slot> {
+        let mut st = self.state();
+        if st.closed || st.draining {
+            return None;
+        }
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let (reply_tx, reply) = oneshot::channel();
+        st.pending.insert(
+            id,
+            Pending {
+                reply: reply_tx,
+                written: false,
+                no_reply,
+            },
+        );
+        Some(Slot { id, reply })
+    }
+
+    /// Queues a frame for the writer, waiting for room.
+    pub async fn send(&self, frame: Frame) -> Result<(), Closed> {
+        self.tx.send(frame).await.map_err(|_| Closed)
+    }
+
+    /// Gives up on request `id` (deadline passed or client gone) and tells the manager to stop.
+    pub fn cancel(&self, id: u64) {
+        let was_pending = self.state().pending.remove(&id).is_some();
+        if was_pending && self.tx.try_send(Frame::Cancel { id }).is_err() {
+            tracing::debug!(
+                id,
+                "cancel not sent: write queue full or closed; the reply will be ignored"
+            );
+        }
+        self.close_if_drained();
+    }
+
+    /// Stops new requests; the connection closes once the pending ones are answered.
+    pub fn begin_drain(&self) {
+        self.usable.store(false, Ordering::Release);
+        self.state().draining = true;
+        self.close_if_drained();
+    }
+
+    fn close_if_drained(&self) {
+        let st = self.state();
+        if st.draining && st.pending.is_empty() {
+            self.dead.cancel();
+        }
+    }
+
+    fn mark_written(&self, id: u64) -> bool {
+        match self.state().pending.get_mut(&id) {
+            Some(p) => {
+                p.written = true;
+                p.no_reply
+            }
+            None => false,
+        }
+    }
+
+    /// A fire-and-forget request reached the socket: its sender is done.
+    fn flushed(&self, id: u64) {
+        let pending = self.state().pending.remove(&id);
+        if let Some(p) = pending {
+            let _ = p.reply.send(Ok(Response {
+                id,
+                status: 202,
+                queue_us: 0,
+                app_us: 0,
+                content_type: String::new(),
+                payload: bytes::Bytes::new(),
+                returns_credit: false,
+                from_mesh: false,
+            }));
+        }
+        self.close_if_drained();
+    }
+
+    fn resolve(&self, resp: Response) {
+        let pending = self.state().pending.remove(&resp.id);
+        match pending {
+            Some(p) => {
+                let _ = p.reply.send(Ok(resp));
+            }
+            None => tracing::trace!(id = resp.id, "reply for a request already given up"),
+        }
+        self.close_if_drained();
+    }
+
+    fn grant(&self, credits: u32) {
+        let room = MAX_CREDITS.saturating_sub(self.credits.available_permits());
+        self.credits.add_permits((credits as usize).min(room));
+    }
+
+    fn close(&self) {
+        self.usable.store(false, Ordering::Release);
+        self.credits.close();
+        self.dead.cancel();
+        let pending = {
+            let mut st = self.state();
+            st.closed = true;
+            std::mem::take(&mut st.pending)
+        };
+        for (_, p) in pending {
+            let _ = p.reply.send(Err(Lost { written: p.written }));
+        }
+    }
+}
+
+/// Runs a connection on `stream` until it dies or drains; `on_open` receives it once it is usable.
+/// PUSH frames go to `pushes` (this router process's WebSocket subscribers), if it takes them.
+pub async fn run(stream: TcpStream, peer: &str, pushes: &Pushes, on_open: impl FnOnce(Arc<Conn>)) {
+    let (conn, rx) = Conn::new();
+    // First frame: whether this side delivers pushes, so managers count and feed only routers.
+    // It also asks for implicit credit: a manager that knows the flag then returns each answer's
+    // credit inside the RESPONSE instead of a CREDIT frame after it (half the frames back).
+    let _ = conn.tx.try_send(Frame::Hello {
+        takes_pushes: pushes.is_some(),
+        implicit_credit: true,
+    });
+    // Owned halves, not `Framed::split`: reader and writer never contend on a shared lock.
+    let (read, write) = stream.into_split();
+    let mut frames = FramedRead::new(read, FrameCodec::default());
+    let sink = FramedWrite::new(write, FrameCodec::default());
+    let writer = tokio::spawn(write_loop(sink, rx, conn.clone()));
+    on_open(conn.clone());
+    loop {
+        let next = tokio::select! {
+            r = tokio::time::timeout(DEAD_AFTER, frames.next()) => r,
+            _ = conn.dead.cancelled() => break,
+        };
+        let frame = match next {
+            Err(_) => {
+                tracing::warn!(
+                    peer,
+                    "no frame for {}s; connection considered dead",
+                    DEAD_AFTER.as_secs()
+                );
+                break;
+            }
+            Ok(None) => {
+                tracing::info!(peer, "manager closed the connection");
+                break;
+            }
+            Ok(Some(Err(e))) => {
+                tracing::warn!(peer, error = %e, "frame connection failed");
+                break;
+            }
+            Ok(Some(Ok(f))) => f,
+        };
+        // Before the answer is resolved, so a caller woken by it finds the credit back already.
+        let returned = frame.credits_returned();
+        if returned > 0 {
+            conn.grant(returned);
+        }
+        match frame {
+            Frame::Response(r) => conn.resolve(r),
+            Frame::Credit { .. } => {}
+            Frame::Ping { nonce } => {
+                let _ = conn.tx.try_send(Frame::Pong { nonce });
+            }
+            Frame::Pong { .. } => {}
+            Frame::GoAway { reason } => {
+                tracing::info!(
+                    peer,
+                    reason,
+                    "manager drains; no new requests on this connection"
+                );
+                conn.begin_drain();
+            }
+            Frame::Push(p) => match pushes {
+                Some(sink) => sink.deliver(&p),
+                None => {
+                    tracing::debug!(peer, event = %p.event, "push from a manager to a connection that takes none; ignored")
+                }
+            },
+            Frame::Request(_) | Frame::Cancel { .. } | Frame::Hello { .. } => {
+                tracing::warn!(peer, "unexpected frame from a manager; ignored");
+            }
+        }
+    }
+    conn.close();
+    let _ = writer.await;
+}
+
+type Sink = FramedWrite<OwnedWriteHalf, FrameCodec>;
+
+async fn write_loop(mut sink: Sink, mut rx: mpsc::Receiver<Frame>, conn: Arc<Conn>) {
+    let mut ping = tokio::time::interval(PING_EVERY);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut nonce = 0u64;
+    // Fire-and-forget requests of the current batch, confirmed once the batch is flushed.
+    let mut no_reply: Vec<u64> = Vec::new();
+    loop {
+        let first = tokio::select! {
+            biased;
+            _ = conn.dead.cancelled() => break,
+            f = rx.recv() => match f {
+                Some(f) => f,
+                None => break,
+            },
+            _ = ping.tick() => {
+                nonce = nonce.wrapping_add(1);
+                Frame::Ping { nonce }
+            }
+        };
+        let mut ok = feed(&mut sink, first, &conn, &mut no_reply).await;
+        let mut n = 1;
+        while ok && n < WRITE_BATCH {
+            let Ok(f) = rx.try_recv() else { break };
+            ok = feed(&mut sink, f, &conn, &mut no_reply).await;
+            n += 1;
+        }
+        if !ok || sink.flush().await.is_err() {
+            break;
+        }
+        for id in no_reply.drain(..) {
+            conn.flushed(id);
+        }
+    }
+    // Whatever stopped the writer, the connection is unusable now.
+    conn.dead.cancel();
+    let _ = sink.close().await;
+}
+
+async fn feed(sink: &mut Sink, frame: Frame, conn: &Conn, no_reply: &mut Vec<u64>) -> bool {
+    let request_id = match &frame {
+        Frame::Request(r) => Some(r.id),
+        _ => None,
+    };
+    if let Err(e) = sink.feed(frame).await {
+        tracing::debug!(error = %e, "frame write failed");
+        return false;
+    }
+    if let Some(id) = request_id
+        && conn.mark_written(id)
+    {
+        no_reply.push(id);
+    }
+    true
+}

@@ -1,0 +1,500 @@
+//! The routing stage's upstream (EDRI's "router"): the routing table and the multiplexed frame
+//! connections to manager sidecars. It sends an event to the least loaded endpoint of its Manager
+//! and waits for the answer within the request's deadline. The table comes from the config (static
+//! endpoints or DNS) or, with `--control-plane`, from the operator's stream (`follow`).
+//!
+//! Below the dispatch stage and above the frame codec: nothing here knows which front door a request
+//! came through; PUSH frames leave through the [`pushes::PushSink`] a caller hands in.
+
+pub(crate) mod activate;
+mod changes;
+mod conn;
+mod discovery;
+pub(crate) mod follow;
+mod hold;
+mod p2c;
+mod peer;
+mod pool;
+pub(crate) mod pushes;
+pub(crate) mod snapshot;
+mod table;
+
+use crate::metrics::Metrics;
+use activate::Activator;
+use arc_swap::ArcSwap;
+use bytes::Bytes;
+use changes::Changes;
+use conn::Conn;
+use discovery::Source;
+use peer::Peer;
+pub(crate) use pool::Pool;
+use pushes::Pushes;
+use snapshot::{ControlPlaneView, RouteInfo, RoutesView, Table, TableSource};
+use std::collections::{BTreeMap, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use switchyard_crds::EventType;
+use switchyard_protocol::config::Destination;
+use switchyard_protocol::control::v1::RoutingTable;
+use switchyard_protocol::frame::{FLAG_NO_REPLY, Frame, Request, Response};
+use tokio::time::timeout_at;
+
+/// Endpoints tried for one request when connections fail before the request was written.
+const MAX_TRIES: usize = 3;
+
+/// Why a request got no answer from a manager.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallError {
+    /// No manager endpoint is connected (503, retry later).
+    NoEndpoint,
+    /// Managers gave no credit before the deadline; the request was never sent (503, retry later).
+    NoCredit,
+    /// The deadline passed after the request was sent (504).
+    Timeout,
+    /// The connection failed after the request was written; it may have been handled (502).
+    Lost,
+}
+
+/// An event ready to send.
+pub struct Outgoing {
+    /// Event type.
+    pub event: Arc<str>,
+    /// CloudEvents id.
+    pub ce_id: String,
+    /// W3C traceparent.
+    pub traceparent: String,
+    /// JSON payload.
+    pub payload: Bytes,
+}
+
+/// When the call's stages ended, for Server-Timing.
+#[derive(Default, Debug)]
+pub struct CallTimes {
+    /// Time spent waiting for flow-control credit.
+    pub credit_wait: Duration,
+    /// When the request frame was handed to its connection.
+    pub sent: Option<Instant>,
+    /// When the answer arrived.
+    pub received: Option<Instant>,
+}
+
+enum Attempt {
+    NotSent,
+    Failed(CallError),
+}
+
+/// The routing table (swapped whole, read without locks) and the manager connections.
+pub struct Upstream {
+    table: ArcSwap<Table>,
+    /// Serialises table updates; never taken on the request path.
+    update: Mutex<()>,
+    name: String,
+    namespace: String,
+    control: Option<Control>,
+    metrics: Arc<Metrics>,
+    pushes: Pushes,
+    /// Bumped at each table and each new endpoint connection; held requests wait on it.
+    changes: Arc<Changes>,
+    /// Set when following the control plane: requests with no ready endpoint are held and the
+    /// operator is asked for a pod.
+    activator: Option<Arc<Activator>>,
+}
+
+/// The state of the control-plane stream, for `/routes`.
+struct Control {
+    url: String,
+    connected: AtomicBool,
+    received: AtomicU64,
+}
+
+impl Upstream {
+    /// Builds the pools of `destinations` of Router `name` and starts discovery: a Manager listed in
+    /// `static_endpoints` uses that list, any other is found through `<service>.<namespace>.svc` DNS.
+    /// Both roles use it (the router role for clients, the manager role for its app's outgoing events);
+    /// PUSH frames go to `pushes` (the router role's WebSocket subscribers; `None` takes none).
+    pub fn start(
+        name: &str,
+        namespace: &str,
+        destinations: &BTreeMap<EventType, Destination>,
+        static_endpoints: &BTreeMap<String, Vec<String>>,
+        pushes: Pushes,
+        metrics: Arc<Metrics>,
+    ) -> Upstream {
+        let changes = Arc::new(Changes::default());
+        let mut pools: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
+        let mut by_event = HashMap::new();
+        let mut routes = Vec::new();
+        for (event, dest) in destinations {
+            let source = match static_endpoints.get(&dest.manager) {
+                Some(list) => Source::Static(list.clone()),
+                None => Source::Dns(format!("{}.{}.svc:{}", dest.service, namespace, dest.port)),
+            };
+            let key = match &source {
+                Source::Static(list) => format!("{}={}", dest.manager, list.join(",")),
+                Source::Dns(name) => name.clone(),
+            };
+            let pool = pools
+                .entry(key.clone())
+                .or_insert_with(|| {
+                    let pool = Arc::new(Pool::new(
+                        dest.manager.clone(),
+                        pushes.clone(),
+                        changes.clone(),
+                    ));
+                    discovery::start(pool.clone(), source);
+                    pool
+                })
+                .clone();
+            by_event.insert(event.as_str().to_owned(), pool);
+            routes.push(RouteInfo {
+                event: event.as_str().to_owned(),
+                manager: dest.manager.clone(),
+                pool: key,
+            });
+        }
+        Upstream {
+            table: ArcSwap::from_pointee(Table {
+                version: 0,
+                source: TableSource::Config,
+                pools,
+                by_event,
+                routes,
+            }),
+            update: Mutex::new(()),
+            name: name.to_owned(),
+            namespace: namespace.to_owned(),
+            control: None,
+            metrics,
+            pushes,
+            changes,
+            activator: None,
+        }
+    }
+
+    /// Holds requests whose event type has no ready endpoint and asks the control plane for a pod
+    /// (see [`Upstream::ready_pool`]).
+    pub fn with_activation(mut self, activator: Activator) -> Upstream {
+        self.activator = Some(Arc::new(activator));
+        self
+    }
+
+    /// Marks this router as following the control plane at `url` (shown at `/routes`).
+    pub fn with_control_plane(mut self, url: String) -> Upstream {
+        self.control = Some(Control {
+            url,
+            connected: AtomicBool::new(false),
+            received: AtomicU64::new(0),
+        });
+        self
+    }
+
+    /// Name and namespace of the Router, as the control plane knows it.
+    pub fn identity(&self) -> (&str, &str) {
+        (&self.name, &self.namespace)
+    }
+
+    /// The pool serving `event`, if any Manager handles it.
+    pub fn pool_of(&self, event: &str) -> Option<Arc<Pool>> {
+        self.table.load().by_event.get(event).cloned()
+    }
+
+    /// Replaces the table with one from the control plane. Pools that keep their name keep their
+    /// connections; pools that vanish drain; the config's DNS and static pools retire at the first one.
+    pub fn apply(&self, incoming: &RoutingTable) {
+        let plan = table::plan(incoming);
+        for reason in &plan.rejected {
+            tracing::warn!(
+                version = incoming.version,
+                "routing table entry ignored: {reason}"
+            );
+        }
+        let _serial = self.update.lock().unwrap_or_else(|p| p.into_inner());
+        let current = self.table.load_full();
+        let reuse = current.source == TableSource::ControlPlane;
+        let mut pools = BTreeMap::new();
+        for (name, p) in plan.pools {
+            let pool = reuse
+                .then(|| current.pools.get(&name).cloned())
+                .flatten()
+                .unwrap_or_else(|| {
+                    Arc::new(Pool::new(
+                        p.manager.clone(),
+                        self.pushes.clone(),
+                        self.changes.clone(),
+                    ))
+                });
+            pool.update(p.addrs);
+            pools.insert(name, pool);
+        }
+        for (name, old) in &current.pools {
+            if !pools.get(name).is_some_and(|p| Arc::ptr_eq(p, old)) {
+                old.retire();
+            }
+        }
+        let mut by_event = HashMap::with_capacity(plan.events.len());
+        let mut routes = Vec::with_capacity(plan.events.len());
+        for (event, (manager, pool)) in plan.events {
+            if let Some(p) = pools.get(&pool) {
+                by_event.insert(event.clone(), p.clone());
+            }
+            routes.push(RouteInfo {
+                event,
+                manager,
+                pool,
+            });
+        }
+        tracing::info!(
+            version = incoming.version,
+            routes = routes.len(),
+            pools = pools.len(),
+            "routing table from the control plane"
+        );
+        self.table.store(Arc::new(Table {
+            version: incoming.version,
+            source: TableSource::ControlPlane,
+            pools,
+            by_event,
+            routes,
+        }));
+        self.metrics.control_plane_tables.inc();
+        if let Some(c) = &self.control {
+            c.received.fetch_add(1, Ordering::Relaxed);
+        }
+        self.changes.bump();
+    }
+
+    /// The pool serving `event` once it has a connected endpoint. Without activation, or when one
+    /// is connected already, that is [`Upstream::pool_of`] at once. Otherwise the request is held:
+    /// the operator is asked for a pod, and each new table or new connection is looked at (no
+    /// polling) until an endpoint is ready, the activation timeout passes or `deadline` comes; then
+    /// the pool is returned as it is and the call fails with `NoEndpoint` (503 + Retry-After).
+    /// None when no Manager handles `event`.
+    pub async fn ready_pool(&self, event: &Arc<str>, deadline: Instant) -> Option<Arc<Pool>> {
+        let Some(activator) = &self.activator else {
+            return self.pool_of(event);
+        };
+        let mut changed = self.changes.subscribe();
+        let pool = self.pool_of(event)?;
+        if pool.has_usable() {
+            return Some(pool);
+        }
+        let until = hold::hold_until(Instant::now(), activator.timeout(), deadline);
+        let _held = activator.hold(event);
+        // Queued in the load reports: the autoscaler must not scale to zero under held requests.
+        let _waiting = self.metrics.wait(event);
+        self.metrics.held.inc();
+        let _unheld = HeldGauge(&self.metrics);
+        tracing::debug!(event = %event, "no ready endpoint; holding the request");
+        loop {
+            // Marks the current state seen before looking, so a bump during the look wakes us.
+            changed.borrow_and_update();
+            let pool = self.pool_of(event)?;
+            if pool.has_usable() {
+                return Some(pool);
+            }
+            match timeout_at(until.into(), changed.changed()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(_)) | Err(_) => return Some(pool),
+            }
+        }
+    }
+
+    /// Records whether the control-plane stream is open.
+    pub fn set_connected(&self, connected: bool) {
+        self.metrics
+            .control_plane_connected
+            .set(i64::from(connected));
+        if let Some(c) = &self.control {
+            c.connected.store(connected, Ordering::Relaxed);
+        }
+    }
+
+    /// The current table as `/routes` shows it.
+    pub fn view(&self) -> RoutesView {
+        let table = self.table.load();
+        RoutesView {
+            router: self.name.clone(),
+            namespace: self.namespace.clone(),
+            source: table.source,
+            version: table.version,
+            control_plane: self.control.as_ref().map(|c| ControlPlaneView {
+                url: c.url.clone(),
+                connected: c.connected.load(Ordering::Relaxed),
+                tables_received: c.received.load(Ordering::Relaxed),
+            }),
+            routes: table.route_views(),
+        }
+    }
+
+    /// Sends `out` to the least loaded of two endpoints of `pool` and waits for the answer until
+    /// `deadline`. A request whose connection fails before it was written is tried on another endpoint.
+    pub async fn call(
+        &self,
+        pool: &Pool,
+        out: &Outgoing,
+        deadline: Instant,
+        times: &mut CallTimes,
+    ) -> Result<Response, CallError> {
+        self.send_to(pool, out, 0, deadline, times).await
+    }
+
+    /// Sends `out` fire-and-forget (`FLAG_NO_REPLY`): done once a manager sidecar granted credit and
+    /// the frame was flushed to its socket. `deadline` bounds the wait for an endpoint and credit.
+    pub async fn publish(
+        &self,
+        pool: &Pool,
+        out: &Outgoing,
+        deadline: Instant,
+    ) -> Result<(), CallError> {
+        let mut times = CallTimes::default();
+        self.send_to(pool, out, FLAG_NO_REPLY, deadline, &mut times)
+            .await
+            .map(|_| ())
+    }
+
+    async fn send_to(
+        &self,
+        pool: &Pool,
+        out: &Outgoing,
+        flags: u8,
+        deadline: Instant,
+        times: &mut CallTimes,
+    ) -> Result<Response, CallError> {
+        let mut tried: Vec<Arc<Peer>> = Vec::new();
+        for _ in 0..MAX_TRIES {
+            let peers = pool.snapshot();
+            let candidates: Vec<(&Arc<Peer>, Arc<Conn>)> = peers
+                .iter()
+                .filter(|p| !tried.iter().any(|t| Arc::ptr_eq(t, p)))
+                .filter_map(|p| p.usable().map(|c| (p, c)))
+                .collect();
+            let Some(i) = p2c::choose(
+                candidates.len(),
+                |i| candidates[i].0.load(),
+                |k| fastrand::usize(..k),
+            ) else {
+                break;
+            };
+            let (peer, conn) = &candidates[i];
+            tried.push((*peer).clone());
+            let _load = peer.track();
+            match self.once(conn, out, flags, deadline, times).await {
+                Ok(r) => return Ok(r),
+                Err(Attempt::Failed(e)) => return Err(e),
+                Err(Attempt::NotSent) => {
+                    tracing::debug!(peer = %peer.addr, "connection failed before the request was written; trying another endpoint");
+                }
+            }
+        }
+        Err(CallError::NoEndpoint)
+    }
+
+    async fn once(
+        &self,
+        conn: &Arc<Conn>,
+        out: &Outgoing,
+        flags: u8,
+        deadline: Instant,
+        times: &mut CallTimes,
+    ) -> Result<Response, Attempt> {
+        let waited = Instant::now();
+        self.metrics.queued.inc();
+        let waiting = self.metrics.wait(&out.event);
+        let credit = timeout_at(deadline.into(), conn.credits.acquire()).await;
+        drop(waiting);
+        self.metrics.queued.dec();
+        times.credit_wait += waited.elapsed();
+        match credit {
+            Err(_) => return Err(Attempt::Failed(CallError::NoCredit)),
+            Ok(Err(_closed)) => return Err(Attempt::NotSent),
+            // The manager re-grants the credit when it finishes the work, so it is consumed here.
+            Ok(Ok(permit)) => permit.forget(),
+        }
+        let no_reply = flags & FLAG_NO_REPLY != 0;
+        let slot = conn.register(no_reply).ok_or(Attempt::NotSent)?;
+        let mut guard = CancelOnDrop {
+            conn,
+            id: slot.id,
+            // A published event belongs to the manager once written: nothing to cancel.
+            armed: !no_reply,
+        };
+        let remaining = deadline.saturating_duration_since(Instant::now());
+        let frame = Frame::Request(Request {
+            id: slot.id,
+            flags,
+            // The publisher's deadline only bounds getting the event out; the manager then delivers
+            // under its own attempt timeout and retries.
+            deadline_ms: if no_reply {
+                0
+            } else {
+                u32::try_from(remaining.as_millis())
+                    .unwrap_or(u32::MAX)
+                    .max(1)
+            },
+            event: out.event.to_string(),
+            ce_id: out.ce_id.clone(),
+            traceparent: out.traceparent.clone(),
+            content_type: crate::edge::JSON.to_owned(),
+            payload: out.payload.clone(),
+        });
+        times.sent = Some(Instant::now());
+        match timeout_at(deadline.into(), conn.send(frame)).await {
+            Err(_) => return Err(Attempt::Failed(CallError::Timeout)),
+            Ok(Err(conn::Closed)) => {
+                guard.armed = false;
+                return Err(Attempt::NotSent);
+            }
+            Ok(Ok(())) => {}
+        }
+        let answer = timeout_at(deadline.into(), slot.reply).await;
+        match answer {
+            Err(_) => Err(Attempt::Failed(CallError::Timeout)),
+            Ok(Ok(Ok(resp))) => {
+                guard.armed = false;
+                times.received = Some(Instant::now());
+                Ok(resp)
+            }
+            Ok(Ok(Err(lost))) => {
+                guard.armed = false;
+                if lost.written {
+                    Err(Attempt::Failed(CallError::Lost))
+                } else {
+                    Err(Attempt::NotSent)
+                }
+            }
+            Ok(Err(_)) => {
+                guard.armed = false;
+                Err(Attempt::Failed(CallError::Lost))
+            }
+        }
+    }
+}
+
+/// Ends a held request's count in `switchyard_held_requests`.
+struct HeldGauge<'a>(&'a Metrics);
+
+impl Drop for HeldGauge<'_> {
+    fn drop(&mut self) {
+        self.0.held.dec();
+    }
+}
+
+/// Sends CANCEL when a request is abandoned: its deadline passed or the client went away (the
+/// listener drops the request future).
+struct CancelOnDrop<'a> {
+    conn: &'a Conn,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.conn.cancel(self.id);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,130 @@
+//! One manager endpoint: keeps a connection to it open, reconnecting with backoff.
+
+use super::changes::Changes;
+use super::conn::{self, Conn};
+use super::pushes::Pushes;
+use crate::backoff;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use tokio::net::TcpStream;
+use tokio_util::sync::CancellationToken;
+
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+const RECONNECT_BASE: Duration = Duration::from_millis(100);
+const RECONNECT_MAX: Duration = Duration::from_secs(5);
+/// A connection that lived this long resets the backoff.
+const STABLE_AFTER: Duration = Duration::from_secs(5);
+
+/// A manager endpoint and its connection.
+pub struct Peer {
+    /// `host:port` of the manager sidecar's frame listener.
+    pub addr: String,
+    in_flight: AtomicUsize,
+    conn: Mutex<Option<Arc<Conn>>>,
+    stop: CancellationToken,
+    pushes: Pushes,
+    changes: Arc<Changes>,
+}
+
+impl Peer {
+    /// Creates the peer and starts its connection loop; its PUSH frames go to `pushes`, and each
+    /// connection it opens bumps `changes` (held requests wait for that).
+    pub fn spawn(addr: String, pushes: Pushes, changes: Arc<Changes>) -> Arc<Peer> {
+        let peer = Arc::new(Peer {
+            addr,
+            in_flight: AtomicUsize::new(0),
+            conn: Mutex::new(None),
+            stop: CancellationToken::new(),
+            pushes,
+            changes,
+        });
+        tokio::spawn(peer.clone().run());
+        peer
+    }
+
+    fn slot(&self) -> std::sync::MutexGuard<'_, Option<Arc<Conn>>> {
+        self.conn.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The connection, when one is open and accepts new requests.
+    pub fn usable(&self) -> Option<Arc<Conn>> {
+        self.slot().as_ref().filter(|c| c.is_usable()).cloned()
+    }
+
+    /// Requests currently using this endpoint (waiting for credit or for a reply).
+    pub fn load(&self) -> usize {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Counts a request on this endpoint until the guard drops.
+    pub fn track(self: &Arc<Self>) -> LoadGuard {
+        self.in_flight.fetch_add(1, Ordering::Relaxed);
+        LoadGuard(self.clone())
+    }
+
+    /// The endpoint left discovery: no reconnects; the open connection drains.
+    pub fn retire(&self) {
+        self.stop.cancel();
+        if let Some(c) = self.slot().clone() {
+            c.begin_drain();
+        }
+    }
+
+    async fn run(self: Arc<Self>) {
+        let mut failures = 0u32;
+        while !self.stop.is_cancelled() {
+            let attempt = tokio::select! {
+                r = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(self.addr.as_str())) => r,
+                _ = self.stop.cancelled() => return,
+            };
+            match attempt {
+                Ok(Ok(stream)) => {
+                    let _ = stream.set_nodelay(true);
+                    let opened = Instant::now();
+                    tracing::info!(peer = %self.addr, "connected to manager");
+                    conn::run(stream, &self.addr, &self.pushes, |c| {
+                        *self.slot() = Some(c);
+                        self.changes.bump();
+                    })
+                    .await;
+                    *self.slot() = None;
+                    failures = if opened.elapsed() >= STABLE_AFTER {
+                        0
+                    } else {
+                        failures.saturating_add(1)
+                    };
+                }
+                Ok(Err(e)) => {
+                    if failures == 0 {
+                        tracing::warn!(peer = %self.addr, error = %e, "cannot connect to manager; retrying with backoff");
+                    }
+                    failures = failures.saturating_add(1);
+                }
+                Err(_) => {
+                    tracing::warn!(peer = %self.addr, "connect to manager timed out");
+                    failures = failures.saturating_add(1);
+                }
+            }
+            let wait = backoff::delay(
+                RECONNECT_BASE,
+                RECONNECT_MAX,
+                failures.saturating_sub(1),
+                fastrand::f64(),
+            );
+            tokio::select! {
+                _ = tokio::time::sleep(wait) => {}
+                _ = self.stop.cancelled() => return,
+            }
+        }
+    }
+}
+
+/// Decrements the endpoint's load when dropped.
+pub struct LoadGuard(Arc<Peer>);
+
+impl Drop for LoadGuard {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::Relaxed);
+    }
+}
