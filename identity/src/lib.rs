@@ -1,0 +1,49 @@
+//! Workload identity of the Switchyard mesh, shared by the operator (which issues), `switchyard up`
+//! (which issues with an ephemeral CA) and the sidecars (which are certified and talk mTLS):
+//!
+//! - `spiffe`: the identities, `spiffe://<trust domain>/ns/<namespace>/<kind>/<name>` (pure);
+//! - `ca`: the CA and the certificates it signs (pure but for key generation);
+//! - `peer`: the identity in a verified certificate (pure);
+//! - `tls`: rustls configs, the swappable certificate store, the verifier that checks a server is
+//!   the workload the client meant;
+//! - `service`: the `Identity` gRPC service over an `Authenticator`;
+//! - `incoming`, `connect`: TLS under tonic, server and client side;
+//! - `pem`, `random`: PEM text; system randomness.
+
+pub mod ca;
+pub mod connect;
+pub mod incoming;
+pub mod peer;
+pub mod pem;
+pub mod random;
+pub mod service;
+pub mod spiffe;
+pub mod tls;
+
+pub use ca::{Ca, Subject};
+pub use peer::Peer;
+pub use spiffe::{Kind, SpiffeId};
+pub use tls::{CertStore, Expect};
+
+/// Audience of the projected ServiceAccount token a sidecar proves itself with; a token for the
+/// API server (or any other audience) is refused, and this one is useless anywhere else.
+pub const TOKEN_AUDIENCE: &str = "switchyard-identity";
+/// Where the operator mounts that token in every pod it makes.
+pub const TOKEN_DIR: &str = "/var/run/secrets/switchyard";
+/// The token's file name in [`TOKEN_DIR`].
+pub const TOKEN_FILE: &str = "token";
+/// File name of the mesh's trust bundle (PEM) in the sidecar's config folder.
+pub const TRUST_FILE: &str = "ca.crt";
+/// Default trust domain.
+pub const DEFAULT_TRUST_DOMAIN: &str = "cluster.local";
+
+/// When to renew a certificate valid from `not_before` to `not_after`: at two thirds of its life.
+pub fn renew_at(
+    not_before: std::time::SystemTime,
+    not_after: std::time::SystemTime,
+) -> std::time::SystemTime {
+    let life = not_after
+        .duration_since(not_before)
+        .unwrap_or(std::time::Duration::ZERO);
+    not_before + life.mul_f64(2.0 / 3.0)
+}
