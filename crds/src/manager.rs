@@ -91,6 +91,36 @@ pub struct ManagerSpec {
     /// Scaling by event-type load.
     #[serde(default)]
     pub scaling: Scaling,
+    /// Who may send this Manager events over the mesh (mTLS identities of the frame connections
+    /// to its sidecars). Absent: its Router and every Manager of the namespace (their relays and
+    /// dead letters). A list replaces that default: list fewer to narrow it, more to widen it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub allow_from: Option<Vec<AllowFrom>>,
+}
+
+/// A workload allowed to open frame connections to a Manager's sidecars.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AllowFrom {
+    /// What the workload is.
+    pub kind: WorkloadKind,
+    /// Its name, or `*` for any of that kind.
+    #[schemars(regex(pattern = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$"), length(min = 1, max = 63))]
+    pub name: String,
+    /// Its namespace; the Manager's own when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
+    pub namespace: Option<String>,
+}
+
+/// Kinds of mesh workloads.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum WorkloadKind {
+    /// A Router's sidecars.
+    Router,
+    /// A Manager's sidecars.
+    Manager,
 }
 
 fn one() -> i32 {

@@ -37,13 +37,30 @@ pub const TRUST_FILE: &str = "ca.crt";
 /// Default trust domain.
 pub const DEFAULT_TRUST_DOMAIN: &str = "cluster.local";
 
-/// When to renew a certificate valid from `not_before` to `not_after`: at two thirds of its life.
-pub fn renew_at(
-    not_before: std::time::SystemTime,
-    not_after: std::time::SystemTime,
-) -> std::time::SystemTime {
-    let life = not_after
-        .duration_since(not_before)
+/// How long to wait before renewing a certificate that ends at `not_after`, seen at `now`: two
+/// thirds of what is left (at least a second, so a clock far off cannot make a busy loop).
+pub fn renew_in(now: std::time::SystemTime, not_after: std::time::SystemTime) -> std::time::Duration {
+    let left = not_after
+        .duration_since(now)
         .unwrap_or(std::time::Duration::ZERO);
-    not_before + life.mul_f64(2.0 / 3.0)
+    left.mul_f64(2.0 / 3.0).max(std::time::Duration::from_secs(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, SystemTime};
+
+    #[test]
+    fn renewal_comes_at_two_thirds_of_what_is_left() {
+        let now = SystemTime::now();
+        assert_eq!(
+            super::renew_in(now, now + Duration::from_secs(24 * 3600)),
+            Duration::from_secs(16 * 3600)
+        );
+        assert_eq!(super::renew_in(now, now), Duration::from_secs(1));
+        assert_eq!(
+            super::renew_in(now, now - Duration::from_secs(5)),
+            Duration::from_secs(1)
+        );
+    }
 }

@@ -39,11 +39,16 @@ enum Role {
         /// Admin server address (/healthz, /readyz, /metrics, /routes).
         #[arg(long, default_value = "0.0.0.0:9901")]
         admin_addr: SocketAddr,
+        /// Probe server address (/healthz, /readyz only), started first; unset: the admin port
+        /// answers probes.
+        #[arg(long)]
+        probe_addr: Option<SocketAddr>,
         /// Folder of mounted Secrets: keys and TLS files are read from `<dir>/<secret>/<key>`.
         #[arg(long, default_value = crate::secrets::DEFAULT_DIR)]
         secrets_dir: PathBuf,
-        /// Operator control plane (`http://host:port`) to follow for the routing table; unset: the
-        /// config's static endpoints or the Managers' Service DNS names.
+        /// Operator control plane (`https://host:port`, or `http://` with mesh TLS off) to follow
+        /// for the routing table; unset: the config's static endpoints or the Managers' Service DNS
+        /// names.
         #[arg(long, env = switchyard_protocol::env::CONTROL_PLANE)]
         control_plane: Option<String>,
     },
@@ -55,9 +60,13 @@ enum Role {
         /// Frame listener address for router connections.
         #[arg(long, default_value = "0.0.0.0:7070")]
         listen: SocketAddr,
-        /// Admin server address (/healthz, /readyz, /metrics).
+        /// Admin server address (/healthz, /readyz, /metrics, /routes).
         #[arg(long, default_value = "0.0.0.0:9901")]
         admin_addr: SocketAddr,
+        /// Probe server address (/healthz, /readyz only), started first; unset: the admin port
+        /// answers probes.
+        #[arg(long)]
+        probe_addr: Option<SocketAddr>,
         /// The app's address; default 127.0.0.1:<app.port>.
         #[arg(long)]
         app_addr: Option<SocketAddr>,
@@ -87,6 +96,7 @@ pub fn run() -> ExitCode {
                 config,
                 bind,
                 admin_addr,
+                probe_addr,
                 secrets_dir,
                 control_plane,
             } => {
@@ -94,6 +104,7 @@ pub fn run() -> ExitCode {
                     config,
                     *bind,
                     *admin_addr,
+                    *probe_addr,
                     secrets_dir,
                     control_plane.as_deref(),
                 )
@@ -103,6 +114,7 @@ pub fn run() -> ExitCode {
                 config,
                 listen,
                 admin_addr,
+                probe_addr,
                 app_addr,
                 local_api_addr,
                 event_types,
@@ -111,6 +123,7 @@ pub fn run() -> ExitCode {
                     config,
                     *listen,
                     *admin_addr,
+                    *probe_addr,
                     *app_addr,
                     *local_api_addr,
                     event_types.as_deref(),
@@ -123,6 +136,10 @@ pub fn run() -> ExitCode {
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(RunError::Stopped) => {
+            tracing::info!("stopped before start-up finished");
+            ExitCode::SUCCESS
+        }
         Err(RunError::Config(e)) => {
             tracing::error!(error = %e, "invalid config");
             eprintln!("{e}");

@@ -67,6 +67,7 @@ pub fn render_config(manager: &Manager, router: Option<&Router>) -> Result<Manag
         destinations: Default::default(),
         static_endpoints: Default::default(),
         tracing: router.and_then(|r| r.spec.tracing.clone()),
+        allow_from: spec.allow_from.clone(),
     })
 }
 

@@ -39,6 +39,11 @@ pub(crate) enum Failure {
     Timeout,
     /// The connection failed after the event was written: it may have been handled.
     Lost,
+    /// The event is larger than the mesh carries; nothing was sent.
+    TooLarge {
+        /// Its size in bytes.
+        bytes: usize,
+    },
     /// The manager sidecar answered instead of the app (its queue was full, the app was unreachable,
     /// every attempt failed, ...): its status and its problem detail.
     Manager {
@@ -59,6 +64,7 @@ impl Failure {
             Failure::NoCredit => "no_credit",
             Failure::Timeout => "timeout",
             Failure::Lost => "lost",
+            Failure::TooLarge { .. } => "too_large",
             Failure::Manager { .. } => "manager",
         }
     }
@@ -114,6 +120,13 @@ impl Answer {
             Failure::Lost => Answer::refusal(
                 502,
                 "the connection to the Manager failed after the request was sent; it may have been handled",
+            ),
+            Failure::TooLarge { bytes } => Answer::refusal(
+                413,
+                format!(
+                    "the event is {bytes} bytes; the mesh carries at most {} bytes",
+                    switchyard_protocol::frame::MAX_PAYLOAD
+                ),
             ),
             // A full queue there is saturation, as here: the event was not handled.
             Failure::Manager {

@@ -1,6 +1,8 @@
 //! The manager role: inbound frame connections from routers, workers, delivery to the app, and the
 //! app's local API for its own events.
 
+pub(crate) mod access;
+mod credit;
 pub(crate) mod delivery;
 pub(crate) mod inbound;
 pub(crate) mod local_api;

@@ -8,8 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use switchyard_protocol::frame::{Frame, FrameCodec, Response};
-use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
+use crate::net::io::SplitIo;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
@@ -207,7 +206,12 @@ impl Conn {
 
 /// Runs a connection on `stream` until it dies or drains; `on_open` receives it once it is usable.
 /// PUSH frames go to `pushes` (this router process's WebSocket subscribers), if it takes them.
-pub async fn run(stream: TcpStream, peer: &str, pushes: &Pushes, on_open: impl FnOnce(Arc<Conn>)) {
+pub async fn run<S: SplitIo>(
+    stream: S,
+    peer: &str,
+    pushes: &Pushes,
+    on_open: impl FnOnce(Arc<Conn>),
+) {
     let (conn, rx) = Conn::new();
     // First frame: whether this side delivers pushes, so managers count and feed only routers.
     // It also asks for implicit credit: a manager that knows the flag then returns each answer's
@@ -216,8 +220,8 @@ pub async fn run(stream: TcpStream, peer: &str, pushes: &Pushes, on_open: impl F
         takes_pushes: pushes.is_some(),
         implicit_credit: true,
     });
-    // Owned halves, not `Framed::split`: reader and writer never contend on a shared lock.
-    let (read, write) = stream.into_split();
+    // Halves the reader and writer own, not `Framed::split`: on TCP they never share a lock.
+    let (read, write) = stream.split_io();
     let mut frames = FramedRead::new(read, FrameCodec::default());
     let sink = FramedWrite::new(write, FrameCodec::default());
     let writer = tokio::spawn(write_loop(sink, rx, conn.clone()));
@@ -281,9 +285,13 @@ pub async fn run(stream: TcpStream, peer: &str, pushes: &Pushes, on_open: impl F
     let _ = writer.await;
 }
 
-type Sink = FramedWrite<OwnedWriteHalf, FrameCodec>;
+type Sink<W> = FramedWrite<W, FrameCodec>;
 
-async fn write_loop(mut sink: Sink, mut rx: mpsc::Receiver<Frame>, conn: Arc<Conn>) {
+async fn write_loop<W: tokio::io::AsyncWrite + Unpin>(
+    mut sink: Sink<W>,
+    mut rx: mpsc::Receiver<Frame>,
+    conn: Arc<Conn>,
+) {
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut nonce = 0u64;
@@ -321,7 +329,12 @@ async fn write_loop(mut sink: Sink, mut rx: mpsc::Receiver<Frame>, conn: Arc<Con
     let _ = sink.close().await;
 }
 
-async fn feed(sink: &mut Sink, frame: Frame, conn: &Conn, no_reply: &mut Vec<u64>) -> bool {
+async fn feed<W: tokio::io::AsyncWrite + Unpin>(
+    sink: &mut Sink<W>,
+    frame: Frame,
+    conn: &Conn,
+    no_reply: &mut Vec<u64>,
+) -> bool {
     let request_id = match &frame {
         Frame::Request(r) => Some(r.id),
         _ => None,

@@ -1,7 +1,7 @@
 //! The endpoints of one Manager (or one per-event-type Deployment): a snapshot list of peers.
 
 use super::changes::Changes;
-use super::peer::Peer;
+use super::peer::{Peer, PeerTls};
 use super::pushes::Pushes;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -14,18 +14,25 @@ pub struct Pool {
     peers: RwLock<Arc<Vec<Arc<Peer>>>>,
     pushes: Pushes,
     changes: Arc<Changes>,
+    tls: Option<PeerTls>,
     retired: AtomicBool,
 }
 
 impl Pool {
-    /// An empty pool whose endpoints' PUSH frames go to `pushes` and whose new connections bump
-    /// `changes`.
-    pub fn new(name: String, pushes: Pushes, changes: Arc<Changes>) -> Pool {
+    /// An empty pool whose endpoints' PUSH frames go to `pushes`, whose new connections bump
+    /// `changes`, and which connect with mTLS expecting the Manager in `tls` (plain TCP with `None`).
+    pub fn new(
+        name: String,
+        pushes: Pushes,
+        changes: Arc<Changes>,
+        tls: Option<PeerTls>,
+    ) -> Pool {
         Pool {
             name,
             peers: RwLock::new(Arc::new(Vec::new())),
             pushes,
             changes,
+            tls,
             retired: AtomicBool::new(false),
         }
     }
@@ -78,7 +85,12 @@ impl Pool {
         for addr in addrs {
             if !next.iter().any(|p| p.addr == addr) {
                 tracing::info!(manager = %self.name, peer = %addr, "endpoint added");
-                next.push(Peer::spawn(addr, self.pushes.clone(), self.changes.clone()));
+                next.push(Peer::spawn(
+                    addr,
+                    self.pushes.clone(),
+                    self.changes.clone(),
+                    self.tls.clone(),
+                ));
             }
         }
         *guard = Arc::new(next);
