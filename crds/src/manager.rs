@@ -106,7 +106,10 @@ pub struct AllowFrom {
     /// What the workload is.
     pub kind: WorkloadKind,
     /// Its name, or `*` for any of that kind.
-    #[schemars(regex(pattern = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$"), length(min = 1, max = 63))]
+    #[schemars(
+        regex(pattern = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$"),
+        length(min = 1, max = 63)
+    )]
     pub name: String,
     /// Its namespace; the Manager's own when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]

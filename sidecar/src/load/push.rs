@@ -5,13 +5,13 @@
 use super::meter::LoadMeters;
 use super::report::{self, Reporter};
 use crate::backoff;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use switchyard_protocol::control::v1::LoadReport;
 use switchyard_protocol::control::v1::control_plane_client::ControlPlaneClient;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use std::future::Future;
 use tonic::transport::Channel;
 
 /// How often a report is taken.

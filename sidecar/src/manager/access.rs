@@ -94,7 +94,12 @@ mod tests {
             !a.allows(&id("shop", Kind::Manager, "billing"), "td"),
             "narrowed"
         );
-        assert!(a.allows(&id("jobs", Kind::Manager, "runner"), "td"), "widened");
-        assert!(!Access::new("shop", "edge", Some(&[])).allows(&id("shop", Kind::Router, "edge"), "td"));
+        assert!(
+            a.allows(&id("jobs", Kind::Manager, "runner"), "td"),
+            "widened"
+        );
+        assert!(
+            !Access::new("shop", "edge", Some(&[])).allows(&id("shop", Kind::Router, "edge"), "td")
+        );
     }
 }

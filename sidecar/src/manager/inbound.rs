@@ -90,7 +90,12 @@ pub async fn serve(
 }
 
 /// Runs the handshake (with mesh TLS) and the authorization, then the connection.
-async fn admit(stream: TcpStream, peer: SocketAddr, inbound: Arc<Inbound>, drain: CancellationToken) {
+async fn admit(
+    stream: TcpStream,
+    peer: SocketAddr,
+    inbound: Arc<Inbound>,
+    drain: CancellationToken,
+) {
     let Some(mesh) = &inbound.mesh else {
         connection(stream, peer, inbound.clone(), drain, None).await;
         return;
@@ -109,9 +114,10 @@ async fn admit(stream: TcpStream, peer: SocketAddr, inbound: Arc<Inbound>, drain
         _ => false,
     };
     if !allowed {
-        let shown = who
-            .as_ref()
-            .map_or_else(|| "a certificate with no mesh identity".to_owned(), |w| w.id.uri());
+        let shown = who.as_ref().map_or_else(
+            || "a certificate with no mesh identity".to_owned(),
+            |w| w.id.uri(),
+        );
         tracing::warn!(%peer, identity = %shown, "frame connection refused: identity not allowed");
         inbound.metrics.mesh.refuse("identity");
         let reason = format!("{shown} may not send events to this Manager");
@@ -361,7 +367,10 @@ mod tests {
             ..ok.clone()
         };
         let r = carriable(long);
-        assert_eq!((r.id, r.status, r.from_mesh, r.returns_credit), (9, 502, true, true));
+        assert_eq!(
+            (r.id, r.status, r.from_mesh, r.returns_credit),
+            (9, 502, true, true)
+        );
         let body = String::from_utf8_lossy(&r.payload).into_owned();
         assert!(body.contains("Content-Type of 320 bytes"), "{body}");
         let big = Response {

@@ -39,7 +39,9 @@ pub(crate) struct IdentitySettings {
 impl IdentitySettings {
     /// From the environment; `None` when `SWITCHYARD_IDENTITY` is unset (mesh TLS off).
     pub(crate) fn from_env() -> Option<IdentitySettings> {
-        let url = std::env::var(env::IDENTITY).ok().filter(|u| !u.is_empty())?;
+        let url = std::env::var(env::IDENTITY)
+            .ok()
+            .filter(|u| !u.is_empty())?;
         let path = |name: &str, default: PathBuf| {
             std::env::var_os(name)
                 .filter(|v| !v.is_empty())
@@ -228,11 +230,18 @@ impl Certifier {
     /// One certification; returns the end of the new certificate's validity.
     async fn certify(&self) -> Result<SystemTime, String> {
         // A small local file, read once per certification: not worth a blocking-pool hop.
-        let token = std::fs::read_to_string(&self.settings.token_file)
-            .map_err(|e| format!("cannot read the token {}: {e}", self.settings.token_file.display()))?;
+        let token = std::fs::read_to_string(&self.settings.token_file).map_err(|e| {
+            format!(
+                "cannot read the token {}: {e}",
+                self.settings.token_file.display()
+            )
+        })?;
         let token = token.trim().to_owned();
         if token.is_empty() {
-            return Err(format!("the token file {} is empty", self.settings.token_file.display()));
+            return Err(format!(
+                "the token file {} is empty",
+                self.settings.token_file.display()
+            ));
         }
         let (key, csr) = ca::key_and_request().map_err(|e| e.to_string())?;
         let channel = self
@@ -241,11 +250,12 @@ impl Certifier {
             .await
             .map_err(|e| format!("cannot reach the identity service: {}", error_chain(&e)))?;
         let mut client = IdentityClient::new(channel);
-        let reply = tokio::time::timeout(CALL_TIMEOUT, client.certify(CertifyRequest { token, csr }))
-            .await
-            .map_err(|_| "the identity service did not answer in time".to_owned())?
-            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
-            .into_inner();
+        let reply =
+            tokio::time::timeout(CALL_TIMEOUT, client.certify(CertifyRequest { token, csr }))
+                .await
+                .map_err(|_| "the identity service did not answer in time".to_owned())?
+                .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
+                .into_inner();
         let chain: Vec<CertificateDer<'static>> =
             reply.chain.into_iter().map(CertificateDer::from).collect();
         let leaf = chain.first().ok_or("the reply holds no certificate")?;
@@ -271,7 +281,11 @@ impl Certifier {
         let not_after = from_ms(reply.not_after_ms);
         self.mesh
             .store()
-            .install(chain, PrivateKeyDer::Pkcs8(key.serialize_der().into()), not_after)
+            .install(
+                chain,
+                PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+                not_after,
+            )
             .map_err(|e| e.to_string())?;
         self.count("ok");
         let secs = not_after

@@ -92,7 +92,10 @@ impl MeshTls {
             }
             Err(_) => {
                 self.count("client", "timeout");
-                Err(io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "TLS handshake timed out",
+                ))
             }
         }
     }
@@ -115,7 +118,10 @@ impl MeshTls {
             }
             Err(_) => {
                 self.count("server", "timeout");
-                Err(io::Error::new(io::ErrorKind::TimedOut, "TLS handshake timed out"))
+                Err(io::Error::new(
+                    io::ErrorKind::TimedOut,
+                    "TLS handshake timed out",
+                ))
             }
         }
     }

@@ -5,9 +5,9 @@ use super::{RunError, bind};
 use crate::admin::{self, Readiness};
 use crate::load::LoadMeters;
 use crate::load::report::Reporter;
+use crate::manager::access::Access;
 use crate::manager::delivery::grpc::GrpcDelivery;
 use crate::manager::delivery::http::HttpDelivery;
-use crate::manager::access::Access;
 use crate::manager::inbound::{self, Inbound};
 use crate::manager::local_api::{self, LocalApi};
 use crate::manager::routers::Routers;
@@ -75,8 +75,7 @@ pub(crate) async fn run(
         let probes = bind("probe listener", addr).await?;
         tokio::spawn(admin::serve_probes(probes, ready.clone()));
     }
-    let identity =
-        super::identity::start(Kind::Manager, &c.namespace, &c.name, &metrics).await?;
+    let identity = super::identity::start(Kind::Manager, &c.namespace, &c.name, &metrics).await?;
     let mesh = identity.as_ref().map(|i| i.mesh.clone());
     let control_plane = control_plane_url
         .map(|url| ControlPlane::new(&url, mesh.as_deref()))

@@ -5,12 +5,12 @@
 //! alone.
 
 use super::hold::{Held, HeldCounts};
+use crate::net::control_plane::ControlPlane;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use switchyard_protocol::control::v1::ActivateRequest;
 use switchyard_protocol::control::v1::control_plane_client::ControlPlaneClient;
-use crate::net::control_plane::ControlPlane;
 use tonic::transport::Channel;
 
 /// How often an activation is repeated while requests of its event type are held.

@@ -2,13 +2,13 @@
 //! a reader resolving pending requests by id, credit-based flow control and heartbeats.
 
 use super::pushes::Pushes;
+use crate::net::io::SplitIo;
 use futures::{SinkExt, StreamExt};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use switchyard_protocol::frame::{Frame, FrameCodec, Response};
-use crate::net::io::SplitIo;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;

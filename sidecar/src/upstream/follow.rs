@@ -3,11 +3,11 @@
 
 use super::Upstream;
 use crate::backoff;
+use crate::net::control_plane::ControlPlane;
 use std::sync::Arc;
 use std::time::Instant;
 use switchyard_protocol::control::v1::WatchRoutesRequest;
 use switchyard_protocol::control::v1::control_plane_client::ControlPlaneClient;
-use crate::net::control_plane::ControlPlane;
 use tonic::transport::Channel;
 
 /// Largest routing table accepted (thousands of endpoints fit easily).

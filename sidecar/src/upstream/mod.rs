@@ -513,9 +513,11 @@ fn fits(out: &Outgoing) -> Result<(), CallError> {
         content_type: crate::edge::JSON.to_owned(),
         payload: out.payload.clone(),
     };
-    probe.check(DEFAULT_MAX_FRAME).map_err(|_| CallError::TooLarge {
-        bytes: out.payload.len(),
-    })
+    probe
+        .check(DEFAULT_MAX_FRAME)
+        .map_err(|_| CallError::TooLarge {
+            bytes: out.payload.len(),
+        })
 }
 
 /// Ends a held request's count in `switchyard_held_requests`.

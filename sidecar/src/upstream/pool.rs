@@ -21,12 +21,7 @@ pub struct Pool {
 impl Pool {
     /// An empty pool whose endpoints' PUSH frames go to `pushes`, whose new connections bump
     /// `changes`, and which connect with mTLS expecting the Manager in `tls` (plain TCP with `None`).
-    pub fn new(
-        name: String,
-        pushes: Pushes,
-        changes: Arc<Changes>,
-        tls: Option<PeerTls>,
-    ) -> Pool {
+    pub fn new(name: String, pushes: Pushes, changes: Arc<Changes>, tls: Option<PeerTls>) -> Pool {
         Pool {
             name,
             peers: RwLock::new(Arc::new(Vec::new())),
