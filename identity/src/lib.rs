@@ -8,11 +8,13 @@
 //!   the workload the client meant;
 //! - `service`: the `Identity` gRPC service over an `Authenticator`;
 //! - `incoming`, `connect`: TLS under tonic, server and client side;
+//! - `local`: the identity service of a local run (an ephemeral CA, tokens made here);
 //! - `pem`, `random`: PEM text; system randomness.
 
 pub mod ca;
 pub mod connect;
 pub mod incoming;
+pub mod local;
 pub mod peer;
 pub mod pem;
 pub mod random;
@@ -39,11 +41,15 @@ pub const DEFAULT_TRUST_DOMAIN: &str = "cluster.local";
 
 /// How long to wait before renewing a certificate that ends at `not_after`, seen at `now`: two
 /// thirds of what is left (at least a second, so a clock far off cannot make a busy loop).
-pub fn renew_in(now: std::time::SystemTime, not_after: std::time::SystemTime) -> std::time::Duration {
+pub fn renew_in(
+    now: std::time::SystemTime,
+    not_after: std::time::SystemTime,
+) -> std::time::Duration {
     let left = not_after
         .duration_since(now)
         .unwrap_or(std::time::Duration::ZERO);
-    left.mul_f64(2.0 / 3.0).max(std::time::Duration::from_secs(1))
+    left.mul_f64(2.0 / 3.0)
+        .max(std::time::Duration::from_secs(1))
 }
 
 #[cfg(test)]

@@ -32,6 +32,7 @@ pub(crate) enum EndpointError {
 /// The control plane's address and how to reach it.
 #[derive(Clone)]
 pub(crate) struct ControlPlane {
+    url: String,
     endpoint: Endpoint,
     tls: Option<MeshConnector>,
 }
@@ -62,7 +63,10 @@ impl ControlPlane {
             )
         } else if url.starts_with("http://") {
             if mesh.is_some() {
-                tracing::warn!(control_plane = url, "the control plane is plain http:// while mesh TLS is on; routing tables and load reports travel unencrypted");
+                tracing::warn!(
+                    control_plane = url,
+                    "the control plane is plain http:// while mesh TLS is on; routing tables and load reports travel unencrypted"
+                );
             }
             None
         } else {
@@ -79,12 +83,16 @@ impl ControlPlane {
             .http2_keep_alive_interval(Duration::from_secs(20))
             .keep_alive_timeout(Duration::from_secs(10))
             .keep_alive_while_idle(true);
-        Ok(ControlPlane { endpoint, tls })
+        Ok(ControlPlane {
+            url: url.to_owned(),
+            endpoint,
+            tls,
+        })
     }
 
-    /// The URL, for logs.
+    /// The URL as given, for logs and `/routes`.
     pub(crate) fn url(&self) -> String {
-        self.endpoint.uri().to_string()
+        self.url.clone()
     }
 
     /// Connects now.
@@ -111,9 +119,13 @@ mod tests {
     #[test]
     fn urls_need_a_scheme_and_https_needs_an_identity() {
         assert!(ControlPlane::new("http://switchyard.system.svc:7443", None).is_ok());
-        let e = ControlPlane::new("switchyard.system.svc:7443", None).err().expect("no scheme");
+        let e = ControlPlane::new("switchyard.system.svc:7443", None)
+            .err()
+            .expect("no scheme");
         assert!(e.to_string().contains("https://"), "{e}");
-        let e = ControlPlane::new("https://x:1", None).err().expect("no identity");
+        let e = ControlPlane::new("https://x:1", None)
+            .err()
+            .expect("no identity");
         assert!(e.to_string().contains("SWITCHYARD_IDENTITY"), "{e}");
         assert!(ControlPlane::new("http://bad host:1", None).is_err());
         assert!(ControlPlane::precheck("https://x:1", true).is_ok());

@@ -3,6 +3,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod identity;
 pub mod otlp;
 pub mod pusher;
 
@@ -118,8 +119,8 @@ impl AppState {
 }
 
 /// A CloudEvents echo app: `noop` -> `{}`, `echo` and `audit` -> the body, `slow` sleeps 3 s,
-/// `slowish` 200 ms, `fail` -> 500, `ordered` records `{key, seq}` and takes 30 ms. Every event is
-/// recorded in `events`.
+/// `slowish` 200 ms, `fail` -> 500, `ordered` records `{key, seq}` and takes 30 ms, `longtype`
+/// answers with a 326-byte Content-Type. Every event is recorded in `events`.
 pub struct TestApp {
     pub port: u16,
     pub state: Arc<AppState>,
@@ -225,8 +226,14 @@ async fn app_handle(
     };
     let mut resp = Response::new(Full::new(out));
     *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+    // `longtype` answers with a Content-Type longer than a frame's 255-byte field.
+    let content_type = if ce_type == "longtype" {
+        format!("application/json; padding={}", "x".repeat(300))
+    } else {
+        "application/json".to_owned()
+    };
     resp.headers_mut()
-        .insert("content-type", "application/json".parse().unwrap());
+        .insert("content-type", content_type.parse().unwrap());
     Ok(resp)
 }
 
@@ -308,6 +315,10 @@ pub struct Opts {
     pub router_args: Vec<String>,
     /// Wait until plain `GET /noop` answers 200; off when middleware or TLS would refuse it.
     pub wait_connected: bool,
+    /// Extra environment of the router sidecar only (after `env`), e.g. its mesh identity.
+    pub router_env: Vec<(String, String)>,
+    /// Extra environment of the manager sidecar only (after `env`).
+    pub manager_env: Vec<(String, String)>,
 }
 
 impl Default for Opts {
@@ -322,6 +333,8 @@ impl Default for Opts {
             env: Vec::new(),
             router_args: Vec::new(),
             wait_connected: true,
+            router_env: Vec::new(),
+            manager_env: Vec::new(),
         }
     }
 }
@@ -414,9 +427,27 @@ impl Mesh {
         let mcfg = write_json(dir.path(), "manager.json", &mcfg);
         patch(&mut rcfg);
         let rcfg = write_json(dir.path(), "router.json", &rcfg);
-        let manager = opts
-            .start_manager
-            .then(|| spawn_manager_env(dir.path(), &mcfg, manager_port, manager_admin, &env));
+        let manager_env: Vec<(&str, &str)> = env
+            .iter()
+            .copied()
+            .chain(
+                opts.manager_env
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            )
+            .collect();
+        let router_env: Vec<(&str, &str)> = env
+            .iter()
+            .copied()
+            .chain(
+                opts.router_env
+                    .iter()
+                    .map(|(k, v)| (k.as_str(), v.as_str())),
+            )
+            .collect();
+        let manager = opts.start_manager.then(|| {
+            spawn_manager_env(dir.path(), &mcfg, manager_port, manager_admin, &manager_env)
+        });
         let admin_arg = format!("127.0.0.1:{router_admin}");
         let mut args = vec![
             "--log-format",
@@ -430,7 +461,7 @@ impl Mesh {
             &admin_arg,
         ];
         args.extend(opts.router_args.iter().map(String::as_str));
-        let router = Proc::spawn(&args, dir.path().join("router.log"), &env);
+        let router = Proc::spawn(&args, dir.path().join("router.log"), &router_env);
         let client = Http::new();
         wait_ready(&client, router_admin).await;
         if opts.start_manager {
