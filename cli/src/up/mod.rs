@@ -10,6 +10,7 @@
 
 mod child;
 mod config;
+mod identity;
 mod locate;
 mod plan;
 mod ports;
@@ -38,6 +39,10 @@ pub struct Args {
     /// Write each process's output to DIR/<name>.log instead of prefixing it on this terminal.
     #[arg(long, value_name = "DIR")]
     logs: Option<PathBuf>,
+    /// Run the mesh's internal hops on plain TCP. By default they are mTLS, certified by an
+    /// ephemeral CA made for this run, as the operator's CA certifies sidecars in a cluster.
+    #[arg(long)]
+    plaintext: bool,
 }
 
 /// Writes a Secret file readable by this user only, creating its folders (0700) as needed.
@@ -74,7 +79,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .prefix("switchyard-up-")
         .tempdir()
         .context("creating a state directory")?;
-    let plan = plan::plan(
+    let mut plan = plan::plan(
         &objs,
         &plan::Options {
             state_dir: state.path(),
@@ -89,6 +94,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for (path, bytes) in &plan.secret_files {
         write_private(path, bytes).with_context(|| path.display().to_string())?;
     }
+    let local_identity = if args.plaintext {
+        None
+    } else {
+        Some(identity::prepare(
+            &mut plan.procs,
+            &state.path().join("identity"),
+        )?)
+    };
     let output = match &args.logs {
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
@@ -104,6 +117,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     let code = runtime.block_on(async {
+        let identity_service = match local_identity {
+            Some(local) => {
+                let running = identity::serve(local, &mut plan.procs).await?;
+                println!(
+                    "mesh mTLS on: ephemeral CA, identity service {} (--plaintext turns it off)",
+                    running.url
+                );
+                Some(running)
+            }
+            None => {
+                println!("mesh mTLS off (--plaintext): internal hops are plain TCP");
+                None
+            }
+        };
         println!("configs in {}", state.path().display());
         if let Some(dir) = &args.logs {
             println!("logs in {}", dir.display());
@@ -140,6 +167,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         };
         sup.shutdown().await;
+        if let Some(s) = identity_service {
+            s.task.abort();
+        }
         anyhow::Ok(code)
     })?;
     // Dropping the runtime drops the watcher tasks, whose kill_on_drop ends anything that somehow survived.

@@ -63,6 +63,19 @@ pub struct ProcSpec {
     pub probe: Probe,
     /// Where it listens, printed once ready.
     pub listening: String,
+    /// The mesh identity a sidecar is certified as; `None` for apps.
+    pub identity: Option<Workload>,
+}
+
+/// A sidecar's mesh identity: its Router or Manager.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// Router or Manager.
+    pub kind: switchyard_identity::Kind,
+    /// The namespace its config names.
+    pub namespace: String,
+    /// The Router's or Manager's name.
+    pub name: String,
 }
 
 /// Everything a run needs.
@@ -168,11 +181,13 @@ pub fn plan(
             let listen = ports.ephemeral()?;
             let admin = ports.ephemeral()?;
             let config_path = opts.state_dir.join(format!("manager-{id}.json"));
-            manager_configs.push((
-                m,
-                config_path.clone(),
-                config::manager_config(m, router_of(&objs.routers, m), app_port)?,
-            ));
+            let manager_config = config::manager_config(m, router_of(&objs.routers, m), app_port)?;
+            let identity = Workload {
+                kind: switchyard_identity::Kind::Manager,
+                namespace: manager_config.namespace.clone(),
+                name: manager_config.name.clone(),
+            };
+            manager_configs.push((m, config_path.clone(), manager_config));
             endpoints
                 .entry(name.clone())
                 .or_default()
@@ -203,6 +218,7 @@ pub fn plan(
                     path: "/readyz",
                 },
                 listening: format!("on {LOCALHOST}:{listen} (admin :{admin})"),
+                identity: Some(identity),
             });
         }
     }
@@ -271,6 +287,11 @@ pub fn plan(
                 path: "/readyz",
             },
             listening: format!("{} (admin :{admin})", edge_urls(r)),
+            identity: Some(Workload {
+                kind: switchyard_identity::Kind::Router,
+                namespace: config.namespace.clone(),
+                name: config.name.clone(),
+            }),
         });
         if plan.try_command.is_none() {
             plan.try_command = try_command(r);
@@ -356,6 +377,7 @@ fn app_proc(
         env,
         probe,
         listening: format!("on {addr}"),
+        identity: None,
     })
 }
 
