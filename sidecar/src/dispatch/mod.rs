@@ -95,8 +95,8 @@ impl Dispatch {
         from_manager(resp, deadline)
     }
 
-    /// Sends `out` fire-and-forget, within the broker's bound: done once a manager sidecar granted
-    /// credit and the frame was written to it.
+    /// Publishes `out` within the broker's bound: done once a manager sidecar admitted it to its
+    /// queue (its acknowledgement); a refusal from every endpoint is the manager's 503.
     pub(crate) async fn publish(&self, out: Outgoing, deadline: Instant) -> Result<(), Failure> {
         let Some(_admitted) = self.broker.admit() else {
             return Err(Failure::Shed);
@@ -105,8 +105,19 @@ impl Dispatch {
             .upstream
             .pool_of(&out.event)
             .ok_or(Failure::NoManager)?;
-        Ok(self.upstream.publish(&pool, &out, deadline).await?)
+        let ack = self.upstream.publish(&pool, &out, deadline).await?;
+        accepted(ack, deadline)
     }
+}
+
+/// A manager's acknowledgement of a publish: 202 admitted, anything else its refusal.
+pub(crate) fn accepted(ack: Response, deadline: Instant) -> Result<(), Failure> {
+    if ack.status == 202 && ack.from_mesh {
+        return Ok(());
+    }
+    from_manager(ack, deadline)?;
+    // An app answer to a publish cannot happen (the manager acknowledges it); never count it as kept.
+    Err(Failure::Lost)
 }
 
 /// The app's answer, or the manager sidecar's own refusal turned into a failure: its 504 near the

@@ -4,6 +4,7 @@
 pub(crate) mod delivery;
 pub(crate) mod inbound;
 pub(crate) mod local_api;
+pub(crate) mod credit;
 mod ordering;
 pub(crate) mod routers;
 pub(crate) mod worker;

@@ -142,7 +142,7 @@ pub(crate) async fn run(
     let connections = TaskTracker::new();
     let acceptor = tokio::spawn(inbound::serve(
         listener,
-        worker,
+        inbound::Inbound::new(worker),
         routers,
         drain.clone(),
         connections.clone(),
