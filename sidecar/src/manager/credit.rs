@@ -2,10 +2,12 @@
 //! most what the pod admits at once (`queueCapacity + maxInFlight`), so a sender holding credit is
 //! never shed, however many senders there are.
 //!
-//! Each connection's fair share is `ceil(total / connections)`. A new connection gets what is free up
-//! to its share; the others shrink towards theirs as their events finish (a returned credit goes to
-//! the connection furthest below its share, the finishing one first). A connection that ends gives
-//! back the credits it held unused at once, and the rest as its admitted events finish.
+//! Credit cannot be taken back once granted, so one share is always kept in reserve for the next
+//! sender: with `n` connections each gets at most `ceil(total / (n + 1))`. A new connection gets what
+//! is free up to its share at once (the reserve, at least), even when the others sit idle on theirs;
+//! the others shrink towards the new share as their events finish (a returned credit goes to the
+//! connection furthest below its share, the finishing one first). A connection that ends gives back
+//! the credits it held unused at once, and the rest as its admitted events finish.
 //!
 //! Pure accounting behind a mutex; the frames that carry the grants are the caller's to send.
 
@@ -160,11 +162,11 @@ impl CreditBank {
     }
 }
 
-/// Each connection's share: the total split evenly, rounded up (grants never exceed what is free,
-/// so the sum stays within the total).
+/// Each connection's share: the total split evenly over the connections plus one share kept for the
+/// next, rounded up (grants never exceed what is free, so the sum stays within the total).
 fn target(total: u32, conns: usize) -> u32 {
     let n = u32::try_from(conns.max(1)).unwrap_or(u32::MAX);
-    total.div_ceil(n)
+    total.div_ceil(n.saturating_add(1))
 }
 
 #[cfg(test)]
@@ -176,10 +178,10 @@ mod tests {
     }
 
     #[test]
-    fn one_sender_gets_everything_and_keeps_it() {
+    fn one_sender_gets_half_and_keeps_it() {
         let bank = CreditBank::new(10);
         let (a, grants) = bank.join();
-        assert_eq!(grants, vec![(a, 10)]);
+        assert_eq!(grants, vec![(a, 5)], "the other half waits for a second sender");
         bank.spent(a);
         assert_eq!(
             bank.finished(a),
@@ -188,29 +190,30 @@ mod tests {
                 others: vec![]
             }
         );
-        assert_eq!(held(&bank), 10);
+        assert_eq!(held(&bank), 5);
     }
 
     #[test]
-    fn a_second_sender_gets_its_share_as_the_first_ones_events_finish() {
+    fn a_second_sender_gets_the_reserve_at_once_and_the_first_shrinks_as_it_finishes() {
         let bank = CreditBank::new(10);
         let (a, _) = bank.join();
-        for _ in 0..10 {
+        for _ in 0..5 {
             bank.spent(a);
         }
+        // Shares are now ceil(10 / 3) = 4: b gets its share from the reserve although a is busy.
         let (b, grants) = bank.join();
-        assert!(grants.is_empty(), "nothing free: {grants:?}");
-        // a is over its share of 5: each finished event's credit moves to b until both hold 5.
-        let mut to_b = 0;
-        for _ in 0..10 {
-            let r = bank.finished(a);
-            to_b += r.others.iter().map(|g| g.1).sum::<u32>();
+        assert_eq!(grants, vec![(b, 4)]);
+        // a is over its share: its first finished event's credit goes back to the bank.
+        let first = bank.finished(a);
+        assert!(!first.own);
+        for _ in 0..4 {
+            assert!(bank.finished(a).own);
             assert!(held(&bank) <= 10);
         }
-        assert_eq!(to_b, 5);
         let st = bank.state();
-        assert_eq!(st.conns[&a].held, 5);
-        assert_eq!(st.conns[&b].held, 5);
+        assert_eq!(st.conns[&a].held, 4);
+        assert_eq!(st.conns[&b].held, 4);
+        assert_eq!(st.free, 2);
     }
 
     #[test]
@@ -255,19 +258,21 @@ mod tests {
 
     #[test]
     fn an_ended_connections_unused_credits_go_to_the_others() {
-        let bank = CreditBank::new(4);
+        let bank = CreditBank::new(6);
         let (a, _) = bank.join();
         let (b, _) = bank.join();
         bank.spent(a);
+        // a holds 3 (it joined alone), 1 busy; b got its share of 2. a's 2 unused come back at
+        // once and b rises to its new share, 3; a's busy one comes back to the bank when it finishes.
         let grants = bank.leave(a);
-        // a held 4 (it joined alone), 1 busy: 3 come back to b at once, the last when it finishes.
-        assert_eq!(grants, vec![(b, 3)]);
+        assert_eq!(grants, vec![(b, 1)]);
         assert_eq!(
             bank.finished(a),
             Returned {
                 own: false,
-                others: vec![(b, 1)]
+                others: vec![]
             }
         );
+        assert_eq!(bank.state().free, 3);
     }
 }
