@@ -88,6 +88,18 @@ impl Lane {
     }
 }
 
+/// The ordering key of a JSON payload: the value at `pointer` (a string as is, other values as JSON
+/// text). `None` (no ordering) when the payload is not JSON or has no such field, or it is null.
+/// The one definition both delivery modes order by.
+pub fn ordering_key(payload: &[u8], pointer: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    match value.pointer(pointer)? {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
 /// The stream of Manager `manager` in `namespace`.
 pub fn stream_name(namespace: &str, manager: &str) -> String {
     format!("SY_{namespace}_{manager}")

@@ -2,6 +2,7 @@
 //! app's local API for its own events.
 
 pub(crate) mod delivery;
+pub(crate) mod durable;
 pub(crate) mod inbound;
 pub(crate) mod local_api;
 pub(crate) mod credit;

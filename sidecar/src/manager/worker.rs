@@ -522,6 +522,78 @@ impl Worker {
     }
 }
 
+/// What one delivery attempt of a durable event came to (the stream redelivers; no retry loop here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempted {
+    /// The app answered with a status that ends the event: acknowledged (2xx, and the app's final
+    /// refusals such as 4xx and 501).
+    Done(u16),
+    /// A failure a later attempt may cure (5xx, unreachable, timed out): redelivered, or
+    /// dead-lettered after the last attempt.
+    Failed(&'static str),
+    /// The event type is not handled here: the stream keeps it for a pod that does.
+    NotHere,
+    /// Drained before it ran.
+    Cancelled,
+}
+
+impl Worker {
+    /// One attempt at a durable event: waits for a worker slot, delivers within the attempt timeout
+    /// and counts it like any delivery.
+    pub(crate) async fn attempt_durable(&self, ev: &Request, cancel: &CancellationToken) -> Attempted {
+        let Some(label) = self.events.get(&ev.event) else {
+            return Attempted::NotHere;
+        };
+        let _underway = self.metrics.arrive(&ev.event);
+        self.metrics.queued.inc();
+        let permit = tokio::select! {
+            p = self.slots.acquire() => p.ok(),
+            _ = cancel.cancelled() => None,
+        };
+        self.metrics.queued.dec();
+        let Some(_permit) = permit else {
+            return Attempted::Cancelled;
+        };
+        self.metrics.in_flight.inc();
+        let _in_flight = GaugeGuard(&self.metrics);
+        let started = Instant::now();
+        let outcome = tokio::select! {
+            o = self.delivery.attempt(ev, self.settings.attempt_timeout) => o,
+            _ = cancel.cancelled() => return Attempted::Cancelled,
+        };
+        let (status, attempted) = match outcome {
+            Outcome::Answer { status, .. } if retryable_status(status) => {
+                (status, Attempted::Failed("the handler app answered 5xx"))
+            }
+            Outcome::Answer { status, .. } => (status, Attempted::Done(status)),
+            Outcome::Unreachable(_) => (502, Attempted::Failed("the handler app is unreachable")),
+            Outcome::TimedOut => (504, Attempted::Failed("the handler app did not answer in time")),
+            Outcome::Invalid(_) => (400, Attempted::Done(400)),
+        };
+        self.metrics
+            .observe(label, status, started.elapsed().as_secs_f64());
+        attempted
+    }
+
+    /// The wait before redelivering a durable event after its `attempt`-th failed delivery.
+    pub(crate) fn redelivery_delay(&self, attempt: u32) -> Duration {
+        backoff::delay(
+            self.settings.backoff,
+            self.settings.max_backoff,
+            attempt.saturating_sub(1),
+            fastrand::f64(),
+        )
+    }
+
+    /// A durable event failed its last attempt: to the dead-letter type when one is set (counted
+    /// either way, never silent).
+    pub(crate) async fn dead_letter_durable(&self, ev: &Request, reason: &'static str) {
+        if let Some(label) = self.events.get(&ev.event) {
+            self.dead_letter(ev, label, reason).await;
+        }
+    }
+}
+
 /// 5xx except 501 (not implemented: retrying cannot help).
 fn retryable_status(status: u16) -> bool {
     (500..=599).contains(&status) && status != 501
