@@ -192,21 +192,24 @@ mod tests {
     #[test]
     fn names_and_subjects_are_stable_and_distinct() {
         assert_eq!(stream_name("default", "handlers"), "SY_default_handlers");
-        assert_eq!(stream_subjects("default", "handlers"), "sy.default.handlers.>");
+        assert_eq!(
+            stream_subjects("default", "handlers"),
+            "sy.default.handlers.>"
+        );
         assert_eq!(
             subject("default", "handlers", "orders.created", Lane::Unordered),
             "sy.default.handlers.orders.created.u"
         );
-        assert_eq!(
-            subject("ns", "m", "a", Lane::Partition(3)),
-            "sy.ns.m.a.p3"
-        );
+        assert_eq!(subject("ns", "m", "a", Lane::Partition(3)), "sy.ns.m.a.p3");
         assert_ne!(
             consumer_name("a.b", Lane::Unordered),
             consumer_name("a_b", Lane::Unordered)
         );
         let name = consumer_name("orders.created", Lane::Partition(15));
-        assert!(name.starts_with("orders_created-") && name.ends_with("-p15"), "{name}");
+        assert!(
+            name.starts_with("orders_created-") && name.ends_with("-p15"),
+            "{name}"
+        );
         assert!(!name.contains('.'));
     }
 
@@ -216,10 +219,13 @@ mod tests {
         assert_eq!(Lane::of(Some("customer-1")), Lane::of(Some("customer-1")));
         assert_eq!(fnv1a(b"a"), 0xe40c_292c);
         assert_eq!(Lane::of(None), Lane::Unordered);
-        let spread: std::collections::BTreeSet<_> = (0..200)
-            .map(|i| Lane::of(Some(&format!("k{i}"))))
-            .collect();
-        assert_eq!(spread.len(), PARTITIONS as usize, "keys spread over every partition");
+        let spread: std::collections::BTreeSet<_> =
+            (0..200).map(|i| Lane::of(Some(&format!("k{i}")))).collect();
+        assert_eq!(
+            spread.len(),
+            PARTITIONS as usize,
+            "keys spread over every partition"
+        );
     }
 
     #[test]
@@ -236,7 +242,14 @@ mod tests {
         assert_eq!(plan[0].ack_wait, Duration::from_secs(7));
         assert_eq!(plan[0].max_deliver, 4);
         assert_eq!(plan[0].filter_subject, "sy.ns.m.a.u");
-        let ordered = consumers("ns", "m", &["a".to_owned()], Duration::from_secs(5), 1, true);
+        let ordered = consumers(
+            "ns",
+            "m",
+            &["a".to_owned()],
+            Duration::from_secs(5),
+            1,
+            true,
+        );
         assert_eq!(ordered.len(), 1 + PARTITIONS as usize);
         assert!(ordered[1..].iter().all(|c| c.max_ack_pending == 1));
     }

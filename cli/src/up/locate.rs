@@ -51,7 +51,10 @@ pub fn nats_server() -> anyhow::Result<PathBuf> {
         if is_executable(&path) {
             return Ok(path);
         }
-        bail!("{NATS_SERVER_ENV}={}: no executable file there", path.display());
+        bail!(
+            "{NATS_SERVER_ENV}={}: no executable file there",
+            path.display()
+        );
     }
     if let Some(path) = program(NATS_SERVER) {
         return Ok(path);

@@ -15,8 +15,8 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use std::collections::BTreeMap;
 use switchyard_crds::{Manager, Router};
-use switchyard_protocol::durable::DurableRoute;
 use switchyard_protocol::config::{self, Destination, RouterConfig};
+use switchyard_protocol::durable::DurableRoute;
 use switchyard_protocol::ports;
 
 /// The desired children of one Router.

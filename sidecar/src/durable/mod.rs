@@ -80,18 +80,27 @@ impl Store {
         namespace: &str,
         routes: HashMap<String, Route>,
     ) -> Result<Store, DurableError> {
+        let setup = |message: String| DurableError::Setup {
+            what: "server",
+            name: config.url.clone(),
+            message,
+        };
+        let addrs = config
+            .url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(|u| u.parse::<async_nats::ServerAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| setup(e.to_string()))?;
         let client = async_nats::ConnectOptions::new()
             .name("switchyard-sidecar")
             .connection_timeout(CONNECT_TIMEOUT)
             .request_timeout(Some(REQUEST_TIMEOUT))
             .retry_on_initial_connect()
-            .connect(config.url.as_str())
+            .connect(addrs.as_slice())
             .await
-            .map_err(|e| DurableError::Setup {
-                what: "server",
-                name: config.url.clone(),
-                message: e.to_string(),
-            })?;
+            .map_err(|e| setup(e.to_string()))?;
         Ok(Store {
             js: jetstream::new(client),
             namespace: namespace.to_owned(),

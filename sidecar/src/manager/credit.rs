@@ -181,7 +181,11 @@ mod tests {
     fn one_sender_gets_half_and_keeps_it() {
         let bank = CreditBank::new(10);
         let (a, grants) = bank.join();
-        assert_eq!(grants, vec![(a, 5)], "the other half waits for a second sender");
+        assert_eq!(
+            grants,
+            vec![(a, 5)],
+            "the other half waits for a second sender"
+        );
         bank.spent(a);
         assert_eq!(
             bank.finished(a),

@@ -439,7 +439,9 @@ impl Worker {
         let published = match dl.upstream.pool_of(&dl.event) {
             None => Err("no Manager handles the dead-letter type".to_owned()),
             Some(pool) => match dl.upstream.publish(&pool, &out, deadline).await {
-                Ok(ack) => crate::dispatch::accepted(ack, deadline).map_err(|f| f.name().to_owned()),
+                Ok(ack) => {
+                    crate::dispatch::accepted(ack, deadline).map_err(|f| f.name().to_owned())
+                }
                 Err(e) => Err(format!("{e:?}")),
             },
         };
@@ -540,7 +542,11 @@ pub(crate) enum Attempted {
 impl Worker {
     /// One attempt at a durable event: waits for a worker slot, delivers within the attempt timeout
     /// and counts it like any delivery.
-    pub(crate) async fn attempt_durable(&self, ev: &Request, cancel: &CancellationToken) -> Attempted {
+    pub(crate) async fn attempt_durable(
+        &self,
+        ev: &Request,
+        cancel: &CancellationToken,
+    ) -> Attempted {
         let Some(label) = self.events.get(&ev.event) else {
             return Attempted::NotHere;
         };
@@ -567,7 +573,10 @@ impl Worker {
             }
             Outcome::Answer { status, .. } => (status, Attempted::Done(status)),
             Outcome::Unreachable(_) => (502, Attempted::Failed("the handler app is unreachable")),
-            Outcome::TimedOut => (504, Attempted::Failed("the handler app did not answer in time")),
+            Outcome::TimedOut => (
+                504,
+                Attempted::Failed("the handler app did not answer in time"),
+            ),
             Outcome::Invalid(_) => (400, Attempted::Done(400)),
         };
         self.metrics

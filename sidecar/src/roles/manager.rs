@@ -3,11 +3,11 @@
 
 use super::{RunError, bind};
 use crate::admin::{self, Readiness};
+use crate::durable::{Route, Store};
 use crate::load::LoadMeters;
 use crate::load::report::Reporter;
 use crate::manager::delivery::grpc::GrpcDelivery;
 use crate::manager::delivery::http::HttpDelivery;
-use crate::durable::{Route, Store};
 use crate::manager::durable;
 use crate::manager::inbound;
 use crate::manager::local_api::{self, LocalApi};
@@ -164,7 +164,9 @@ pub(crate) async fn run(
                 .collect();
             let store = Store::connect(js, &c.namespace, routes)
                 .await
-                .map_err(|e| crate::config::field_error(config_file, "jetstream.url", e.to_string()))?;
+                .map_err(|e| {
+                    crate::config::field_error(config_file, "jetstream.url", e.to_string())
+                })?;
             Some(Arc::new(store))
         }
     };

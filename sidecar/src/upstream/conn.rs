@@ -219,7 +219,10 @@ impl Conn {
             Some(r) => {
                 let _ = r.send(Ok(resp));
             }
-            None => tracing::trace!(id = resp.id, "reply for a request already answered or given up"),
+            None => tracing::trace!(
+                id = resp.id,
+                "reply for a request already answered or given up"
+            ),
         }
         self.close_if_drained();
     }
