@@ -28,6 +28,9 @@ const PUBLISHES: usize = 20_000;
 const RATE_PER_SEC: u64 = 2_000;
 /// Publishes under way at once (the local API takes 1024).
 const CONCURRENCY: usize = 128;
+/// How long a killed app stays down before its supervisor (the kubelet, here the test) restarts it:
+/// well within the receiver's retry budget (20 attempts, backoff up to 500 ms).
+const APP_DOWN: Duration = Duration::from_millis(300);
 /// Time every 202 gets to show up at the app once publishing is over.
 const SETTLE: Duration = Duration::from_secs(90);
 
@@ -208,6 +211,30 @@ impl Publisher {
     }
 }
 
+/// The app's restart, `down` after its kill, while publishing goes on.
+async fn restart_after(app: &TestApp, down: Duration) {
+    tokio::time::sleep(down).await;
+    app.listen().await;
+}
+
+/// A log without its ANSI colour codes.
+fn plain(log: &str) -> String {
+    let mut out = String::with_capacity(log.len());
+    let mut chars = log.chars();
+    while let Some(c) = chars.next() {
+        if c == '\u{1b}' {
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        } else {
+            out.push(c);
+        }
+    }
+    out
+}
+
 /// Deliveries the app saw, by ce-id.
 fn delivered(app: &TestApp) -> HashMap<String, usize> {
     let mut by_id = HashMap::new();
@@ -300,8 +327,10 @@ async fn durable_mode_loses_nothing_acknowledged_through_three_crashes() {
     receiver.start(&client).await;
     p.until(PUBLISHES / 2).await;
     app.kill();
-    p.until(PUBLISHES / 2 + 500).await;
-    app.listen().await;
+    tokio::join!(
+        p.until(PUBLISHES / 2 + 2_000),
+        restart_after(&app, APP_DOWN)
+    );
     p.until(3 * PUBLISHES / 4).await;
     servers[0].kill();
     p.until(PUBLISHES).await;
@@ -368,32 +397,54 @@ async fn default_mode_loses_only_what_the_killed_pod_had_admitted_and_counts_it(
     receiver.start(&client).await;
     p.until(2 * PUBLISHES / 3).await;
     app.kill();
-    p.until(2 * PUBLISHES / 3 + 500).await;
-    app.listen().await;
+    tokio::join!(
+        p.until(2 * PUBLISHES / 3 + 2_000),
+        restart_after(&app, APP_DOWN)
+    );
     p.until(PUBLISHES).await;
     let told = p.finish().await;
     // Settled: every 202 is delivered or among the sender's unconfirmed ones (and those never come).
-    let unconfirmed: HashSet<String> =
-        poll(SETTLE, "every 202 delivered or unconfirmed", || async {
-            let log = sender.log();
-            let unconfirmed: HashSet<String> = log
+    let unconfirmed_of = |log: String| -> HashSet<String> {
+        plain(&log)
+            .lines()
+            .filter(|l| l.contains("acknowledged publish unconfirmed"))
+            .filter_map(|l| {
+                l.split("ce_id=")
+                    .nth(1)?
+                    .split_whitespace()
+                    .next()
+                    .map(|s| s.trim_matches('"').to_owned())
+            })
+            .collect()
+    };
+    let settle_until = Instant::now() + SETTLE;
+    let unconfirmed = loop {
+        let unconfirmed = unconfirmed_of(sender.log());
+        let seen = delivered(&app);
+        let missing: Vec<&String> = told
+            .accepted
+            .iter()
+            .filter(|id| !seen.contains_key(*id) && !unconfirmed.contains(*id))
+            .collect();
+        if missing.is_empty() {
+            break unconfirmed;
+        }
+        if Instant::now() > settle_until {
+            let mut few: Vec<_> = missing.into_iter().take(20).collect();
+            few.sort();
+            let log = plain(&receiver.log());
+            let why: Vec<&str> = log
                 .lines()
-                .filter(|l| l.contains("acknowledged publish unconfirmed"))
-                .filter_map(|l| {
-                    l.split("ce_id=")
-                        .nth(1)?
-                        .split_whitespace()
-                        .next()
-                        .map(str::to_owned)
-                })
+                .filter(|l| few.iter().any(|id| l.contains(&format!("ce_id={id} "))))
+                .take(10)
                 .collect();
-            let seen = delivered(&app);
-            told.accepted
-                .iter()
-                .all(|id| seen.contains_key(id) || unconfirmed.contains(id))
-                .then_some(unconfirmed)
-        })
-        .await;
+            panic!(
+                "202 but neither delivered nor reported unconfirmed after {SETTLE:?}: {few:?}; unconfirmed {}; the receiver said: {why:#?}",
+                unconfirmed.len()
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
     let seen = delivered(&app);
     let c = count(&told, PUBLISHES, &seen);
     let metric = sender
