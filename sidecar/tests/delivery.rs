@@ -206,8 +206,7 @@ impl Publisher {
     async fn finish(self) -> Told {
         self.tasks.close();
         self.tasks.wait().await;
-        let told = std::mem::take(&mut *self.told.lock().unwrap());
-        told
+        std::mem::take(&mut *self.told.lock().unwrap())
     }
 }
 
