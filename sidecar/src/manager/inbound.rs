@@ -1,13 +1,15 @@
-//! Inbound frame connections from router sidecars: grant credit, hand requests to the workers,
-//! send answers back, re-grant credit as work completes, and drain with GOAWAY.
+//! Inbound frame connections from router sidecars: grant credit out of the pod's credit bank,
+//! admit requests to the workers in arrival order (acknowledging a publish once admitted), send
+//! answers back, return credit as work completes, and drain with GOAWAY.
 //!
 //! With mesh TLS each connection is mTLS: a client without a certificate of the mesh's CA fails the
 //! handshake, and one whose identity `access` does not allow gets a GOAWAY saying so and is closed.
-//! A hostile peer cannot make this sidecar hold more than it granted: more requests than its credit
-//! close the connection, and an answer the peer does not read within [`WRITE_TIMEOUT`] closes it too.
+//! A hostile peer cannot make this sidecar hold more than it granted: a request beyond the credit
+//! it holds closes the connection, and an answer the peer does not read within [`WRITE_TIMEOUT`]
+//! closes it too.
 
 use super::access::Access;
-use super::credit::Ledger;
+use super::credit::{ConnId, CreditBank, Grants};
 use super::routers::Routers;
 use super::worker::Worker;
 use crate::metrics::Metrics;
@@ -21,7 +23,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use switchyard_identity::{Kind, Peer};
 use switchyard_protocol::frame::{
-    self, DEFAULT_MAX_FRAME, FLAG_NO_REPLY, Frame, FrameCodec, Response,
+    self, DEFAULT_MAX_FRAME, FLAG_ACK, FLAG_NO_REPLY, Frame, FrameCodec, Response,
 };
 use tokio::io::AsyncWrite;
 use tokio::net::{TcpListener, TcpStream};
@@ -42,28 +44,87 @@ pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 type Active = Arc<Mutex<HashMap<u64, CancellationToken>>>;
 
-fn lock(active: &Active) -> std::sync::MutexGuard<'_, HashMap<u64, CancellationToken>> {
-    active.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// What every inbound connection shares.
-pub(crate) struct Inbound {
-    /// The workers events go to.
-    pub(crate) worker: Arc<Worker>,
-    /// The connected routers' write queues, for PUSH.
-    pub(crate) routers: Arc<Routers>,
+/// The pod's workers, its credit bank, each connection's write queue (to send grants), and who
+/// may connect.
+pub struct Inbound {
+    worker: Arc<Worker>,
+    bank: CreditBank,
+    outlets: Mutex<HashMap<ConnId, mpsc::Sender<Frame>>>,
     /// Mesh TLS; `None`: plain TCP.
-    pub(crate) mesh: Option<Arc<MeshTls>>,
+    mesh: Option<Arc<MeshTls>>,
     /// Who may connect (with mesh TLS).
-    pub(crate) access: Access,
+    access: Access,
     /// Refusals are counted here.
-    pub(crate) metrics: Arc<Metrics>,
+    metrics: Arc<Metrics>,
+}
+
+impl Inbound {
+    /// The inbound side of `worker`: its capacity is the credit shared by every sender. With `mesh`
+    /// every connection is mTLS and its identity must be one `access` allows.
+    pub(crate) fn new(
+        worker: Arc<Worker>,
+        mesh: Option<Arc<MeshTls>>,
+        access: Access,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Inbound> {
+        let total = u32::try_from(worker.capacity()).unwrap_or(u32::MAX);
+        Arc::new(Inbound {
+            worker,
+            bank: CreditBank::new(total),
+            outlets: Mutex::default(),
+            mesh,
+            access,
+            metrics,
+        })
+    }
+
+    fn join(&self, tx: mpsc::Sender<Frame>) -> ConnId {
+        let mut outlets = lock(&self.outlets);
+        let (id, grants) = self.bank.join();
+        outlets.insert(id, tx);
+        self.send(&outlets, grants);
+        id
+    }
+
+    fn leave(&self, id: ConnId) {
+        let mut outlets = lock(&self.outlets);
+        outlets.remove(&id);
+        let grants = self.bank.leave(id);
+        self.send(&outlets, grants);
+    }
+
+    /// An event spent on `id` is done: sends others' grants, says whether `id` keeps the credit.
+    fn finished(&self, id: ConnId) -> bool {
+        let returned = self.bank.finished(id);
+        if !returned.others.is_empty() {
+            self.send(&lock(&self.outlets), returned.others);
+        }
+        returned.own
+    }
+
+    fn send(&self, outlets: &HashMap<ConnId, mpsc::Sender<Frame>>, grants: Grants) {
+        for (id, credits) in grants {
+            // A queue sized for every credit's answer and grant is full only when its connection is
+            // stuck or gone: the credits go back to the bank rather than vanish.
+            let sent = outlets
+                .get(&id)
+                .is_some_and(|tx| tx.try_send(Frame::Credit { credits }).is_ok());
+            if !sent {
+                self.bank.undeliverable(id, credits);
+            }
+        }
+    }
 }
 
 /// Accepts router connections until `drain` fires; each connection then drains on its own.
 pub async fn serve(
     listener: TcpListener,
     inbound: Arc<Inbound>,
+    routers: Arc<Routers>,
     drain: CancellationToken,
     tracker: TaskTracker,
 ) {
@@ -84,7 +145,13 @@ pub async fn serve(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        tracker.spawn(admit(stream, peer, inbound.clone(), drain.clone()));
+        tracker.spawn(admit(
+            stream,
+            peer,
+            inbound.clone(),
+            routers.clone(),
+            drain.clone(),
+        ));
     }
     tracing::info!("frame listener closed");
 }
@@ -94,10 +161,11 @@ async fn admit(
     stream: TcpStream,
     peer: SocketAddr,
     inbound: Arc<Inbound>,
+    routers: Arc<Routers>,
     drain: CancellationToken,
 ) {
     let Some(mesh) = &inbound.mesh else {
-        connection(stream, peer, inbound.clone(), drain, None).await;
+        connection(stream, peer, inbound.clone(), routers, drain, None).await;
         return;
     };
     let (tls, who) = match mesh.accept(stream).await {
@@ -124,7 +192,7 @@ async fn admit(
         refuse(tls, reason).await;
         return;
     }
-    connection(tls, peer, inbound.clone(), drain, who).await;
+    connection(tls, peer, inbound.clone(), routers, drain, who).await;
 }
 
 /// Tells a refused peer why, then closes.
@@ -169,29 +237,57 @@ fn carriable(r: Response) -> Response {
     }
 }
 
+/// The acknowledgement of a publish: admitted to the queue. Its credit comes with the outcome.
+fn accepted(id: u64) -> Response {
+    Response {
+        id,
+        status: 202,
+        queue_us: 0,
+        app_us: 0,
+        content_type: String::new(),
+        payload: bytes::Bytes::new(),
+        returns_credit: false,
+        from_mesh: true,
+    }
+}
+
+/// Sends the answer (or only the credit) of a finished event on its connection.
+async fn answer(tx: &mpsc::Sender<Frame>, resp: Option<Response>, own: bool, implicit: bool) {
+    let mut credit_sent = false;
+    if let Some(mut r) = resp {
+        r.returns_credit = own && implicit;
+        credit_sent = r.returns_credit;
+        let _ = tx.send(Frame::Response(carriable(r))).await;
+    }
+    if own && !credit_sent {
+        let _ = tx.send(Frame::Credit { credits: 1 }).await;
+    }
+}
+
 async fn connection<S: SplitIo>(
     stream: S,
     peer: SocketAddr,
     inbound: Arc<Inbound>,
+    routers: Arc<Routers>,
     drain: CancellationToken,
     who: Option<Peer>,
 ) {
-    let worker = &inbound.worker;
-    let credits = worker.credits();
-    let ledger = Arc::new(Ledger::new(credits));
+    let total = inbound.bank.total();
+    // Separate halves, not `Framed::split`: reader and writer never contend on a shared lock.
     let (read, write) = stream.split_io();
     let mut frames = FramedRead::new(read, FrameCodec::default());
     let sink = FramedWrite::new(write, FrameCodec::default());
-    // Credits bound the requests on this connection, so answers plus credit frames fit without waiting.
+    // Credits bound the requests on this connection, so acknowledgements, answers and credit frames
+    // fit without waiting.
     let (tx, rx) = mpsc::channel::<Frame>(
-        (credits as usize)
-            .saturating_mul(2)
+        (total as usize)
+            .saturating_mul(3)
             .saturating_add(64)
             .min(1 << 20),
     );
     let dead = CancellationToken::new();
     let writer = tokio::spawn(write_loop(sink, rx, dead.clone()));
-    let _ = tx.send(Frame::Credit { credits }).await;
+    let conn_id = inbound.join(tx.clone());
     // Registered for pushes once its HELLO says it is a router (a manager's outbound path is not).
     let mut registered = None;
     // Set by the router's HELLO: answers then carry their credit, and no CREDIT frame follows them.
@@ -200,7 +296,7 @@ async fn connection<S: SplitIo>(
     // With mesh TLS only a Router's identity may take pushes; without, the HELLO is believed.
     let may_take_pushes = who.as_ref().is_none_or(|w| w.id.kind == Kind::Router);
     let shown = who.as_ref().map(|w| w.id.uri()).unwrap_or_default();
-    tracing::info!(%peer, identity = %shown, credits, "router connected");
+    tracing::info!(%peer, identity = %shown, total, "router connected");
     let active: Active = Arc::default();
     let deliveries = TaskTracker::new();
     let mut goaway_sent = false;
@@ -231,51 +327,61 @@ async fn connection<S: SplitIo>(
         };
         match frame {
             Frame::Request(req) => {
-                if !ledger.take() {
-                    tracing::warn!(%peer, identity = %shown, credits, "router sent more requests than its credit; closing the connection");
+                let id = req.id;
+                let no_reply = req.flags & FLAG_NO_REPLY != 0;
+                let ack = req.flags & FLAG_ACK != 0;
+                if !inbound.bank.spent(conn_id) {
+                    tracing::warn!(%peer, identity = %shown, "router sent a request beyond the credit it holds; closing the connection");
                     inbound.metrics.mesh.refuse("credit");
                     break;
                 }
-                let id = req.id;
-                let no_reply = req.flags & FLAG_NO_REPLY != 0;
+                // Admitted or refused here, in arrival order, before any delivery task runs: an
+                // acknowledgement then means the event is in this pod's queue.
+                let admission = match inbound.worker.admit(&req) {
+                    Ok(a) => a,
+                    Err(refusal) => {
+                        let own = inbound.finished(conn_id);
+                        if no_reply && !ack {
+                            tracing::warn!(event = %req.event, ce_id = %req.ce_id, status = refusal.status, "published event refused");
+                            answer(&tx, None, own, implicit_credit).await;
+                        } else {
+                            answer(&tx, Some(refusal), own, implicit_credit).await;
+                        }
+                        continue;
+                    }
+                };
+                if ack {
+                    let _ = tx.send(Frame::Response(accepted(id))).await;
+                }
                 let cancel = CancellationToken::new();
-                // A published event was accepted when written: it is delivered even if its sender's
-                // connection ends, so it is not among the cancellable requests.
+                // A published event belongs to this pod once admitted: it is delivered even if its
+                // sender's connection ends, so it is not among the cancellable requests.
                 if !no_reply && lock(&active).insert(id, cancel.clone()).is_some() {
                     tracing::warn!(%peer, id, "request id reused while in flight; closing the connection");
                     break;
                 }
-                // Taken here, in arrival order, before the delivery tasks race each other.
-                let place = worker.place(&req);
-                let (worker, tx, active, ledger) =
-                    (worker.clone(), tx.clone(), active.clone(), ledger.clone());
+                let (inbound, tx, active) = (inbound.clone(), tx.clone(), active.clone());
                 // Only a published event needs these after the delivery: nobody reads its answer.
                 let published = no_reply.then(|| (req.event.clone(), req.ce_id.clone()));
                 deliveries.spawn(async move {
-                    let mut resp = worker.handle_placed(req, place, cancel).await;
-                    if let Some((event, ce_id)) = published {
-                        if let Some(r) = resp.filter(|r| r.status >= 500) {
-                            // Shed, or failed for good (dead-lettered when configured): never silent.
-                            tracing::warn!(%event, %ce_id, status = r.status, "published event not handled");
-                        }
-                        // No RESPONSE for a published event, only its credit back.
-                        ledger.give_back();
-                        let _ = tx.send(Frame::Credit { credits: 1 }).await;
+                    let resp = inbound.worker.handle(req, admission, cancel).await;
+                    let own = inbound.finished(conn_id);
+                    let Some((event, ce_id)) = published else {
+                        lock(&active).remove(&id);
+                        answer(&tx, resp, own, implicit_credit).await;
                         return;
+                    };
+                    if let Some(r) = resp.as_ref().filter(|r| r.status >= 500) {
+                        // Failed for good (dead-lettered when configured): never silent.
+                        tracing::warn!(%event, %ce_id, status = r.status, "published event not handled");
                     }
-                    lock(&active).remove(&id);
-                    if let Some(r) = resp.as_mut() {
-                        r.returns_credit = implicit_credit;
-                    }
-                    let credit_sent = resp.as_ref().is_some_and(|r| r.returns_credit);
-                    ledger.give_back();
-                    if let Some(resp) = resp {
-                        let _ = tx.send(Frame::Response(carriable(resp))).await;
-                    }
-                    // A cancelled request has no answer to carry its credit: it comes back alone.
-                    if !credit_sent {
-                        let _ = tx.send(Frame::Credit { credits: 1 }).await;
-                    }
+                    // The publisher wants only the outcome, without the app's body.
+                    let outcome = ack.then(|| Response {
+                        payload: bytes::Bytes::new(),
+                        content_type: String::new(),
+                        ..resp.unwrap_or_else(|| cancelled(id))
+                    });
+                    answer(&tx, outcome, own, implicit_credit).await;
                 });
             }
             Frame::Cancel { id } => {
@@ -296,7 +402,7 @@ async fn connection<S: SplitIo>(
             } => {
                 implicit_credit = implicit;
                 if takes_pushes && may_take_pushes && registered.is_none() {
-                    registered = Some(inbound.routers.register(tx.clone()));
+                    registered = Some(routers.register(tx.clone()));
                 }
             }
             Frame::Push(_) => {
@@ -305,6 +411,8 @@ async fn connection<S: SplitIo>(
         }
     }
     drop(registered);
+    // Its unused credits go to the other senders now; its busy ones as their events finish.
+    inbound.leave(conn_id);
     // The router is gone (or closed after our GOAWAY with nothing pending): answers cannot reach it.
     for t in lock(&active).values() {
         t.cancel();
@@ -314,6 +422,14 @@ async fn connection<S: SplitIo>(
     drop(tx);
     let _ = writer.await;
     tracing::info!(%peer, "router connection closed");
+}
+
+/// The outcome of a published event whose delivery was cancelled (the pod drains past its limit).
+fn cancelled(id: u64) -> Response {
+    Response {
+        status: 499,
+        ..accepted(id)
+    }
 }
 
 /// Writes queued frames in batches; a write that does not finish within [`WRITE_TIMEOUT`] (the
@@ -344,7 +460,6 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     }
     let _ = sink.close().await;
 }
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -2,8 +2,9 @@
 //! app's local API for its own events.
 
 pub(crate) mod access;
-mod credit;
+pub(crate) mod credit;
 pub(crate) mod delivery;
+pub(crate) mod durable;
 pub(crate) mod inbound;
 pub(crate) mod local_api;
 mod ordering;

@@ -40,7 +40,7 @@ use switchyard_identity::Expect;
 use switchyard_protocol::config::Destination;
 use switchyard_protocol::control::v1::RoutingTable;
 use switchyard_protocol::frame::{
-    DEFAULT_MAX_FRAME, FLAG_NO_REPLY, Frame, MAX_PAYLOAD, Request, Response,
+    DEFAULT_MAX_FRAME, FLAG_ACK, FLAG_NO_REPLY, Frame, MAX_PAYLOAD, Request, Response,
 };
 use tokio::time::timeout_at;
 
@@ -90,7 +90,10 @@ pub struct CallTimes {
 }
 
 enum Attempt {
+    /// Not sent, or (a publish) not acknowledged: another endpoint may take it.
     NotSent,
+    /// A publish the manager refused (its queue was full): another endpoint may take it.
+    Refused(Response),
     Failed(CallError),
 }
 
@@ -163,6 +166,7 @@ impl Upstream {
                         dest.manager.clone(),
                         pushes.clone(),
                         changes.clone(),
+                        metrics.clone(),
                         peer_tls(mesh.as_ref(), namespace, &dest.manager),
                     ));
                     discovery::start(pool.clone(), source);
@@ -246,6 +250,7 @@ impl Upstream {
                         p.manager.clone(),
                         self.pushes.clone(),
                         self.changes.clone(),
+                        self.metrics.clone(),
                         peer_tls(self.mesh.as_ref(), &self.namespace, &p.manager),
                     ))
                 });
@@ -364,18 +369,21 @@ impl Upstream {
         self.send_to(pool, out, 0, deadline, times).await
     }
 
-    /// Sends `out` fire-and-forget (`FLAG_NO_REPLY`): done once a manager sidecar granted credit and
-    /// the frame was flushed to its socket. `deadline` bounds the wait for an endpoint and credit.
+    /// Publishes `out` (`FLAG_NO_REPLY | FLAG_ACK`): done once a manager sidecar admitted it to its
+    /// queue. A manager that refuses it (queue full) or whose connection fails before acknowledging
+    /// it is passed over for another endpoint; the same ce-id travels each time, so an event that
+    /// did reach a pod that then died may arrive twice, never zero times after an `Ok`. When every
+    /// endpoint refused, the last refusal comes back as the answer (a 503 from the mesh).
+    /// `deadline` bounds the wait for an endpoint, credit and the acknowledgement.
     pub async fn publish(
         &self,
         pool: &Pool,
         out: &Outgoing,
         deadline: Instant,
-    ) -> Result<(), CallError> {
+    ) -> Result<Response, CallError> {
         let mut times = CallTimes::default();
-        self.send_to(pool, out, FLAG_NO_REPLY, deadline, &mut times)
+        self.send_to(pool, out, FLAG_NO_REPLY | FLAG_ACK, deadline, &mut times)
             .await
-            .map(|_| ())
     }
 
     async fn send_to(
@@ -388,6 +396,7 @@ impl Upstream {
     ) -> Result<Response, CallError> {
         fits(out)?;
         let mut tried: Vec<Arc<Peer>> = Vec::new();
+        let mut refused = None;
         for _ in 0..MAX_TRIES {
             let peers = pool.snapshot();
             let candidates: Vec<(&Arc<Peer>, Arc<Conn>)> = peers
@@ -408,12 +417,16 @@ impl Upstream {
             match self.once(conn, out, flags, deadline, times).await {
                 Ok(r) => return Ok(r),
                 Err(Attempt::Failed(e)) => return Err(e),
+                Err(Attempt::Refused(r)) => {
+                    tracing::debug!(peer = %peer.addr, "manager refused the publish; trying another endpoint");
+                    refused = Some(r);
+                }
                 Err(Attempt::NotSent) => {
-                    tracing::debug!(peer = %peer.addr, "connection failed before the request was written; trying another endpoint");
+                    tracing::debug!(peer = %peer.addr, "connection failed before the request was written or acknowledged; trying another endpoint");
                 }
             }
         }
-        Err(CallError::NoEndpoint)
+        refused.ok_or(CallError::NoEndpoint)
     }
 
     async fn once(
@@ -438,7 +451,11 @@ impl Upstream {
             Ok(Ok(permit)) => permit.forget(),
         }
         let no_reply = flags & FLAG_NO_REPLY != 0;
-        let slot = conn.register(no_reply).ok_or(Attempt::NotSent)?;
+        let publish = no_reply.then(|| conn::Published {
+            event: out.event.clone(),
+            ce_id: out.ce_id.clone(),
+        });
+        let slot = conn.register(publish).ok_or(Attempt::NotSent)?;
         let mut guard = CancelOnDrop {
             conn,
             id: slot.id,
@@ -479,11 +496,16 @@ impl Upstream {
             Ok(Ok(Ok(resp))) => {
                 guard.armed = false;
                 times.received = Some(Instant::now());
+                if no_reply && resp.from_mesh && resp.status == 503 {
+                    return Err(Attempt::Refused(resp));
+                }
                 Ok(resp)
             }
             Ok(Ok(Err(lost))) => {
                 guard.armed = false;
-                if lost.written {
+                // A publish not acknowledged was not taken: another endpoint may take it (with
+                // the same ce-id, so a pod that took it and died makes a duplicate, not a loss).
+                if lost.written && !no_reply {
                     Err(Attempt::Failed(CallError::Lost))
                 } else {
                     Err(Attempt::NotSent)

@@ -6,6 +6,7 @@ use super::changes::Changes;
 use super::conn::{self, Conn};
 use super::pushes::Pushes;
 use crate::backoff;
+use crate::metrics::{EventLabel, EventLabels, Metrics};
 use crate::net::mesh::MeshTls;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -38,17 +39,19 @@ pub struct Peer {
     stop: CancellationToken,
     pushes: Pushes,
     changes: Arc<Changes>,
+    metrics: Arc<Metrics>,
     tls: Option<PeerTls>,
 }
 
 impl Peer {
     /// Creates the peer and starts its connection loop; its PUSH frames go to `pushes`, and each
-    /// connection it opens bumps `changes` (held requests wait for that). With `tls` it connects
-    /// with mTLS.
+    /// connection it opens bumps `changes` (held requests wait for that); admitted publishes a lost
+    /// connection never confirmed are counted in `metrics`. With `tls` it connects with mTLS.
     pub fn spawn(
         addr: String,
         pushes: Pushes,
         changes: Arc<Changes>,
+        metrics: Arc<Metrics>,
         tls: Option<PeerTls>,
     ) -> Arc<Peer> {
         let peer = Arc::new(Peer {
@@ -58,6 +61,7 @@ impl Peer {
             stop: CancellationToken::new(),
             pushes,
             changes,
+            metrics,
             tls,
         });
         tokio::spawn(peer.clone().run());
@@ -90,6 +94,39 @@ impl Peer {
         if let Some(c) = self.slot().clone() {
             c.begin_drain();
         }
+    }
+
+    /// Publishes this endpoint acknowledged (its app was told 202) and never reported done before
+    /// the connection died: if the pod died, they are lost (in-memory delivery keeps no copy).
+    /// Logged one by one, so they can be found, and counted.
+    fn unconfirmed(&self, published: Vec<conn::Published>) {
+        if published.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            peer = %self.addr,
+            count = published.len(),
+            "connection lost with acknowledged publishes not reported done; lost if the pod died"
+        );
+        for p in published {
+            tracing::warn!(peer = %self.addr, event = %p.event, ce_id = %p.ce_id, "acknowledged publish unconfirmed");
+            self.metrics
+                .published_unconfirmed
+                .get_or_create(&EventLabels {
+                    event: EventLabel(p.event),
+                })
+                .inc();
+        }
+    }
+
+    /// Runs one connection on `stream` (TCP or mTLS) until it ends.
+    async fn serve<S: crate::net::io::SplitIo>(&self, stream: S) {
+        let unconfirmed = conn::run(stream, &self.addr, &self.pushes, |c| {
+            *self.slot() = Some(c);
+            self.changes.bump();
+        })
+        .await;
+        self.unconfirmed(unconfirmed);
     }
 
     async fn run(self: Arc<Self>) {
@@ -152,16 +189,6 @@ impl Peer {
                 _ = self.stop.cancelled() => return,
             }
         }
-    }
-}
-
-impl Peer {
-    async fn serve<S: crate::net::io::SplitIo>(&self, stream: S) {
-        conn::run(stream, &self.addr, &self.pushes, |c| {
-            *self.slot() = Some(c);
-            self.changes.bump();
-        })
-        .await;
     }
 }
 

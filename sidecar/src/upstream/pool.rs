@@ -3,6 +3,7 @@
 use super::changes::Changes;
 use super::peer::{Peer, PeerTls};
 use super::pushes::Pushes;
+use crate::metrics::Metrics;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -14,19 +15,28 @@ pub struct Pool {
     peers: RwLock<Arc<Vec<Arc<Peer>>>>,
     pushes: Pushes,
     changes: Arc<Changes>,
+    metrics: Arc<Metrics>,
     tls: Option<PeerTls>,
     retired: AtomicBool,
 }
 
 impl Pool {
-    /// An empty pool whose endpoints' PUSH frames go to `pushes`, whose new connections bump
-    /// `changes`, and which connect with mTLS expecting the Manager in `tls` (plain TCP with `None`).
-    pub fn new(name: String, pushes: Pushes, changes: Arc<Changes>, tls: Option<PeerTls>) -> Pool {
+    /// An empty pool whose endpoints' PUSH frames go to `pushes` and whose new connections bump
+    /// `changes`; publishes its endpoints lost are counted in `metrics`. Its endpoints connect with
+    /// mTLS expecting the Manager in `tls` (plain TCP with `None`).
+    pub fn new(
+        name: String,
+        pushes: Pushes,
+        changes: Arc<Changes>,
+        metrics: Arc<Metrics>,
+        tls: Option<PeerTls>,
+    ) -> Pool {
         Pool {
             name,
             peers: RwLock::new(Arc::new(Vec::new())),
             pushes,
             changes,
+            metrics,
             tls,
             retired: AtomicBool::new(false),
         }
@@ -84,6 +94,7 @@ impl Pool {
                     addr,
                     self.pushes.clone(),
                     self.changes.clone(),
+                    self.metrics.clone(),
                     self.tls.clone(),
                 ));
             }

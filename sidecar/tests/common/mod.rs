@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod identity;
+pub mod nats;
 pub mod otlp;
 pub mod pusher;
 
