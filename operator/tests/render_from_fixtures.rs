@@ -15,6 +15,7 @@ fn settings() -> RenderSettings {
     RenderSettings {
         sidecar_image: SIDECAR.into(),
         control_plane_url: None,
+        mesh: None,
     }
 }
 

@@ -579,6 +579,14 @@ impl tokio_util::codec::Encoder<Frame> for FrameCodec {
 mod tests {
     use super::*;
 
+    #[test]
+    fn the_crds_cap_events_at_what_a_frame_carries() {
+        assert_eq!(
+            usize::try_from(switchyard_crds::router::MAX_EVENT_BYTES).ok(),
+            Some(MAX_PAYLOAD)
+        );
+    }
+
     fn roundtrip(f: Frame) {
         let mut buf = BytesMut::new();
         encode(&f, &mut buf).expect("encodes");

@@ -1,6 +1,7 @@
 //! Watches Routers, Managers and manager Pods into reflector caches and republishes every Router's
 //! table when any of them changes. Reads only: every replica runs it, leader or not.
 
+use super::directory::{self, Directory};
 use super::hub::Hub;
 use super::table;
 use crate::metrics::Metrics;
@@ -19,8 +20,13 @@ use tokio::sync::Notify;
 /// Changes arriving together (a rollout moves many pods) are folded into one recompute.
 const SETTLE: Duration = Duration::from_millis(200);
 
-/// Keeps `hub` up to date until the future is dropped.
-pub async fn run(client: Client, hub: Arc<Hub>, metrics: Arc<Metrics>) {
+/// Keeps `hub` and `directory` up to date until the future is dropped.
+pub async fn run(
+    client: Client,
+    hub: Arc<Hub>,
+    directory: Arc<directory::Current>,
+    metrics: Arc<Metrics>,
+) {
     let (routers, rw) = reflector::store::<Router>();
     let (managers, mw) = reflector::store::<Manager>();
     let (pods, pw) = reflector::store::<Pod>();
@@ -81,7 +87,7 @@ pub async fn run(client: Client, hub: Arc<Hub>, metrics: Arc<Metrics>) {
         }
         tracing::info!("control-plane caches synced; serving routing tables");
         loop {
-            recompute(&hub, &metrics, &routers, &managers, &pods);
+            recompute(&hub, &directory, &metrics, &routers, &managers, &pods);
             changed.notified().await;
             tokio::time::sleep(SETTLE).await;
         }
@@ -91,6 +97,7 @@ pub async fn run(client: Client, hub: Arc<Hub>, metrics: Arc<Metrics>) {
 
 fn recompute(
     hub: &Hub,
+    directory: &directory::Current,
     metrics: &Metrics,
     routers: &Store<Router>,
     managers: &Store<Manager>,
@@ -100,6 +107,8 @@ fn recompute(
     let r: Vec<&Router> = r.iter().map(AsRef::as_ref).collect();
     let m: Vec<&Manager> = m.iter().map(AsRef::as_ref).collect();
     let p: Vec<&Pod> = p.iter().map(AsRef::as_ref).collect();
+    // The directory first: a sidecar seeing its new table is then also allowed what it lists.
+    directory.set(Directory::build(&r, &m));
     let tables = table::all_tables(&r, &m, &p);
     let count = tables.len();
     let changed = hub.publish(tables);

@@ -1,7 +1,11 @@
 //! The tonic service: `WatchRoutes` streams a Router's table from the hub, `ReportLoad` keeps the
-//! latest report of each pod.
+//! latest report of each pod, `Activate` wakes the autoscaler. Each call is first checked against
+//! its caller (`caller`: with mesh TLS, the workload of the client certificate); refusals are
+//! counted by reason.
 
 use super::activation::Activation;
+use super::caller::{self, Caller, Refusal};
+use super::directory;
 use super::hub::{Hub, SubscribeError};
 use super::load::LoadBook;
 use super::table::RouterKey;
@@ -9,6 +13,7 @@ use crate::metrics::Metrics;
 use futures::{Stream, StreamExt};
 use std::pin::Pin;
 use std::sync::Arc;
+use switchyard_identity::incoming::PeerInfo;
 use switchyard_protocol::control::v1::control_plane_server::ControlPlane;
 use switchyard_protocol::control::v1::{
     ActivateAck, ActivateRequest, LoadAck, LoadReport, RoutingTable, WatchRoutesRequest,
@@ -24,6 +29,39 @@ pub struct Service {
     pub loads: Arc<LoadBook>,
     /// Subscriber and table counters.
     pub metrics: Arc<Metrics>,
+    /// Who is who, for the checks.
+    pub directory: Arc<directory::Current>,
+    /// Whether callers are known by their client certificates (mesh TLS on).
+    pub mesh: bool,
+}
+
+impl Service {
+    /// Who sent `request`.
+    fn caller<T>(&self, request: &Request<T>) -> Caller {
+        if !self.mesh {
+            return Caller::Anyone;
+        }
+        match request
+            .extensions()
+            .get::<PeerInfo>()
+            .and_then(|p| p.peer.clone())
+        {
+            Some(peer) => Caller::Workload(peer),
+            None => Caller::Nobody,
+        }
+    }
+
+    /// Counts and logs a refusal, and turns it into the caller's status.
+    fn refuse(&self, caller: &Caller, call: &'static str, r: Refusal) -> Status {
+        self.metrics.control_plane_refused(r.reason);
+        let who = match caller {
+            Caller::Workload(p) => p.id.uri(),
+            Caller::Nobody => "a client without a certificate".into(),
+            Caller::Anyone => "a client".into(),
+        };
+        tracing::warn!(call, caller = %who, reason = r.reason, message = %r.message, "control-plane call refused");
+        r.status()
+    }
 }
 
 /// Counts a subscriber for as long as its stream lives.
@@ -68,7 +106,10 @@ impl ControlPlane for Service {
         &self,
         request: Request<WatchRoutesRequest>,
     ) -> Result<Response<Self::WatchRoutesStream>, Status> {
+        let caller = self.caller(&request);
         let req = request.into_inner();
+        caller::watch(&caller, &req, &self.directory.get())
+            .map_err(|r| self.refuse(&caller, "WatchRoutes", r))?;
         let key = RouterKey {
             namespace: required(&req.namespace, "namespace")?,
             name: required(&req.router, "router")?,
@@ -95,6 +136,12 @@ impl ControlPlane for Service {
         &self,
         request: Request<Streaming<LoadReport>>,
     ) -> Result<Response<LoadAck>, Status> {
+        let caller = self.caller(&request);
+        if !self.hub.is_synced() {
+            return Err(Status::unavailable(
+                "the control plane has not synced its caches yet; retry shortly",
+            ));
+        }
         let mut stream = request.into_inner();
         let mut received = 0u64;
         let mut last: Option<(String, String)> = None;
@@ -106,11 +153,23 @@ impl ControlPlane for Service {
                 }
             };
             match next {
-                Ok(Some(report)) => {
+                Ok(Some(mut report)) => {
                     if let Err(s) = required(&report.pod, "pod")
                         .and_then(|_| required(&report.namespace, "namespace"))
                     {
                         break Err(s);
+                    }
+                    match caller::report(&caller, &mut report, &self.directory.get()) {
+                        Err(r) => break Err(self.refuse(&caller, "ReportLoad", r)),
+                        Ok(checked) if checked.unknown_events > 0 => {
+                            // Dropped, not refused: a pod of the previous spec may still report a
+                            // type removed since; it cannot scale anything through it.
+                            for _ in 0..checked.unknown_events {
+                                self.metrics.control_plane_refused("unknown_event");
+                            }
+                            tracing::debug!(pod = %report.pod, dropped = checked.unknown_events, "load entries for event types the owner does not have dropped");
+                        }
+                        Ok(_) => {}
                     }
                     received += 1;
                     self.metrics.load_report();
@@ -123,7 +182,10 @@ impl ControlPlane for Service {
                     }
                 }
                 Ok(None) => break Ok(()),
-                Err(s) => break Err(s),
+                Err(s) => match caller::oversized(&s) {
+                    Some(r) => break Err(self.refuse(&caller, "ReportLoad", r)),
+                    None => break Err(s),
+                },
             }
         };
         if let Some((ns, pod)) = last {
@@ -136,7 +198,15 @@ impl ControlPlane for Service {
         &self,
         request: Request<ActivateRequest>,
     ) -> Result<Response<ActivateAck>, Status> {
+        let caller = self.caller(&request);
+        if !self.hub.is_synced() {
+            return Err(Status::unavailable(
+                "the control plane has not synced its caches yet; retry shortly",
+            ));
+        }
         let req = request.into_inner();
+        caller::activate(&caller, &req, &self.directory.get())
+            .map_err(|r| self.refuse(&caller, "Activate", r))?;
         let activation = Activation {
             namespace: required(&req.namespace, "namespace")?,
             event_type: required(&req.event_type, "event_type")?,
