@@ -10,9 +10,9 @@ use crate::{Error, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::ObjectRef;
+use kube::runtime::reflector::{ObjectRef, Store};
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
@@ -23,8 +23,19 @@ use switchyard_crds::{Manager, Router};
 
 const NAME: &str = "router";
 
-/// Runs the Router controller until `shutdown` resolves.
-pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+/// What a Router reconcile reads besides the Router: the Manager controller's cache.
+struct Shared {
+    ctx: Arc<Context>,
+    managers: Store<Manager>,
+}
+
+/// Runs the Router controller until `shutdown` resolves, reading Managers from `managers` (the
+/// Manager controller's cache; the watch below only triggers reconciles).
+pub async fn run(
+    ctx: Arc<Context>,
+    managers: Store<Manager>,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
     let client = ctx.client.clone();
     let owned = super::owned_children();
     let stream = Controller::new(
@@ -44,33 +55,39 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         },
     )
     .graceful_shutdown_on(shutdown)
-    .run(reconcile, error_policy, ctx);
+    .run(reconcile, error_policy, Arc::new(Shared { ctx, managers }));
     super::drain(stream, NAME).await;
 }
 
 #[tracing::instrument(skip_all, fields(router = %router.name_any(), namespace = router.namespace().unwrap_or_default()))]
-async fn reconcile(router: Arc<Router>, ctx: Arc<Context>) -> Result<Action> {
-    super::timed(&ctx, NAME, reconcile_inner(&router, &ctx)).await
+async fn reconcile(router: Arc<Router>, shared: Arc<Shared>) -> Result<Action> {
+    let ctx = &shared.ctx;
+    super::timed(ctx, NAME, reconcile_inner(&router, ctx, &shared.managers)).await
 }
 
-async fn reconcile_inner(router: &Router, ctx: &Context) -> Result<Action> {
+async fn reconcile_inner(router: &Router, ctx: &Context, store: &Store<Manager>) -> Result<Action> {
     let ns = router
         .namespace()
         .ok_or(Error::MissingMetadata("namespace"))?;
     let name = router.name_any();
 
-    // observe
-    let managers: Vec<Manager> = Api::<Manager>::namespaced(ctx.client.clone(), &ns)
-        .list(&ListParams::default())
+    // observe: a config rendered before the cache holds every Manager would drop routes and roll the
+    // router pods, so the first reconciles wait for it.
+    store
+        .wait_until_ready()
         .await
-        .map_err(|source| Error::Observe {
-            what: format!("managers in {ns}"),
-            source,
-        })?
-        .items
+        .map_err(|_| Error::CacheClosed("managers"))?;
+    let mut managers: Vec<Manager> = store
+        .state_filter(|m| {
+            m.namespace().as_deref() == Some(ns.as_str())
+                && m.spec.router_ref.name == name
+                && m.meta().deletion_timestamp.is_none()
+        })
         .into_iter()
-        .filter(|m| m.spec.router_ref.name == name && m.meta().deletion_timestamp.is_none())
+        .map(|m| (*m).clone())
         .collect();
+    // The cache has no order; the rendered config must not change with it.
+    managers.sort_by_key(|m| m.name_any());
 
     // validate
     let errors = validate::router::validate(&name, &router.spec);
@@ -126,7 +143,7 @@ async fn reconcile_inner(router: &Router, ctx: &Context) -> Result<Action> {
         routes: i32::try_from(router.spec.routes.len()).unwrap_or(i32::MAX),
     };
     if status != old {
-        super::patch_status(ctx, router, &status).await?;
+        super::apply_status(ctx, router, &status).await?;
         let obj = router.object_ref(&());
         events::on_status_change(
             ctx,
@@ -165,6 +182,6 @@ fn event_type_conflicts(managers: &[Manager]) -> Option<String> {
     (!conflicts.is_empty()).then(|| conflicts.join("; "))
 }
 
-fn error_policy(router: Arc<Router>, err: &Error, ctx: Arc<Context>) -> Action {
-    super::error_policy(NAME, &*router, err, ctx)
+fn error_policy(router: Arc<Router>, err: &Error, shared: Arc<Shared>) -> Action {
+    super::error_policy(NAME, &*router, err, shared.ctx.clone())
 }
