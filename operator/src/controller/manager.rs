@@ -23,21 +23,13 @@ use switchyard_crds::{Manager, Router};
 
 const NAME: &str = "manager";
 
-/// The Manager controller, not yet running: its cache is shared with the Router controller.
-pub fn controller(ctx: &Context) -> Controller<Manager> {
-    Controller::new(
-        Api::<Manager>::all(ctx.client.clone()),
-        watcher::Config::default(),
-    )
-}
-
-/// Runs the Manager `controller` until `shutdown` resolves.
-pub async fn run(
-    controller: Controller<Manager>,
-    ctx: Arc<Context>,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
-) {
+/// Runs the Manager controller until `shutdown` resolves.
+pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
+    let controller = Controller::new(
+        Api::<Manager>::all(client.clone()),
+        watcher::Config::default(),
+    );
     let owned = super::owned_children();
     let managers = controller.store();
     let stream = controller

@@ -3,6 +3,7 @@
 
 pub mod events;
 pub mod manager;
+mod manager_cache;
 pub mod router;
 
 use crate::context::Context;
@@ -19,17 +20,19 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Runs both controllers until `shutdown` resolves. The Router controller reads Managers from the
-/// Manager controller's cache instead of listing them on every reconcile.
+/// Runs both controllers until `shutdown` resolves. The Router controller reads Managers from a
+/// reflector cache instead of listing them on every reconcile.
 pub async fn run(
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
-    let managers = manager::controller(&ctx);
-    let store = managers.store();
+    use futures::StreamExt;
+    let (managers, fill) = manager_cache::ManagerCache::start(ctx.client.clone());
+    let fill = fill.take_until(shutdown.clone()).for_each(|()| async {});
     futures::join!(
-        router::run(ctx.clone(), store, shutdown.clone()),
-        manager::run(managers, ctx, shutdown)
+        fill,
+        router::run(ctx.clone(), managers, shutdown.clone()),
+        manager::run(ctx, shutdown)
     );
 }
 

@@ -1,6 +1,7 @@
 //! Router controller: Router → router Deployment, Service and rendered-config ConfigMap.
 
 use super::events;
+use super::manager_cache::ManagerCache;
 use crate::apply::apply;
 use crate::conditions::{self, Problem, Rollout};
 use crate::context::Context;
@@ -12,7 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
-use kube::runtime::reflector::{ObjectRef, Store};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
@@ -23,17 +24,17 @@ use switchyard_crds::{Manager, Router};
 
 const NAME: &str = "router";
 
-/// What a Router reconcile reads besides the Router: the Manager controller's cache.
+/// What a Router reconcile reads besides the Router: the Manager cache.
 struct Shared {
     ctx: Arc<Context>,
-    managers: Store<Manager>,
+    managers: ManagerCache,
 }
 
 /// Runs the Router controller until `shutdown` resolves, reading Managers from `managers` (the
-/// Manager controller's cache; the watch below only triggers reconciles).
-pub async fn run(
+/// watch below only triggers reconciles).
+pub(super) async fn run(
     ctx: Arc<Context>,
-    managers: Store<Manager>,
+    managers: ManagerCache,
     shutdown: impl Future<Output = ()> + Send + Sync + 'static,
 ) {
     let client = ctx.client.clone();
@@ -65,29 +66,17 @@ async fn reconcile(router: Arc<Router>, shared: Arc<Shared>) -> Result<Action> {
     super::timed(ctx, NAME, reconcile_inner(&router, ctx, &shared.managers)).await
 }
 
-async fn reconcile_inner(router: &Router, ctx: &Context, store: &Store<Manager>) -> Result<Action> {
+async fn reconcile_inner(router: &Router, ctx: &Context, cache: &ManagerCache) -> Result<Action> {
     let ns = router
         .namespace()
         .ok_or(Error::MissingMetadata("namespace"))?;
     let name = router.name_any();
 
-    // observe: a config rendered before the cache holds every Manager would drop routes and roll the
-    // router pods, so the first reconciles wait for it.
-    store
-        .wait_until_ready()
+    // observe
+    let managers = cache
+        .of_router(&ns, &name)
         .await
-        .map_err(|_| Error::CacheClosed("managers"))?;
-    let mut managers: Vec<Manager> = store
-        .state_filter(|m| {
-            m.namespace().as_deref() == Some(ns.as_str())
-                && m.spec.router_ref.name == name
-                && m.meta().deletion_timestamp.is_none()
-        })
-        .into_iter()
-        .map(|m| (*m).clone())
-        .collect();
-    // The cache has no order; the rendered config must not change with it.
-    managers.sort_by_key(|m| m.name_any());
+        .ok_or(Error::CacheClosed("managers"))?;
 
     // validate
     let errors = validate::router::validate(&name, &router.spec);

@@ -65,7 +65,7 @@ pub(crate) async fn run(
         .transpose()?;
     let pod = std::env::var(env::POD_NAME).unwrap_or_default();
     // No WebSocket clients here: these connections take no pushes.
-    let mut router = Upstream::start(
+    let mut upstream = Upstream::start(
         &c.router,
         &c.namespace,
         &c.destinations,
@@ -74,9 +74,9 @@ pub(crate) async fn run(
         metrics.clone(),
     );
     if let Some((url, _)) = &control_plane {
-        router = router.with_control_plane(url.clone());
+        upstream = upstream.with_control_plane(url.clone());
     }
-    let router = Arc::new(router);
+    let upstream = Arc::new(upstream);
     let reporter = control_plane.as_ref().map(|(_, ep)| {
         let meters = Arc::new(LoadMeters::new(
             events.iter().map(|e| Arc::<str>::from(e.as_str())),
@@ -90,9 +90,10 @@ pub(crate) async fn run(
         };
         tokio::spawn(crate::load::push::run(ep.clone(), meters, who))
     });
-    let follower = control_plane.map(|(_, ep)| tokio::spawn(follow::run(ep, router.clone(), pod)));
+    let follower =
+        control_plane.map(|(_, ep)| tokio::spawn(follow::run(ep, upstream.clone(), pod)));
     if let Some(dl) = &c.workers.dead_letter
-        && router.pool_of(dl.as_str()).is_none()
+        && upstream.pool_of(dl.as_str()).is_none()
     {
         tracing::warn!(dead_letter = %dl, "no Manager handles the dead-letter event type yet; dead letters are counted as unrouted");
     }
@@ -115,25 +116,25 @@ pub(crate) async fn run(
         worker = worker.with_ordering_key(key.clone());
     }
     if let Some(dl) = &c.workers.dead_letter {
-        worker = worker.with_dead_letter(dl.as_str(), router.clone());
+        worker = worker.with_dead_letter(dl.as_str(), upstream.clone());
     }
     let worker = Arc::new(worker);
     let routers = Arc::new(Routers::default());
     let ready = Readiness::default();
     let admin = bind("admin", admin_addr).await?;
     // `/routes` shows the outbound table the app's events and dead letters use.
-    tokio::spawn(admin::serve_router(
+    tokio::spawn(admin::serve(
         admin,
         metrics.clone(),
         ready.clone(),
-        router.clone(),
+        upstream.clone(),
     ));
     let listener = bind("frame listener", listen).await?;
     let local_listener = bind("local API", local_api_addr).await?;
     let drain = CancellationToken::new();
     // The app may still publish while its last deliveries run: the local API closes after them.
     let local_drain = CancellationToken::new();
-    let local = LocalApi::new(router, routers.clone(), metrics);
+    let local = LocalApi::new(upstream, routers.clone(), metrics);
     let local_server = tokio::spawn(local_api::serve(
         local_listener,
         Arc::new(local),
