@@ -13,8 +13,10 @@ up:
 	$(CARGO) build --release --locked -p switchyard -p switchyard-sidecar -p switchyard-example-app
 	target/release/switchyard up -f examples/quickstart.yaml
 
+# The e2e tests start the test control plane on first use; `session` stops it when the run ends
+# (unless it was already up before, e.g. from `make demo`).
 test: lint
-	$(CARGO) test --workspace --all-targets --no-fail-fast
+	e2e/cluster/session $(CARGO) test --workspace --all-targets --no-fail-fast
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -25,7 +27,7 @@ unit:
 	$(CARGO) test --workspace --exclude switchyard-e2e
 
 e2e: tools
-	$(CARGO) test -p switchyard-e2e
+	e2e/cluster/session $(CARGO) test -p switchyard-e2e
 
 tools:
 	e2e/cluster/build-tools

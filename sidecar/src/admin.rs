@@ -1,4 +1,4 @@
-//! The admin server of both roles: `/healthz`, `/readyz`, `/metrics`; the router role adds `/routes`
+//! The admin server of both roles: `/healthz`, `/readyz`, `/metrics`, and `/routes`
 //! (its current routing table as JSON).
 
 use crate::metrics::Metrics;
@@ -29,21 +29,21 @@ impl Readiness {
 }
 
 /// Serves admin requests on `listener` forever: `/healthz`, `/readyz`, `/metrics`, and `GET /routes`
-/// showing `router`'s table. Runs until the process exits, so probes see the drain.
-pub async fn serve_router(
+/// showing `upstream`'s routing table. Runs until the process exits, so probes see the drain.
+pub async fn serve(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: Readiness,
-    router: Arc<Upstream>,
+    upstream: Arc<Upstream>,
 ) {
-    serve_with(listener, metrics, ready, Some(router)).await;
+    serve_with(listener, metrics, ready, Some(upstream)).await;
 }
 
 async fn serve_with(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: Readiness,
-    router: Option<Arc<Upstream>>,
+    upstream: Option<Arc<Upstream>>,
 ) {
     // Probes and scrapes are few; a small bound keeps a flood of admin connections from costing memory.
     let limit = Arc::new(tokio::sync::Semaphore::new(64));
@@ -61,10 +61,10 @@ async fn serve_with(
         };
         let metrics = metrics.clone();
         let ready = ready.clone();
-        let router = router.clone();
+        let upstream = upstream.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
-                let resp = answer(req.uri().path(), &metrics, &ready, router.as_deref());
+                let resp = answer(req.uri().path(), &metrics, &ready, upstream.as_deref());
                 async move { Ok::<_, std::convert::Infallible>(resp) }
             });
             let _ = hyper::server::conn::http1::Builder::new()
@@ -81,10 +81,10 @@ fn answer(
     path: &str,
     metrics: &Metrics,
     ready: &Readiness,
-    router: Option<&Upstream>,
+    upstream: Option<&Upstream>,
 ) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match path {
-        "/routes" => match router {
+        "/routes" => match upstream {
             Some(r) => match serde_json::to_vec_pretty(&r.view()) {
                 Ok(json) => (StatusCode::OK, "application/json", Bytes::from(json)),
                 Err(_) => (

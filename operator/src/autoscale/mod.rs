@@ -303,39 +303,58 @@ impl Scaler {
         now_ms: u64,
     ) {
         let round = |v: f64| (v * 100.0).round() / 100.0;
-        let mut events = m
+        // Only the autoscaler's fields, applied under its own field manager: the controller owns the
+        // rest of each entry (deployment, replicas) and server-side apply merges the two by event.
+        // Entries of the event types the spec still lists and the controller has created: an entry
+        // the autoscaler kept writing after its type left the spec would never go away.
+        let events: Vec<serde_json::Value> = m
             .status
             .as_ref()
-            .map(|s| s.events.clone())
-            .unwrap_or_default();
-        for s in &mut events {
-            s.desired_replicas = desired
-                .get(&s.event)
-                .map(|n| i32::try_from(*n).unwrap_or(i32::MAX));
-            let recent = self
-                .windows
-                .get(&(ns.to_owned(), name.to_owned(), s.event.clone()))
-                .and_then(|w| w.average(now_ms, policy.panic_ms));
-            s.rate = recent.map(|r| round(r.rate));
-            s.in_flight = recent.map(|r| round(r.in_flight));
-            s.p99_ms = recent.map(|r| round(r.p99_ms));
-        }
+            .map(|s| s.events.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .filter(|s| {
+                !s.deployment.is_empty() && m.spec.events.iter().any(|e| e.as_str() == s.event)
+            })
+            .map(|s| {
+                let recent = self
+                    .windows
+                    .get(&(ns.to_owned(), name.to_owned(), s.event.clone()))
+                    .and_then(|w| w.average(now_ms, policy.panic_ms));
+                let mut entry = serde_json::json!({ "event": s.event });
+                if let Some(n) = desired.get(&s.event) {
+                    entry["desiredReplicas"] =
+                        serde_json::json!(i32::try_from(*n).unwrap_or(i32::MAX));
+                }
+                if let Some(r) = recent {
+                    entry["rate"] = serde_json::json!(round(r.rate));
+                    entry["inFlight"] = serde_json::json!(round(r.in_flight));
+                    entry["p99Ms"] = serde_json::json!(round(r.p99_ms));
+                }
+                entry
+            })
+            .collect();
         let total = desired
             .values()
             .copied()
             .max()
             .map(|n| i32::try_from(n).unwrap_or(i32::MAX));
-        let mut status = serde_json::json!({ "desiredReplicas": total });
+        let mut status = serde_json::json!({});
+        if let Some(t) = total {
+            status["desiredReplicas"] = serde_json::json!(t);
+        }
         // The controller creates the per-type entries; until it has, only the total is written.
         if !events.is_empty() {
-            status["events"] = serde_json::to_value(&events).unwrap_or_default();
+            status["events"] = serde_json::Value::Array(events);
         }
         let api = Api::<Manager>::namespaced(ctx.client.clone(), ns);
-        let patch = serde_json::json!({ "status": status });
-        if let Err(e) = api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
+        let patch = serde_json::json!({
+            "apiVersion": <Manager as kube::Resource>::api_version(&()),
+            "kind": <Manager as kube::Resource>::kind(&()),
+            "status": status,
+        });
+        let params = PatchParams::apply(crate::controller::AUTOSCALER_FIELD_MANAGER).force();
+        if let Err(e) = api.patch_status(name, &params, &Patch::Apply(&patch)).await {
             tracing::warn!(manager = %name, namespace = %ns, error = %e, "could not write scaling status");
         }
     }

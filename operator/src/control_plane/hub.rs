@@ -111,11 +111,6 @@ impl Hub {
         self.closed.store(true, Ordering::Release);
         self.lock().clear();
     }
-
-    /// Whether the first complete view of the cluster has been published.
-    pub fn is_synced(&self) -> bool {
-        self.synced.load(Ordering::Acquire)
-    }
 }
 
 #[cfg(test)]

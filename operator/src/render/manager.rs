@@ -108,7 +108,7 @@ pub fn build(
     let labels = meta::labels(MANAGER, &name);
     let selector = meta::selector(MANAGER, &name);
     let rendered = serde_json::to_string_pretty(&render_config(manager, router)?).map_err(|e| {
-        Error::Build {
+        Error::Render {
             what: "manager config".into(),
             message: e.to_string(),
         }

@@ -91,14 +91,14 @@ pub fn build(
     let selector = meta::selector(ROUTER, &name);
     let rendered =
         serde_json::to_string_pretty(&render_config(router, managers)?).map_err(|e| {
-            Error::Build {
+            Error::Render {
                 what: "router config".into(),
                 message: e.to_string(),
             }
         })?;
     // Only the spec rolls the router pods. Destinations follow Managers coming and going; the sidecar
     // picks those up from the updated ConfigMap (and the operator's table stream) without a restart.
-    let spec_json = serde_json::to_string(&router.spec).map_err(|e| Error::Build {
+    let spec_json = serde_json::to_string(&router.spec).map_err(|e| Error::Render {
         what: "router spec".into(),
         message: e.to_string(),
     })?;

@@ -67,7 +67,7 @@ pub(crate) async fn run(
         .transpose()?;
     let pod = std::env::var(env::POD_NAME).unwrap_or_default();
     // No WebSocket clients here: these connections take no pushes.
-    let mut router = Upstream::start(
+    let mut upstream = Upstream::start(
         &c.router,
         &c.namespace,
         &c.destinations,
@@ -76,9 +76,9 @@ pub(crate) async fn run(
         metrics.clone(),
     );
     if let Some((url, _)) = &control_plane {
-        router = router.with_control_plane(url.clone());
+        upstream = upstream.with_control_plane(url.clone());
     }
-    let router = Arc::new(router);
+    let upstream = Arc::new(upstream);
     let reporter = control_plane.as_ref().map(|(_, ep)| {
         let meters = Arc::new(LoadMeters::new(
             events.iter().map(|e| Arc::<str>::from(e.as_str())),
@@ -92,9 +92,10 @@ pub(crate) async fn run(
         };
         tokio::spawn(crate::load::push::run(ep.clone(), meters, who))
     });
-    let follower = control_plane.map(|(_, ep)| tokio::spawn(follow::run(ep, router.clone(), pod)));
+    let follower =
+        control_plane.map(|(_, ep)| tokio::spawn(follow::run(ep, upstream.clone(), pod)));
     if let Some(dl) = &c.workers.dead_letter
-        && router.pool_of(dl.as_str()).is_none()
+        && upstream.pool_of(dl.as_str()).is_none()
     {
         tracing::warn!(dead_letter = %dl, "no Manager handles the dead-letter event type yet; dead letters are counted as unrouted");
     }
@@ -117,18 +118,18 @@ pub(crate) async fn run(
         worker = worker.with_ordering_key(key.clone());
     }
     if let Some(dl) = &c.workers.dead_letter {
-        worker = worker.with_dead_letter(dl.as_str(), router.clone());
+        worker = worker.with_dead_letter(dl.as_str(), upstream.clone());
     }
     let worker = Arc::new(worker);
     let routers = Arc::new(Routers::default());
     let ready = Readiness::default();
     let admin = bind("admin", admin_addr).await?;
     // `/routes` shows the outbound table the app's events and dead letters use.
-    tokio::spawn(admin::serve_router(
+    tokio::spawn(admin::serve(
         admin,
         metrics.clone(),
         ready.clone(),
-        router.clone(),
+        upstream.clone(),
     ));
     let listener = bind("frame listener", listen).await?;
     let local_listener = bind("local API", local_api_addr).await?;
@@ -198,7 +199,7 @@ pub(crate) async fn run(
             &pulls,
         );
     }
-    let local = LocalApi::new(router, store, routers.clone(), metrics);
+    let local = LocalApi::new(upstream, store, routers.clone(), metrics);
     let local_server = tokio::spawn(local_api::serve(
         local_listener,
         Arc::new(local),

@@ -46,18 +46,18 @@ pub(crate) fn endpoint(url: &str) -> Result<Endpoint, EndpointError> {
         .keep_alive_while_idle(true))
 }
 
-/// Follows the control plane at `endpoint` for `router` forever (the task is dropped at shutdown).
-pub(crate) async fn run(endpoint: Endpoint, router: Arc<Upstream>, pod: String) {
+/// Follows the control plane at `endpoint` for `upstream` forever (the task is dropped at shutdown).
+pub(crate) async fn run(endpoint: Endpoint, upstream: Arc<Upstream>, pod: String) {
     let url = endpoint.uri().to_string();
     let (name, namespace) = {
-        let (n, ns) = router.identity();
+        let (n, ns) = upstream.identity();
         (n.to_owned(), ns.to_owned())
     };
     let mut retry = backoff::StreamRetry::control_plane();
     loop {
         let started = Instant::now();
-        let ended = watch(&endpoint, &router, &name, &namespace, &pod).await;
-        router.set_connected(false);
+        let ended = watch(&endpoint, &upstream, &name, &namespace, &pod).await;
+        upstream.set_connected(false);
         let next = retry.ended(started.elapsed(), fastrand::f64());
         // The first failure of a series is worth a warning; repeats of it are not.
         if next.first {
@@ -72,7 +72,7 @@ pub(crate) async fn run(endpoint: Endpoint, router: Arc<Upstream>, pod: String) 
 /// One subscription, until it fails; returns why it ended.
 async fn watch(
     endpoint: &Endpoint,
-    router: &Upstream,
+    upstream: &Upstream,
     name: &str,
     namespace: &str,
     pod: &str,
@@ -91,10 +91,10 @@ async fn watch(
         Ok(r) => r.into_inner(),
         Err(s) => return format!("{:?}: {}", s.code(), s.message()),
     };
-    router.set_connected(true);
+    upstream.set_connected(true);
     loop {
         match stream.message().await {
-            Ok(Some(table)) => router.apply(&table),
+            Ok(Some(table)) => upstream.apply(&table),
             Ok(None) => return "the operator closed the stream".into(),
             Err(s) => return format!("{:?}: {}", s.code(), s.message()),
         }
