@@ -37,8 +37,17 @@ pub struct Metrics {
     cp_routing_tables: Gauge,
     cp_load_reports: Counter,
     cp_activations: Counter,
+    cp_forwarded: Family<KindLabels, Counter>,
+    cp_forward_dropped: Counter,
     scale_decisions: Family<ScaleLabels, Counter>,
     scale_reaction: Histogram,
+}
+
+/// Labels of the forwarding counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct KindLabels {
+    /// `report` or `activation`.
+    pub kind: &'static str,
 }
 
 /// Labels of the scaling decision counter.
@@ -111,6 +120,18 @@ impl Default for Metrics {
             "Activate calls received from routers holding requests for an event type scaled to zero",
             cp_activations.clone(),
         );
+        let cp_forwarded = Family::<KindLabels, Counter>::default();
+        let cp_forward_dropped = Counter::default();
+        registry.register(
+            "control_plane_forwarded",
+            "Load reports and activations a standby passed on to the leader",
+            cp_forwarded.clone(),
+        );
+        registry.register(
+            "control_plane_forward_dropped",
+            "Load reports a standby dropped: no leader known, or the way to it full",
+            cp_forward_dropped.clone(),
+        );
         let scale_decisions = Family::<ScaleLabels, Counter>::default();
         registry.register(
             "scale_decisions",
@@ -133,6 +154,8 @@ impl Default for Metrics {
             cp_routing_tables,
             cp_load_reports,
             cp_activations,
+            cp_forwarded,
+            cp_forward_dropped,
             reconciles,
             failures,
             invalid,
@@ -203,6 +226,16 @@ impl Metrics {
     /// Counts an `Activate` call.
     pub fn activation(&self) {
         self.cp_activations.inc();
+    }
+
+    /// Counts a report or activation forwarded to the leader.
+    pub fn forwarded(&self, kind: &'static str) {
+        self.cp_forwarded.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    /// Counts a load report that could not be forwarded.
+    pub fn forward_dropped(&self) {
+        self.cp_forward_dropped.inc();
     }
 
     /// Counts a replica change written by the autoscaler.
