@@ -18,6 +18,7 @@ pub mod loopback;
 pub mod operator;
 pub mod poll;
 pub mod replicas;
+pub mod scale;
 pub mod sidecar;
 
 pub use cluster::{Cluster, cluster};

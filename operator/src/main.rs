@@ -99,8 +99,10 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     } else {
         LeaderView::me()
     });
+    let observer = control_plane::observe::start(client.clone());
+    let caches = observer.caches();
     let control_plane = tokio::spawn(control_plane::serve(
-        client.clone(),
+        observer,
         cp_listener,
         loads.clone(),
         view.clone(),
@@ -165,7 +167,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     // The autoscaler writes replicas, so like the controllers it runs on the leader only.
     futures::join!(
         controller::run(ctx.clone(), end.clone()),
-        autoscale::run(ctx, loads, end)
+        autoscale::run(ctx, loads, caches.managers.clone(), end)
     );
 
     if *lost_rx.borrow() {

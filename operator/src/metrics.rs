@@ -34,6 +34,10 @@ pub struct Metrics {
     leader: Gauge,
     cp_subscribers: Gauge,
     cp_tables_sent: Counter,
+    cp_bytes_sent: Counter,
+    cp_publish: Histogram,
+    autoscale_tick: Histogram,
+    autoscale_last_tick: Gauge<f64, std::sync::atomic::AtomicU64>,
     cp_routing_tables: Gauge,
     cp_load_reports: Counter,
     cp_activations: Counter,
@@ -93,6 +97,31 @@ impl Default for Metrics {
         let cp_subscribers = Gauge::default();
         let cp_tables_sent = Counter::default();
         let cp_routing_tables = Gauge::default();
+        let cp_bytes_sent = Counter::default();
+        registry.register(
+            "control_plane_bytes_sent",
+            "Encoded bytes of the routing-table messages sent to subscribers",
+            cp_bytes_sent.clone(),
+        );
+        // 50 µs to about 0.8 s.
+        let cp_publish = Histogram::new(exponential_buckets(0.00005, 2.0, 15));
+        registry.register(
+            "control_plane_publish_seconds",
+            "Time to turn a batch of watch events into table changes and publish them",
+            cp_publish.clone(),
+        );
+        let autoscale_tick = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
+        registry.register(
+            "autoscale_tick_seconds",
+            "Duration of one autoscaler tick over every scaled Manager, writes included",
+            autoscale_tick.clone(),
+        );
+        let autoscale_last_tick = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "autoscale_last_tick_seconds",
+            "Duration of the latest autoscaler tick",
+            autoscale_last_tick.clone(),
+        );
         let cp_load_reports = Counter::default();
         let cp_activations = Counter::default();
         registry.register(
@@ -151,6 +180,10 @@ impl Default for Metrics {
             scale_reaction,
             cp_subscribers,
             cp_tables_sent,
+            cp_bytes_sent,
+            cp_publish,
+            autoscale_tick,
+            autoscale_last_tick,
             cp_routing_tables,
             cp_load_reports,
             cp_activations,
@@ -207,9 +240,22 @@ impl Metrics {
         self.cp_subscribers.inc_by(delta);
     }
 
-    /// Counts a routing table sent to a subscriber.
-    pub fn table_sent(&self) {
+    /// Counts a routing-table message (whole or delta) of `bytes` sent to a subscriber.
+    pub fn table_sent(&self, bytes: usize) {
         self.cp_tables_sent.inc();
+        self.cp_bytes_sent
+            .inc_by(u64::try_from(bytes).unwrap_or(u64::MAX));
+    }
+
+    /// Records how long a publish of table changes took.
+    pub fn table_publish(&self, took: Duration) {
+        self.cp_publish.observe(took.as_secs_f64());
+    }
+
+    /// Records how long an autoscaler tick took.
+    pub fn autoscale_tick(&self, took: Duration) {
+        self.autoscale_tick.observe(took.as_secs_f64());
+        self.autoscale_last_tick.set(took.as_secs_f64());
     }
 
     /// Sets how many Routers have a routing table.

@@ -16,11 +16,9 @@ use crate::control_plane::activation::Activation;
 use crate::control_plane::load::LoadBook;
 use crate::controller::events;
 use decide::{Decision, State, TypeLoad};
-use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -51,24 +49,25 @@ struct Scaler {
     states: HashMap<Key, State>,
     /// Replicas last written per group, and when (ms).
     asked: HashMap<Key, (u32, u64)>,
-    last_status: HashMap<(String, String), Instant>,
+    /// Status last written per Manager, and when: an unchanged one is not written again.
+    last_status: HashMap<(String, String), (Instant, serde_json::Value)>,
 }
 
-/// Runs the autoscaler until `shutdown` resolves.
-pub async fn run(ctx: Arc<Context>, loads: Arc<LoadBook>, shutdown: impl Future<Output = ()>) {
-    let (reader, writer) = reflector::store::<Manager>();
-    let feed = reflector::reflector(
-        writer,
-        watcher(
-            Api::<Manager>::all(ctx.client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .applied_objects()
-    .for_each(|_| futures::future::ready(()));
-    let feed = tokio::spawn(feed);
+/// Runs the autoscaler until `shutdown` resolves, reading the Managers from the shared cache.
+pub async fn run(
+    ctx: Arc<Context>,
+    loads: Arc<LoadBook>,
+    reader: Store<Manager>,
+    shutdown: impl Future<Output = ()>,
+) {
     tokio::pin!(shutdown);
+    tokio::select! {
+        () = &mut shutdown => return,
+        ready = reader.wait_until_ready() => if ready.is_err() {
+            tracing::error!("the Manager cache closed before it was ready; autoscaler not running");
+            return;
+        },
+    }
     let started = Instant::now();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -88,10 +87,11 @@ pub async fn run(ctx: Arc<Context>, loads: Arc<LoadBook>, shutdown: impl Future<
             scaler.activate(&ctx, &reader, &pending, now_ms).await;
             continue;
         }
-        let samples = observe::aggregate(&loads.fresh(now, STALE_AFTER));
+        let fresh = loads.fresh(now, STALE_AFTER);
+        let samples = observe::aggregate(fresh.iter().map(|r| &**r));
         scaler.tick(&ctx, &reader, &samples, now, now_ms).await;
+        ctx.metrics.autoscale_tick(now.elapsed());
     }
-    feed.abort();
 }
 
 impl Scaler {
@@ -173,11 +173,15 @@ impl Scaler {
         let due = self
             .last_status
             .get(&key)
-            .is_none_or(|t| now.saturating_duration_since(*t) >= STATUS_EVERY);
+            .is_none_or(|(t, _)| now.saturating_duration_since(*t) >= STATUS_EVERY);
         if changed || due {
-            self.write_status(ctx, m, &ns, &name, &policy, &desired, now_ms)
-                .await;
-            self.last_status.insert(key, now);
+            let patch = self.status_patch(m, &ns, &name, &policy, &desired, now_ms);
+            // At scale most Managers' figures hold still; rewriting them would be API load for nothing.
+            let same = self.last_status.get(&key).is_some_and(|(_, p)| *p == patch);
+            if changed || !same {
+                send_status(ctx, &ns, &name, &patch).await;
+            }
+            self.last_status.insert(key, (now, patch));
         }
     }
 
@@ -285,23 +289,22 @@ impl Scaler {
                 }
             }
             if changed {
-                self.write_status(ctx, m, &ns, &name, &policy, &desired, now_ms)
-                    .await;
+                let patch = self.status_patch(m, &ns, &name, &policy, &desired, now_ms);
+                send_status(ctx, &ns, &name, &patch).await;
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn write_status(
+    /// The status patch for `m` with `desired` replicas and the recent load figures.
+    fn status_patch(
         &self,
-        ctx: &Context,
         m: &Manager,
         ns: &str,
         name: &str,
         policy: &decide::Policy,
         desired: &HashMap<String, u32>,
         now_ms: u64,
-    ) {
+    ) -> serde_json::Value {
         let round = |v: f64| (v * 100.0).round() / 100.0;
         let mut events = m
             .status
@@ -330,13 +333,17 @@ impl Scaler {
         if !events.is_empty() {
             status["events"] = serde_json::to_value(&events).unwrap_or_default();
         }
-        let api = Api::<Manager>::namespaced(ctx.client.clone(), ns);
-        let patch = serde_json::json!({ "status": status });
-        if let Err(e) = api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            tracing::warn!(manager = %name, namespace = %ns, error = %e, "could not write scaling status");
-        }
+        serde_json::json!({ "status": status })
+    }
+}
+
+/// Writes a status patch of Manager `ns/name`.
+async fn send_status(ctx: &Context, ns: &str, name: &str, patch: &serde_json::Value) {
+    let api = Api::<Manager>::namespaced(ctx.client.clone(), ns);
+    if let Err(e) = api
+        .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+    {
+        tracing::warn!(manager = %name, namespace = %ns, error = %e, "could not write scaling status");
     }
 }

@@ -4,14 +4,17 @@
 //! requests for an event type scaled to zero ask for a pod (`Activate`): those two feed the leader's
 //! autoscaler, so a standby forwards them to the leader (`forward`).
 //!
-//! `table` is the pure core (Routers, Managers, Pods -> tables); `hub` holds the latest table per
-//! Router in watch channels; `observe` feeds it from reflector caches; `server` is the tonic shell;
-//! `caller` is where a call's origin is read.
+//! `index` is the pure core (Routers, Managers, Pods -> routing tables, one object at a time, with
+//! `table` as its from-scratch reference); `delta` is one table as versions and deltas; `hub` holds
+//! every Router's table and its watchers; `observe` feeds the index from the watches and shares the
+//! Router and Manager caches; `server` is the tonic shell; `caller` is where a call's origin is read.
 
 pub mod activation;
 pub mod caller;
+pub mod delta;
 pub mod forward;
 pub mod hub;
+pub mod index;
 pub mod load;
 pub mod observe;
 pub mod server;
@@ -30,7 +33,7 @@ use tokio_stream::wrappers::TcpListenerStream;
 /// reports and activations go into `loads` (which the autoscaler reads) while `leader` says this
 /// replica leads, and to the leader otherwise.
 pub async fn serve(
-    client: kube::Client,
+    observer: observe::Observer,
     listener: TcpListener,
     loads: Arc<load::LoadBook>,
     leader: Arc<LeaderView>,
@@ -45,7 +48,7 @@ pub async fn serve(
         forward: forward::Forwarder::start(leader.clone(), metrics.clone()),
         leader,
     };
-    let observer = tokio::spawn(observe::run(client, hub.clone(), metrics));
+    let observer = tokio::spawn(observer.run(hub.clone(), metrics));
     let closing = {
         let hub = hub.clone();
         let loads = loads.clone();

@@ -10,14 +10,14 @@ use super::load::LoadBook;
 use super::table::RouterKey;
 use crate::leader::view::LeaderView;
 use crate::metrics::Metrics;
-use futures::{Stream, StreamExt};
+use futures::Stream;
+use prost::Message;
 use std::pin::Pin;
 use std::sync::Arc;
 use switchyard_protocol::control::v1::control_plane_server::ControlPlane;
 use switchyard_protocol::control::v1::{
     ActivateAck, ActivateRequest, LoadAck, LoadReport, RoutingTable, WatchRoutesRequest,
 };
-use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response, Status, Streaming};
 
 /// The control-plane gRPC service.
@@ -82,20 +82,20 @@ impl ControlPlane for Service {
             namespace: required(&req.namespace, "namespace")?,
             name: required(&req.router, "router")?,
         };
-        let rx = self.hub.subscribe(&key).map_err(|e| match e {
+        let sub = self.hub.subscribe(&key, req.deltas).map_err(|e| match e {
             SubscribeError::NotFound { .. } => Status::not_found(e.to_string()),
             SubscribeError::NotSynced | SubscribeError::Closed => {
                 Status::unavailable(e.to_string())
             }
         })?;
-        tracing::info!(router = %key.name, namespace = %key.namespace, pod = %req.pod, "routing-table subscriber");
+        tracing::info!(router = %key.name, namespace = %key.namespace, pod = %req.pod, deltas = req.deltas, "routing-table subscriber");
         let guard = Subscriber::new(self.metrics.clone());
-        let metrics = self.metrics.clone();
-        // WatchStream yields the current table first, then only the newest after each change.
-        let stream = WatchStream::new(rx).map(move |table| {
-            let _alive = &guard;
-            metrics.table_sent();
-            Ok(RoutingTable::clone(&table))
+        // Pulled: the next message is built only when the transport wants one, from the state as it
+        // is then, so a slow stream skips to the latest instead of queueing.
+        let stream = futures::stream::unfold((sub, guard), |(mut sub, guard)| async move {
+            let table = sub.next().await?;
+            guard.0.table_sent(table.encoded_len());
+            Some((Ok(table), (sub, guard)))
         });
         Ok(Response::new(Box::pin(stream)))
     }
