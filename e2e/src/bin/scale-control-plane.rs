@@ -79,6 +79,14 @@ struct Args {
     /// Seconds allowed for the pods to become Ready.
     #[arg(long, default_value_t = 3600)]
     rollout_timeout: u64,
+    /// Namespace to use, reusing the Routers, Managers and pods a `--keep` run left there (another
+    /// operator build can then be measured on the same objects without a new rollout). Default: a
+    /// fresh namespace, deleted at the end.
+    #[arg(long)]
+    namespace: Option<String>,
+    /// Leave the namespace and the added kwok nodes in place at the end.
+    #[arg(long)]
+    keep: bool,
 }
 
 /// A manager pod as the benchmark knows it.
@@ -184,13 +192,21 @@ async fn main() -> Result<()> {
     }
     eprintln!("[scale] {node_count} kwok nodes for {total_pods} pods");
 
-    let ns = TestNamespace::create(c, "scale").await?;
+    let (ns_name, fresh) = match &args.namespace {
+        Some(name) => {
+            let api: Api<k8s_openapi::api::core::v1::Namespace> = Api::all(client.clone());
+            let obj = serde_json::from_value(json!({"metadata": {"name": name}}))?;
+            create_or_keep(&api, &obj).await?;
+            (name.clone(), None)
+        }
+        None => {
+            let ns = TestNamespace::create(c, "scale").await?;
+            (ns.name.clone(), Some(ns))
+        }
+    };
     let op = Operator::start(c, OperatorOpts::new("scale-bench")).await?;
     let cp_url = format!("http://127.0.0.1:{}", op.control_plane_port);
-    let result = run(
-        &args, &label, c, &client, &ns.name, &op, &cp_url, total_pods,
-    )
-    .await;
+    let result = run(&args, &label, &client, &ns_name, &op, &cp_url, total_pods).await;
     if let Err(e) = &result {
         eprintln!(
             "[scale] failed: {e:#}\n--- operator log ---\n{}",
@@ -198,7 +214,23 @@ async fn main() -> Result<()> {
         );
     }
     op.stop().await?;
-    drop(ns);
+    if args.keep {
+        if let Some(mut ns) = fresh {
+            ns.keep();
+        }
+        eprintln!("[scale] kept namespace {ns_name} and {node_count} kwok nodes");
+        return result;
+    }
+    match fresh {
+        Some(ns) => drop(ns),
+        None => {
+            let _ = c
+                .kubectl()
+                .args(["delete", "namespace", &ns_name, "--wait=false"])
+                .ok()
+                .await;
+        }
+    }
     for i in 0..node_count {
         let _ = nodes
             .delete(&format!("scale-node-{i}"), &DeleteParams::default())
@@ -207,11 +239,21 @@ async fn main() -> Result<()> {
     result
 }
 
-#[allow(clippy::too_many_arguments)]
+/// Creates `obj`, taking an existing one of the same name as it is.
+async fn create_or_keep<K>(api: &Api<K>, obj: &K) -> Result<()>
+where
+    K: kube::Resource + Clone + serde::de::DeserializeOwned + serde::Serialize + std::fmt::Debug,
+{
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => Ok(()),
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(e) => Err(e.into()),
+    }
+}
+
 async fn run(
     args: &Args,
     label: &str,
-    c: &switchyard_e2e::Cluster,
     client: &kube::Client,
     ns: &str,
     op: &Operator,
@@ -223,7 +265,7 @@ async fn run(
     let routers: Api<Router> = Api::namespaced(client.clone(), ns);
     for r in 0..args.router_objects {
         let obj: Router = serde_saphyr::from_str(&fixtures::router(&format!("r{r}")))?;
-        routers.create(&PostParams::default(), &obj).await?;
+        create_or_keep(&routers, &obj).await?;
     }
     let managers: Api<Manager> = Api::namespaced(client.clone(), ns);
     let created = futures::stream::iter(0..args.managers)
@@ -231,7 +273,15 @@ async fn run(
             let managers = managers.clone();
             async move {
                 let m: Manager = serde_saphyr::from_str(&manager_yaml(i, args.router_objects, k))?;
-                managers.create(&PostParams::default(), &m).await?;
+                create_or_keep(&managers, &m).await?;
+                // A kept run may have left it scaled.
+                managers
+                    .patch(
+                        &format!("m{i}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(json!({"spec": {"replicas": k}})),
+                    )
+                    .await?;
                 anyhow::Ok(())
             }
         })
@@ -246,6 +296,30 @@ async fn run(
         args.managers,
         setup.elapsed()
     );
+    // A kept run may have left pods NotReady.
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
+    for p in pods_api
+        .list(&ListParams::default().labels("app.kubernetes.io/name=switchyard-manager"))
+        .await?
+        .items
+    {
+        let flipped = p.metadata.deletion_timestamp.is_none()
+            && p.status.as_ref().is_some_and(|s| {
+                s.pod_ip.is_some()
+                    && s.conditions.as_ref().is_some_and(|cs| {
+                        cs.iter().any(|c| c.type_ == "Ready" && c.status != "True")
+                    })
+            });
+        if flipped {
+            pods_api
+                .patch_status(
+                    &p.name_any(),
+                    &PatchParams::default(),
+                    &Patch::Strategic(ready_patch(true)),
+                )
+                .await?;
+        }
+    }
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
     let deadline = Instant::now() + Duration::from_secs(args.rollout_timeout);
     loop {
@@ -274,12 +348,12 @@ async fn run(
     let rollout = setup.elapsed();
     eprintln!("[scale] all pods Ready after {rollout:?}");
 
-    let pods_api: Api<Pod> = Api::namespaced(client.clone(), ns);
     let mut pods: Vec<PodInfo> = pods_api
         .list(&ListParams::default().labels("app.kubernetes.io/name=switchyard-manager"))
         .await?
         .items
         .iter()
+        .filter(|p| p.metadata.deletion_timestamp.is_none())
         .filter_map(|p| {
             let manager = p.labels().get("switchyard.dev/manager")?;
             let manager: usize = manager.strip_prefix('m')?.parse().ok()?;
@@ -336,8 +410,24 @@ async fn run(
             }));
         }
     }
-    // Let the reports and streams settle before measuring.
-    tokio::time::sleep(Duration::from_secs(5)).await;
+    // The operator's start-up reconciles of every Manager must be over before measuring: wait until
+    // its reconcile counter grows by fewer than 5 a second, for 5 s in a row (at most 10 min).
+    let quiet_by = Instant::now() + Duration::from_secs(600);
+    let mut quiet = 0;
+    let mut last = op
+        .metrics()
+        .await?
+        .sum("switchyard_operator_reconciles_total");
+    while quiet < 5 && Instant::now() < quiet_by {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        let now = op
+            .metrics()
+            .await?
+            .sum("switchyard_operator_reconciles_total");
+        quiet = if now - last < 5.0 { quiet + 1 } else { 0 };
+        last = now;
+    }
+    eprintln!("[scale] operator settled ({last} reconciles); churn starts");
 
     let cpu0 = procfs::cpu_seconds(op.pid())?;
     let m0 = op.metrics().await?;
@@ -425,15 +515,11 @@ async fn run(
             );
             kinds.insert(id, "flip");
             busy.insert(p.name.clone(), id);
-            let status = if p.ready { "True" } else { "False" };
             pods_api
                 .patch_status(
                     &p.name,
                     &PatchParams::default(),
-                    &Patch::Strategic(json!({"status": {"conditions": [
-                        {"type": "Ready", "status": status},
-                        {"type": "ContainersReady", "status": status},
-                    ]}})),
+                    &Patch::Strategic(ready_patch(p.ready)),
                 )
                 .await?;
         }
@@ -542,8 +628,16 @@ async fn run(
     println!("{}", serde_json::to_string_pretty(&report)?);
     eprintln!("[scale] wrote {}", path.display());
     plot_all(&args.out)?;
-    let _ = c;
     Ok(())
+}
+
+/// A status patch setting a pod's Ready and ContainersReady conditions.
+fn ready_patch(ready: bool) -> Value {
+    let status = if ready { "True" } else { "False" };
+    json!({"status": {"conditions": [
+        {"type": "Ready", "status": status},
+        {"type": "ContainersReady", "status": status},
+    ]}})
 }
 
 /// One CDF per run found in `out`.
