@@ -38,6 +38,7 @@ pub struct Metrics {
     cp_publish: Histogram,
     autoscale_tick: Histogram,
     autoscale_last_tick: Gauge<f64, std::sync::atomic::AtomicU64>,
+    autoscale_status_writes: Histogram,
     cp_routing_tables: Gauge,
     cp_load_reports: Counter,
     cp_activations: Counter,
@@ -113,8 +114,14 @@ impl Default for Metrics {
         let autoscale_tick = Histogram::new(exponential_buckets(0.0005, 2.0, 14));
         registry.register(
             "autoscale_tick_seconds",
-            "Duration of one autoscaler tick over every scaled Manager, writes included",
+            "Duration of one autoscaler tick over every scaled Manager: load aggregation, decisions and replica writes",
             autoscale_tick.clone(),
+        );
+        let autoscale_status_writes = Histogram::new(exponential_buckets(0.0005, 2.0, 16));
+        registry.register(
+            "autoscale_status_writes_seconds",
+            "Duration of the status writes after a tick (several at a time)",
+            autoscale_status_writes.clone(),
         );
         let autoscale_last_tick = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
         registry.register(
@@ -184,6 +191,7 @@ impl Default for Metrics {
             cp_publish,
             autoscale_tick,
             autoscale_last_tick,
+            autoscale_status_writes,
             cp_routing_tables,
             cp_load_reports,
             cp_activations,
@@ -250,6 +258,11 @@ impl Metrics {
     /// Records how long a publish of table changes took.
     pub fn table_publish(&self, took: Duration) {
         self.cp_publish.observe(took.as_secs_f64());
+    }
+
+    /// Records how long the status writes after a tick took.
+    pub fn autoscale_status_writes(&self, took: Duration) {
+        self.autoscale_status_writes.observe(took.as_secs_f64());
     }
 
     /// Records how long an autoscaler tick took.

@@ -22,6 +22,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use switchyard_crds::{Manager, Router};
@@ -311,13 +312,16 @@ async fn run(
                     })
             });
         if flipped {
-            pods_api
-                .patch_status(
-                    &p.name_any(),
-                    &PatchParams::default(),
-                    &Patch::Strategic(ready_patch(true)),
-                )
-                .await?;
+            // Gone meanwhile (a kept scale-down) is fine.
+            let patch = Patch::Strategic(ready_patch(true));
+            match pods_api
+                .patch_status(&p.name_any(), &PatchParams::default(), &patch)
+                .await
+            {
+                Ok(_) => {}
+                Err(kube::Error::Api(e)) if e.code == 404 => {}
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     let deployments: Api<Deployment> = Api::namespaced(client.clone(), ns);
@@ -454,6 +458,12 @@ async fn run(
         .filter(|i| i % SCALED_EVERY == SCALED_EVERY - 1)
         .collect();
     let mut replicas: HashMap<usize, usize> = scaled.iter().map(|i| (*i, k)).collect();
+    // Pods of the Managers the benchmark scales are left alone: a scale-down may delete one that a
+    // flip is waiting on.
+    let flippable: Vec<usize> = (0..pods.len())
+        .filter(|i| !replicas.contains_key(&pods[*i].manager))
+        .collect();
+    let failed = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     let mut busy: HashMap<String, usize> = HashMap::new();
     let mut kinds: HashMap<usize, &'static str> = HashMap::new();
     let mut ticks: Vec<f64> = Vec::new();
@@ -490,16 +500,22 @@ async fn run(
             let id = streams.expect(m % args.router_objects, &event(m), Condition::Count(next));
             kinds.insert(id, "scale");
             busy.insert(key, id);
-            managers
-                .patch(
-                    &format!("m{m}"),
-                    &PatchParams::default(),
-                    &Patch::Merge(json!({"spec": {"replicas": next}})),
-                )
-                .await?;
+            // Sent without waiting for the answer, so a slow API server does not lower the rate.
+            let managers = managers.clone();
+            let failed = failed.clone();
+            tokio::spawn(async move {
+                let patch = Patch::Merge(json!({"spec": {"replicas": next}}));
+                if let Err(e) = managers
+                    .patch(&format!("m{m}"), &PatchParams::default(), &patch)
+                    .await
+                {
+                    eprintln!("[scale] scaling m{m}: {e}");
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            });
             replicas.insert(m, next);
         } else {
-            let i = rng.usize(..pods.len());
+            let i = flippable[rng.usize(..flippable.len())];
             if busy.contains_key(&pods[i].name) {
                 continue;
             }
@@ -515,13 +531,18 @@ async fn run(
             );
             kinds.insert(id, "flip");
             busy.insert(p.name.clone(), id);
-            pods_api
-                .patch_status(
-                    &p.name,
-                    &PatchParams::default(),
-                    &Patch::Strategic(ready_patch(p.ready)),
-                )
-                .await?;
+            let (pods_api, name, ready) = (pods_api.clone(), p.name.clone(), p.ready);
+            let failed = failed.clone();
+            tokio::spawn(async move {
+                let patch = Patch::Strategic(ready_patch(ready));
+                if let Err(e) = pods_api
+                    .patch_status(&name, &PatchParams::default(), &patch)
+                    .await
+                {
+                    eprintln!("[scale] flipping {name}: {e}");
+                    failed.fetch_add(1, Ordering::Relaxed);
+                }
+            });
         }
         changes += 1;
     }
@@ -596,6 +617,7 @@ async fn run(
             "flip_per_stream": summary(&flip_each),
             "scale_all_streams_incl_scheduling": summary(&scale_max),
             "unfinished": unfinished,
+            "failed_requests": failed.load(Ordering::Relaxed),
         },
         "bytes": {
             "during_churn": bytes,

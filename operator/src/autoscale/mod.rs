@@ -16,6 +16,7 @@ use crate::control_plane::activation::Activation;
 use crate::control_plane::load::LoadBook;
 use crate::controller::events;
 use decide::{Decision, State, TypeLoad};
+use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::Store;
@@ -36,6 +37,8 @@ pub const STALE_AFTER: Duration = Duration::from_secs(3);
 const STATUS_EVERY: Duration = Duration::from_secs(5);
 /// Activations older than this are ignored: a router holding requests repeats its call each second.
 const ACTIVATION_FRESH: Duration = Duration::from_secs(3);
+/// Status writes in flight at once after a tick.
+const STATUS_WRITERS: usize = 16;
 /// How long a written replica count is trusted over a cache that has not caught up yet, ms.
 const WRITE_SETTLE_MS: u64 = 10_000;
 
@@ -49,7 +52,8 @@ struct Scaler {
     states: HashMap<Key, State>,
     /// Replicas last written per group, and when (ms).
     asked: HashMap<Key, (u32, u64)>,
-    /// Status last written per Manager, and when: an unchanged one is not written again.
+    /// The autoscaler's figures last written into each Manager's status, and when: unchanged ones
+    /// are not written again.
     last_status: HashMap<(String, String), (Instant, serde_json::Value)>,
 }
 
@@ -89,12 +93,23 @@ pub async fn run(
         }
         let fresh = loads.fresh(now, STALE_AFTER);
         let samples = observe::aggregate(fresh.iter().map(|r| &**r));
-        scaler.tick(&ctx, &reader, &samples, now, now_ms).await;
+        let statuses = scaler.tick(&ctx, &reader, &samples, now, now_ms).await;
         ctx.metrics.autoscale_tick(now.elapsed());
+        // Status figures are informational: written after the decisions, several at a time, so a
+        // slow API server delays them and not the next tick's decisions.
+        let writing = Instant::now();
+        futures::stream::iter(statuses)
+            .for_each_concurrent(STATUS_WRITERS, |(ns, name, patch)| {
+                let ctx = &ctx;
+                async move { send_status(ctx, &ns, &name, &patch).await }
+            })
+            .await;
+        ctx.metrics.autoscale_status_writes(writing.elapsed());
     }
 }
 
 impl Scaler {
+    /// Decides and writes replicas for every scaled Manager; returns the status patches to send.
     async fn tick(
         &mut self,
         ctx: &Context,
@@ -102,7 +117,7 @@ impl Scaler {
         samples: &HashMap<observe::Key, Sample>,
         now: Instant,
         now_ms: u64,
-    ) {
+    ) -> Vec<(String, String, serde_json::Value)> {
         let managers = reader.state();
         let alive: HashSet<(String, String)> = managers
             .iter()
@@ -115,11 +130,16 @@ impl Scaler {
         self.states.retain(|k, _| keep(k));
         self.asked.retain(|k, _| keep(k));
         self.last_status.retain(|k, _| alive.contains(k));
+        let mut statuses = Vec::new();
         for m in managers.iter().filter(|m| m.spec.scaling.enabled) {
-            self.scale(ctx, m, samples, now, now_ms).await;
+            if let Some(status) = self.scale(ctx, m, samples, now, now_ms).await {
+                statuses.push(status);
+            }
         }
+        statuses
     }
 
+    /// Decides (and writes) `m`'s replicas; returns its status patch when one is due.
     async fn scale(
         &mut self,
         ctx: &Context,
@@ -127,8 +147,8 @@ impl Scaler {
         samples: &HashMap<observe::Key, Sample>,
         now: Instant,
         now_ms: u64,
-    ) {
-        let Some(ns) = m.namespace() else { return };
+    ) -> Option<(String, String, serde_json::Value)> {
+        let ns = m.namespace()?;
         let name = m.name_any();
         let scaling = &m.spec.scaling;
         let policy = plan::policy(scaling);
@@ -174,15 +194,20 @@ impl Scaler {
             .last_status
             .get(&key)
             .is_none_or(|(t, _)| now.saturating_duration_since(*t) >= STATUS_EVERY);
-        if changed || due {
-            let patch = self.status_patch(m, &ns, &name, &policy, &desired, now_ms);
-            // At scale most Managers' figures hold still; rewriting them would be API load for nothing.
-            let same = self.last_status.get(&key).is_some_and(|(_, p)| *p == patch);
-            if changed || !same {
-                send_status(ctx, &ns, &name, &patch).await;
-            }
-            self.last_status.insert(key, (now, patch));
+        if !(changed || due) {
+            return None;
         }
+        let patch = self.status_patch(m, &ns, &name, &policy, &desired, now_ms);
+        // At scale most Managers' figures hold still; rewriting them would be API load for nothing.
+        // Only the autoscaler's own figures count (the controller's replica counts move with
+        // readiness and are the controller's to write).
+        let figures = own_figures(&patch);
+        let same = self
+            .last_status
+            .get(&key)
+            .is_some_and(|(_, f)| *f == figures);
+        self.last_status.insert(key, (now, figures));
+        (changed || !same).then_some((ns, name, patch))
     }
 
     /// Pods asked for `group` now: the Manager's, unless a count written lately is newer than the
@@ -335,6 +360,29 @@ impl Scaler {
         }
         serde_json::json!({ "status": status })
     }
+}
+
+/// The autoscaler-owned figures of a status patch: desired replicas, and per event type desired
+/// replicas, rate, in flight and p99.
+fn own_figures(patch: &serde_json::Value) -> serde_json::Value {
+    let status = &patch["status"];
+    let events: Vec<serde_json::Value> = status["events"]
+        .as_array()
+        .map(|es| {
+            es.iter()
+                .map(|e| {
+                    serde_json::json!([
+                        e["event"],
+                        e["desiredReplicas"],
+                        e["rate"],
+                        e["inFlight"],
+                        e["p99Ms"]
+                    ])
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    serde_json::json!([status["desiredReplicas"], events])
 }
 
 /// Writes a status patch of Manager `ns/name`.
