@@ -98,12 +98,22 @@ pub async fn run(
         // Status figures are informational: written after the decisions, several at a time, so a
         // slow API server delays them and not the next tick's decisions.
         let writing = Instant::now();
-        futures::stream::iter(statuses)
-            .for_each_concurrent(STATUS_WRITERS, |(ns, name, patch)| {
+        let failed: Vec<(String, String)> = futures::stream::iter(statuses)
+            .map(|(ns, name, patch)| {
                 let ctx = &ctx;
-                async move { send_status(ctx, &ns, &name, &patch).await }
+                async move {
+                    let ok = send_status(ctx, &ns, &name, &patch).await;
+                    (!ok).then_some((ns, name))
+                }
             })
+            .buffer_unordered(STATUS_WRITERS)
+            .filter_map(std::future::ready)
+            .collect()
             .await;
+        // Not written: forget what was meant, so the next due tick writes it again.
+        for key in failed {
+            scaler.last_status.remove(&key);
+        }
         ctx.metrics.autoscale_status_writes(writing.elapsed());
     }
 }
@@ -315,7 +325,7 @@ impl Scaler {
             }
             if changed {
                 let patch = self.status_patch(m, &ns, &name, &policy, &desired, now_ms);
-                send_status(ctx, &ns, &name, &patch).await;
+                let _ = send_status(ctx, &ns, &name, &patch).await;
             }
         }
     }
@@ -385,13 +395,17 @@ fn own_figures(patch: &serde_json::Value) -> serde_json::Value {
     serde_json::json!([status["desiredReplicas"], events])
 }
 
-/// Writes a status patch of Manager `ns/name`.
-async fn send_status(ctx: &Context, ns: &str, name: &str, patch: &serde_json::Value) {
+/// Writes a status patch of Manager `ns/name`; false when it failed.
+async fn send_status(ctx: &Context, ns: &str, name: &str, patch: &serde_json::Value) -> bool {
     let api = Api::<Manager>::namespaced(ctx.client.clone(), ns);
-    if let Err(e) = api
+    match api
         .patch_status(name, &PatchParams::default(), &Patch::Merge(patch))
         .await
     {
-        tracing::warn!(manager = %name, namespace = %ns, error = %e, "could not write scaling status");
+        Ok(_) => true,
+        Err(e) => {
+            tracing::warn!(manager = %name, namespace = %ns, error = %e, "could not write scaling status");
+            false
+        }
     }
 }
