@@ -17,6 +17,8 @@ pub mod lock;
 pub mod loopback;
 pub mod operator;
 pub mod poll;
+pub mod replicas;
+pub mod scale;
 pub mod sidecar;
 
 pub use cluster::{Cluster, cluster};
@@ -24,6 +26,7 @@ pub use cmd::{Cmd, Output};
 pub use k8s::TestNamespace;
 pub use operator::{Metrics, Operator, OperatorOpts};
 pub use poll::{eventually, timeout};
+pub use replicas::Replicas;
 
 use std::path::{Path, PathBuf};
 

@@ -19,8 +19,16 @@ pub const OPERATOR_PACKAGE: &str = "switchyard-operator";
 static BINARY: OnceCell<Result<PathBuf, String>> = OnceCell::const_new();
 
 /// Builds the operator once per process (`$CARGO build -p switchyard-operator`) and returns the
-/// path of `<target dir>/debug/switchyard-operator`.
+/// path of `<target dir>/debug/switchyard-operator`. `SWITCHYARD_OPERATOR_BIN` names a binary to
+/// run instead (the scale benchmark runs a release build).
 pub async fn operator_binary() -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("SWITCHYARD_OPERATOR_BIN").filter(|b| !b.is_empty()) {
+        let bin = PathBuf::from(bin);
+        if !bin.is_file() {
+            bail!("SWITCHYARD_OPERATOR_BIN={} is not a file", bin.display());
+        }
+        return Ok(bin);
+    }
     let result = BINARY
         .get_or_init(|| async { build_operator().await.map_err(|e| format!("{e:#}")) })
         .await;

@@ -43,7 +43,23 @@ pub fn config_map_name(router: &str) -> String {
 /// The rendered config: the spec plus where each event type goes. `managers` are the Managers that
 /// name this Router; when two claim one event type the first by name wins (validation reports it).
 pub fn render_config(router: &Router, managers: &[Manager]) -> Result<RouterConfig, Error> {
-    let mut sorted: Vec<&Manager> = managers.iter().collect();
+    Ok(RouterConfig {
+        name: router.name_any(),
+        namespace: router
+            .namespace()
+            .ok_or(Error::MissingMetadata("namespace"))?,
+        spec: router.spec.clone(),
+        destinations: destinations(managers.iter()),
+        static_endpoints: BTreeMap::new(),
+    })
+}
+
+/// Where each event type goes, from the Managers that name a Router (the first by name wins a
+/// contested type). Borrows the Managers: the control plane calls it from its shared cache.
+pub fn destinations<'a>(
+    managers: impl IntoIterator<Item = &'a Manager>,
+) -> BTreeMap<switchyard_crds::EventType, Destination> {
+    let mut sorted: Vec<&Manager> = managers.into_iter().collect();
     sorted.sort_by_key(|m| m.name_any());
     let mut destinations = BTreeMap::new();
     for m in sorted {
@@ -69,15 +85,7 @@ pub fn render_config(router: &Router, managers: &[Manager]) -> Result<RouterConf
                 });
         }
     }
-    Ok(RouterConfig {
-        name: router.name_any(),
-        namespace: router
-            .namespace()
-            .ok_or(Error::MissingMetadata("namespace"))?,
-        spec: router.spec.clone(),
-        destinations,
-        static_endpoints: BTreeMap::new(),
-    })
+    destinations
 }
 
 /// Builds every child of `router`.

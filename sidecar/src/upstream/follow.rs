@@ -1,7 +1,10 @@
-//! Follows the operator's control plane: subscribes to this Router's routing table, applies each
-//! table as it comes, and on failure reconnects with backoff while the last table keeps serving.
+//! Follows the operator's control plane: subscribes to this Router's routing table (a whole table,
+//! then deltas, [`table::Held`]), applies each resulting table as it comes, and on failure or on a
+//! gap in the deltas reconnects with backoff (which resyncs: a new stream starts whole) while the
+//! last table keeps serving.
 
 use super::Upstream;
+use super::table;
 use crate::backoff;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -86,15 +89,21 @@ async fn watch(
         router: name.to_owned(),
         namespace: namespace.to_owned(),
         pod: pod.to_owned(),
+        deltas: true,
     };
     let mut stream = match client.watch_routes(request).await {
         Ok(r) => r.into_inner(),
         Err(s) => return format!("{:?}: {}", s.code(), s.message()),
     };
     upstream.set_connected(true);
+    // Versions count per stream: a new stream always starts from nothing.
+    let mut held = table::Held::default();
     loop {
         match stream.message().await {
-            Ok(Some(table)) => upstream.apply(&table),
+            Ok(Some(msg)) => match held.apply(msg) {
+                Ok(table) => upstream.apply(&table),
+                Err(gap) => return gap.to_string(),
+            },
             Ok(None) => return "the operator closed the stream".into(),
             Err(s) => return format!("{:?}: {}", s.code(), s.message()),
         }
