@@ -1,5 +1,5 @@
 //! The admin server of both roles: `/healthz`, `/readyz`, `/metrics`; the router role adds `/routes`
-//! (its current routing table as JSON).
+//! (its current routing table as JSON); the manager role adds `/drain` (see [`DrainHook`]).
 
 use crate::metrics::Metrics;
 use crate::router::Router;
@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 /// Readiness: true once the listeners are bound, false again when a drain starts.
 #[derive(Clone, Default)]
@@ -29,6 +30,38 @@ impl Readiness {
     }
 }
 
+/// A drain started over HTTP: `GET /drain` starts it (as SIGTERM would) and answers once it is over.
+/// The operator makes it the app container's preStop hook. The kubelet stops a pod's app before its
+/// native sidecars, so without it the app would be gone while the manager still had deliveries for it;
+/// with it the app is stopped only after the manager sent GOAWAY and finished what it had accepted.
+#[derive(Clone, Debug, Default)]
+pub struct DrainHook {
+    start: CancellationToken,
+    done: CancellationToken,
+}
+
+impl DrainHook {
+    /// Resolves once `/drain` was asked for.
+    pub async fn requested(&self) {
+        self.start.cancelled().await;
+    }
+
+    /// Marks the drain as over: waiting `/drain` requests answer.
+    pub fn finish(&self) {
+        self.done.cancel();
+    }
+
+    async fn run(&self) -> (StatusCode, &'static [u8]) {
+        self.start.cancel();
+        // The drain itself is bounded by DRAIN_LIMIT; a little more here so its end is what answers.
+        let limit = crate::shutdown::DRAIN_LIMIT + Duration::from_secs(2);
+        match tokio::time::timeout(limit, self.done.cancelled()).await {
+            Ok(()) => (StatusCode::OK, b"drained\n"),
+            Err(_) => (StatusCode::SERVICE_UNAVAILABLE, b"drain not finished\n"),
+        }
+    }
+}
+
 /// Binds the admin port; the server then runs until the process exits, so probes see the drain.
 pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
     TcpListener::bind(addr).await
@@ -36,7 +69,7 @@ pub async fn bind(addr: SocketAddr) -> std::io::Result<TcpListener> {
 
 /// Serves admin requests on `listener` forever.
 pub async fn serve(listener: TcpListener, metrics: Arc<Metrics>, ready: Readiness) {
-    serve_with(listener, metrics, ready, None).await;
+    serve_with(listener, metrics, ready, None, None).await;
 }
 
 /// As [`serve`], plus `GET /routes` showing `router`'s table.
@@ -46,7 +79,18 @@ pub async fn serve_router(
     ready: Readiness,
     router: Arc<Router>,
 ) {
-    serve_with(listener, metrics, ready, Some(router)).await;
+    serve_with(listener, metrics, ready, Some(router), None).await;
+}
+
+/// As [`serve_router`], plus `GET /drain` starting and awaiting the manager's drain.
+pub async fn serve_manager(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Readiness,
+    router: Arc<Router>,
+    drain: DrainHook,
+) {
+    serve_with(listener, metrics, ready, Some(router), Some(drain)).await;
 }
 
 async fn serve_with(
@@ -54,6 +98,7 @@ async fn serve_with(
     metrics: Arc<Metrics>,
     ready: Readiness,
     router: Option<Arc<Router>>,
+    drain: Option<DrainHook>,
 ) {
     // Probes and scrapes are few; a small bound keeps a flood of admin connections from costing memory.
     let limit = Arc::new(tokio::sync::Semaphore::new(64));
@@ -72,10 +117,21 @@ async fn serve_with(
         let metrics = metrics.clone();
         let ready = ready.clone();
         let router = router.clone();
+        let drain = drain.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
+                let drain = (req.uri().path() == "/drain").then(|| drain.clone());
                 let resp = answer(req.uri().path(), &metrics, &ready, router.as_deref());
-                async move { Ok::<_, std::convert::Infallible>(resp) }
+                async move {
+                    let resp = match drain {
+                        Some(Some(hook)) => {
+                            let (status, body) = hook.run().await;
+                            text(status, Bytes::from_static(body))
+                        }
+                        _ => resp,
+                    };
+                    Ok::<_, std::convert::Infallible>(resp)
+                }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -127,6 +183,14 @@ fn answer(
             Bytes::from_static(b"not found\n"),
         ),
     };
+    with_type(status, content_type, body)
+}
+
+fn text(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
+    with_type(status, "text/plain", body)
+}
+
+fn with_type(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(body));
     *resp.status_mut() = status;
     resp.headers_mut().insert(

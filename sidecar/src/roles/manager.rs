@@ -1,8 +1,8 @@
 //! Manager role: frame listener -> workers -> app, the app's local API -> outbound router, plus
-//! admin; drains on SIGTERM with GOAWAY.
+//! admin; drains on SIGTERM, or on the app's preStop hook (`GET /drain`), with GOAWAY.
 
 use super::RunError;
-use crate::admin::{self, Readiness};
+use crate::admin::{self, DrainHook, Readiness};
 use crate::load::LoadMeters;
 use crate::load::report::Reporter;
 use crate::manager::delivery_grpc::GrpcDelivery;
@@ -130,11 +130,13 @@ pub async fn run(
         .await
         .map_err(|e| RunError::Startup(format!("admin {admin_addr}: {e}")))?;
     // `/routes` shows the outbound table the app's events and dead letters use.
-    tokio::spawn(admin::serve_router(
+    let hook = DrainHook::default();
+    tokio::spawn(admin::serve_manager(
         admin,
         metrics.clone(),
         ready.clone(),
         router,
+        hook.clone(),
     ));
     let listener = tokio::net::TcpListener::bind(listen)
         .await
@@ -162,7 +164,13 @@ pub async fn run(
     ready.set(true);
     tracing::info!(listen = %listen, admin = %admin_addr, app = %app, local_api = %local_api_addr, events = ?events, manager = %c.name, "manager ready");
 
-    crate::shutdown::signal().await;
+    let by_signal = tokio::select! {
+        () = crate::shutdown::signal() => true,
+        () = hook.requested() => {
+            tracing::info!("drain requested (the app's preStop hook)");
+            false
+        }
+    };
     ready.set(false);
     drain.cancel();
     let _ = acceptor.await;
@@ -172,6 +180,14 @@ pub async fn run(
         .is_err()
     {
         tracing::warn!("drain limit reached with deliveries still open");
+    }
+    hook.finish();
+    if !by_signal {
+        // The kubelet stops the app now and this sidecar after it. Exiting before that SIGTERM would
+        // have the kubelet restart a native sidecar that has nothing left to do; the app may still use
+        // the local API while it stops.
+        tracing::info!("drained; waiting for SIGTERM");
+        crate::shutdown::signal().await;
     }
     local_drain.cancel();
     let _ = local_server.await;
