@@ -499,7 +499,8 @@ async fn killed_pod_and_container(env: &'static Env) -> Result<()> {
             "--type=merge",
             "-p",
         ])
-        .arg(r#"{"spec":{"scaling":{"minReplicas":2}}}"#)
+        // The autoscaler off: two replicas that stay two.
+        .arg(r#"{"spec":{"replicas":2,"scaling":{"enabled":false}}}"#)
         .ok()
         .await?;
     wait_table(env, &q, 2).await?;
@@ -624,7 +625,8 @@ async fn scaling_moves_real_pods(env: &'static Env) -> Result<()> {
     // By load: a low rate target on noop, short windows.
     let scaling = json!({"spec": {"scaling": {
         "enabled": true, "minReplicas": 1, "maxReplicas": 3,
-        "targets": {"noop": {"targetRate": 5}},
+        // Merge patch: null drops the quickstart's in-flight target of noop.
+        "targets": {"noop": {"targetInFlight": null, "targetRate": 5}},
         "scaleUp": {"stableWindow": "6s", "panicWindow": "2s"},
         "scaleDown": {"stabilizationWindow": "6s"},
     }}});
