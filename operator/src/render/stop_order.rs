@@ -57,7 +57,7 @@ mod tests {
         };
         wait_for_sidecar_drain(&mut pod);
         assert_eq!(pod.termination_grace_period_seconds, Some(45));
-        assert!(TERMINATION_GRACE_SECONDS > SIDECAR_DRAIN_LIMIT_SECONDS);
+        const { assert!(TERMINATION_GRACE_SECONDS > SIDECAR_DRAIN_LIMIT_SECONDS) };
         let hook = pod.containers[0]
             .lifecycle
             .as_ref()
