@@ -29,9 +29,12 @@ impl Images {
         reference.rsplit_once(':').unwrap_or((reference, ""))
     }
 
-    /// The archives of the three images.
+    /// The archives of the three images and the pause image. (The node imported pause when it
+    /// started, but a kubelet under disk pressure deletes unused images, and containerd 1.6 cannot
+    /// pin one: importing it again costs a second.)
     pub fn archives(&self) -> Vec<PathBuf> {
         [
+            "pause",
             "switchyard-operator",
             "switchyard-sidecar",
             "switchyard-example-app",
