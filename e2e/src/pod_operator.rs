@@ -71,79 +71,96 @@ impl PodOperator {
         // A run that died may have left its release behind: that operator is ours, not foreign.
         remove(cluster).await?;
         crate::operator::refuse_foreign_operator(cluster).await?;
-        cluster
-            .kubectl()
-            .args(["apply", "-f", "-"])
-            .stdin(
-                serde_json::json!({
-                    "apiVersion": "v1",
-                    "kind": "Namespace",
-                    "metadata": {"name": NAMESPACE, "labels": {
-                        "pod-security.kubernetes.io/enforce": "restricted",
-                        "pod-security.kubernetes.io/enforce-version": "latest",
-                    }},
-                })
-                .to_string(),
-            )
-            .ok()
-            .await?;
-        let file = crate::work_dir().join(format!("{RELEASE}-values.json"));
-        std::fs::write(&file, values(node, images).to_string())
-            .with_context(|| format!("writing {}", file.display()))?;
-        let start = std::time::Instant::now();
-        cluster
-            .helm()
-            .args(["upgrade", "--install", RELEASE])
-            .arg(crate::charts_dir().join("switchyard"))
-            .args(["--namespace", NAMESPACE, "--values"])
-            .arg(&file)
-            .args(["--wait", "--timeout=120s"])
-            .timeout(Duration::from_secs(180))
-            .ok()
-            .await
-            .context("helm install of the operator chart with the operator as a pod")?;
-        let client = cluster.client().await?;
-        let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
-        let pod = crate::eventually(
-            "the operator pod Ready on the node",
-            crate::timeout(),
-            || async {
-                let list = pods
-                    .list(
-                        &ListParams::default()
-                            .labels(&format!("app.kubernetes.io/instance={RELEASE}")),
-                    )
-                    .await?;
-                let live: Vec<&Pod> = list
-                    .items
-                    .iter()
-                    .filter(|p| p.metadata.deletion_timestamp.is_none())
-                    .collect();
-                ensure!(live.len() == 1, "{} operator pods", live.len());
-                crate::pods::check_running_on(live[0], &node.name)?;
-                Ok(live[0].clone())
-            },
-        )
-        .await?;
-        let pod_ip: Ipv4Addr = pod
-            .status
-            .as_ref()
-            .and_then(|s| s.pod_ip.as_deref())
-            .context("operator pod without an IP")?
-            .parse()
-            .context("operator pod IP")?;
-        Ok(PodOperator {
-            pod: pod.name_any(),
-            pod_ip,
-            ready_after: start.elapsed(),
-            _lock: lock,
-        })
+        match install_release(cluster, node, images).await {
+            Ok((pod, pod_ip, ready_after)) => Ok(PodOperator {
+                pod,
+                pod_ip,
+                ready_after,
+                _lock: lock,
+            }),
+            Err(e) => {
+                // No half-installed operator left for the tests that run after this one.
+                if let Err(r) = remove(cluster).await {
+                    eprintln!("[e2e] warning: removing the failed operator release: {r:#}");
+                }
+                Err(e)
+            }
+        }
     }
 
     /// Uninstalls the release and waits until its pods are gone; then the lock is released.
     pub async fn uninstall(self, cluster: &Cluster) -> Result<()> {
         remove(cluster).await
     }
+}
+
+/// The namespace and the release, up to a Ready operator pod: (pod, IP, time to Ready).
+async fn install_release(
+    cluster: &Cluster,
+    node: &Node,
+    images: &Images,
+) -> Result<(String, Ipv4Addr, Duration)> {
+    cluster
+        .kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(
+            serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": NAMESPACE, "labels": {
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                }},
+            })
+            .to_string(),
+        )
+        .ok()
+        .await?;
+    let file = crate::work_dir().join(format!("{RELEASE}-values.json"));
+    std::fs::write(&file, values(node, images).to_string())
+        .with_context(|| format!("writing {}", file.display()))?;
+    let start = std::time::Instant::now();
+    cluster
+        .helm()
+        .args(["upgrade", "--install", RELEASE])
+        .arg(crate::charts_dir().join("switchyard"))
+        .args(["--namespace", NAMESPACE, "--values"])
+        .arg(&file)
+        .args(["--wait", "--timeout=120s"])
+        .timeout(Duration::from_secs(180))
+        .ok()
+        .await
+        .context("helm install of the operator chart with the operator as a pod")?;
+    let client = cluster.client().await?;
+    let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
+    let pod = crate::eventually(
+        "the operator pod Ready on the node",
+        crate::timeout(),
+        || async {
+            let list = pods
+                .list(
+                    &ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}")),
+                )
+                .await?;
+            let live: Vec<&Pod> = list
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            ensure!(live.len() == 1, "{} operator pods", live.len());
+            crate::pods::check_running_on(live[0], &node.name)?;
+            Ok(live[0].clone())
+        },
+    )
+    .await?;
+    let pod_ip: Ipv4Addr = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .context("operator pod without an IP")?
+        .parse()
+        .context("operator pod IP")?;
+    Ok((pod.name_any(), pod_ip, start.elapsed()))
 }
 
 /// `helm uninstall` of the release if it exists, its pods gone, its Lease deleted.
