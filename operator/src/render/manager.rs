@@ -240,6 +240,8 @@ fn pod_template(
         .push(sidecar::config_volume(&config_map_name(
             &manager.name_any(),
         )));
+    super::stop_order::wait_for_sidecar_drain(&mut pod);
+    super::pod_security::restrict(&mut pod);
     PodTemplateSpec {
         metadata: Some(metadata),
         spec: Some(pod),

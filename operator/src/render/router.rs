@@ -145,6 +145,22 @@ pub fn build(
     let mut annotations = overrides.annotations.clone();
     annotations.insert(meta::CONFIG_HASH.into(), config_hash);
 
+    let mut router_pod = PodSpec {
+        containers: vec![container],
+        volumes: Some(volumes),
+        node_selector: non_empty(overrides.node_selector),
+        tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
+        affinity: overrides.affinity,
+        service_account_name: overrides.service_account_name,
+        priority_class_name: overrides.priority_class_name,
+        image_pull_secrets: (!overrides.image_pull_secrets.is_empty())
+            .then_some(overrides.image_pull_secrets),
+        // Drain on SIGTERM needs time to finish in-flight requests: the drain limit and the exit.
+        termination_grace_period_seconds: Some(super::stop_order::TERMINATION_GRACE_SECONDS),
+        ..PodSpec::default()
+    };
+    super::pod_security::restrict(&mut router_pod);
+
     let deployment = Deployment {
         metadata: meta::child_meta(router, workload_name(&name), labels.clone())?,
         spec: Some(DeploymentSpec {
@@ -167,21 +183,7 @@ pub fn build(
                     annotations: Some(annotations),
                     ..ObjectMeta::default()
                 }),
-                spec: Some(PodSpec {
-                    containers: vec![container],
-                    volumes: Some(volumes),
-                    node_selector: non_empty(overrides.node_selector),
-                    tolerations: (!overrides.tolerations.is_empty())
-                        .then_some(overrides.tolerations),
-                    affinity: overrides.affinity,
-                    service_account_name: overrides.service_account_name,
-                    priority_class_name: overrides.priority_class_name,
-                    image_pull_secrets: (!overrides.image_pull_secrets.is_empty())
-                        .then_some(overrides.image_pull_secrets),
-                    // Drain on SIGTERM needs time to finish in-flight requests.
-                    termination_grace_period_seconds: Some(30),
-                    ..PodSpec::default()
-                }),
+                spec: Some(router_pod),
             },
             ..DeploymentSpec::default()
         }),

@@ -1,8 +1,8 @@
 //! Manager role: frame listener -> workers -> app, the app's local API -> outbound router, plus
-//! admin; drains on SIGTERM with GOAWAY.
+//! admin; drains on SIGTERM, or on the app's preStop hook (`GET /drain`), with GOAWAY.
 
 use super::{RunError, bind};
-use crate::admin::{self, Readiness};
+use crate::admin::{self, DrainHook, Readiness};
 use crate::durable::{Route, Store};
 use crate::load::LoadMeters;
 use crate::load::report::Reporter;
@@ -125,11 +125,13 @@ pub(crate) async fn run(
     let ready = Readiness::default();
     let admin = bind("admin", admin_addr).await?;
     // `/routes` shows the outbound table the app's events and dead letters use.
-    tokio::spawn(admin::serve(
+    let hook = DrainHook::default();
+    tokio::spawn(admin::serve_manager(
         admin,
         metrics.clone(),
         ready.clone(),
         upstream.clone(),
+        hook.clone(),
     ));
     let listener = bind("frame listener", listen).await?;
     let local_listener = bind("local API", local_api_addr).await?;
@@ -216,7 +218,13 @@ pub(crate) async fn run(
     ready.set(true);
     tracing::info!(listen = %listen, admin = %admin_addr, app = %app, local_api = %local_api_addr, events = ?events, manager = %c.name, "manager ready");
 
-    crate::shutdown::signal().await;
+    let by_signal = tokio::select! {
+        () = crate::shutdown::signal() => true,
+        () = hook.requested() => {
+            tracing::info!("drain requested (the app's preStop hook)");
+            false
+        }
+    };
     ready.set(false);
     drain.cancel();
     let _ = acceptor.await;
@@ -228,6 +236,14 @@ pub(crate) async fn run(
     };
     if tokio::time::timeout(DRAIN_LIMIT, drained).await.is_err() {
         tracing::warn!("drain limit reached with deliveries still open");
+    }
+    hook.finish();
+    if !by_signal {
+        // The kubelet stops the app now and this sidecar after it. Exiting before that SIGTERM would
+        // have the kubelet restart a native sidecar that has nothing left to do; the app may still use
+        // the local API while it stops.
+        tracing::info!("drained; waiting for SIGTERM");
+        crate::shutdown::signal().await;
     }
     local_drain.cancel();
     let _ = local_server.await;

@@ -176,7 +176,7 @@ pub(crate) async fn run(
     }
     let upstream = Arc::new(upstream);
     let admin = bind("admin", admin_addr).await?;
-    tokio::spawn(admin::serve(
+    tokio::spawn(admin::serve_router(
         admin,
         metrics.clone(),
         ready.clone(),
