@@ -177,6 +177,11 @@ impl Metrics {
             "Routing tables received from the operator's control plane",
             control_plane_tables.clone(),
         );
+        registry.register(
+            "switchyard_trace_spans_dropped",
+            "Spans dropped because the trace export queue was full (OTEL_BSP_MAX_QUEUE_SIZE)",
+            crate::otel::dropped::spans_dropped().clone(),
+        );
         let control_plane_connected = Gauge::default();
         registry.register(
             "switchyard_control_plane_connected",

@@ -109,6 +109,10 @@ pub async fn run(
         settings.config.spec.tracing.as_ref(),
         "spec.tracing",
         crate::otel::Role::Router,
+        crate::otel::settings::Identity {
+            name: &settings.config.name,
+            namespace: &settings.config.namespace,
+        },
         config_file,
     )?;
     if let Some(o) = otel.as_mut() {
