@@ -80,6 +80,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             state_dir: state.path(),
             sidecar: &sidecar,
             apps: !args.no_app,
+            otlp_from_env: std::env::var_os(plan::OTLP_ENDPOINT_ENV).is_some_and(|v| !v.is_empty()),
         },
         &mut ports::LocalPorts::default(),
     )?;

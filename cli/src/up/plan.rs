@@ -18,6 +18,10 @@ pub const PORT_ENV: &str = "PORT";
 pub const LOCAL_API_ENV: &str = "SWITCHYARD_LOCAL_API";
 /// Environment variable telling the manager sidecar which event types it serves.
 pub const EVENT_TYPES_ENV: &str = "SWITCHYARD_EVENT_TYPES";
+/// The OpenTelemetry SDKs' collector address; an app gets its Router's `tracing.otlpEndpoint` there.
+pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// The OpenTelemetry SDKs' service name; an app is `<manager>-app` unless its container sets one.
+pub const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
 /// The example app answers `/healthz`; other apps are only known to listen.
 const EXAMPLE_APP: &str = "switchyard-example-app";
 
@@ -88,6 +92,9 @@ pub struct Options<'a> {
     pub sidecar: &'a Path,
     /// Start the apps (false with `--no-app`).
     pub apps: bool,
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set in this environment: every process inherits it and the
+    /// sidecars let it win over the Router's `tracing`, so apps keep it too.
+    pub otlp_from_env: bool,
 }
 
 const LOCALHOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
@@ -158,7 +165,12 @@ pub fn plan(
             let local_api = ports.ephemeral()?;
             let local_api_url = format!("http://{LOCALHOST}:{local_api}");
             if opts.apps {
-                plan.procs.push(app_proc(m, &id, app_port, &local_api_url)?);
+                let endpoint = router_of(&objs.routers, m)
+                    .and_then(|r| r.spec.tracing.as_ref())
+                    .map(|t| t.otlp_endpoint.as_str())
+                    .filter(|_| !opts.otlp_from_env);
+                plan.procs
+                    .push(app_proc(m, &id, app_port, &local_api_url, endpoint)?);
             } else {
                 plan.notes.push(format!(
                     "· app {name}: not started (--no-app); run it on {LOCALHOST}:{app_port} with {LOCAL_API_ENV}={local_api_url}"
@@ -294,12 +306,14 @@ pub fn local_replicas(manager: &Manager) -> u32 {
     u32::try_from(n).unwrap_or(0).max(1)
 }
 
-/// The app process of one replica (`id`) of `manager`: the first container's `command` + `args`, run on `port`.
+/// The app process of one replica (`id`) of `manager`: the first container's `command` + `args`, run on `port`;
+/// with its Router's tracing on, pointed at the same collector (`otlp_endpoint`) so its spans join the trace.
 fn app_proc(
     manager: &Manager,
     id: &str,
     port: u16,
     local_api_url: &str,
+    otlp_endpoint: Option<&str>,
 ) -> anyhow::Result<ProcSpec> {
     let name = manager.name_any();
     let field = "spec.template.spec.containers[0]";
@@ -336,6 +350,17 @@ fn app_proc(
     env.push((PORT_ENV.into(), port.to_string()));
     // Locally only this address reaches the sidecar, whatever the manifest says.
     env.push((LOCAL_API_ENV.into(), local_api_url.to_owned()));
+    if let Some(endpoint) = otlp_endpoint {
+        for (key, value) in [
+            (OTLP_ENDPOINT_ENV, endpoint.to_owned()),
+            (SERVICE_NAME_ENV, format!("{name}-app")),
+        ] {
+            // The container's own settings win.
+            if !env.iter().any(|(k, _)| k == key) {
+                env.push((key.into(), value));
+            }
+        }
+    }
 
     let addr = SocketAddr::from((LOCALHOST, port));
     // The example app answers /healthz over HTTP; in gRPC mode (or any other app) an open port is the signal.
@@ -520,8 +545,31 @@ spec:
             state_dir: Path::new("/state"),
             sidecar: Path::new("/bin/switchyard-sidecar"),
             apps,
+            otlp_from_env: false,
         };
         plan(&objs, &opts, &mut ports)
+    }
+
+    #[test]
+    fn apps_of_a_traced_router_export_to_its_collector() -> anyhow::Result<()> {
+        let p = plan_of(TWO_MANAGERS, true)?;
+        assert!(!p.procs[0].env.iter().any(|(k, _)| k == OTLP_ENDPOINT_ENV));
+        let traced = TWO_MANAGERS.replace(
+            "  listeners:",
+            "  tracing: {otlpEndpoint: \"http://127.0.0.1:4317\"}\n  listeners:",
+        );
+        assert_ne!(traced, TWO_MANAGERS, "the fixture changed shape");
+        let p = plan_of(&traced, true)?;
+        for (app, service) in [(&p.procs[0], "a-app"), (&p.procs[1], "b-app")] {
+            assert!(
+                app.env
+                    .contains(&(OTLP_ENDPOINT_ENV.into(), "http://127.0.0.1:4317".into())),
+                "{:?}",
+                app.env
+            );
+            assert!(app.env.contains(&(SERVICE_NAME_ENV.into(), service.into())));
+        }
+        Ok(())
     }
 
     #[test]
