@@ -40,6 +40,10 @@ fn main() -> ExitCode {
             "relay_is_one_trace_across_two_managers_in_zipkin",
             relay_trace,
         ),
+        (
+            "server_timing_stages_reach_a_cross_origin_page_in_chromium",
+            server_timing_in_browser,
+        ),
     ];
     // Started by the first test that needs it, stopped after the last (statics are never dropped).
     static APM: Mutex<Option<Result<Apm, String>>> = Mutex::new(None);
@@ -411,6 +415,93 @@ fn relay_trace(apm: &Apm) -> Result<(), String> {
             ));
         }
         above = span;
+    }
+    up.stop()
+}
+
+/// A page that fetches `url` cross-origin and writes the `serverTiming` of its resource-timing
+/// entry into `<pre id="out">` as JSON (`[{name, duration}, ...]`).
+fn timing_page(url: &str) -> String {
+    format!(
+        r#"<!doctype html><html><body><pre id="out">pending</pre><script>
+fetch("{url}").then(r => r.text()).then(() => {{
+  const e = performance.getEntriesByType("resource").find(x => x.name === "{url}");
+  document.getElementById("out").textContent = e
+    ? JSON.stringify(e.serverTiming.map(s => ({{name: s.name, duration: s.duration}})))
+    : "no resource entry";
+}}).catch(err => {{ document.getElementById("out").textContent = "fetch failed: " + err; }});
+</script></body></html>"#
+    )
+}
+
+/// The `<pre id="out">` text of `page` once Chromium ran it.
+fn page_output(page: &support::page::Page) -> Result<String, String> {
+    let dom = support::browser::dump_dom(&page.origin(), Duration::from_secs(5))?;
+    let start = dom
+        .find(r#"<pre id="out">"#)
+        .ok_or_else(|| format!("no output element in {dom}"))?
+        + r#"<pre id="out">"#.len();
+    let end = dom[start..]
+        .find("</pre>")
+        .ok_or_else(|| format!("unclosed output in {dom}"))?;
+    Ok(dom[start..start + end].replace("&quot;", "\""))
+}
+
+fn server_timing_in_browser(_: &Apm) -> Result<(), String> {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let port = free_port();
+    let url = format!("http://127.0.0.1:{port}/noop");
+    // Two pages of other origins: one the timing middleware lets read the timing, one it does not.
+    let allowed = support::page::Page::serve(timing_page(&url));
+    let other = support::page::Page::serve(timing_page(&url));
+    let (a, o) = (allowed.origin(), other.origin());
+    let manifest = example_on_ports(dir.path(), "quickstart.yaml", port, free_port(), |t| {
+        let edited = t.replace(
+            "  middleware:\n    - timing: {}\n",
+            &format!(
+                "  middleware:\n    - cors: {{allowOrigins: [\"{a}\", \"{o}\"]}}\n    - timing: {{allowOrigins: [\"{a}\"]}}\n"
+            ),
+        );
+        assert_ne!(edited, t, "the quickstart's middleware changed shape");
+        edited
+    });
+    let mut up = Up::start(&manifest, &[]);
+    up.ready(Duration::from_secs(60))?;
+    let head = http::request(port, "GET", "/noop", &[("Origin", &a)], "")?;
+    if head.header("timing-allow-origin") != Some(a.as_str()) {
+        return Err(format!("no Timing-Allow-Origin: {head:?}"));
+    }
+
+    let out = page_output(&allowed)?;
+    let stages: Vec<serde_json::Value> =
+        serde_json::from_str(&out).map_err(|e| format!("{e}: page wrote {out:?}"))?;
+    let got: Vec<(String, f64)> = stages
+        .iter()
+        .map(|s| {
+            (
+                s["name"].as_str().unwrap_or("").to_owned(),
+                s["duration"].as_f64().unwrap_or(-1.0),
+            )
+        })
+        .collect();
+    let names: Vec<&str> = got.iter().map(|(n, _)| n.as_str()).collect();
+    if names
+        != [
+            "listener", "broker", "router", "net", "queue", "app", "total",
+        ]
+    {
+        return Err(format!("serverTiming in Chromium: {got:?}"));
+    }
+    let total = got[6].1;
+    let parts: f64 = got[..6].iter().map(|(_, d)| d).sum();
+    if got.iter().any(|(_, d)| *d < 0.0) || total <= 0.0 || (parts - total).abs() > 0.01 {
+        return Err(format!("stage durations do not add up to total: {got:?}"));
+    }
+
+    // The other origin may call the API (CORS) but not read its timing.
+    let out = page_output(&other)?;
+    if out != "[]" {
+        return Err(format!("a page of {o} read the timing: {out}"));
     }
     up.stop()
 }

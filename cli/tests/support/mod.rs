@@ -6,6 +6,7 @@
 pub mod apm;
 pub mod browser;
 pub mod http;
+pub mod page;
 pub mod up;
 pub mod zipkin;
 

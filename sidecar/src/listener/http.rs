@@ -101,7 +101,12 @@ async fn handle(
     if let Some(t) = clock.trace.take() {
         t.finish_http(reply.status);
     }
-    Ok(reply.into_response(&times))
+    let mut resp = reply.into_response(&times);
+    if let Some(tao) = &edge.timing_allow_origin {
+        resp.headers_mut()
+            .insert(super::reply::TIMING_ALLOW_ORIGIN.clone(), tao.clone());
+    }
+    Ok(resp)
 }
 
 fn rejected(r: Rejection) -> Reply {

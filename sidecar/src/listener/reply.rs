@@ -9,6 +9,19 @@ use hyper::header::{ALLOW, CONTENT_TYPE, HeaderName, HeaderValue, RETRY_AFTER};
 
 /// The `Server-Timing` header.
 pub static SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
+/// The `Timing-Allow-Origin` header: which other origins' pages may read `Server-Timing`.
+pub static TIMING_ALLOW_ORIGIN: HeaderName = HeaderName::from_static("timing-allow-origin");
+
+/// The `Timing-Allow-Origin` value of a timing middleware's `allowOrigins` (`None` when empty).
+pub fn timing_allow_origin(origins: &[String]) -> Result<Option<HeaderValue>, String> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    let joined = origins.join(", ");
+    HeaderValue::from_str(&joined)
+        .map(Some)
+        .map_err(|_| format!("allowOrigins {joined:?} is not a valid header value"))
+}
 
 /// An answer before its timing header is added.
 pub struct Reply {

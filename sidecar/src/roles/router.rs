@@ -234,7 +234,27 @@ pub async fn run(
         drain: drain.clone(),
         sessions: TaskTracker::new(),
     });
+    let timing_allow_origin = match settings
+        .config
+        .spec
+        .middleware
+        .iter()
+        .enumerate()
+        .find_map(|(i, m)| Some((i, m.timing.as_ref()?)))
+    {
+        Some((i, t)) => {
+            crate::listener::reply::timing_allow_origin(&t.allow_origins).map_err(|e| {
+                crate::config::field_error(
+                    config_file,
+                    format!("spec.middleware[{i}].timing.allowOrigins"),
+                    e,
+                )
+            })?
+        }
+        None => None,
+    };
     let edge = Arc::new(Edge {
+        timing_allow_origin,
         table,
         broker: Broker::new(settings.queue_capacity, metrics.clone()),
         router,
