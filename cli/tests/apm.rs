@@ -44,6 +44,15 @@ fn main() -> ExitCode {
             "server_timing_stages_reach_a_cross_origin_page_in_chromium",
             server_timing_in_browser,
         ),
+        ("python_example_continues_the_trace", |apm| {
+            language_example(apm, "python", "7ef92f3577b34da6a3ce929d0e0e4739")
+        }),
+        ("js_example_continues_the_trace", |apm| {
+            language_example(apm, "js", "8ff92f3577b34da6a3ce929d0e0e473a")
+        }),
+        ("go_example_continues_the_trace", |apm| {
+            language_example(apm, "go", "90f92f3577b34da6a3ce929d0e0e473b")
+        }),
     ];
     // Started by the first test that needs it, stopped after the last (statics are never dropped).
     static APM: Mutex<Option<Result<Apm, String>>> = Mutex::new(None);
@@ -502,6 +511,98 @@ fn server_timing_in_browser(_: &Apm) -> Result<(), String> {
     let out = page_output(&other)?;
     if out != "[]" {
         return Err(format!("a page of {o} read the timing: {out}"));
+    }
+    up.stop()
+}
+
+/// `examples/<lang>.yaml` (the CloudEvents SDK of that language) through `switchyard up`: `noop` and
+/// `echo` answered, and the echo's trace goes on into the app's own spans, through the `noop` the
+/// app publishes on the local API, to that event's delivery and handling.
+fn language_example(apm: &Apm, lang: &str, trace_id: &str) -> Result<(), String> {
+    // Installs the app's dependencies from the registries (cached in git-ignored folders).
+    let run = support::repo_file(&format!("examples/{lang}/run"));
+    let started = std::time::Instant::now();
+    let prepared = std::process::Command::new(&run)
+        .arg("--prepare")
+        .status()
+        .map_err(|e| format!("{}: {e}", run.display()))?;
+    if !prepared.success() {
+        return Err(format!("{} --prepare: {prepared}", run.display()));
+    }
+    eprintln!("examples/{lang} prepared in {:?}", started.elapsed());
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let port = free_port();
+    let endpoint = apm.otlp_endpoint.clone();
+    let manifest = example_on_ports(dir.path(), &format!("{lang}.yaml"), port, 0, |t| {
+        with_tracing(t, &endpoint)
+    });
+    let mut up = Up::start(&manifest, &[]);
+    up.ready(Duration::from_secs(90))?;
+
+    let a = http::get(port, "/noop")?;
+    let body: serde_json::Value =
+        serde_json::from_str(&a.body).map_err(|e| format!("{e}: {a:?}"))?;
+    if a.status != 200 || body != serde_json::json!({"ok": true}) {
+        return Err(format!("GET /noop: {a:?}\n{}", up.output()));
+    }
+    let tp = format!("00-{trace_id}-{CLIENT_SPAN}-01");
+    let a = http::request(
+        port,
+        "POST",
+        "/echo",
+        &[("Content-Type", "application/json"), ("traceparent", &tp)],
+        r#"{"value":1}"#,
+    )?;
+    let body: serde_json::Value =
+        serde_json::from_str(&a.body).map_err(|e| format!("{e}: {a:?}"))?;
+    if a.status != 200 || body != serde_json::json!({"value": 1}) {
+        return Err(format!("POST /echo: {a:?}\n{}", up.output()));
+    }
+
+    let app = format!("{lang}-app");
+    let mut spans = Vec::new();
+    wait_for(
+        &format!("the {lang} app's spans in trace {trace_id}"),
+        Duration::from_secs(30),
+        || {
+            spans = zipkin::trace(apm.zipkin_port, trace_id)?;
+            let has = |n: &str| spans.iter().any(|s| s.name == n && s.service == app);
+            (has("handle echo") && has("handle noop"))
+                .then_some(())
+                .ok_or_else(|| zipkin::names(&spans))
+        },
+    )
+    .map_err(|e| format!("{e}\n--- switchyard up ---\n{}", up.output()))?;
+    let root = one_tree(&spans, CLIENT_SPAN)?;
+    let get = |name: &str, service: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == name && s.service == service)
+            .ok_or_else(|| format!("no {name} ({service}) in {}", zipkin::names(&spans)))
+    };
+    // echo: router -> manager -> the app's span; its publish: the manager -> the app again.
+    let chain = [
+        get("post /echo", "edge")?,
+        get("deliver echo", lang)?,
+        get("handle echo", &app)?,
+        get("process noop", lang)?,
+        get("deliver noop", lang)?,
+        get("handle noop", &app)?,
+    ];
+    if chain[0].id != root.id {
+        return Err(format!("root: {}", zipkin::names(&spans)));
+    }
+    for pair in chain.windows(2) {
+        if !descends(&spans, pair[1], pair[0]) {
+            return Err(format!(
+                "{} ({}) is not under {} ({}): {}",
+                pair[1].name,
+                pair[1].service,
+                pair[0].name,
+                pair[0].service,
+                zipkin::names(&spans)
+            ));
+        }
     }
     up.stop()
 }

@@ -19,7 +19,10 @@ impl Up {
     /// Starts `switchyard up -f manifest` with `env` added.
     pub fn start(manifest: &Path, env: &[(&str, &str)]) -> Up {
         let mut cmd = Command::new(super::SWITCHYARD);
-        cmd.args(["up", "-f", &manifest.display().to_string()])
+        // From the repository root, as the README runs it: the language examples' commands are
+        // paths relative to it.
+        cmd.current_dir(super::repo_file("."))
+            .args(["up", "-f", &manifest.display().to_string()])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped());
