@@ -11,6 +11,7 @@
 
 pub mod cluster;
 pub mod cmd;
+pub mod dashboard;
 pub mod fixtures;
 pub mod k8s;
 pub mod lock;

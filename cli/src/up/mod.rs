@@ -14,6 +14,7 @@ mod locate;
 mod plan;
 mod ports;
 mod probe;
+pub mod registry;
 mod secrets;
 mod supervisor;
 
@@ -90,6 +91,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for (path, bytes) in &plan.secret_files {
         write_private(path, bytes).with_context(|| path.display().to_string())?;
     }
+    // For `switchyard top -f FILE`; removed when the run ends.
+    let registration = registry::Registration::write(&args.file, &plan)
+        .context("writing the run's state for `switchyard top`")?;
     let output = match &args.logs {
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
@@ -145,6 +149,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })?;
     // Dropping the runtime drops the watcher tasks, whose kill_on_drop ends anything that somehow survived.
     drop(runtime);
+    drop(registration);
     drop(state);
     Ok(code)
 }

@@ -165,12 +165,17 @@ pub fn plan(
             let local_api = ports.ephemeral()?;
             let local_api_url = format!("http://{LOCALHOST}:{local_api}");
             if opts.apps {
-                let endpoint = router_of(&objs.routers, m)
+                let tracing = router_of(&objs.routers, m)
                     .and_then(|r| r.spec.tracing.as_ref())
-                    .map(|t| t.otlp_endpoint.as_str())
-                    .filter(|_| !opts.otlp_from_env);
+                    .map(|t| t.otlp_endpoint.as_str());
+                let traced = match (tracing, opts.otlp_from_env) {
+                    // The sidecars let the environment's endpoint win: the app inherits it.
+                    (_, true) => Traced::Inherited,
+                    (Some(e), false) => Traced::To(e),
+                    (None, false) => Traced::Off,
+                };
                 plan.procs
-                    .push(app_proc(m, &id, app_port, &local_api_url, endpoint)?);
+                    .push(app_proc(m, &id, app_port, &local_api_url, traced)?);
             } else {
                 plan.notes.push(format!(
                     "· app {name}: not started (--no-app); run it on {LOCALHOST}:{app_port} with {LOCAL_API_ENV}={local_api_url}"
@@ -306,14 +311,25 @@ pub fn local_replicas(manager: &Manager) -> u32 {
     u32::try_from(n).unwrap_or(0).max(1)
 }
 
+/// Whether an app's spans go to a collector, and which.
+#[derive(Clone, Copy, Debug)]
+enum Traced<'a> {
+    /// Tracing is off.
+    Off,
+    /// To the Router's `tracing.otlpEndpoint`.
+    To(&'a str),
+    /// To the `OTEL_EXPORTER_OTLP_ENDPOINT` every process inherits.
+    Inherited,
+}
+
 /// The app process of one replica (`id`) of `manager`: the first container's `command` + `args`, run on `port`;
-/// with its Router's tracing on, pointed at the same collector (`otlp_endpoint`) so its spans join the trace.
+/// with tracing on, pointed at the sidecars' collector and named `<manager>-app`, so its spans join the trace.
 fn app_proc(
     manager: &Manager,
     id: &str,
     port: u16,
     local_api_url: &str,
-    otlp_endpoint: Option<&str>,
+    traced: Traced<'_>,
 ) -> anyhow::Result<ProcSpec> {
     let name = manager.name_any();
     let field = "spec.template.spec.containers[0]";
@@ -350,15 +366,17 @@ fn app_proc(
     env.push((PORT_ENV.into(), port.to_string()));
     // Locally only this address reaches the sidecar, whatever the manifest says.
     env.push((LOCAL_API_ENV.into(), local_api_url.to_owned()));
-    if let Some(endpoint) = otlp_endpoint {
-        for (key, value) in [
-            (OTLP_ENDPOINT_ENV, endpoint.to_owned()),
-            (SERVICE_NAME_ENV, format!("{name}-app")),
-        ] {
-            // The container's own settings win.
-            if !env.iter().any(|(k, _)| k == key) {
-                env.push((key.into(), value));
-            }
+    let mut tracing_env = Vec::new();
+    if let Traced::To(endpoint) = traced {
+        tracing_env.push((OTLP_ENDPOINT_ENV, endpoint.to_owned()));
+    }
+    if !matches!(traced, Traced::Off) {
+        tracing_env.push((SERVICE_NAME_ENV, format!("{name}-app")));
+    }
+    for (key, value) in tracing_env {
+        // The container's own settings win.
+        if !env.iter().any(|(k, _)| k == key) {
+            env.push((key.into(), value));
         }
     }
 
