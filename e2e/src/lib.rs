@@ -17,6 +17,7 @@ pub mod k8s;
 pub mod lock;
 pub mod loopback;
 pub mod operator;
+pub mod otlp;
 pub mod poll;
 pub mod sidecar;
 

@@ -1,14 +1,18 @@
-//! The chart's Grafana dashboard against what the operator really exports: `helm template` renders
-//! the opt-in ConfigMap, and every `switchyard_operator_*` metric its queries name must be on the
-//! `/metrics` of a real operator that has done the work each one counts (reconciles, an invalid
-//! spec, a failed apply, an autoscaler decision from load reports), with the labels the queries
-//! use. The sidecars' half of the dashboard is checked by `cli/tests/dashboard.rs`.
+//! What a real operator tells about its work, after reconciles, an invalid spec, a failed apply and
+//! an autoscaler decision from load reports:
+//! - its `/metrics` has every `switchyard_operator_*` series the chart's Grafana dashboard queries
+//!   (`helm template` renders the opt-in ConfigMap), with the labels the queries use (the sidecars'
+//!   half of the dashboard: `cli/tests/dashboard.rs`);
+//! - with `OTEL_EXPORTER_OTLP_ENDPOINT` set, it exports a span per reconcile (`reconcile router`,
+//!   `reconcile manager`; failures marked) and per autoscaler decision (`scale manager`) to an OTLP
+//!   receiver in this process, with a resource per the semantic conventions.
 
-use anyhow::{Result, bail, ensure};
+use anyhow::{Context, Result, bail, ensure};
 use futures::SinkExt;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use switchyard_e2e::dashboard::{self, Exported, Exporter};
 use switchyard_e2e::operator::{OperatorLock, free_port};
+use switchyard_e2e::otlp::{Receiver, Span};
 use switchyard_e2e::{
     Operator, OperatorOpts, TestNamespace, cluster, eventually, fixtures, timeout,
 };
@@ -62,7 +66,7 @@ fn push_load(cp: String, ns: String) -> tokio::task::JoinHandle<Result<()>> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn operator_queries_name_what_the_operator_exports() -> Result<()> {
+async fn operator_metrics_match_the_dashboard_and_its_spans_reach_the_collector() -> Result<()> {
     let _lock = OperatorLock::acquire().await?;
     // First: it builds the tools (helm among them) on a fresh machine.
     let c = cluster().await?;
@@ -72,13 +76,19 @@ async fn operator_queries_name_what_the_operator_exports() -> Result<()> {
         "only {} queries in the dashboard",
         exprs.len()
     );
-    let ns = TestNamespace::create(c, "dash").await?;
+    let ns = TestNamespace::create(c, "telemetry").await?;
     let cp_port = free_port()?;
+    let rx = Receiver::start().await?;
     let op = Operator::start(
         c,
         OperatorOpts {
             control_plane_port: Some(cp_port),
-            ..OperatorOpts::new("e2e-dashboard")
+            env: vec![
+                ("OTEL_EXPORTER_OTLP_ENDPOINT".into(), rx.endpoint()),
+                // Batches every 200 ms, so the spans arrive while the test looks.
+                ("OTEL_BSP_SCHEDULE_DELAY".into(), "200".into()),
+            ],
+            ..OperatorOpts::new("e2e-telemetry")
         },
     )
     .await?;
@@ -139,6 +149,84 @@ async fn operator_queries_name_what_the_operator_exports() -> Result<()> {
             exported.0
         );
     }
+
+    // The spans: one per reconcile, one per decision.
+    let find = |spans: &[Span], name: &str, key: &str, value: &str| {
+        spans
+            .iter()
+            .find(|s| s.name == name && s.attr(key) == value)
+            .cloned()
+    };
+    let spans = eventually(
+        "the operator's spans at the receiver",
+        timeout(),
+        || async {
+            let spans = rx.spans();
+            ensure!(
+                find(&spans, "reconcile router", "router", "edge").is_some()
+                    && find(&spans, "reconcile manager", "manager", "hot").is_some()
+                    && find(&spans, "reconcile manager", "manager", "broken")
+                        .is_some_and(|s| s.status == 2)
+                    && find(&spans, "scale manager", "switchyard.manager", "hot").is_some(),
+                "spans so far: {:?}",
+                spans
+                    .iter()
+                    .map(|s| (&s.name, &s.attrs))
+                    .collect::<Vec<_>>()
+            );
+            Ok(spans)
+        },
+    )
+    .await?;
+    let router = find(&spans, "reconcile router", "router", "edge").context("edge")?;
+    ensure!(router.attr("namespace") == ns.name, "{router:?}");
+    ensure!(
+        router.parent.is_empty(),
+        "a reconcile is a root span: {router:?}"
+    );
+    for (k, v) in [
+        ("service.name", "switchyard-operator"),
+        ("service.instance.id", "e2e-telemetry"),
+        ("k8s.pod.name", "e2e-telemetry"),
+        ("k8s.namespace.name", switchyard_e2e::SYSTEM_NAMESPACE),
+    ] {
+        ensure!(
+            router.resource.get(k).map(String::as_str) == Some(v),
+            "{k}: {router:?}"
+        );
+    }
+    let broken = find(&spans, "reconcile manager", "manager", "broken").context("broken")?;
+    ensure!(broken.attr("error.type") == "apply", "{broken:?}");
+    let scale = find(&spans, "scale manager", "switchyard.manager", "hot").context("scale")?;
+    for (k, v) in [
+        ("k8s.namespace.name", ns.name.as_str()),
+        ("switchyard.event_types", "noop"),
+        ("switchyard.scale.direction", "up"),
+        ("switchyard.scale.from", "1"),
+    ] {
+        ensure!(scale.attr(k) == v, "{k}: {scale:?}");
+    }
+    ensure!(
+        scale
+            .attr("switchyard.scale.to")
+            .parse::<u32>()
+            .is_ok_and(|n| n > 1),
+        "{scale:?}"
+    );
+    // Every reconcile counted so far has its span (export may lag the counter, never the reverse).
+    let counted = op
+        .metrics()
+        .await?
+        .sum("switchyard_operator_reconciles_total");
     op.stop().await?;
+    let spans = rx.spans();
+    let reconciles = spans
+        .iter()
+        .filter(|s| s.name.starts_with("reconcile "))
+        .count();
+    ensure!(
+        reconciles as f64 >= counted,
+        "{reconciles} reconcile spans for {counted} reconciles"
+    );
     Ok(())
 }
