@@ -31,6 +31,9 @@ pub struct Args {
     /// With --kubeconfig: only this namespace (default: every namespace).
     #[arg(short = 'n', long, requires = "kubeconfig")]
     namespace: Option<String>,
+    /// With --kubeconfig: only pods matching this label selector too, e.g. switchyard.dev/manager=handlers.
+    #[arg(short = 'l', long, requires = "kubeconfig")]
+    selector: Option<String>,
     /// Print one view as JSON (two scrapes --interval apart) and exit.
     #[arg(long)]
     once: bool,
@@ -78,6 +81,7 @@ async fn source_of(args: &Args) -> anyhow::Result<(Source, String)> {
             Source::Cluster {
                 client,
                 namespace: args.namespace.clone(),
+                selector: args.selector.clone(),
             },
             title,
         ));

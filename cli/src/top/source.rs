@@ -40,6 +40,8 @@ pub enum Source {
         client: kube::Client,
         /// `None`: every namespace.
         namespace: Option<String>,
+        /// A further label selector.
+        selector: Option<String>,
     },
 }
 
@@ -60,7 +62,11 @@ impl Source {
                 }
                 Ok(out)
             }
-            Source::Cluster { client, namespace } => cluster(client, namespace.as_deref()).await,
+            Source::Cluster {
+                client,
+                namespace,
+                selector,
+            } => cluster(client, namespace.as_deref(), selector.as_deref()).await,
         }
     }
 }
@@ -93,17 +99,25 @@ async fn local_metrics(addr: SocketAddr) -> Result<Vec<prom::Sample>, String> {
 }
 
 /// The Running Router and Manager pods and their metrics, through the pod proxy.
-async fn cluster(client: &kube::Client, namespace: Option<&str>) -> anyhow::Result<Vec<Scrape>> {
+async fn cluster(
+    client: &kube::Client,
+    namespace: Option<&str>,
+    selector: Option<&str>,
+) -> anyhow::Result<Vec<Scrape>> {
     let pods: kube::Api<Pod> = match namespace {
         Some(ns) => kube::Api::namespaced(client.clone(), ns),
         None => kube::Api::all(client.clone()),
     };
     let mut out = Vec::new();
     for (role, label) in [("router", ROUTER_LABEL), ("manager", MANAGER_LABEL)] {
+        let labels = match selector {
+            Some(s) => format!("{label},{s}"),
+            None => label.to_owned(),
+        };
         let list = pods
-            .list(&ListParams::default().labels(label))
+            .list(&ListParams::default().labels(&labels))
             .await
-            .with_context(|| format!("listing pods labelled {label}"))?;
+            .with_context(|| format!("listing pods matching {labels}"))?;
         for pod in list {
             let running = pod.status.as_ref().and_then(|s| s.phase.as_deref()) == Some("Running");
             let (Some(name), Some(ns)) =
