@@ -325,6 +325,11 @@ pub struct Timing {
     /// Also add `trace;desc=<trace-id>` when tracing is on.
     #[serde(default = "yes")]
     pub trace_id: bool,
+    /// Origins whose pages may read the timing (`Timing-Allow-Origin`): `*`, or origins such as
+    /// `https://shop.example.com`. Browsers hide `Server-Timing` from cross-origin pages without it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(regex(pattern = r"^(\*|https?://[^/\s,;]+)$")))]
+    pub allow_origins: Vec<String>,
 }
 
 fn yes() -> bool {

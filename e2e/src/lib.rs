@@ -12,6 +12,7 @@
 pub mod client;
 pub mod cluster;
 pub mod cmd;
+pub mod dashboard;
 pub mod fixtures;
 pub mod images;
 pub mod k8s;
@@ -19,6 +20,7 @@ pub mod lock;
 pub mod loopback;
 pub mod node;
 pub mod operator;
+pub mod otlp;
 pub mod pod_operator;
 pub mod pods;
 pub mod poll;

@@ -77,6 +77,8 @@ pub struct OperatorOpts {
     pub control_plane_port: Option<u16>,
     /// Further arguments.
     pub extra_args: Vec<String>,
+    /// Further environment (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub env: Vec<(String, String)>,
 }
 
 impl OperatorOpts {
@@ -88,6 +90,7 @@ impl OperatorOpts {
             lease_name: "switchyard-operator".into(),
             control_plane_port: None,
             extra_args: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -208,6 +211,7 @@ impl Operator {
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAMESPACE", SYSTEM_NAMESPACE)
             .env("POD_NAME", &opts.identity)
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .current_dir(crate::work_dir())
             .stdin(Stdio::null())
             .stdout(out)

@@ -30,6 +30,17 @@ pub async fn sidecar_binary() -> Result<PathBuf> {
         .map_err(|e| anyhow!("cannot build the sidecar: {e}"))
 }
 
+/// Builds the `switchyard` command once per process and returns its binary.
+pub async fn cli_binary() -> Result<PathBuf> {
+    static CLI: OnceCell<Result<PathBuf, String>> = OnceCell::const_new();
+    let result = CLI
+        .get_or_init(|| async { build("switchyard").await.map_err(|e| format!("{e:#}")) })
+        .await;
+    result
+        .clone()
+        .map_err(|e| anyhow!("cannot build the switchyard command: {e}"))
+}
+
 /// Builds the example app once per process and returns its binary.
 pub async fn app_binary() -> Result<PathBuf> {
     let result = APP_BINARY

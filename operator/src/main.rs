@@ -19,17 +19,28 @@ use tokio::sync::watch;
 #[tokio::main]
 async fn main() -> ExitCode {
     let settings = Settings::parse();
-    if let Err(e) = telemetry::init(&settings.log_level, settings.log_format) {
-        eprintln!("switchyard-operator: {e}");
-        return ExitCode::from(2);
-    }
-    match run(settings).await {
+    let tracing = match telemetry::init(
+        &settings.log_level,
+        settings.log_format,
+        &settings.identity(),
+    ) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("switchyard-operator: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let code = match run(settings).await {
         Ok(code) => code,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "operator failed");
             ExitCode::FAILURE
         }
+    };
+    if let Some(t) = tracing {
+        t.shutdown().await;
     }
+    code
 }
 
 async fn run(settings: Settings) -> anyhow::Result<ExitCode> {

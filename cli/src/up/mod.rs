@@ -14,6 +14,7 @@ mod locate;
 mod plan;
 mod ports;
 mod probe;
+pub mod registry;
 mod secrets;
 mod supervisor;
 
@@ -84,6 +85,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             sidecar: &sidecar,
             apps: !args.no_app,
             nats_server: nats_server.as_deref(),
+            otlp_from_env: std::env::var_os(plan::OTLP_ENDPOINT_ENV).is_some_and(|v| !v.is_empty()),
         },
         &mut ports::LocalPorts::default(),
     )?;
@@ -93,6 +95,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for (path, bytes) in &plan.secret_files {
         write_private(path, bytes).with_context(|| path.display().to_string())?;
     }
+    // For `switchyard top -f FILE`; removed when the run ends.
+    let registration = registry::Registration::write(&args.file, &plan)
+        .context("writing the run's state for `switchyard top`")?;
     let output = match &args.logs {
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
@@ -148,6 +153,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })?;
     // Dropping the runtime drops the watcher tasks, whose kill_on_drop ends anything that somehow survived.
     drop(runtime);
+    drop(registration);
     drop(state);
     Ok(code)
 }

@@ -18,6 +18,10 @@ pub const PORT_ENV: &str = "PORT";
 pub use switchyard_protocol::env::EVENT_TYPES as EVENT_TYPES_ENV;
 /// Environment variable telling the app where its manager sidecar's local API is.
 pub use switchyard_protocol::env::LOCAL_API as LOCAL_API_ENV;
+/// The OpenTelemetry SDKs' collector address; an app gets its Router's `tracing.otlpEndpoint` there.
+pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// The OpenTelemetry SDKs' service name; an app is `<manager>-app` unless its container sets one.
+pub const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
 /// The example app answers `/healthz`; other apps are only known to listen.
 const EXAMPLE_APP: &str = "switchyard-example-app";
 
@@ -92,6 +96,9 @@ pub struct Options<'a> {
     pub apps: bool,
     /// The NATS server, found when some Manager delivers durably.
     pub nats_server: Option<&'a Path>,
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set in this environment: every process inherits it and the
+    /// sidecars let it win over the Router's `tracing`, so apps keep it too.
+    pub otlp_from_env: bool,
 }
 
 /// Whether any Manager of `objs` delivers some event type durably (then a JetStream server runs).
@@ -205,7 +212,17 @@ pub fn plan(
             let local_api = ports.ephemeral()?;
             let local_api_url = format!("http://{LOCALHOST}:{local_api}");
             if opts.apps {
-                plan.procs.push(app_proc(m, &id, app_port, &local_api_url)?);
+                let tracing = router_of(&objs.routers, m)
+                    .and_then(|r| r.spec.tracing.as_ref())
+                    .map(|t| t.otlp_endpoint.as_str());
+                let traced = match (tracing, opts.otlp_from_env) {
+                    // The sidecars let the environment's endpoint win: the app inherits it.
+                    (_, true) => Traced::Inherited,
+                    (Some(e), false) => Traced::To(e),
+                    (None, false) => Traced::Off,
+                };
+                plan.procs
+                    .push(app_proc(m, &id, app_port, &local_api_url, traced)?);
             } else {
                 plan.notes.push(format!(
                     "· app {name}: not started (--no-app); run it on {LOCALHOST}:{app_port} with {LOCAL_API_ENV}={local_api_url}"
@@ -342,12 +359,25 @@ pub fn local_replicas(manager: &Manager) -> u32 {
     u32::try_from(n).unwrap_or(0).max(1)
 }
 
-/// The app process of one replica (`id`) of `manager`: the first container's `command` + `args`, run on `port`.
+/// Whether an app's spans go to a collector, and which.
+#[derive(Clone, Copy, Debug)]
+enum Traced<'a> {
+    /// Tracing is off.
+    Off,
+    /// To the Router's `tracing.otlpEndpoint`.
+    To(&'a str),
+    /// To the `OTEL_EXPORTER_OTLP_ENDPOINT` every process inherits.
+    Inherited,
+}
+
+/// The app process of one replica (`id`) of `manager`: the first container's `command` + `args`, run on `port`;
+/// with tracing on, pointed at the sidecars' collector and named `<manager>-app`, so its spans join the trace.
 fn app_proc(
     manager: &Manager,
     id: &str,
     port: u16,
     local_api_url: &str,
+    traced: Traced<'_>,
 ) -> anyhow::Result<ProcSpec> {
     let name = manager.name_any();
     let field = "spec.template.spec.containers[0]";
@@ -384,6 +414,19 @@ fn app_proc(
     env.push((PORT_ENV.into(), port.to_string()));
     // Locally only this address reaches the sidecar, whatever the manifest says.
     env.push((LOCAL_API_ENV.into(), local_api_url.to_owned()));
+    let mut tracing_env = Vec::new();
+    if let Traced::To(endpoint) = traced {
+        tracing_env.push((OTLP_ENDPOINT_ENV, endpoint.to_owned()));
+    }
+    if !matches!(traced, Traced::Off) {
+        tracing_env.push((SERVICE_NAME_ENV, format!("{name}-app")));
+    }
+    for (key, value) in tracing_env {
+        // The container's own settings win.
+        if !env.iter().any(|(k, _)| k == key) {
+            env.push((key.into(), value));
+        }
+    }
 
     let addr = SocketAddr::from((LOCALHOST, port));
     // The example app answers /healthz over HTTP; in gRPC mode (or any other app) an open port is the signal.
@@ -569,8 +612,31 @@ spec:
             sidecar: Path::new("/bin/switchyard-sidecar"),
             apps,
             nats_server: Some(Path::new("/bin/nats-server")),
+            otlp_from_env: false,
         };
         plan(&objs, &opts, &mut ports)
+    }
+
+    #[test]
+    fn apps_of_a_traced_router_export_to_its_collector() -> anyhow::Result<()> {
+        let p = plan_of(TWO_MANAGERS, true)?;
+        assert!(!p.procs[0].env.iter().any(|(k, _)| k == OTLP_ENDPOINT_ENV));
+        let traced = TWO_MANAGERS.replace(
+            "  listeners:",
+            "  tracing: {otlpEndpoint: \"http://127.0.0.1:4317\"}\n  listeners:",
+        );
+        assert_ne!(traced, TWO_MANAGERS, "the fixture changed shape");
+        let p = plan_of(&traced, true)?;
+        for (app, service) in [(&p.procs[0], "a-app"), (&p.procs[1], "b-app")] {
+            assert!(
+                app.env
+                    .contains(&(OTLP_ENDPOINT_ENV.into(), "http://127.0.0.1:4317".into())),
+                "{:?}",
+                app.env
+            );
+            assert!(app.env.contains(&(SERVICE_NAME_ENV.into(), service.into())));
+        }
+        Ok(())
     }
 
     #[test]

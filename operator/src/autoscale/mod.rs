@@ -233,6 +233,21 @@ impl Scaler {
     /// Writes decision `d` for `group` (`shared`: the scale subresource; `perEventType`: the caller
     /// writes status), counts it and emits its Event. False when the write failed.
     #[allow(clippy::too_many_arguments)]
+    #[tracing::instrument(
+        name = "scale",
+        skip_all,
+        fields(
+            otel.name = "scale manager",
+            k8s.namespace.name = %key.0,
+            switchyard.manager = %key.1,
+            switchyard.event_types = %group.join(","),
+            switchyard.scale.from = current,
+            switchyard.scale.to = d.replicas,
+            switchyard.scale.direction = if d.replicas > current { "up" } else { "down" },
+            switchyard.scale.mode = if d.panic { "panic" } else { "stable" },
+            otel.status_code = tracing::field::Empty,
+        )
+    )]
     async fn write(
         &mut self,
         ctx: &Context,
@@ -253,6 +268,7 @@ impl Scaler {
                 .await
             {
                 tracing::warn!(manager = %name, namespace = %ns, error = %e, "could not write replicas through the scale subresource");
+                tracing::Span::current().record("otel.status_code", "error");
                 return false;
             }
         }

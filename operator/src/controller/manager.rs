@@ -56,7 +56,17 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     super::drain(stream, NAME).await;
 }
 
-#[tracing::instrument(skip_all, fields(manager = %manager.name_any(), namespace = manager.namespace().unwrap_or_default()))]
+/// One reconcile, a span of its own (exported when the operator's tracing is on).
+#[tracing::instrument(
+    skip_all,
+    fields(
+        manager = %manager.name_any(),
+        namespace = manager.namespace().unwrap_or_default(),
+        otel.name = "reconcile manager",
+        otel.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+)]
 async fn reconcile(manager: Arc<Manager>, ctx: Arc<Context>) -> Result<Action> {
     super::timed(&ctx, NAME, reconcile_inner(&manager, &ctx)).await
 }

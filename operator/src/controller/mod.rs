@@ -59,6 +59,12 @@ async fn timed(
     let started = Instant::now();
     let res = work.await;
     ctx.metrics.observe_duration(controller, started.elapsed());
+    if let Err(e) = &res {
+        // On the reconcile span (`#[instrument]` of each controller's `reconcile`).
+        let span = tracing::Span::current();
+        span.record("otel.status_code", "error");
+        span.record("error.type", e.metric_label());
+    }
     res
 }
 

@@ -60,7 +60,17 @@ pub(super) async fn run(
     super::drain(stream, NAME).await;
 }
 
-#[tracing::instrument(skip_all, fields(router = %router.name_any(), namespace = router.namespace().unwrap_or_default()))]
+/// One reconcile, a span of its own (exported when the operator's tracing is on).
+#[tracing::instrument(
+    skip_all,
+    fields(
+        router = %router.name_any(),
+        namespace = router.namespace().unwrap_or_default(),
+        otel.name = "reconcile router",
+        otel.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+)]
 async fn reconcile(router: Arc<Router>, shared: Arc<Shared>) -> Result<Action> {
     let ctx = &shared.ctx;
     super::timed(ctx, NAME, reconcile_inner(&router, ctx, &shared.managers)).await

@@ -2,7 +2,7 @@
 
 use super::Edge;
 use crate::answer::Answer;
-use crate::answer::http::Reply;
+use crate::answer::http::{Reply, TIMING_ALLOW_ORIGIN};
 use crate::dispatch::{Clock, new_ce_id};
 use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
@@ -108,7 +108,12 @@ async fn handle(
     if let Some(t) = clock.trace.take() {
         t.finish_http(reply.status);
     }
-    Ok(reply.into_response(Some(&times)))
+    let mut resp = reply.into_response(Some(&times));
+    if let Some(tao) = &edge.timing_allow_origin {
+        resp.headers_mut()
+            .insert(TIMING_ALLOW_ORIGIN.clone(), tao.clone());
+    }
+    Ok(resp)
 }
 
 fn rejected(r: Rejection) -> Reply {

@@ -52,6 +52,10 @@ pub(crate) async fn run(
         c.tracing.as_ref(),
         "tracing",
         crate::otel::Role::Manager,
+        crate::otel::settings::Identity {
+            name: &c.name,
+            namespace: &c.namespace,
+        },
         config_file,
     )?
     .map(Arc::new);

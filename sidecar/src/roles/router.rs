@@ -109,6 +109,10 @@ pub(crate) async fn run(
         settings.config.spec.tracing.as_ref(),
         "spec.tracing",
         crate::otel::Role::Router,
+        crate::otel::settings::Identity {
+            name: &settings.config.name,
+            namespace: &settings.config.namespace,
+        },
         config_file,
     )?;
     if let Some(o) = otel.as_mut() {
@@ -223,7 +227,30 @@ pub(crate) async fn run(
         drain: drain.clone(),
         sessions: TaskTracker::new(),
     });
+    let timing_allow_origin = match settings
+        .config
+        .spec
+        .middleware
+        .iter()
+        .enumerate()
+        .find_map(|(i, m)| Some((i, m.timing.as_ref()?)))
+    {
+        Some((i, t)) => {
+            crate::answer::http::timing_allow_origin(&t.allow_origins).map_err(|_| {
+                crate::config::field_error(
+                    config_file,
+                    format!("spec.middleware[{i}].timing.allowOrigins"),
+                    format!(
+                        "{:?} is not a valid header value",
+                        t.allow_origins.join(", ")
+                    ),
+                )
+            })?
+        }
+        None => None,
+    };
     let edge = Arc::new(Edge {
+        timing_allow_origin,
         table,
         dispatch: Dispatch {
             broker: Broker::new(settings.queue_capacity, metrics.clone()),
