@@ -80,11 +80,19 @@ pub fn request<B>(
     *req.method_mut() = hyper::Method::POST;
     *req.uri_mut() = uri.clone();
     let h = req.headers_mut();
-    h.insert(CE_ID, HeaderValue::from_str(ce_id)?);
-    h.insert(TRACEPARENT, HeaderValue::from_str(traceparent)?);
+    h.insert(CE_ID, unique(ce_id)?);
+    h.insert(TRACEPARENT, unique(traceparent)?);
     h.insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
     h.insert(DEADLINE_MS, HeaderValue::from(deadline_ms));
     Ok(req)
+}
+
+/// A value that differs on every request: sent as a never-indexed literal, so HPACK does not churn
+/// its dynamic table inserting values that will never repeat.
+fn unique(v: &str) -> anyhow::Result<HeaderValue> {
+    let mut v = HeaderValue::from_str(v)?;
+    v.set_sensitive(true);
+    Ok(v)
 }
 
 /// What the router reads of an answer's head: status and the manager's timing.
@@ -145,7 +153,9 @@ fn answer_of(
     let h = resp.headers_mut();
     h.insert(CONTENT_TYPE, HeaderValue::from_static(content_type));
     h.insert(QUEUE_US, HeaderValue::from(0u32));
-    h.insert(APP_US, HeaderValue::from(app_us));
+    let mut app = HeaderValue::from(app_us);
+    app.set_sensitive(true);
+    h.insert(APP_US, app);
     resp
 }
 
