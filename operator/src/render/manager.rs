@@ -67,6 +67,9 @@ pub fn render_config(manager: &Manager, router: Option<&Router>) -> Result<Manag
         destinations: Default::default(),
         static_endpoints: Default::default(),
         tracing: router.and_then(|r| r.spec.tracing.clone()),
+        durable_events: spec.durable_events(),
+        // Set from the operator's settings (the chart's JetStream URL) by the caller that has them.
+        jetstream: None,
     })
 }
 

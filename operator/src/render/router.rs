@@ -16,6 +16,7 @@ use kube::ResourceExt;
 use std::collections::BTreeMap;
 use switchyard_crds::{Manager, Router};
 use switchyard_protocol::config::{self, Destination, RouterConfig};
+use switchyard_protocol::durable::DurableRoute;
 use switchyard_protocol::ports;
 
 /// The desired children of one Router.
@@ -60,6 +61,11 @@ pub fn render_config(router: &Router, managers: &[Manager]) -> Result<RouterConf
                     service: super::manager::service_name(&name),
                     port: ports::MANAGER_INBOUND,
                     pod_selector,
+                    durable: (m.spec.delivery_of(event)
+                        == switchyard_crds::manager::DeliveryMode::Durable)
+                        .then(|| DurableRoute {
+                            ordering_key: m.spec.workers.ordering_key.clone(),
+                        }),
                 });
         }
     }

@@ -3,10 +3,12 @@
 
 use super::{RunError, bind};
 use crate::admin::{self, Readiness};
+use crate::durable::{Route, Store};
 use crate::load::LoadMeters;
 use crate::load::report::Reporter;
 use crate::manager::delivery::grpc::GrpcDelivery;
 use crate::manager::delivery::http::HttpDelivery;
+use crate::manager::durable;
 use crate::manager::inbound;
 use crate::manager::local_api::{self, LocalApi};
 use crate::manager::routers::Routers;
@@ -133,7 +135,70 @@ pub(crate) async fn run(
     let drain = CancellationToken::new();
     // The app may still publish while its last deliveries run: the local API closes after them.
     let local_drain = CancellationToken::new();
-    let local = LocalApi::new(router, routers.clone(), metrics);
+    let store = match &c.jetstream {
+        None => {
+            if !c.durable_events.is_empty() {
+                return Err(crate::config::field_error(
+                    config_file,
+                    "jetstream",
+                    "durable delivery is set but no JetStream server is configured".to_owned(),
+                )
+                .into());
+            }
+            None
+        }
+        Some(js) => {
+            // Publishes of durable destinations go to their Manager's stream.
+            let routes = c
+                .destinations
+                .iter()
+                .filter_map(|(event, d)| {
+                    d.durable.as_ref().map(|r| {
+                        let route = Route {
+                            manager: d.manager.clone(),
+                            ordering_key: r.ordering_key.clone(),
+                        };
+                        (event.as_str().to_owned(), route)
+                    })
+                })
+                .collect();
+            let store = Store::connect(js, &c.namespace, routes)
+                .await
+                .map_err(|e| {
+                    crate::config::field_error(config_file, "jetstream.url", e.to_string())
+                })?;
+            Some(Arc::new(store))
+        }
+    };
+    let pulls = TaskTracker::new();
+    if let Some(store) = &store {
+        // This pod's durable types: pulled from their consumers instead of arriving as frames.
+        let mine: Vec<String> = c
+            .durable_events
+            .iter()
+            .map(|e| e.as_str().to_owned())
+            .filter(|e| events.contains(e))
+            .collect();
+        let plans = switchyard_protocol::durable::consumers(
+            &c.namespace,
+            &c.name,
+            &mine,
+            c.workers.timeout.into(),
+            s.attempts,
+            c.workers.ordering_key.is_some(),
+        );
+        tracing::info!(events = ?mine, consumers = plans.len(), "durable delivery from JetStream");
+        durable::start(
+            store.clone(),
+            worker.clone(),
+            &c.name,
+            plans,
+            s.max_in_flight,
+            drain.clone(),
+            &pulls,
+        );
+    }
+    let local = LocalApi::new(router, store, routers.clone(), metrics);
     let local_server = tokio::spawn(local_api::serve(
         local_listener,
         Arc::new(local),
@@ -142,7 +207,7 @@ pub(crate) async fn run(
     let connections = TaskTracker::new();
     let acceptor = tokio::spawn(inbound::serve(
         listener,
-        worker,
+        inbound::Inbound::new(worker),
         routers,
         drain.clone(),
         connections.clone(),
@@ -155,10 +220,12 @@ pub(crate) async fn run(
     drain.cancel();
     let _ = acceptor.await;
     connections.close();
-    if tokio::time::timeout(DRAIN_LIMIT, connections.wait())
-        .await
-        .is_err()
-    {
+    pulls.close();
+    let drained = async {
+        connections.wait().await;
+        pulls.wait().await;
+    };
+    if tokio::time::timeout(DRAIN_LIMIT, drained).await.is_err() {
         tracing::warn!("drain limit reached with deliveries still open");
     }
     local_drain.cancel();

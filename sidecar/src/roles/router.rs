@@ -228,6 +228,8 @@ pub(crate) async fn run(
         dispatch: Dispatch {
             broker: Broker::new(settings.queue_capacity, metrics.clone()),
             upstream: router,
+            // Request/response is always direct: nothing a client sends is published.
+            durable: None,
         },
         metrics,
         unmatched: EventLabel(Arc::from("unmatched")),

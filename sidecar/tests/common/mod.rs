@@ -3,6 +3,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod nats;
 pub mod otlp;
 pub mod pusher;
 
