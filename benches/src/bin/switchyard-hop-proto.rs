@@ -154,6 +154,14 @@ enum Cmd {
         #[command(flatten)]
         knobs: Knobs,
     },
+    /// Prints the table of a run again from its `--out` file (`rows.jsonl`).
+    Table {
+        /// The JSON lines a `compare` or `compare-full` run wrote.
+        rows: std::path::PathBuf,
+        /// The rows are from `compare-full`.
+        #[arg(long)]
+        full: bool,
+    },
     /// Both hops, interleaved rounds (frames, h2, frames, h2, ...), medians and ratios.
     Compare {
         #[arg(long, default_value_t = 5)]
@@ -229,6 +237,41 @@ fn main() -> anyhow::Result<()> {
             };
             let summary = runtime()?.block_on(drive::run(plan))?;
             println!("{}", serde_json::to_string(&summary)?);
+            Ok(())
+        }
+        Cmd::Table {
+            rows,
+            full: is_full,
+        } => {
+            let text = std::fs::read_to_string(&rows)?;
+            let lines = text.lines().filter(|l| !l.trim().is_empty());
+            if is_full {
+                let rows: Vec<full::Row> =
+                    lines.map(serde_json::from_str).collect::<Result<_, _>>()?;
+                let mut cases: Vec<full::Case> = Vec::new();
+                for r in &rows {
+                    if !cases.iter().any(|c| c.label == r.case) {
+                        cases.push(full::Case {
+                            label: r.case.clone(),
+                            path: String::new(),
+                            post_bytes: None,
+                            concurrency: 0,
+                            moved: 0,
+                        });
+                    }
+                }
+                println!("{}", full::table(&rows, &cases));
+            } else {
+                let rows: Vec<compare::Row> =
+                    lines.map(serde_json::from_str).collect::<Result<_, _>>()?;
+                let mut cases = Vec::new();
+                for r in &rows {
+                    if !cases.contains(&r.case) {
+                        cases.push(r.case);
+                    }
+                }
+                println!("{}", compare::table(&rows, &cases));
+            }
             Ok(())
         }
         Cmd::RelayRouter {

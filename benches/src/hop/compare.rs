@@ -115,6 +115,33 @@ pub fn median(mut v: Vec<f64>) -> f64 {
     }
 }
 
+/// The median over rounds of each round's h2/frames ratio of a metric: the two runs of a round are
+/// next to each other in time, so their ratio cancels most of the machine's drift.
+pub fn per_round_ratio<R>(
+    rows: &[R],
+    same_case: impl Fn(&R) -> bool,
+    round: impl Fn(&R) -> usize,
+    proto: impl Fn(&R) -> Proto,
+    f: impl Fn(&R) -> f64,
+) -> Option<f64> {
+    let mut ratios = Vec::new();
+    let rounds: std::collections::BTreeSet<usize> =
+        rows.iter().filter(|r| same_case(r)).map(&round).collect();
+    for n in rounds {
+        let pick = |p: Proto| {
+            rows.iter()
+                .find(|r| same_case(r) && round(r) == n && proto(r) == p)
+                .map(&f)
+        };
+        if let (Some(a), Some(b)) = (pick(Proto::Frames), pick(Proto::H2))
+            && a > 0.0
+        {
+            ratios.push(b / a);
+        }
+    }
+    (!ratios.is_empty()).then(|| median(ratios))
+}
+
 fn med(rows: &[Row], case: &Case, proto: Proto, f: impl Fn(&Row) -> f64) -> f64 {
     median(
         rows.iter()
@@ -124,7 +151,7 @@ fn med(rows: &[Row], case: &Case, proto: Proto, f: impl Fn(&Row) -> f64) -> f64 
     )
 }
 
-/// The Markdown table of medians per case and hop, with h2/frames ratios.
+/// The Markdown table of medians per case and hop, with the median of the per-round h2/frames ratios.
 pub fn table(rows: &[Row], cases: &[Case]) -> String {
     let mut out = String::from(
         "| case | hop | req/s | p50 µs | p99 µs | MiB/s | CPU µs/req (both ends) | peak RSS router-side MiB | peak RSS manager-side MiB | errors |\n\
@@ -142,7 +169,6 @@ pub fn table(rows: &[Row], cases: &[Case]) -> String {
         |r| r.errors as f64,
     ];
     for case in cases {
-        let mut meds = Vec::new();
         for proto in [Proto::Frames, Proto::H2] {
             let m: Vec<f64> = metrics.iter().map(|f| med(rows, case, proto, f)).collect();
             out.push_str(&format!(
@@ -158,14 +184,16 @@ pub fn table(rows: &[Row], cases: &[Case]) -> String {
                 m[6],
                 m[7]
             ));
-            meds.push(m);
         }
         let ratio = |i: usize| {
-            if meds[0][i] > 0.0 {
-                format!("{:.2}", meds[1][i] / meds[0][i])
-            } else {
-                "-".to_owned()
-            }
+            per_round_ratio(
+                rows,
+                |r| r.case == *case,
+                |r| r.round,
+                |r| r.proto,
+                metrics[i],
+            )
+            .map_or_else(|| "-".to_owned(), |x| format!("{x:.2}"))
         };
         out.push_str(&format!(
             "| {} | h2 / frames | {} | {} | {} | {} | {} | {} | {} | |\n",
@@ -277,9 +305,9 @@ impl Runner {
 mod tests {
     use super::*;
 
-    fn row(proto: Proto, case: Case, rps: f64) -> Row {
+    fn row(round: usize, proto: Proto, case: Case, rps: f64) -> Row {
         Row {
-            round: 1,
+            round,
             proto,
             case,
             rps,
@@ -301,14 +329,17 @@ mod tests {
         assert_eq!(median(vec![]), 0.0);
         let cases = default_cases(1 << 20);
         let rows = vec![
-            row(Proto::Frames, cases[0], 100.0),
-            row(Proto::Frames, cases[0], 300.0),
-            row(Proto::Frames, cases[0], 200.0),
-            row(Proto::H2, cases[0], 150.0),
+            row(1, Proto::Frames, cases[0], 100.0),
+            row(1, Proto::H2, cases[0], 50.0),
+            row(2, Proto::Frames, cases[0], 300.0),
+            row(2, Proto::H2, cases[0], 240.0),
+            row(3, Proto::Frames, cases[0], 200.0),
+            row(3, Proto::H2, cases[0], 140.0),
         ];
         let t = table(&rows, &cases[..1]);
         assert!(t.contains("| noop c=1 | frames | 200 |"), "{t}");
-        assert!(t.contains("| noop c=1 | h2 / frames | 0.75 |"), "{t}");
+        // Per round: 0.5, 0.8, 0.7; not the ratio of the medians (140 / 200).
+        assert!(t.contains("| noop c=1 | h2 / frames | 0.70 |"), "{t}");
         assert_eq!(cases[2].label(), "upload 1MiB c=8");
     }
 }

@@ -4,7 +4,7 @@
 //! parsing of wrk's report is pure; the rest is a thin process shell.
 
 use super::Proto;
-use super::compare::{Runner, load_average, median};
+use super::compare::{Runner, load_average, median, per_round_ratio};
 use crate::procs;
 use serde::{Deserialize, Serialize};
 use std::io::{BufRead, BufReader};
@@ -255,7 +255,7 @@ fn med(rows: &[Row], case: &str, proto: Proto, f: impl Fn(&Row) -> f64) -> f64 {
     )
 }
 
-/// The Markdown table of medians per case and hop, with h2/frames ratios.
+/// The Markdown table of medians per case and hop, with the median of the per-round h2/frames ratios.
 pub fn table(rows: &[Row], cases: &[Case]) -> String {
     let mut out = String::from(
         "| case | hop | req/s | p50 µs | p99 µs | MiB/s | CPU µs/req (both relays) | peak RSS router-side MiB | peak RSS manager-side MiB | errors |\n\
@@ -273,7 +273,6 @@ pub fn table(rows: &[Row], cases: &[Case]) -> String {
         |r| r.wrk.errors,
     ];
     for case in cases {
-        let mut meds = Vec::new();
         for proto in [Proto::Frames, Proto::H2] {
             let m: Vec<f64> = metrics
                 .iter()
@@ -292,14 +291,16 @@ pub fn table(rows: &[Row], cases: &[Case]) -> String {
                 m[6],
                 m[7]
             ));
-            meds.push(m);
         }
         let ratio = |i: usize| {
-            if meds[0][i] > 0.0 {
-                format!("{:.2}", meds[1][i] / meds[0][i])
-            } else {
-                "-".to_owned()
-            }
+            per_round_ratio(
+                rows,
+                |r| r.case == case.label,
+                |r| r.round,
+                |r| r.proto,
+                metrics[i],
+            )
+            .map_or_else(|| "-".to_owned(), |x| format!("{x:.2}"))
         };
         out.push_str(&format!(
             "| {} | h2 / frames | {} | {} | {} | {} | {} | {} | {} | |\n",
