@@ -1,5 +1,5 @@
-//! PROTOTYPE: what the manager side answers, the same for both hops: the shape of the answer a manager
-//! sidecar gives with no app behind it. Pure.
+//! What the manager side answers: the shape of the answer a manager sidecar gives with no app behind
+//! it. Pure.
 
 use super::Scenario;
 
@@ -12,9 +12,9 @@ pub fn download_size(payload: &[u8]) -> usize {
         .min(super::body::MAX_BODY)
 }
 
-/// The event a request names, from a frame's event type or an HTTP/2 path.
+/// The event a request names.
 pub fn scenario(event: &str) -> Option<Scenario> {
-    match event.trim_start_matches('/') {
+    match event {
         "noop" => Some(Scenario::Noop),
         "upload" => Some(Scenario::Upload),
         "download" => Some(Scenario::Download),
@@ -41,7 +41,7 @@ mod tests {
     fn reads_the_request() {
         assert_eq!(download_size(b"1048576"), 1_048_576);
         assert_eq!(download_size(b"x"), 0);
-        assert_eq!(scenario("/upload"), Some(Scenario::Upload));
+        assert_eq!(scenario("upload"), Some(Scenario::Upload));
         assert_eq!(scenario("noop"), Some(Scenario::Noop));
         assert_eq!(scenario("other"), None);
         assert_eq!(timing_trailer(1500, 12), "queue;dur=1.500, app;dur=0.012");

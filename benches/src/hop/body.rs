@@ -1,7 +1,6 @@
-//! PROTOTYPE: the bodies both hops carry: `n` bytes handed over in `chunk`-sized pieces, each a slice of
-//! one shared buffer (an app's writes or a client's reads, without the cost or the memory of making
-//! them, so peak RSS shows what the hop holds), and, for HTTP/2, the `http_body::Body` that yields them
-//! and an optional trailer block.
+//! Bodies for the hop's tests: `n` bytes handed over in `chunk`-sized pieces, each a slice of one shared
+//! buffer (an app's writes or a client's reads, without the cost or the memory of making them), and the
+//! `http_body::Body` that yields them and an optional trailer block (what the router side streams).
 
 use bytes::Bytes;
 use hyper::body::{Body, Frame, SizeHint};

@@ -1,4 +1,4 @@
-//! PROTOTYPE (issue 14, item 1): the frame protocol of `switchyard_protocol::frame` extended with streams.
+//! The frame protocol of `switchyard_protocol::frame` extended with streams (issue 14).
 //! Pure: no I/O.
 //!
 //! The product's REQUEST and RESPONSE become stream heads; four kinds are added:

@@ -1,4 +1,4 @@
-//! PROTOTYPE: the frame writer both ends of the streamed frame hop use: frames are encoded into one
+//! The frame writer both ends of the streamed frame hop use: frames are encoded into one
 //! staging buffer, bodies above a small size are kept as their own `Bytes` (never copied), and a batch
 //! goes out in vectored writes, as h2's writer does.
 

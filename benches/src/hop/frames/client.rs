@@ -1,4 +1,4 @@
-//! PROTOTYPE: the router side of the streamed frame hop. One multiplexed connection: a writer task
+//! The router side of the streamed frame hop. One multiplexed connection: a writer task
 //! fed by a bounded queue, a reader resolving streams by id, request credit from the manager, and per
 //! stream a send window (a semaphore of bytes) and a receive window (bytes the peer may still send).
 

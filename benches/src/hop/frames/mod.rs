@@ -1,4 +1,4 @@
-//! PROTOTYPE: the streamed frame hop, router side ([`client`]) and manager side ([`server`]), sharing
+//! The streamed frame hop, router side ([`client`]) and manager side ([`server`]), sharing
 //! the product's codec for heads and the connection-level frames, and [`Event`] for a body's arrival.
 
 pub mod client;

@@ -1,10 +1,8 @@
-//! PROTOTYPE: the manager side of the streamed frame hop: grants credit, starts one task per request
-//! stream, feeds request bodies to it within the stream's window, and answers as a manager sidecar
-//! would: with no app behind ([`crate::hop::answer`]), or delivering to the example app
-//! ([`crate::hop::relay`]). A stream's last frame returns its credit; a stream the router reset
+//! The manager side of the streamed frame hop: grants credit, starts one task per request stream, feeds
+//! request bodies to it within the stream's window, and answers as a manager sidecar with no app behind
+//! would ([`crate::hop::answer`]). A stream's last frame returns its credit; a stream the router reset
 //! returns it in a CREDIT frame.
 
-use super::super::relay::App;
 use super::super::wire::{Frame, code};
 use super::super::{NOOP_ANSWER, Scenario, Settings, answer, body};
 use super::{Event, LastRead, WRITE_QUEUE, decoder, write_loop};
@@ -19,15 +17,6 @@ use tokio::sync::{Semaphore, mpsc};
 use tokio::time::Instant;
 use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
-
-/// Who answers the events.
-#[derive(Clone)]
-pub enum Backend {
-    /// The manager itself, as with no app ([`crate::hop::answer`]).
-    Local,
-    /// The example app, in CloudEvents HTTP binary mode.
-    App(Arc<App>),
-}
 
 struct InStream {
     body: Option<mpsc::UnboundedSender<Event>>,
@@ -46,17 +35,17 @@ impl Streams {
 }
 
 /// Accepts router connections until the process ends.
-pub async fn serve(listener: TcpListener, settings: Settings, backend: Backend) {
+pub async fn serve(listener: TcpListener, settings: Settings) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let _ = stream.set_nodelay(true);
-        tokio::spawn(connection(stream, settings, backend.clone()));
+        tokio::spawn(connection(stream, settings));
     }
 }
 
-async fn connection(stream: TcpStream, settings: Settings, backend: Backend) {
+async fn connection(stream: TcpStream, settings: Settings) {
     let (read, write) = stream.into_split();
     let (tx, rx) = mpsc::channel::<Frame>(WRITE_QUEUE);
     let dead = CancellationToken::new();
@@ -123,7 +112,7 @@ async fn connection(stream: TcpStream, settings: Settings, backend: Backend) {
                     consumed: 0,
                     half: settings.window / 2,
                 });
-                tokio::spawn(task.run(req, body, backend.clone()));
+                tokio::spawn(task.local(req, body));
             }
             Frame::Data { id, end, data } => {
                 let mut st = streams.lock();
@@ -262,13 +251,6 @@ impl Task {
     /// Whether the router reset the stream.
     pub fn cancelled(&self) -> &CancellationToken {
         &self.cancel
-    }
-
-    async fn run(self, req: Request, body: Option<InBody>, backend: Backend) {
-        match backend {
-            Backend::Local => self.local(req, body).await,
-            Backend::App(app) => super::super::relay::deliver_frames(&app, self, req, body).await,
-        }
     }
 
     async fn local(self, req: Request, body: Option<InBody>) {
