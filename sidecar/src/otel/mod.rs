@@ -9,6 +9,7 @@
 pub(crate) mod context;
 pub(crate) mod dropped;
 pub(crate) mod inbound;
+pub(crate) mod produce;
 pub(crate) mod request;
 pub(crate) mod settings;
 

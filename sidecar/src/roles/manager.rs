@@ -205,7 +205,7 @@ pub(crate) async fn run(
             &pulls,
         );
     }
-    let local = LocalApi::new(upstream, store, routers.clone(), metrics);
+    let local = LocalApi::new(upstream, store, routers.clone(), metrics, otel.clone());
     let local_server = tokio::spawn(local_api::serve(
         local_listener,
         Arc::new(local),
