@@ -480,6 +480,8 @@ pub async fn connect(addr: &str, settings: Settings) -> std::io::Result<Arc<Conn
         frame: Base::Hello {
             takes_pushes: true,
             implicit_credit: true,
+            // The prototype's server never reclaims credit.
+            releases_credit: false,
         },
         more: false,
     });
