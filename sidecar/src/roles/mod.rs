@@ -62,3 +62,9 @@ pub(crate) async fn bind(
         .await
         .map_err(|source| RunError::Bind { what, addr, source })
 }
+
+/// The address `listener` is bound to, for the ready line: with port 0 the kernel picked the port,
+/// and whoever started the process reads it there. `asked` if the socket cannot tell.
+pub(crate) fn local_addr(listener: &tokio::net::TcpListener, asked: SocketAddr) -> SocketAddr {
+    listener.local_addr().unwrap_or(asked)
+}

@@ -1,7 +1,7 @@
 //! Router role: HTTP (with WebSocket) and gRPC listeners -> broker -> router, plus admin; drains on
 //! SIGTERM.
 
-use super::{RunError, bind};
+use super::{RunError, bind, local_addr};
 use crate::admin::{self, Readiness};
 use crate::dispatch::{Broker, Dispatch};
 use crate::listener::tls::{self, TlsFiles};
@@ -79,16 +79,17 @@ pub(crate) async fn run(
             }
             None
         }
+        // 0 binds any free port, as for HTTP; two fixed ports must differ.
         Some(g) => Some(
             u16::try_from(g.port)
                 .ok()
-                .filter(|p| *p != 0 && *p != settings.http_port)
+                .filter(|p| *p == 0 || *p != settings.http_port)
                 .ok_or_else(|| {
                     crate::config::field_error(
                         config_file,
                         "spec.listeners.grpc.port",
                         format!(
-                            "{} is not a TCP port (1 to 65535) other than the HTTP port",
+                            "{} is not a TCP port (1 to 65535, or 0 for any free port) other than the HTTP port",
                             g.port
                         ),
                     )
@@ -176,6 +177,7 @@ pub(crate) async fn run(
     }
     let router = Arc::new(router);
     let admin = bind("admin", admin_addr).await?;
+    let admin_addr = local_addr(&admin, admin_addr);
     tokio::spawn(admin::serve_router(
         admin,
         metrics.clone(),
@@ -210,10 +212,14 @@ pub(crate) async fn run(
 
     let http_addr = SocketAddr::new(bind_ip, settings.http_port);
     let listener = bind("HTTP listener", http_addr).await?;
-    let grpc_addr = grpc_port.map(|p| SocketAddr::new(bind_ip, p));
-    let grpc_listener = match grpc_addr {
-        None => None,
-        Some(a) => Some(bind("gRPC listener", a).await?),
+    let http_addr = local_addr(&listener, http_addr);
+    let (grpc_listener, grpc_addr) = match grpc_port.map(|p| SocketAddr::new(bind_ip, p)) {
+        None => (None, None),
+        Some(a) => {
+            let l = bind("gRPC listener", a).await?;
+            let bound = local_addr(&l, a);
+            (Some(l), Some(bound))
+        }
     };
     let drain = CancellationToken::new();
     let ws_path = ws_routes.as_ref().map(|w| w.path.clone());

@@ -292,7 +292,9 @@ mod tests {
     }
 
     fn err(v: Value) -> String {
-        Filter::parse(Some(&v)).expect_err("invalid filter").to_string()
+        Filter::parse(Some(&v))
+            .expect_err("invalid filter")
+            .to_string()
     }
 
     #[test]
