@@ -128,3 +128,48 @@ async fn a_control_plane_url_without_http_is_refused_at_start() {
         router.log_text()
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ready_file_names_the_ports_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = router_config(1, "3s");
+    cfg["spec"]["listeners"]["grpc"] = serde_json::json!({"port": 0});
+    cfg["spec"]["routes"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"event": "noop", "grpc": {"method": "noop"}}));
+    let cfg = write_json(dir.path(), "router.json", &cfg);
+    let file = dir.path().join("ready.json");
+    let (_router, ports) = start_router(
+        dir.path(),
+        &cfg,
+        &["--ready-file", file.to_str().unwrap()],
+        &[],
+    )
+    .await;
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let grpc = ports.grpc.unwrap();
+    assert_eq!(
+        written,
+        serde_json::json!({
+            "http": format!("127.0.0.1:{}", ports.http),
+            "grpc": format!("127.0.0.1:{grpc}"),
+            "admin": format!("127.0.0.1:{}", ports.admin),
+        })
+    );
+    assert!(ports.http != 0 && grpc != 0 && grpc != ports.http);
+    // Those are the live listeners.
+    let client = Http::new();
+    let r = client
+        .get(&format!("http://127.0.0.1:{}/readyz", ports.admin))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    tokio::net::TcpStream::connect(("127.0.0.1", ports.http))
+        .await
+        .unwrap();
+    tokio::net::TcpStream::connect(("127.0.0.1", grpc))
+        .await
+        .unwrap();
+}

@@ -23,6 +23,14 @@ pub enum RunError {
         /// Why.
         source: std::io::Error,
     },
+    /// The `--ready-file` could not be written (exit 1).
+    #[error("--ready-file {}: {source}", path.display())]
+    ReadyFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The control-plane URL is unusable (exit 1).
     #[error(transparent)]
     ControlPlane(#[from] crate::upstream::follow::EndpointError),

@@ -34,6 +34,7 @@ pub(crate) async fn run(
     admin_addr: SocketAddr,
     secrets_dir: &Path,
     control_plane: Option<&str>,
+    ready_file: Option<&Path>,
 ) -> Result<(), RunError> {
     let settings = crate::config::load_router(config_file)?;
     let control_plane = control_plane
@@ -255,6 +256,18 @@ pub(crate) async fn run(
         }
     };
     let server = tokio::spawn(http::serve(listener, edge.clone(), drain.clone(), http_tls));
+    // Written before readiness, so whoever sees `/readyz` answer 200 finds the file complete.
+    if let Some(path) = ready_file {
+        let bound = serde_json::json!({
+            "http": http_addr.to_string(),
+            "grpc": grpc_addr.map(|a| a.to_string()),
+            "admin": admin_addr.to_string(),
+        });
+        std::fs::write(path, bound.to_string()).map_err(|source| RunError::ReadyFile {
+            path: path.to_owned(),
+            source,
+        })?;
+    }
     ready.set(true);
     let grpc_shown = grpc_addr
         .map(|a| a.to_string())
