@@ -41,7 +41,10 @@ pub fn pair_cost(r: &Results) -> PairCost {
     let sy = r.find("noop", "switchyard", None, Some(1));
     let bare = r.find("noop", "bare", None, Some(1));
     let (added_p50_us, added_p99_us) = match (sy, bare) {
-        (Some(s), Some(b)) => (Some(s.p50_us - b.p50_us), Some(s.p99_us - b.p99_us)),
+        // Only latencies one generator measured are subtracted.
+        (Some(s), Some(b)) if s.generator == b.generator => {
+            (Some(s.p50_us - b.p50_us), Some(s.p99_us - b.p99_us))
+        }
         _ => (None, None),
     };
     let requests = r

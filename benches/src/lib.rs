@@ -1,5 +1,5 @@
 //! Switchyard's benchmarks: the load generator's drivers and report, the in-process routing loop the
-//! criterion benches time, and the pure check of a run's results against the targets of issue 5.
+//! criterion benches time, and the pure check of a run's results against the targets of issues 5 and 14.
 
 #![forbid(unsafe_code)]
 
@@ -12,6 +12,7 @@ pub mod plots;
 pub mod procs;
 pub mod report;
 pub mod results;
+pub mod rounds;
 pub mod routing;
 pub mod summary;
 pub mod targets;

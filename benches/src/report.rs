@@ -35,10 +35,18 @@ pub struct Summary {
     /// What varies within the section (`1KB`, `replicas=2`, ...), set by the runner.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub variant: Option<String>,
+    /// Which round of an interleaved run this was (1, 2, ...), set by the runner; the report takes the median
+    /// of the rounds of each run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub round: Option<u32>,
+    /// What generated the load, e.g. `wrk 4.1.0 -t1` or `switchyard-load -t1`: a ratio compares two runs only
+    /// when the same generator drove both.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generator: Option<String>,
     /// Figures particular to a mode, e.g. `sent` and `lost` of fire-and-forget frames.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub extra: BTreeMap<String, f64>,
-    /// `http`, `http-open`, `ws` or `grpc`.
+    /// `http`, `http-open`, `http-churn`, `wrk`, `ws`, `grpc`, ...
     pub mode: String,
     /// URL or address driven.
     pub target: String,
@@ -90,6 +98,8 @@ impl Summary {
             section: None,
             system: None,
             variant: None,
+            round: None,
+            generator: None,
             extra: BTreeMap::new(),
             mode: mode.to_owned(),
             target: target.to_owned(),

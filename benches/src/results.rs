@@ -10,8 +10,12 @@ use std::collections::BTreeMap;
 /// One run's results.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 pub struct Results {
-    /// Every load run, labelled with section, system and variant.
+    /// Every load run, labelled with section, system and variant; the rounds of an interleaved run folded
+    /// into one run of medians ([`crate::rounds::fold`]).
     pub runs: Vec<Summary>,
+    /// The runs of interleaved rounds as measured, one per round, before folding.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub rounds: Vec<Summary>,
     /// Process snapshots by name (`noop_switchyard_idle`, `pair_before`, ...).
     pub procs: BTreeMap<String, Vec<Usage>>,
     /// RSS series by name (`plateau_sustained`, `pair_c128`, ...).
@@ -93,6 +97,15 @@ pub fn ratio(a: f64, b: f64) -> Option<f64> {
     (b > 0.0).then(|| a / b)
 }
 
+/// req/s of `a` over `b`, only when the same generator drove both (a ratio across generators would measure
+/// the generators).
+pub fn rps_vs(a: &Summary, b: &Summary) -> Option<f64> {
+    if a.generator != b.generator {
+        return None;
+    }
+    ratio(a.rps, b.rps)
+}
+
 /// A labelled summary, for tests.
 #[cfg(test)]
 pub fn run(section: &str, system: &str, variant: Option<&str>, c: usize, rps: f64) -> Summary {
@@ -141,5 +154,16 @@ mod tests {
         assert_eq!(r.concurrencies("noop"), [1, 32]);
         assert_eq!(r.variants("payload"), ["1KB"]);
         assert_eq!(ratio(1.0, 0.0), None);
+    }
+
+    #[test]
+    fn ratios_need_one_generator_on_both_sides() {
+        let mut a = run("noop", "switchyard", None, 32, 50.0);
+        let mut b = run("noop", "bare", None, 32, 100.0);
+        assert_eq!(rps_vs(&a, &b), Some(0.5), "old runs name no generator");
+        a.generator = Some("wrk 4.1.0 -t1".into());
+        assert_eq!(rps_vs(&a, &b), None);
+        b.generator = Some("wrk 4.1.0 -t1".into());
+        assert_eq!(rps_vs(&a, &b), Some(0.5));
     }
 }

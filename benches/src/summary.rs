@@ -3,12 +3,14 @@
 
 use crate::cost::PairCost;
 use crate::plateau;
-use crate::results::{Results, ratio};
+use crate::report::Summary;
+use crate::results::{Results, ratio, rps_vs};
 use crate::targets::Check;
 use std::fmt::Write as _;
 
-/// Systems of the `/noop` table in this order; others follow as recorded.
-const NOOP_ORDER: [&str; 4] = ["bare", "switchyard", "edri", "fastapi"];
+/// Systems of the `/noop` table in this order; others follow as recorded. `app` is the example app driven
+/// directly (the handler both Switchyard and Dapr deliver to), `dapr` two daprd sidecars in front of it.
+const NOOP_ORDER: [&str; 6] = ["bare", "app", "switchyard", "dapr", "edri", "fastapi"];
 
 fn pct(x: Option<f64>) -> String {
     x.map(|v| format!("{:.1} %", 100.0 * v))
@@ -40,7 +42,7 @@ fn head(out: &mut String, title: &str, cols: &[&str]) {
 }
 
 fn targets(out: &mut String, checks: &[Check]) {
-    let _ = writeln!(out, "## Targets (issue 5)\n");
+    let _ = writeln!(out, "## Targets (issues 5 and 14)\n");
     let _ = writeln!(out, "| target | measured | bound | verdict |");
     let _ = writeln!(out, "|---|---:|---|---|");
     for c in checks {
@@ -83,7 +85,7 @@ fn noop(out: &mut String, r: &Results) {
             };
             let vs = r
                 .find("noop", "bare", None, Some(c))
-                .and_then(|b| ratio(s.rps, b.rps));
+                .and_then(|b| rps_vs(s, b));
             let _ = writeln!(
                 out,
                 "| {sys} | {c} | {:.0} | {} | {:.0} | {:.0} | {:.0} | {:.0} | {} |",
@@ -96,6 +98,176 @@ fn noop(out: &mut String, r: &Results) {
                 s.errors
             );
         }
+    }
+}
+
+/// Which generators drove a section's runs, as a line under its table.
+fn generators(out: &mut String, r: &Results, section: &str) {
+    let mut seen: Vec<&str> = Vec::new();
+    for g in r.section(section).filter_map(|s| s.generator.as_deref()) {
+        if !seen.contains(&g) {
+            seen.push(g);
+        }
+    }
+    if !seen.is_empty() {
+        let _ = writeln!(out, "\nLoad from: {}.", seen.join(", "));
+    }
+    let rounds = r
+        .section(section)
+        .filter_map(|s| s.extra.get("rounds"))
+        .fold(0.0, |a: f64, b| a.max(*b));
+    if rounds > 1.0 {
+        let _ = writeln!(
+            out,
+            "Each figure is the median of {rounds:.0} interleaved rounds (per round: \"Rounds\" below)."
+        );
+    }
+}
+
+/// Both runs, when both exist and one generator drove them.
+fn same<'a>(a: Option<&'a Summary>, b: Option<&'a Summary>) -> Option<(&'a Summary, &'a Summary)> {
+    match (a, b) {
+        (Some(a), Some(b)) if a.generator == b.generator => Some((a, b)),
+        _ => None,
+    }
+}
+
+/// Switchyard's full path next to Dapr's service invocation (client → daprd → daprd → app), the example
+/// app alone and bare hyper: the figures of the issue 14 bars.
+fn side_by_side(out: &mut String, r: &Results) {
+    if r.systems("noop").iter().all(|s| s != "dapr") {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n## Side by side: Switchyard and Dapr service invocation\n"
+    );
+    let _ = writeln!(
+        out,
+        "| system | p50 µs c=1 | added p50 µs over bare | p50 / bare | req/s c=32 | vs bare | Switchyard vs it |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|---:|");
+    let bare1 = r.find("noop", "bare", None, Some(1));
+    let bare32 = r.find("noop", "bare", None, Some(32));
+    let sy32 = r.find("noop", "switchyard", None, Some(32));
+    for sys in ["bare", "app", "switchyard", "dapr"] {
+        let one = r.find("noop", sys, None, Some(1));
+        let many = r.find("noop", sys, None, Some(32));
+        if one.is_none() && many.is_none() {
+            continue;
+        }
+        let added = same(one, bare1).map(|(s, b)| s.p50_us - b.p50_us);
+        let times = same(one, bare1).and_then(|(s, b)| ratio(s.p50_us, b.p50_us));
+        let vs_bare = same(many, bare32).and_then(|(s, b)| rps_vs(s, b));
+        let sy_vs = same(sy32, many).and_then(|(s, o)| rps_vs(s, o));
+        let _ = writeln!(
+            out,
+            "| {sys} | {} | {} | {} | {} | {} | {} |",
+            opt(one.map(|s| s.p50_us), 0),
+            opt(added, 0),
+            opt(times, 2),
+            opt(many.map(|s| s.rps), 0),
+            pct(vs_bare),
+            opt(sy_vs, 2)
+        );
+    }
+    if let Some(v) = r.meta.get("dapr").and_then(|v| v.as_str()) {
+        let _ = writeln!(out, "\nDapr: {v}.");
+    }
+}
+
+/// `switchyard-load` against wrk on the same bare hyper server: whether the in-repo generator could drive
+/// the HTTP sections (it would have to reach 90 % of wrk).
+fn generator(out: &mut String, r: &Results) {
+    if r.section("generator").next().is_none() {
+        return;
+    }
+    head(
+        out,
+        "Load generators on bare hyper (same run)",
+        &[
+            "generator",
+            "c",
+            "req/s",
+            "vs wrk",
+            "p50 µs",
+            "p99 µs",
+            "errors",
+        ],
+    );
+    let wrk = r.find("generator", "bare", Some("wrk"), None);
+    for s in r.section("generator") {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {:.0} | {} | {:.0} | {:.0} | {} |",
+            s.generator.as_deref().unwrap_or("?"),
+            s.concurrency,
+            s.rps,
+            pct(wrk.and_then(|w| ratio(s.rps, w.rps))),
+            s.p50_us,
+            s.p99_us,
+            s.errors
+        );
+    }
+}
+
+/// Every round of the interleaved runs, with the ratio to bare hyper of the same round, so the spread the
+/// medians hide can be read.
+fn rounds(out: &mut String, r: &Results) {
+    if r.rounds.is_empty() {
+        return;
+    }
+    head(
+        out,
+        "Rounds (as measured, before the medians)",
+        &[
+            "section",
+            "system",
+            "variant",
+            "c",
+            "round",
+            "req/s",
+            "vs bare (generator: vs wrk), same round",
+            "p50 µs",
+            "p99 µs",
+            "errors",
+        ],
+    );
+    for s in &r.rounds {
+        // The generator section compares generators: its reference is wrk's run of the same round.
+        let generators = s.section.as_deref() == Some("generator");
+        let reference = r.rounds.iter().find(|b| {
+            b.section == s.section
+                && b.system.as_deref() == Some("bare")
+                && if generators {
+                    b.variant.as_deref() == Some("wrk")
+                } else {
+                    b.variant == s.variant
+                }
+                && b.concurrency == s.concurrency
+                && b.round == s.round
+        });
+        let vs = reference.and_then(|b| {
+            if generators {
+                ratio(s.rps, b.rps)
+            } else {
+                rps_vs(s, b)
+            }
+        });
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {} | {} | {:.0} | {} | {:.0} | {:.0} | {} |",
+            s.section.as_deref().unwrap_or("-"),
+            s.system.as_deref().unwrap_or("-"),
+            s.variant.as_deref().unwrap_or("-"),
+            s.concurrency,
+            s.round.map(|r| r.to_string()).unwrap_or_default(),
+            s.rps,
+            pct(vs),
+            s.p50_us,
+            s.p99_us,
+            s.errors
+        );
     }
 }
 
@@ -154,7 +326,7 @@ fn compared(
             };
             let base = r
                 .find(section, reference, Some(&v), None)
-                .and_then(|b| ratio(s.rps, b.rps));
+                .and_then(|b| rps_vs(s, b));
             let _ = writeln!(
                 out,
                 "| {v} | {sys} | {} | {:.0} | {} | {:.0} | {:.0} | {} |",
@@ -175,9 +347,7 @@ fn against_first(out: &mut String, r: &Results, section: &str, title: &str, what
     let Some(first) = variants.first() else {
         return;
     };
-    let base = r
-        .find(section, "switchyard", Some(first), None)
-        .map(|s| s.rps);
+    let base = r.find(section, "switchyard", Some(first), None);
     let vs = format!("vs {what}={first}");
     head(
         out,
@@ -193,7 +363,7 @@ fn against_first(out: &mut String, r: &Results, section: &str, title: &str, what
             "| {v} | {} | {:.0} | {} | {:.0} | {:.0} | {} |",
             s.concurrency,
             s.rps,
-            pct(base.and_then(|b| ratio(s.rps, b))),
+            pct(base.and_then(|b| rps_vs(s, b))),
             s.p50_us,
             s.p99_us,
             s.errors
@@ -387,8 +557,11 @@ pub fn render(r: &Results, checks: &[Check], cost: &PairCost) -> String {
         let _ = writeln!(out, "{}\n", line.join(" · "));
     }
     targets(&mut out, checks);
+    generator(&mut out, r);
     noop(&mut out, r);
+    generators(&mut out, r, "noop");
     noop_procs(&mut out, r);
+    side_by_side(&mut out, r);
     compared(
         &mut out,
         r,
@@ -423,6 +596,7 @@ pub fn render(r: &Results, checks: &[Check], cost: &PairCost) -> String {
     frames(&mut out, r);
     plateaus(&mut out, r);
     core(&mut out, r);
+    rounds(&mut out, r);
     profiles(&mut out, r);
     if !r.missing.is_empty() {
         let _ = writeln!(out, "\n## Not measured in this run\n");
@@ -480,5 +654,49 @@ mod tests {
         assert!(!text.contains("Memory plateau"), "no samples, no table");
         assert!(text.contains("## Where the CPU goes: noop_c32"));
         assert!(text.contains("12.50%  4242:switchyard-side  [.] tokio::runtime::park"));
+        assert!(!text.contains("Side by side"), "no Dapr runs, no table");
+    }
+
+    #[test]
+    fn dapr_side_by_side_and_rounds_with_same_round_ratios() {
+        let at = |sys: &str, c: usize, rps: f64, p50: f64, round: Option<u32>| {
+            let mut s = run("noop", sys, None, c, rps);
+            s.p50_us = p50;
+            s.round = round;
+            s.generator = Some("wrk 4.1.0 -t1".into());
+            s
+        };
+        let measured = vec![
+            at("bare", 1, 20_000.0, 40.0, Some(1)),
+            at("switchyard", 1, 5_000.0, 160.0, Some(1)),
+            at("dapr", 1, 1_000.0, 700.0, Some(1)),
+            at("bare", 32, 100_000.0, 300.0, Some(1)),
+            at("switchyard", 32, 30_000.0, 900.0, Some(1)),
+            at("dapr", 32, 6_000.0, 5000.0, Some(1)),
+            at("bare", 32, 80_000.0, 300.0, Some(2)),
+            at("switchyard", 32, 40_000.0, 900.0, Some(2)),
+            at("dapr", 32, 8_000.0, 5000.0, Some(2)),
+        ];
+        let r = Results {
+            runs: crate::rounds::fold(&measured),
+            rounds: measured,
+            ..Results::default()
+        };
+        let cost = pair_cost(&r);
+        let text = render(&r, &evaluate(&r, &cost), &cost);
+        assert!(
+            text.contains("| dapr | 700 | 660 | 17.50 | 7000 | 7.8 % | 5.00 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| switchyard | 160 | 120 | 4.00 | 35000 | 38.9 % | 1.00 |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| noop | switchyard | - | 32 | 2 | 40000 | 50.0 % |"),
+            "{text}"
+        );
+        assert!(text.contains("Load from: wrk 4.1.0 -t1."), "{text}");
+        assert!(text.contains("median of 2 interleaved rounds"), "{text}");
     }
 }

@@ -1,9 +1,10 @@
-//! The targets of issue 5 that one run checks, as pure functions of the run's results: one line each,
-//! pass, fail, or not measured (a peer or step that did not run).
+//! The targets of issues 5 and 14 that one run checks, as pure functions of the run's results: one line
+//! each, pass, fail, or not measured (a peer or step that did not run, or two runs that different load
+//! generators drove, which no ratio may compare).
 
 use crate::cost::PairCost;
 use crate::plateau;
-use crate::results::{Results, ratio};
+use crate::results::{Results, ratio, rps_vs};
 use serde::{Deserialize, Serialize};
 
 /// One target line: the measured value, the bound, and whether it holds (`None`: not measured).
@@ -29,15 +30,21 @@ fn at_least(name: &str, value: Option<f64>, min: f64) -> Check {
 }
 
 fn at_most(name: &str, value: Option<f64>, max: f64) -> Check {
+    at_most_said(name, value, max, &format!("<= {max}"))
+}
+
+/// [`at_most`] with the bound written as given (`<= 1/3` rather than `<= 0.3333333333333333`).
+fn at_most_said(name: &str, value: Option<f64>, max: f64, said: &str) -> Check {
     Check {
         name: name.to_owned(),
         value,
-        target: format!("<= {max}"),
+        target: said.to_owned(),
         pass: value.map(|v| v <= max),
     }
 }
 
-/// req/s of `(section, system, variant)` over another's, at concurrency `c` (any when `None`).
+/// req/s of `(section, system, variant)` over another's, at concurrency `c` (any when `None`); `None` also when
+/// different generators drove the two.
 pub fn rps_ratio(
     r: &Results,
     section: &str,
@@ -47,7 +54,22 @@ pub fn rps_ratio(
 ) -> Option<f64> {
     let x = r.find(section, a.0, a.1, c)?;
     let y = r.find(section, b.0, b.1, c)?;
-    ratio(x.rps, y.rps)
+    rps_vs(x, y)
+}
+
+/// p50 at c=1 of `system` in `/noop` and of bare hyper, when one generator drove both.
+fn p50s_at_1(r: &Results, system: &str) -> Option<(f64, f64)> {
+    let s = r.find("noop", system, None, Some(1))?;
+    let b = r.find("noop", "bare", None, Some(1))?;
+    (s.generator == b.generator).then_some((s.p50_us, b.p50_us))
+}
+
+/// Switchyard's added p50 at c=1 (over bare hyper) as a share of Dapr's, when Dapr adds something.
+fn added_p50_vs_dapr(r: &Results) -> Option<f64> {
+    let (sy, bare) = p50s_at_1(r, "switchyard")?;
+    let (dapr, _) = p50s_at_1(r, "dapr")?;
+    let dapr_added = dapr - bare;
+    (dapr_added > 0.0).then(|| (sy - bare) / dapr_added)
 }
 
 /// Highest of the present values.
@@ -84,7 +106,8 @@ fn levelled(r: &Results, name: &str) -> Option<f64> {
     Some(if all { 1.0 } else { 0.0 })
 }
 
-/// Every target line of issue 5 item 5, plus the memory plateau of item 3.
+/// Every target line of issue 5 item 5, the memory plateau of its item 3, and the `/noop` bars of issue 14
+/// (against bare hyper and Dapr's service invocation).
 pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
     let fire = r.find("frames", "switchyard", Some("fire"), None);
     let frames_rate = fire.map(|f| f.rps);
@@ -95,6 +118,22 @@ pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
             "/noop c=32: Switchyard / bare hyper req/s",
             rps_ratio(r, "noop", ("switchyard", None), ("bare", None), Some(32)),
             0.35,
+        ),
+        at_least(
+            "/noop c=32: Switchyard / Dapr service invocation req/s",
+            rps_ratio(r, "noop", ("switchyard", None), ("dapr", None), Some(32)),
+            3.0,
+        ),
+        at_most(
+            "/noop c=1: Switchyard p50 / bare hyper p50",
+            p50s_at_1(r, "switchyard").and_then(|(s, b)| ratio(s, b)),
+            4.0,
+        ),
+        at_most_said(
+            "/noop c=1: Switchyard added p50 / Dapr added p50 (over bare hyper)",
+            added_p50_vs_dapr(r),
+            1.0 / 3.0,
+            "<= 1/3",
         ),
         at_least(
             "/noop c=32: Switchyard / EDRI req/s",
@@ -225,11 +264,28 @@ mod tests {
             })
             .collect();
         r.samples.insert("plateau_churn".into(), climb);
+        let mut dapr1 = run("noop", "dapr", None, 1, 1_000.0);
+        dapr1.p50_us = 900.0;
+        r.runs.push(dapr1);
+        r.runs.push(run("noop", "dapr", None, 32, 10_000.0));
         let c = evaluate(&r, &cost::pair_cost(&r));
         assert_eq!(named(&c, "/noop c=32: Switchyard / bare").pass, Some(true));
+        assert_eq!(
+            named(&c, "/noop c=32: Switchyard / Dapr").value,
+            Some(4.0),
+            "40k against 10k"
+        );
+        assert_eq!(
+            named(&c, "/noop c=1: Switchyard p50 / bare").pass,
+            Some(true),
+            "300 µs is 3x 100 µs"
+        );
+        let added = named(&c, "/noop c=1: Switchyard added p50 / Dapr");
+        assert_eq!(added.value, Some(0.25), "200 µs added against Dapr's 800");
+        assert_eq!((added.pass, added.target.as_str()), (Some(true), "<= 1/3"));
         assert_eq!(named(&c, "/noop c=32: Switchyard / EDRI").pass, Some(true));
         assert_eq!(
-            named(&c, "/noop c=1").pass,
+            named(&c, "/noop c=1: added p50").pass,
             Some(false),
             "200 µs added is over 150"
         );
@@ -253,6 +309,18 @@ mod tests {
         r.runs.push(fire);
         let c = evaluate(&r, &cost::pair_cost(&r));
         assert_eq!(named(&c, "Inter-sidecar").pass, Some(false));
+    }
+
+    #[test]
+    fn runs_of_different_generators_are_not_compared() {
+        let mut r = Results::default();
+        let mut sy = run("noop", "switchyard", None, 32, 40_000.0);
+        sy.generator = Some("wrk 4.1.0 -t1".into());
+        let mut bare = run("noop", "bare", None, 32, 100_000.0);
+        bare.generator = Some("switchyard-load -t1".into());
+        r.runs = vec![sy, bare];
+        let c = evaluate(&r, &cost::pair_cost(&r));
+        assert_eq!(named(&c, "/noop c=32: Switchyard / bare").pass, None);
     }
 
     #[test]

@@ -65,6 +65,11 @@ use std::collections::BTreeMap;
         "fieldPath": ".scaling.targets",
     },
     {
+        "rule": "!has(self.eventDelivery) || self.eventDelivery.all(k, k in self.events)",
+        "message": "every key of eventDelivery must be one of spec.events",
+        "fieldPath": ".eventDelivery",
+    },
+    {
         "rule": "!has(self.workers) || !has(self.workers.deadLetter) || !(self.workers.deadLetter in self.events)",
         "message": "workers.deadLetter must not be one of this Manager's own event types (it would loop)",
         "fieldPath": ".workers.deadLetter",
@@ -91,6 +96,49 @@ pub struct ManagerSpec {
     /// Scaling by event-type load.
     #[serde(default)]
     pub scaling: Scaling,
+    /// How published events reach this Manager: `direct` (the default: in the receiving pod's
+    /// memory; a killed pod loses what it had admitted) or `durable` (kept in NATS JetStream until
+    /// the app answered 2xx; redelivered after a crash). Request/response is always direct.
+    #[serde(default, skip_serializing_if = "is_direct")]
+    pub delivery: DeliveryMode,
+    /// `delivery` for single event types, overriding the Manager's.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 64))]
+    pub event_delivery: BTreeMap<EventType, DeliveryMode>,
+}
+
+fn is_direct(mode: &DeliveryMode) -> bool {
+    *mode == DeliveryMode::Direct
+}
+
+/// How published events reach a Manager.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum DeliveryMode {
+    /// Over the sidecars' frame connections, held in the receiving pod's memory.
+    #[default]
+    Direct,
+    /// Through a NATS JetStream stream: acknowledged once stored, deleted once the app answered 2xx.
+    Durable,
+}
+
+impl ManagerSpec {
+    /// The delivery of event type `event`: its own setting, else the Manager's.
+    pub fn delivery_of(&self, event: &EventType) -> DeliveryMode {
+        self.event_delivery
+            .get(event)
+            .copied()
+            .unwrap_or(self.delivery)
+    }
+
+    /// The event types delivered durably, in spec order.
+    pub fn durable_events(&self) -> Vec<EventType> {
+        self.events
+            .iter()
+            .filter(|e| self.delivery_of(e) == DeliveryMode::Durable)
+            .cloned()
+            .collect()
+    }
 }
 
 fn one() -> i32 {

@@ -9,14 +9,21 @@
 //! Nothing here skips: when the cluster cannot start, the charts cannot be installed or the
 //! operator cannot be built, every test that needs them fails with the reason and the log tail.
 
+pub mod client;
 pub mod cluster;
 pub mod cmd;
 pub mod fixtures;
+pub mod images;
 pub mod k8s;
 pub mod lock;
 pub mod loopback;
+pub mod node;
 pub mod operator;
+pub mod pod_operator;
+pub mod pods;
 pub mod poll;
+pub mod replicas;
+pub mod scale;
 pub mod sidecar;
 
 pub use cluster::{Cluster, cluster};
@@ -24,6 +31,7 @@ pub use cmd::{Cmd, Output};
 pub use k8s::TestNamespace;
 pub use operator::{Metrics, Operator, OperatorOpts};
 pub use poll::{eventually, timeout};
+pub use replicas::Replicas;
 
 use std::path::{Path, PathBuf};
 

@@ -7,6 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use switchyard_operator::admin::{self, Admin};
 use switchyard_operator::context::Context;
+use switchyard_operator::leader::store::KubeLease;
+use switchyard_operator::leader::view::LeaderView;
 use switchyard_operator::leader::{self, LeaseConfig};
 use switchyard_operator::metrics::Metrics;
 use switchyard_operator::render::RenderSettings;
@@ -33,6 +35,12 @@ async fn main() -> ExitCode {
 async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     if let Some(url) = &settings.control_plane_url {
         settings::check_control_plane_url(url).map_err(anyhow::Error::msg)?;
+    }
+    let peer_url = settings.peer_url().map_err(anyhow::Error::msg)?;
+    if settings.leader_election && peer_url.is_none() {
+        tracing::warn!(
+            "no --peer-url (nor POD_IP): while this replica leads, standbys cannot forward load reports and activations to it"
+        );
     }
     let client = kube::Client::try_default().await.map_err(|e| {
         anyhow::anyhow!("no Kubernetes client configuration (KUBECONFIG or in-cluster): {e}")
@@ -77,8 +85,8 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         }
     };
 
-    // Every replica serves the control plane: it only reads caches, so a standby answers as well as
-    // the leader and sidecars spread over all replicas.
+    // Every replica serves the control plane: routing tables come from its own caches, so sidecars
+    // spread over all replicas; a standby forwards load reports and activations to the leader.
     let cp_listener = tokio::net::TcpListener::bind(settings.control_plane_addr)
         .await
         .map_err(|e| {
@@ -86,23 +94,39 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         })?;
     tracing::info!(addr = %settings.control_plane_addr, "control plane listening");
     let loads = Arc::new(control_plane::load::LoadBook::default());
+    let view = Arc::new(if settings.leader_election {
+        LeaderView::default()
+    } else {
+        LeaderView::me()
+    });
+    let observer = control_plane::observe::start(client.clone());
+    let caches = observer.caches();
     let control_plane = tokio::spawn(control_plane::serve(
-        client.clone(),
+        observer,
         cp_listener,
         loads.clone(),
+        view.clone(),
         metrics.clone(),
         stopped(),
     ));
 
     let identity = settings.identity();
-    let lease = LeaseConfig::new(
-        settings.lease_name.clone(),
-        settings.lease_namespace.clone(),
-        identity.clone(),
-    );
+    let lease = LeaseConfig {
+        url: peer_url,
+        ..LeaseConfig::new(
+            settings.lease_name.clone(),
+            settings.lease_namespace.clone(),
+            identity.clone(),
+        )
+    };
+    let store = Arc::new(KubeLease {
+        api: kube::Api::namespaced(client.clone(), &settings.lease_namespace),
+        name: settings.lease_name.clone(),
+    });
+    let mut since = tokio::time::Instant::now();
     if settings.leader_election {
         tokio::select! {
-            () = leader::acquire(&client, &lease, &metrics) => {}
+            t = leader::acquire(&*store, &lease, &metrics, &view) => since = t,
             () = stopped() => return Ok(ExitCode::SUCCESS),
         }
     } else {
@@ -122,9 +146,10 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     // pod restarts as a fresh candidate rather than keeping stale caches.
     let (lost_tx, lost_rx) = watch::channel(false);
     if settings.leader_election {
-        let (client, lease, metrics) = (client.clone(), lease.clone(), metrics.clone());
+        let (store, lease, metrics, view) =
+            (store.clone(), lease.clone(), metrics.clone(), view.clone());
         tokio::spawn(async move {
-            leader::hold(&client, &lease, &metrics).await;
+            leader::hold(&*store, &lease, &metrics, &view, since).await;
             let _ = lost_tx.send(true);
         });
     }
@@ -142,7 +167,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     // The autoscaler writes replicas, so like the controllers it runs on the leader only.
     futures::join!(
         controller::run(ctx.clone(), end.clone()),
-        autoscale::run(ctx, loads, end)
+        autoscale::run(ctx, loads, caches.managers.clone(), end)
     );
 
     if *lost_rx.borrow() {
@@ -155,7 +180,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     }
     ready.store(false, Ordering::Relaxed);
     if settings.leader_election {
-        leader::release(&client, &lease).await;
+        leader::release(&*store, &lease).await;
     }
     tracing::info!("stopped cleanly");
     Ok(ExitCode::SUCCESS)

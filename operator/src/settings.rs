@@ -1,7 +1,7 @@
 //! Command-line settings of the operator, validated once at start-up.
 
 use clap::{Parser, ValueEnum};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 
 /// Log output format.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -60,6 +60,15 @@ pub struct Settings {
     /// Identity in the Lease (the pod name in a cluster); defaults to host name and process id.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// URL at which the other replicas reach this one's control plane. The leader writes it into
+    /// the Lease, and standbys forward load reports and activations there. Unset:
+    /// `http://<POD_IP>:<control-plane port>`, or `http://<--control-plane-addr>` when that names a
+    /// host.
+    #[arg(long, env = "SWITCHYARD_PEER_URL")]
+    pub peer_url: Option<String>,
+    /// This pod's IP (the chart sets it from the downward API), for the default `--peer-url`.
+    #[arg(long, env = "POD_IP")]
+    pub pod_ip: Option<IpAddr>,
 }
 
 /// Checks a control-plane URL: `http` with a host (sidecars have no TLS client yet).
@@ -82,6 +91,21 @@ pub fn check_control_plane_url(url: &str) -> Result<(), String> {
 }
 
 impl Settings {
+    /// The URL other replicas forward to (see `--peer-url`); None when nothing names a host.
+    pub fn peer_url(&self) -> Result<Option<String>, String> {
+        if let Some(url) = &self.peer_url {
+            check_control_plane_url(url)
+                .map_err(|e| e.replace("--control-plane-url", "--peer-url"))?;
+            return Ok(Some(url.clone()));
+        }
+        let port = self.control_plane_addr.port();
+        if let Some(ip) = self.pod_ip {
+            return Ok(Some(format!("http://{}", SocketAddr::new(ip, port))));
+        }
+        let addr = self.control_plane_addr;
+        Ok((!addr.ip().is_unspecified()).then(|| format!("http://{addr}")))
+    }
+
     /// The identity to hold the Lease under.
     pub fn identity(&self) -> String {
         self.identity.clone().unwrap_or_else(|| {
@@ -105,5 +129,25 @@ mod tests {
         assert!(e.contains("http://"), "{e}");
         assert!(check_control_plane_url("grpc://x:1").is_err());
         assert!(check_control_plane_url("http://").is_err());
+    }
+
+    fn parse(args: &[&str]) -> Settings {
+        let mut all = vec!["switchyard-operator"];
+        all.extend_from_slice(args);
+        Settings::try_parse_from(all).expect("settings")
+    }
+
+    #[test]
+    fn the_peer_url_comes_from_the_flag_the_pod_ip_or_a_bound_host() {
+        let s = parse(&["--peer-url", "http://10.1.2.3:7443"]);
+        assert_eq!(s.peer_url(), Ok(Some("http://10.1.2.3:7443".into())));
+        let s = parse(&["--peer-url", "10.1.2.3:7443"]);
+        assert!(s.peer_url().expect_err("no scheme").contains("--peer-url"));
+        let s = parse(&["--pod-ip", "fd00::7", "--control-plane-addr", "[::]:7443"]);
+        assert_eq!(s.peer_url(), Ok(Some("http://[fd00::7]:7443".into())));
+        let s = parse(&["--control-plane-addr", "127.0.0.1:9000"]);
+        assert_eq!(s.peer_url(), Ok(Some("http://127.0.0.1:9000".into())));
+        let s = parse(&["--control-plane-addr", "0.0.0.0:7443"]);
+        assert_eq!(s.peer_url(), Ok(None));
     }
 }

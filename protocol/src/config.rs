@@ -6,6 +6,8 @@ use switchyard_crds::EventType;
 use switchyard_crds::manager::{App, Split, Workers};
 use switchyard_crds::router::{RouterSpec, Tracing};
 
+use crate::durable::{DurableRoute, JetStreamConfig};
+
 /// File name of the rendered config inside the ConfigMap and the mounted volume.
 pub const FILE_NAME: &str = "config.json";
 /// Where the sidecar finds its config in a pod.
@@ -45,6 +47,9 @@ pub struct Destination {
     /// Pod labels that select the pods serving this event type (a subset of the Service's pods with
     /// `split: perEventType`).
     pub pod_selector: BTreeMap<String, String>,
+    /// Set when the type is delivered durably: publishes go to the Manager's JetStream stream.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub durable: Option<DurableRoute>,
 }
 
 /// Configuration of a sidecar in manager role.
@@ -76,4 +81,10 @@ pub struct ManagerConfig {
     /// The Router's tracing settings, so manager hops join the same traces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracing: Option<Tracing>,
+    /// This Manager's event types that are delivered durably: the sidecar pulls them from JetStream.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub durable_events: Vec<EventType>,
+    /// The JetStream servers, when this Manager or a destination is durable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jetstream: Option<JetStreamConfig>,
 }

@@ -4,6 +4,10 @@
 //! ```text
 //! frame   := len:u32 kind:u8 flags:u8 id:u64 body        (len counts everything after itself)
 //! REQUEST  body := deadline_ms:u32 event:str8 ce_id:str8 traceparent:str8 content_type:str8 payload
+//!                                          flags bit 0: fire-and-forget (no answer body is awaited)
+//!                                          flags bit 1: acknowledge: a RESPONSE 202 once the manager
+//!                                          admitted it to its queue (or its refusal, 503), then a second
+//!                                          RESPONSE, empty, carrying the credit, once it is done
 //! RESPONSE body := status:u16 queue_us:u32 app_us:u32 content_type:str8 payload
 //!                                          flags bit 0: the answer also returns its request's credit
 //!                                          flags bit 1: the manager sidecar answered, not the app
@@ -31,6 +35,12 @@ pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024 + 1024;
 
 /// Flag on a REQUEST: fire-and-forget; the manager sends no RESPONSE.
 pub const FLAG_NO_REPLY: u8 = 0x01;
+/// Flag on a REQUEST: answer twice: first a RESPONSE as soon as the event was admitted to the
+/// manager's queue (status 202) or refused (503, flagged [`FLAG_FROM_MESH`]), then, for an admitted
+/// one, a RESPONSE with the outcome (empty payload with [`FLAG_NO_REPLY`]) that returns the credit.
+/// A publisher answers its app 202 only after the first, and knows from the second that the event
+/// left the manager's memory: what a killed pod loses is exactly what was acknowledged and not done.
+pub const FLAG_ACK: u8 = 0x02;
 /// Flag on a HELLO: the sender (a router sidecar) delivers PUSH frames to WebSocket subscribers.
 pub const FLAG_TAKES_PUSHES: u8 = 0x01;
 /// Flag on a HELLO: the sender counts a RESPONSE carrying [`FLAG_RETURNS_CREDIT`] as one credit, so

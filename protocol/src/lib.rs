@@ -3,6 +3,7 @@
 //! control-plane gRPC API.
 
 pub mod config;
+pub mod durable;
 pub mod env;
 pub mod frame;
 #[doc(hidden)]

@@ -25,6 +25,26 @@ impl Rejection {
     }
 }
 
+/// The client's retry key: an `Idempotency-Key` header becomes the event's CloudEvents id, so a
+/// client's retries of one request carry one ce-id and are deduplicated where events are kept
+/// (durable delivery) and by apps that deduplicate by ce-id.
+pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+
+/// The `Idempotency-Key` header's value as a ce-id: 1 to 255 visible ASCII characters (the bounds
+/// of a frame's ce-id field and of the local API's `ce-id`). Absent is `None`.
+pub fn idempotency_key(value: Option<&[u8]>) -> Result<Option<String>, Rejection> {
+    match value {
+        None => Ok(None),
+        Some(v) if !v.is_empty() && v.len() <= 255 && v.iter().all(u8::is_ascii_graphic) => {
+            Ok(Some(String::from_utf8_lossy(v).into_owned()))
+        }
+        Some(_) => Err(Rejection::new(
+            400,
+            "Idempotency-Key must be 1 to 255 visible ASCII characters",
+        )),
+    }
+}
+
 /// Media type of every event payload built here.
 pub const JSON: &str = "application/json";
 
@@ -202,6 +222,20 @@ pub fn params_payload(
 mod tests {
     use super::*;
     use crate::routes::http::{Lookup, RouteTable};
+
+    #[test]
+    fn an_idempotency_key_is_a_ce_id_of_visible_ascii() {
+        assert_eq!(idempotency_key(None), Ok(None));
+        assert_eq!(
+            idempotency_key(Some(b"order-42/try")),
+            Ok(Some("order-42/try".to_owned()))
+        );
+        for bad in [&b""[..], b"has space", "é".as_bytes(), &[b'a'; 256]] {
+            let r = idempotency_key(Some(bad)).expect_err("refused");
+            assert_eq!(r.status, 400);
+            assert!(r.detail.contains("Idempotency-Key"), "{}", r.detail);
+        }
+    }
 
     fn table() -> RouteTable {
         let spec = serde_json::from_value(serde_json::json!({

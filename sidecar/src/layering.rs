@@ -22,8 +22,9 @@ const FLOORS: &[(&str, u8)] = &[
     ("middleware", 7),
     // Broker and routing stage.
     ("dispatch", 6),
-    // Routing table and frame connections to managers.
+    // Routing table and frame connections to managers; beside it, the event store of durable delivery.
     ("upstream", 5),
+    ("durable", 5),
     // Pure cores and process plumbing the stages share.
     ("answer", 4),
     ("edge", 4),

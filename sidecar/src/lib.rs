@@ -18,6 +18,7 @@ mod backoff;
 mod cli;
 mod config;
 mod dispatch;
+mod durable;
 mod edge;
 mod listener;
 mod load;

@@ -85,6 +85,7 @@ fn table(version: u64, endpoints: &[String]) -> RoutingTable {
                 })
                 .collect(),
         }],
+        ..RoutingTable::default()
     }
 }
 

@@ -13,7 +13,7 @@ use std::time::{Duration, Instant};
 use switchyard_benches::procs::{self, Sample, Usage};
 use switchyard_benches::report::Summary;
 use switchyard_benches::results::Results;
-use switchyard_benches::{cost, lapin, plots, summary, targets};
+use switchyard_benches::{cost, lapin, plots, rounds, summary, targets};
 
 #[derive(Parser)]
 #[command(name = "switchyard-bench-report")]
@@ -127,10 +127,12 @@ fn load(dir: &Path) -> anyhow::Result<Results> {
             .collect();
     }
     let mut missing = Vec::new();
-    r.runs = read_all::<Summary>(&dir.join("runs"), &mut missing)?
+    let measured: Vec<Summary> = read_all::<Summary>(&dir.join("runs"), &mut missing)?
         .into_iter()
         .map(|(_, s)| s)
         .collect();
+    r.runs = rounds::fold(&measured);
+    r.rounds = measured.into_iter().filter(|s| s.round.is_some()).collect();
     r.procs = read_all::<Vec<Usage>>(&dir.join("procs"), &mut missing)?
         .into_iter()
         .collect();

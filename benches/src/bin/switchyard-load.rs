@@ -1,13 +1,15 @@
 //! The load generator: closed-loop or open-loop HTTP/1.1 (optionally a new connection per request),
-//! WebSocket round trips, gRPC unary calls and `Connect` streams, inter-sidecar frames, and the core
-//! routing loop in process; prints one JSON summary (req/s, p50, p90, p99, max, errors).
+//! HTTP/1.1 through wrk, WebSocket round trips, gRPC unary calls and `Connect` streams, inter-sidecar
+//! frames, and the core routing loop in process; prints one JSON summary (req/s, p50, p90, p99, max,
+//! errors).
 
 #![forbid(unsafe_code)]
 
 use anyhow::bail;
 use clap::{Parser, Subcommand};
+use std::path::PathBuf;
 use std::time::Duration;
-use switchyard_benches::load::{Window, frames, grpc, grpc_stream, http, run_workers, ws};
+use switchyard_benches::load::{Window, frames, grpc, grpc_stream, http, run_workers, wrk, ws};
 use switchyard_benches::report::{self, Measured, Summary};
 use switchyard_benches::routing::{Loop, quickstart_table};
 
@@ -38,6 +40,9 @@ struct Args {
     system: Option<String>,
     #[arg(long, global = true)]
     variant: Option<String>,
+    /// The round of an interleaved run, copied into the JSON (the report takes the median of the rounds).
+    #[arg(long, global = true)]
+    round: Option<u32>,
 }
 
 #[derive(Subcommand)]
@@ -52,6 +57,30 @@ enum Mode {
         /// A new connection for every request (closed loop only): connection churn.
         #[arg(long)]
         churn: bool,
+        /// Request method.
+        #[arg(long, default_value = "GET")]
+        method: String,
+        /// An extra request header, `Name: value` (repeatable).
+        #[arg(short = 'H', long = "header")]
+        headers: Vec<String>,
+    },
+    /// HTTP/1.1 load from wrk (`wrk -t THREADS -c CONCURRENCY`, kept-alive connections, closed loop): a
+    /// warm-up run, then the measured one, summarized like the other modes.
+    Wrk {
+        /// `http://host:port/path`.
+        url: String,
+        /// Request method.
+        #[arg(long, default_value = "GET")]
+        method: String,
+        /// An extra request header, `Name: value` (repeatable).
+        #[arg(short = 'H', long = "header")]
+        headers: Vec<String>,
+        /// The wrk program.
+        #[arg(long, default_value = "wrk")]
+        wrk: PathBuf,
+        /// A request slower than this counts as an error.
+        #[arg(long, default_value = "10s", value_parser = humantime::parse_duration)]
+        timeout: Duration,
     },
     /// WebSocket round trips with the router's `{"command": ..., "id": N}` protocol.
     Ws {
@@ -104,6 +133,44 @@ fn main() -> anyhow::Result<()> {
     if args.concurrency == 0 || args.threads == 0 {
         bail!("--concurrency and --threads must be at least 1");
     }
+    let mut summary = match &args.mode {
+        Mode::Wrk {
+            url,
+            method,
+            headers,
+            wrk: program,
+            timeout,
+        } => {
+            // Refuse what wrk would misread before starting it.
+            http::Target::parse(url)?.with(method, headers)?;
+            wrk::run(&wrk::Options {
+                program: program.clone(),
+                url: url.clone(),
+                concurrency: args.concurrency,
+                threads: args.threads,
+                duration: args.duration,
+                warmup: args.warmup,
+                method: method.clone(),
+                headers: headers.clone(),
+                timeout: *timeout,
+            })?
+        }
+        _ => {
+            let mut s = in_process(&args)?;
+            s.generator = Some(format!("switchyard-load -t{}", args.threads));
+            s
+        }
+    };
+    summary.section = args.section.clone();
+    summary.system = args.system.clone();
+    summary.variant = args.variant.clone();
+    summary.round = args.round;
+    println!("{}", serde_json::to_string_pretty(&summary)?);
+    Ok(())
+}
+
+/// The modes this process drives itself, on a runtime of `--threads` threads.
+fn in_process(args: &Args) -> anyhow::Result<Summary> {
     let rt = match args.mode {
         Mode::Core => tokio::runtime::Builder::new_current_thread()
             .enable_all()
@@ -113,12 +180,7 @@ fn main() -> anyhow::Result<()> {
             .enable_all()
             .build()?,
     };
-    let mut summary = rt.block_on(run(&args))?;
-    summary.section = args.section.clone();
-    summary.system = args.system.clone();
-    summary.variant = args.variant.clone();
-    println!("{}", serde_json::to_string_pretty(&summary)?);
-    Ok(())
+    rt.block_on(run(args))
 }
 
 async fn run(args: &Args) -> anyhow::Result<Summary> {
@@ -129,8 +191,10 @@ async fn run(args: &Args) -> anyhow::Result<Summary> {
             url,
             rate: None,
             churn,
+            method,
+            headers,
         } => {
-            let t = http::Target::parse(url)?;
+            let t = http::Target::parse(url)?.with(method, headers)?;
             let m = run_workers(n, w, |_| http::closed_worker(t.clone(), w, *churn)).await;
             Summary::new(if *churn { "http-churn" } else { "http" }, url, n, None, &m)
         }
@@ -138,6 +202,8 @@ async fn run(args: &Args) -> anyhow::Result<Summary> {
             url,
             rate: Some(rate),
             churn,
+            method,
+            headers,
         } => {
             if *churn {
                 bail!("--churn is for the closed loop; drop --rate");
@@ -145,7 +211,7 @@ async fn run(args: &Args) -> anyhow::Result<Summary> {
             if !(rate.is_finite() && *rate > 0.0) {
                 bail!("--rate must be a positive number of requests per second");
             }
-            let t = http::Target::parse(url)?;
+            let t = http::Target::parse(url)?.with(method, headers)?;
             let m = run_workers(n, w, |i| http::open_worker(t.clone(), w, *rate, i, n)).await;
             Summary::new("http-open", url, n, Some(*rate), &m)
         }
@@ -183,6 +249,7 @@ async fn run(args: &Args) -> anyhow::Result<Summary> {
             Summary::new("frames-rtt", addr, n, None, &m)
         }
         Mode::Core => core(n, w).await?,
+        Mode::Wrk { .. } => bail!("wrk runs as its own process, not on this runtime"),
     })
 }
 

@@ -6,7 +6,8 @@ use anyhow::{Context, anyhow};
 use bytes::Bytes;
 use http_body_util::{BodyExt, Empty};
 use hyper::client::conn::http1::SendRequest;
-use hyper::{Request, Uri};
+use hyper::header::{HeaderName, HeaderValue};
+use hyper::{Method, Request, Uri};
 use hyper_util::rt::TokioIo;
 use std::time::Duration;
 use tokio::net::TcpStream;
@@ -19,6 +20,10 @@ pub struct Target {
     pub authority: String,
     /// Path and query.
     pub path: String,
+    /// Request method (GET unless told).
+    pub method: Method,
+    /// Extra request headers.
+    pub headers: Vec<(HeaderName, HeaderValue)>,
 }
 
 impl Target {
@@ -39,8 +44,32 @@ impl Target {
         Ok(Target {
             authority: format!("{}:{port}", auth.host()),
             path,
+            method: Method::GET,
+            headers: Vec::new(),
         })
     }
+
+    /// The same target asked with `method` and `headers` (each `Name: value`, as curl and wrk take them).
+    pub fn with(mut self, method: &str, headers: &[String]) -> anyhow::Result<Target> {
+        self.method = Method::from_bytes(method.as_bytes())
+            .map_err(|_| anyhow!("bad HTTP method {method:?}"))?;
+        for h in headers {
+            self.headers.push(parse_header(h)?);
+        }
+        Ok(self)
+    }
+}
+
+/// `Name: value` into a header; the error names the line and what is wrong with it.
+pub fn parse_header(line: &str) -> anyhow::Result<(HeaderName, HeaderValue)> {
+    let (name, value) = line
+        .split_once(':')
+        .ok_or_else(|| anyhow!("header {line:?} is not `Name: value`"))?;
+    let name = HeaderName::from_bytes(name.trim().as_bytes())
+        .map_err(|_| anyhow!("header {line:?} has a bad name"))?;
+    let value = HeaderValue::from_str(value.trim())
+        .map_err(|_| anyhow!("header {line:?} has a bad value"))?;
+    Ok((name, value))
 }
 
 async fn connect(t: &Target) -> Option<SendRequest<Empty<Bytes>>> {
@@ -53,15 +82,20 @@ async fn connect(t: &Target) -> Option<SendRequest<Empty<Bytes>>> {
     Some(sender)
 }
 
-/// One GET on a kept-alive connection; `false` on any failure or non-2xx status.
+/// One request (a GET unless the target says otherwise) on a kept-alive connection; `false` on any failure or
+/// non-2xx status.
 async fn get(sender: &mut SendRequest<Empty<Bytes>>, t: &Target) -> bool {
     if sender.ready().await.is_err() {
         return false;
     }
-    let Ok(req) = Request::get(t.path.as_str())
-        .header(hyper::header::HOST, t.authority.as_str())
-        .body(Empty::new())
-    else {
+    let mut builder = Request::builder()
+        .method(t.method.clone())
+        .uri(t.path.as_str())
+        .header(hyper::header::HOST, t.authority.as_str());
+    for (name, value) in &t.headers {
+        builder = builder.header(name, value);
+    }
+    let Ok(req) = builder.body(Empty::new()) else {
         return false;
     };
     match sender.send_request(req).await {
@@ -139,5 +173,25 @@ mod tests {
         );
         assert!(Target::parse("https://x/").is_err());
         assert!(Target::parse("not a url").is_err());
+    }
+
+    #[test]
+    fn takes_a_method_and_headers_and_names_a_bad_one() {
+        let t = Target::parse("http://127.0.0.1:1/x")
+            .and_then(|t| t.with("POST", &["ce-type: noop".to_owned()]))
+            .expect("valid");
+        assert_eq!(t.method, Method::POST);
+        assert_eq!(t.headers[0].0.as_str(), "ce-type");
+        assert_eq!(t.headers[0].1, "noop");
+        let bad = Target::parse("http://127.0.0.1:1/x")
+            .and_then(|t| t.with("GET", &["no colon".to_owned()]))
+            .map(|_| ())
+            .expect_err("refused");
+        assert!(bad.to_string().contains("no colon"), "{bad}");
+        assert!(
+            Target::parse("http://127.0.0.1:1/x")
+                .and_then(|t| t.with("GE T", &[]))
+                .is_err()
+        );
     }
 }

@@ -38,6 +38,32 @@ pub fn sidecar(flag: Option<&Path>) -> anyhow::Result<PathBuf> {
     )
 }
 
+/// Name of the NATS server binary (durable delivery).
+pub const NATS_SERVER: &str = "nats-server";
+/// Environment variable naming the NATS server binary when it is neither next to `switchyard` nor on PATH.
+pub const NATS_SERVER_ENV: &str = "SWITCHYARD_NATS_SERVER";
+
+/// The NATS server for a YAML that asks for durable delivery: `$SWITCHYARD_NATS_SERVER`, else next to
+/// `switchyard`, else on PATH.
+pub fn nats_server() -> anyhow::Result<PathBuf> {
+    if let Some(path) = std::env::var_os(NATS_SERVER_ENV) {
+        let path = PathBuf::from(path);
+        if is_executable(&path) {
+            return Ok(path);
+        }
+        bail!(
+            "{NATS_SERVER_ENV}={}: no executable file there",
+            path.display()
+        );
+    }
+    if let Some(path) = program(NATS_SERVER) {
+        return Ok(path);
+    }
+    bail!(
+        "a Manager sets `delivery: durable`, which needs {NATS_SERVER} (NATS JetStream): not on PATH and          {NATS_SERVER_ENV} is not set; `e2e/cluster/build-nats` builds one into .tools/bin (it prints the path)"
+    )
+}
+
 /// A program by the name a container's `command` gives it: a path when it has a `/`, else looked up next to
 /// `switchyard`, then on PATH.
 pub fn program(name: &str) -> Option<PathBuf> {

@@ -71,6 +71,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("{} problem(s) found; nothing started", problems.len());
     }
     let sidecar = locate::sidecar(args.sidecar.as_deref())?;
+    let nats_server = plan::needs_jetstream(&objs)
+        .then(locate::nats_server)
+        .transpose()?;
     let state = tempfile::Builder::new()
         .prefix("switchyard-up-")
         .tempdir()
@@ -81,6 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             state_dir: state.path(),
             sidecar: &sidecar,
             apps: !args.no_app,
+            nats_server: nats_server.as_deref(),
         },
         &mut ports::LocalPorts::default(),
     )?;

@@ -25,6 +25,8 @@ const EXAMPLE_APP: &str = "switchyard-example-app";
 /// Start order; shutdown goes the other way so no process loses its downstream while it still has traffic.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Tier {
+    /// The event store of durable delivery (a NATS JetStream server), first up and last down.
+    Store,
     /// The user's handler apps.
     App,
     /// Manager-role sidecars.
@@ -90,6 +92,15 @@ pub struct Options<'a> {
     pub sidecar: &'a Path,
     /// Start the apps (false with `--no-app`).
     pub apps: bool,
+    /// The NATS server, found when some Manager delivers durably.
+    pub nats_server: Option<&'a Path>,
+}
+
+/// Whether any Manager of `objs` delivers some event type durably (then a JetStream server runs).
+pub fn needs_jetstream(objs: &Objects) -> bool {
+    objs.managers
+        .iter()
+        .any(|m| !m.spec.durable_events().is_empty())
 }
 
 const LOCALHOST: Ipv4Addr = Ipv4Addr::LOCALHOST;
@@ -125,6 +136,43 @@ pub fn plan(
         }
     }
 
+    // Durable delivery: one JetStream server for the run, its data in the state folder.
+    let jetstream = match (needs_jetstream(objs), opts.nats_server) {
+        (false, _) => None,
+        (true, None) => bail!("a Manager sets `delivery: durable`, and no nats-server was found"),
+        (true, Some(program)) => {
+            let port = ports.ephemeral()?;
+            let monitor = ports.ephemeral()?;
+            let store = opts.state_dir.join("jetstream");
+            plan.procs.push(ProcSpec {
+                label: "nats-server".into(),
+                tier: Tier::Store,
+                program: program.to_owned(),
+                args: vec![
+                    "--jetstream".into(),
+                    "--addr".into(),
+                    LOCALHOST.to_string(),
+                    "--port".into(),
+                    port.to_string(),
+                    "--http_port".into(),
+                    monitor.to_string(),
+                    "--store_dir".into(),
+                    store.display().to_string(),
+                ],
+                env: Vec::new(),
+                probe: Probe::Http {
+                    addr: SocketAddr::from((LOCALHOST, monitor)),
+                    path: "/healthz?js-enabled-only=true",
+                },
+                listening: format!("nats://{LOCALHOST}:{port} (monitor :{monitor})"),
+                edge: None,
+            });
+            Some(switchyard_protocol::durable::JetStreamConfig {
+                url: format!("nats://{LOCALHOST}:{port}"),
+                replicas: 1,
+            })
+        }
+    };
     let mut endpoints: BTreeMap<String, Vec<String>> = BTreeMap::new();
     let mut sidecars = Vec::new();
     // Manager configs wait for the endpoint table: their outbound path needs every Manager's address.
@@ -231,6 +279,7 @@ pub fn plan(
             config.destinations = table.destinations;
             config.static_endpoints = table.static_endpoints;
         }
+        config.jetstream = jetstream.clone();
         plan.files
             .push((path, serde_json::to_string_pretty(&config)?));
     }
@@ -485,6 +534,7 @@ spec:
             state_dir: Path::new("/state"),
             sidecar: Path::new("/bin/switchyard-sidecar"),
             apps,
+            nats_server: Some(Path::new("/bin/nats-server")),
         };
         plan(&objs, &opts, &mut ports)
     }
@@ -595,6 +645,7 @@ spec:
             state_dir: Path::new("/state"),
             sidecar: Path::new("/bin/switchyard-sidecar"),
             apps: true,
+            nats_server: None,
         };
         let p = plan(&objs, &opts, &mut ports)?;
         let edge = p

@@ -116,12 +116,12 @@ impl Supervisor {
         }
     }
 
-    /// Stops every child still running: routers, then manager sidecars, then apps; SIGTERM, up to
+    /// Stops every child still running: routers, then manager sidecars, then apps, then the event store; SIGTERM, up to
     /// [`STOP_TIMEOUT`] per tier, then SIGKILL. A second signal skips straight to SIGKILL.
     pub async fn shutdown(&mut self) {
         let started = Instant::now();
         let mut hurry = false;
-        for tier in [Tier::Router, Tier::Manager, Tier::App] {
+        for tier in [Tier::Router, Tier::Manager, Tier::App, Tier::Store] {
             let members: Vec<usize> = (0..self.procs.len())
                 .filter(|&i| self.procs[i].tier == tier && self.procs[i].exited.is_none())
                 .collect();

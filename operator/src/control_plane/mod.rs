@@ -1,18 +1,26 @@
-//! The control plane: every operator replica (leader or not, it only reads caches) serves the
-//! `switchyard.v1.ControlPlane` gRPC API. Router sidecars subscribe to their Router's routing table
-//! (`WatchRoutes`); sidecars stream load reports back (`ReportLoad`) and routers holding requests for
-//! an event type scaled to zero ask for a pod (`Activate`).
+//! The control plane: every operator replica (leader or not) serves the `switchyard.v1.ControlPlane`
+//! gRPC API. Router sidecars subscribe to their Router's routing table (`WatchRoutes`, served from
+//! each replica's own caches); sidecars stream load reports back (`ReportLoad`) and routers holding
+//! requests for an event type scaled to zero ask for a pod (`Activate`): those two feed the leader's
+//! autoscaler, so a standby forwards them to the leader (`forward`).
 //!
-//! `table` is the pure core (Routers, Managers, Pods -> tables); `hub` holds the latest table per
-//! Router in watch channels; `observe` feeds it from reflector caches; `server` is the tonic shell.
+//! `index` is the pure core (Routers, Managers, Pods -> routing tables, one object at a time, with
+//! `table` as its from-scratch reference); `delta` is one table as versions and deltas; `hub` holds
+//! every Router's table and its watchers; `observe` feeds the index from the watches and shares the
+//! Router and Manager caches; `server` is the tonic shell; `caller` is where a call's origin is read.
 
 pub mod activation;
+pub mod caller;
+pub mod delta;
+pub mod forward;
 pub mod hub;
+pub mod index;
 pub mod load;
 pub mod observe;
 pub mod server;
 pub mod table;
 
+use crate::leader::view::LeaderView;
 use crate::metrics::Metrics;
 use std::future::Future;
 use std::sync::Arc;
@@ -22,11 +30,13 @@ use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
 /// Serves the control plane on `listener` until `shutdown` resolves, then ends every stream. Load
-/// reports go into `loads`, which the autoscaler reads.
+/// reports and activations go into `loads` (which the autoscaler reads) while `leader` says this
+/// replica leads, and to the leader otherwise.
 pub async fn serve(
-    client: kube::Client,
+    observer: observe::Observer,
     listener: TcpListener,
     loads: Arc<load::LoadBook>,
+    leader: Arc<LeaderView>,
     metrics: Arc<Metrics>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
@@ -35,8 +45,10 @@ pub async fn serve(
         hub: hub.clone(),
         loads: loads.clone(),
         metrics: metrics.clone(),
+        forward: forward::Forwarder::start(leader.clone(), metrics.clone()),
+        leader,
     };
-    let observer = tokio::spawn(observe::run(client, hub.clone(), metrics));
+    let observer = tokio::spawn(observer.run(hub.clone(), metrics));
     let closing = {
         let hub = hub.clone();
         let loads = loads.clone();

@@ -67,6 +67,9 @@ pub fn render_config(manager: &Manager, router: Option<&Router>) -> Result<Manag
         destinations: Default::default(),
         static_endpoints: Default::default(),
         tracing: router.and_then(|r| r.spec.tracing.clone()),
+        durable_events: spec.durable_events(),
+        // Set from the operator's settings (the chart's JetStream URL) by the caller that has them.
+        jetstream: None,
     })
 }
 
@@ -105,7 +108,7 @@ pub fn build(
     let labels = meta::labels(MANAGER, &name);
     let selector = meta::selector(MANAGER, &name);
     let rendered = serde_json::to_string_pretty(&render_config(manager, router)?).map_err(|e| {
-        Error::Build {
+        Error::Render {
             what: "manager config".into(),
             message: e.to_string(),
         }
@@ -237,6 +240,8 @@ fn pod_template(
         .push(sidecar::config_volume(&config_map_name(
             &manager.name_any(),
         )));
+    super::stop_order::wait_for_sidecar_drain(&mut pod);
+    super::pod_security::restrict(&mut pod);
     PodTemplateSpec {
         metadata: Some(metadata),
         spec: Some(pod),

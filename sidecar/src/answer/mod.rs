@@ -6,8 +6,9 @@
 //! same fields into its `error` member.
 //!
 //! Promises, whatever the protocol: 503 (and its gRPC codes UNAVAILABLE / RESOURCE_EXHAUSTED) means
-//! the event was not handled and a retry is safe, so it carries Retry-After; 502 (UNKNOWN) means it
-//! was sent and may have been handled; 504 (DEADLINE_EXCEEDED) means no reply came in time.
+//! the event was not handled (for a publish: not accepted) and a retry is safe, so it carries
+//! Retry-After; 502 (UNKNOWN) means it was sent and may have been handled; 504 (DEADLINE_EXCEEDED)
+//! means no reply came in time. `docs/delivery.md` states what each promise covers per operation.
 
 pub(crate) mod grpc;
 pub(crate) mod http;
@@ -39,6 +40,9 @@ pub(crate) enum Failure {
     Timeout,
     /// The connection failed after the event was written: it may have been handled.
     Lost,
+    /// The event store (JetStream) did not confirm a durable publish: it may or may not be kept,
+    /// so a retry with the same ce-id is safe (the stream drops the duplicate).
+    NotKept,
     /// The manager sidecar answered instead of the app (its queue was full, the app was unreachable,
     /// every attempt failed, ...): its status and its problem detail.
     Manager {
@@ -59,6 +63,7 @@ impl Failure {
             Failure::NoCredit => "no_credit",
             Failure::Timeout => "timeout",
             Failure::Lost => "lost",
+            Failure::NotKept => "not_kept",
             Failure::Manager { .. } => "manager",
         }
     }
@@ -114,6 +119,13 @@ impl Answer {
             Failure::Lost => Answer::refusal(
                 502,
                 "the connection to the Manager failed after the request was sent; it may have been handled",
+            ),
+            Failure::NotKept => retry(
+                503,
+                Code::Unavailable,
+                format!(
+                    "the event store did not confirm the {event} event was kept; retry with the same ce-id (a duplicate is dropped)"
+                ),
             ),
             // A full queue there is saturation, as here: the event was not handled.
             Failure::Manager {

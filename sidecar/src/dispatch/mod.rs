@@ -13,6 +13,7 @@ pub use broker::Broker;
 pub(crate) use clock::Clock;
 
 use crate::answer::{DEADLINE_SLACK, Failure};
+use crate::durable::Store;
 use crate::upstream::{CallError, Outgoing, Upstream};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -24,6 +25,8 @@ pub(crate) struct Dispatch {
     pub(crate) broker: Broker,
     /// Manager connections; shared with the admin server's `/routes` and the control-plane follower.
     pub(crate) upstream: Arc<Upstream>,
+    /// The event store, when some destination is delivered durably: its publishes go there.
+    pub(crate) durable: Option<Arc<Store>>,
 }
 
 impl From<CallError> for Failure {
@@ -95,18 +98,48 @@ impl Dispatch {
         from_manager(resp, deadline)
     }
 
-    /// Sends `out` fire-and-forget, within the broker's bound: done once a manager sidecar granted
-    /// credit and the frame was written to it.
+    /// Publishes `out` within the broker's bound: done once a manager sidecar admitted it to its
+    /// queue (its acknowledgement); a refusal from every endpoint is the manager's 503. An event of
+    /// a durable type goes to its Manager's stream instead: done once the stream confirmed it.
     pub(crate) async fn publish(&self, out: Outgoing, deadline: Instant) -> Result<(), Failure> {
         let Some(_admitted) = self.broker.admit() else {
             return Err(Failure::Shed);
         };
+        if let Some(store) = &self.durable
+            && let Some(route) = store.route(&out.event)
+        {
+            return store
+                .publish(
+                    route,
+                    &out.event,
+                    &out.ce_id,
+                    &out.traceparent,
+                    out.payload,
+                    deadline,
+                )
+                .await
+                .map_err(|e| {
+                    tracing::warn!(event = %out.event, ce_id = %out.ce_id, error = %e, "durable publish not confirmed");
+                    Failure::NotKept
+                });
+        }
         let pool = self
             .upstream
             .pool_of(&out.event)
             .ok_or(Failure::NoManager)?;
-        Ok(self.upstream.publish(&pool, &out, deadline).await?)
+        let ack = self.upstream.publish(&pool, &out, deadline).await?;
+        accepted(ack, deadline)
     }
+}
+
+/// A manager's acknowledgement of a publish: 202 admitted, anything else its refusal.
+pub(crate) fn accepted(ack: Response, deadline: Instant) -> Result<(), Failure> {
+    if ack.status == 202 && ack.from_mesh {
+        return Ok(());
+    }
+    from_manager(ack, deadline)?;
+    // An app answer to a publish cannot happen (the manager acknowledges it); never count it as kept.
+    Err(Failure::Lost)
 }
 
 /// The app's answer, or the manager sidecar's own refusal turned into a failure: its 504 near the

@@ -203,9 +203,19 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
             .get(traceparent::HEADER)
             .map(HeaderValue::as_bytes),
     );
+    // The client's retry key is the event's id, so its retries are one event to a deduplicating app.
+    let ce_id = match edge::idempotency_key(
+        parts
+            .headers
+            .get(edge::IDEMPOTENCY_KEY)
+            .map(HeaderValue::as_bytes),
+    ) {
+        Ok(key) => key.unwrap_or_else(new_ce_id),
+        Err(r) => return (rejected(r), label),
+    };
     let out = Outgoing {
         event: route.event.clone(),
-        ce_id: new_ce_id(),
+        ce_id,
         traceparent,
         payload,
     };

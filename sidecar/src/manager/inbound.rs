@@ -1,6 +1,8 @@
-//! Inbound frame connections from router sidecars: grant credit, hand requests to the workers,
-//! send answers back, re-grant credit as work completes, and drain with GOAWAY.
+//! Inbound frame connections from router sidecars: grant credit out of the pod's credit bank,
+//! admit requests to the workers in arrival order (acknowledging a publish once admitted), send
+//! answers back, return credit as work completes, and drain with GOAWAY.
 
+use super::credit::{ConnId, CreditBank, Grants};
 use super::routers::Routers;
 use super::worker::Worker;
 use futures::{SinkExt, StreamExt};
@@ -8,7 +10,7 @@ use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use switchyard_protocol::frame::{FLAG_NO_REPLY, Frame, FrameCodec};
+use switchyard_protocol::frame::{FLAG_ACK, FLAG_NO_REPLY, Frame, FrameCodec, Response};
 use tokio::net::tcp::OwnedWriteHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
@@ -25,14 +27,70 @@ const WRITE_BATCH: usize = 64;
 
 type Active = Arc<Mutex<HashMap<u64, CancellationToken>>>;
 
-fn lock(active: &Active) -> std::sync::MutexGuard<'_, HashMap<u64, CancellationToken>> {
-    active.lock().unwrap_or_else(|p| p.into_inner())
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// The pod's workers, its credit bank and each connection's write queue (to send grants).
+pub struct Inbound {
+    worker: Arc<Worker>,
+    bank: CreditBank,
+    outlets: Mutex<HashMap<ConnId, mpsc::Sender<Frame>>>,
+}
+
+impl Inbound {
+    /// The inbound side of `worker`: its capacity is the credit shared by every sender.
+    pub fn new(worker: Arc<Worker>) -> Arc<Inbound> {
+        let total = u32::try_from(worker.capacity()).unwrap_or(u32::MAX);
+        Arc::new(Inbound {
+            worker,
+            bank: CreditBank::new(total),
+            outlets: Mutex::default(),
+        })
+    }
+
+    fn join(&self, tx: mpsc::Sender<Frame>) -> ConnId {
+        let mut outlets = lock(&self.outlets);
+        let (id, grants) = self.bank.join();
+        outlets.insert(id, tx);
+        self.send(&outlets, grants);
+        id
+    }
+
+    fn leave(&self, id: ConnId) {
+        let mut outlets = lock(&self.outlets);
+        outlets.remove(&id);
+        let grants = self.bank.leave(id);
+        self.send(&outlets, grants);
+    }
+
+    /// An event spent on `id` is done: sends others' grants, says whether `id` keeps the credit.
+    fn finished(&self, id: ConnId) -> bool {
+        let returned = self.bank.finished(id);
+        if !returned.others.is_empty() {
+            self.send(&lock(&self.outlets), returned.others);
+        }
+        returned.own
+    }
+
+    fn send(&self, outlets: &HashMap<ConnId, mpsc::Sender<Frame>>, grants: Grants) {
+        for (id, credits) in grants {
+            // A queue sized for every credit's answer and grant is full only when its connection is
+            // stuck or gone: the credits go back to the bank rather than vanish.
+            let sent = outlets
+                .get(&id)
+                .is_some_and(|tx| tx.try_send(Frame::Credit { credits }).is_ok());
+            if !sent {
+                self.bank.undeliverable(id, credits);
+            }
+        }
+    }
 }
 
 /// Accepts router connections until `drain` fires; each connection then drains on its own.
 pub async fn serve(
     listener: TcpListener,
-    worker: Arc<Worker>,
+    inbound: Arc<Inbound>,
     routers: Arc<Routers>,
     drain: CancellationToken,
     tracker: TaskTracker,
@@ -57,7 +115,7 @@ pub async fn serve(
         tracker.spawn(connection(
             stream,
             peer,
-            worker.clone(),
+            inbound.clone(),
             routers.clone(),
             drain.clone(),
         ));
@@ -65,33 +123,61 @@ pub async fn serve(
     tracing::info!("frame listener closed");
 }
 
+/// The acknowledgement of a publish: admitted to the queue. Its credit comes with the outcome.
+fn accepted(id: u64) -> Response {
+    Response {
+        id,
+        status: 202,
+        queue_us: 0,
+        app_us: 0,
+        content_type: String::new(),
+        payload: bytes::Bytes::new(),
+        returns_credit: false,
+        from_mesh: true,
+    }
+}
+
+/// Sends the answer (or only the credit) of a finished event on its connection.
+async fn answer(tx: &mpsc::Sender<Frame>, resp: Option<Response>, own: bool, implicit: bool) {
+    let mut credit_sent = false;
+    if let Some(mut r) = resp {
+        r.returns_credit = own && implicit;
+        credit_sent = r.returns_credit;
+        let _ = tx.send(Frame::Response(r)).await;
+    }
+    if own && !credit_sent {
+        let _ = tx.send(Frame::Credit { credits: 1 }).await;
+    }
+}
+
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
-    worker: Arc<Worker>,
+    inbound: Arc<Inbound>,
     routers: Arc<Routers>,
     drain: CancellationToken,
 ) {
-    let credits = worker.credits();
+    let total = inbound.bank.total();
     // Owned halves, not `Framed::split`: reader and writer never contend on a shared lock.
     let (read, write) = stream.into_split();
     let mut frames = FramedRead::new(read, FrameCodec::default());
     let sink = FramedWrite::new(write, FrameCodec::default());
-    // Credits bound the requests on this connection, so answers plus credit frames fit without waiting.
+    // Credits bound the requests on this connection, so acknowledgements, answers and credit frames
+    // fit without waiting.
     let (tx, rx) = mpsc::channel::<Frame>(
-        (credits as usize)
-            .saturating_mul(2)
+        (total as usize)
+            .saturating_mul(3)
             .saturating_add(64)
             .min(1 << 20),
     );
     let writer = tokio::spawn(write_loop(sink, rx));
-    let _ = tx.send(Frame::Credit { credits }).await;
+    let conn_id = inbound.join(tx.clone());
     // Registered for pushes once its HELLO says it is a router (a manager's outbound path is not).
     let mut registered = None;
     // Set by the router's HELLO: answers then carry their credit, and no CREDIT frame follows them.
     // The HELLO precedes the router's requests on the connection, so every answer sees it.
     let mut implicit_credit = false;
-    tracing::info!(%peer, credits, "router connected");
+    tracing::info!(%peer, total, "router connected");
     let active: Active = Arc::default();
     let deliveries = TaskTracker::new();
     let mut goaway_sent = false;
@@ -120,41 +206,55 @@ async fn connection(
             Frame::Request(req) => {
                 let id = req.id;
                 let no_reply = req.flags & FLAG_NO_REPLY != 0;
+                let ack = req.flags & FLAG_ACK != 0;
+                inbound.bank.spent(conn_id);
+                // Admitted or refused here, in arrival order, before any delivery task runs: an
+                // acknowledgement then means the event is in this pod's queue.
+                let admission = match inbound.worker.admit(&req) {
+                    Ok(a) => a,
+                    Err(refusal) => {
+                        let own = inbound.finished(conn_id);
+                        if no_reply && !ack {
+                            tracing::warn!(event = %req.event, ce_id = %req.ce_id, status = refusal.status, "published event refused");
+                            answer(&tx, None, own, implicit_credit).await;
+                        } else {
+                            answer(&tx, Some(refusal), own, implicit_credit).await;
+                        }
+                        continue;
+                    }
+                };
+                if ack {
+                    let _ = tx.send(Frame::Response(accepted(id))).await;
+                }
                 let cancel = CancellationToken::new();
-                // A published event was accepted when written: it is delivered even if its sender's
-                // connection ends, so it is not among the cancellable requests.
+                // A published event belongs to this pod once admitted: it is delivered even if its
+                // sender's connection ends, so it is not among the cancellable requests.
                 if !no_reply && lock(&active).insert(id, cancel.clone()).is_some() {
                     tracing::warn!(%peer, id, "request id reused while in flight; closing the connection");
                     break;
                 }
-                // Taken here, in arrival order, before the delivery tasks race each other.
-                let place = worker.place(&req);
-                let (worker, tx, active) = (worker.clone(), tx.clone(), active.clone());
+                let (inbound, tx, active) = (inbound.clone(), tx.clone(), active.clone());
                 // Only a published event needs these after the delivery: nobody reads its answer.
                 let published = no_reply.then(|| (req.event.clone(), req.ce_id.clone()));
                 deliveries.spawn(async move {
-                    let mut resp = worker.handle_placed(req, place, cancel).await;
-                    if let Some((event, ce_id)) = published {
-                        if let Some(r) = resp.filter(|r| r.status >= 500) {
-                            // Shed, or failed for good (dead-lettered when configured): never silent.
-                            tracing::warn!(%event, %ce_id, status = r.status, "published event not handled");
-                        }
-                        // No RESPONSE for a published event, only its credit back.
-                        let _ = tx.send(Frame::Credit { credits: 1 }).await;
+                    let resp = inbound.worker.handle(req, admission, cancel).await;
+                    let own = inbound.finished(conn_id);
+                    let Some((event, ce_id)) = published else {
+                        lock(&active).remove(&id);
+                        answer(&tx, resp, own, implicit_credit).await;
                         return;
+                    };
+                    if let Some(r) = resp.as_ref().filter(|r| r.status >= 500) {
+                        // Failed for good (dead-lettered when configured): never silent.
+                        tracing::warn!(%event, %ce_id, status = r.status, "published event not handled");
                     }
-                    lock(&active).remove(&id);
-                    if let Some(r) = resp.as_mut() {
-                        r.returns_credit = implicit_credit;
-                    }
-                    let credit_sent = resp.as_ref().is_some_and(|r| r.returns_credit);
-                    if let Some(resp) = resp {
-                        let _ = tx.send(Frame::Response(resp)).await;
-                    }
-                    // A cancelled request has no answer to carry its credit: it comes back alone.
-                    if !credit_sent {
-                        let _ = tx.send(Frame::Credit { credits: 1 }).await;
-                    }
+                    // The publisher wants only the outcome, without the app's body.
+                    let outcome = ack.then(|| Response {
+                        payload: bytes::Bytes::new(),
+                        content_type: String::new(),
+                        ..resp.unwrap_or_else(|| cancelled(id))
+                    });
+                    answer(&tx, outcome, own, implicit_credit).await;
                 });
             }
             Frame::Cancel { id } => {
@@ -184,6 +284,8 @@ async fn connection(
         }
     }
     drop(registered);
+    // Its unused credits go to the other senders now; its busy ones as their events finish.
+    inbound.leave(conn_id);
     // The router is gone (or closed after our GOAWAY with nothing pending): answers cannot reach it.
     for t in lock(&active).values() {
         t.cancel();
@@ -193,6 +295,14 @@ async fn connection(
     drop(tx);
     let _ = writer.await;
     tracing::info!(%peer, "router connection closed");
+}
+
+/// The outcome of a published event whose delivery was cancelled (the pod drains past its limit).
+fn cancelled(id: u64) -> Response {
+    Response {
+        status: 499,
+        ..accepted(id)
+    }
 }
 
 async fn write_loop(

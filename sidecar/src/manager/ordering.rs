@@ -84,12 +84,7 @@ impl<T> KeyedQueue<T> {
 /// The ordering key of a JSON payload: the value at `pointer` (a string as is, other values as JSON
 /// text). `None` (no ordering) when the payload is not JSON or has no such field, or it is null.
 pub fn key_of(payload: &[u8], pointer: &str) -> Option<String> {
-    let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
-    match value.pointer(pointer)? {
-        serde_json::Value::Null => None,
-        serde_json::Value::String(s) => Some(s.clone()),
-        other => Some(other.to_string()),
-    }
+    switchyard_protocol::durable::ordering_key(payload, pointer)
 }
 
 /// The queue is at capacity.

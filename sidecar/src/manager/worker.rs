@@ -69,6 +69,14 @@ pub enum Place {
     Full,
 }
 
+/// An event admitted to this pod's queue by [`Worker::admit`]; [`Worker::handle`] delivers it.
+pub struct Admission {
+    place: Place,
+    label: EventLabel,
+    _underway: Option<crate::load::Underway>,
+    _admitted: Admitted,
+}
+
 /// The worker pool of one manager sidecar.
 pub struct Worker {
     settings: Settings,
@@ -77,7 +85,7 @@ pub struct Worker {
     /// Event types handled here, with their metric labels.
     events: HashMap<String, EventLabel>,
     slots: Semaphore,
-    admitted: AtomicUsize,
+    admitted: Arc<AtomicUsize>,
     delivery: Delivery,
     metrics: Arc<Metrics>,
     otel: Option<Arc<Otel>>,
@@ -118,7 +126,7 @@ impl Worker {
             ordering: None,
             dead_letter: None,
             events,
-            admitted: AtomicUsize::new(0),
+            admitted: Arc::default(),
             delivery,
             metrics,
             otel: None,
@@ -150,8 +158,8 @@ impl Worker {
         self
     }
 
-    /// The event's place in the ordering lanes. Call in arrival order, before [`Worker::handle_placed`].
-    pub fn place(&self, ev: &Request) -> Place {
+    /// The event's place in the ordering lanes. Call in arrival order, before [`Worker::admit`].
+    fn place(&self, ev: &Request) -> Place {
         let Some(order) = &self.ordering else {
             return Place::Unordered;
         };
@@ -164,24 +172,57 @@ impl Worker {
         }
     }
 
-    /// Credits granted to each router connection: the queue capacity.
-    pub fn credits(&self) -> u32 {
-        u32::try_from(self.settings.queue_capacity).unwrap_or(u32::MAX)
+    /// What this pod admits at once, over all its senders: the queue plus the events being
+    /// delivered. The credits granted over all connections add up to this (`credit.rs`).
+    pub fn capacity(&self) -> usize {
+        self.settings.queue_capacity + self.settings.max_in_flight
     }
 
-    /// Handles one event that took its `place` in the ordering lanes.
-    pub async fn handle_placed(
+    /// Admits `ev` to the queue or refuses it, at once and in arrival order (the connection's reader
+    /// calls it before the delivery task starts, so an acknowledgement means admitted). A refusal is
+    /// the answer to send: 503 when the queue or the ordering lanes are full, 502 for an event type
+    /// this pod does not handle.
+    pub fn admit(&self, ev: &Request) -> Result<Admission, Response> {
+        let Some(label) = self.events.get(&ev.event) else {
+            let detail = format!("this Manager pod does not handle event type {:?}", ev.event);
+            return Err(problem_response(ev.id, 502, &detail));
+        };
+        let underway = self.metrics.arrive(&ev.event);
+        let place = self.place(ev);
+        // Credits bound the sum over all senders; this holds it against a sender that ignores them.
+        let lanes_full = matches!(place, Place::Full);
+        if lanes_full || self.admitted.fetch_add(1, Ordering::AcqRel) >= self.capacity() {
+            if !lanes_full {
+                self.admitted.fetch_sub(1, Ordering::AcqRel);
+            }
+            self.metrics.shed_event(label);
+            return Err(problem_response(
+                ev.id,
+                503,
+                "the Manager's queue is full; retry shortly",
+            ));
+        }
+        Ok(Admission {
+            place,
+            label: label.clone(),
+            _underway: underway,
+            _admitted: Admitted(self.admitted.clone()),
+        })
+    }
+
+    /// Delivers one admitted event; `None` when it was cancelled.
+    pub async fn handle(
         &self,
         ev: Request,
-        place: Place,
+        admission: Admission,
         cancel: CancellationToken,
     ) -> Option<Response> {
         let Some(otel) = &self.otel else {
-            return self.handle_traced(ev, place, cancel, None).await;
+            return self.handle_traced(ev, admission, cancel, None).await;
         };
         let mut trace = InboundTrace::start(otel, &ev.event, &ev.ce_id, &ev.traceparent);
         let resp = self
-            .handle_traced(ev, place, cancel, Some(&mut trace))
+            .handle_traced(ev, admission, cancel, Some(&mut trace))
             .await;
         trace.finish(resp.as_ref().map(|r| r.status));
         resp
@@ -190,31 +231,19 @@ impl Worker {
     async fn handle_traced(
         &self,
         ev: Request,
-        place: Place,
+        admission: Admission,
         cancel: CancellationToken,
         trace: Option<&mut InboundTrace>,
     ) -> Option<Response> {
         let arrived = Instant::now();
-        let Some(label) = self.events.get(&ev.event) else {
-            let detail = format!("this Manager pod does not handle event type {:?}", ev.event);
-            return Some(problem_response(ev.id, 502, &detail));
-        };
-        let _underway = self.metrics.arrive(&ev.event);
-        // Credits bound each router connection; this bounds the sum over all routers.
-        let bound = self.settings.queue_capacity + self.settings.max_in_flight;
-        let lanes_full = matches!(place, Place::Full);
-        if lanes_full || self.admitted.fetch_add(1, Ordering::AcqRel) >= bound {
-            if !lanes_full {
-                self.admitted.fetch_sub(1, Ordering::AcqRel);
-            }
-            self.metrics.shed_event(label);
-            return Some(problem_response(
-                ev.id,
-                503,
-                "the Manager's queue is full; retry shortly",
-            ));
-        }
-        let _admitted = Admitted(&self.admitted);
+        // The guards live until the delivery ends: the event counts as admitted and underway.
+        let Admission {
+            place,
+            label,
+            _underway,
+            _admitted,
+        } = admission;
+        let label = &label;
         let deadline = match ev.deadline_ms {
             0 => None,
             ms => Some(arrived + Duration::from_millis(ms.into())),
@@ -409,11 +438,12 @@ impl Worker {
         let deadline = Instant::now() + DEAD_LETTER_DEADLINE;
         let published = match dl.upstream.pool_of(&dl.event) {
             None => Err("no Manager handles the dead-letter type".to_owned()),
-            Some(pool) => dl
-                .upstream
-                .publish(&pool, &out, deadline)
-                .await
-                .map_err(|e| format!("{e:?}")),
+            Some(pool) => match dl.upstream.publish(&pool, &out, deadline).await {
+                Ok(ack) => {
+                    crate::dispatch::accepted(ack, deadline).map_err(|f| f.name().to_owned())
+                }
+                Err(e) => Err(format!("{e:?}")),
+            },
         };
         match published {
             Ok(()) => {
@@ -494,6 +524,85 @@ impl Worker {
     }
 }
 
+/// What one delivery attempt of a durable event came to (the stream redelivers; no retry loop here).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Attempted {
+    /// The app answered with a status that ends the event: acknowledged (2xx, and the app's final
+    /// refusals such as 4xx and 501).
+    Done(u16),
+    /// A failure a later attempt may cure (5xx, unreachable, timed out): redelivered, or
+    /// dead-lettered after the last attempt.
+    Failed(&'static str),
+    /// The event type is not handled here: the stream keeps it for a pod that does.
+    NotHere,
+    /// Drained before it ran.
+    Cancelled,
+}
+
+impl Worker {
+    /// One attempt at a durable event: waits for a worker slot, delivers within the attempt timeout
+    /// and counts it like any delivery.
+    pub(crate) async fn attempt_durable(
+        &self,
+        ev: &Request,
+        cancel: &CancellationToken,
+    ) -> Attempted {
+        let Some(label) = self.events.get(&ev.event) else {
+            return Attempted::NotHere;
+        };
+        let _underway = self.metrics.arrive(&ev.event);
+        self.metrics.queued.inc();
+        let permit = tokio::select! {
+            p = self.slots.acquire() => p.ok(),
+            _ = cancel.cancelled() => None,
+        };
+        self.metrics.queued.dec();
+        let Some(_permit) = permit else {
+            return Attempted::Cancelled;
+        };
+        self.metrics.in_flight.inc();
+        let _in_flight = GaugeGuard(&self.metrics);
+        let started = Instant::now();
+        let outcome = tokio::select! {
+            o = self.delivery.attempt(ev, self.settings.attempt_timeout) => o,
+            _ = cancel.cancelled() => return Attempted::Cancelled,
+        };
+        let (status, attempted) = match outcome {
+            Outcome::Answer { status, .. } if retryable_status(status) => {
+                (status, Attempted::Failed("the handler app answered 5xx"))
+            }
+            Outcome::Answer { status, .. } => (status, Attempted::Done(status)),
+            Outcome::Unreachable(_) => (502, Attempted::Failed("the handler app is unreachable")),
+            Outcome::TimedOut => (
+                504,
+                Attempted::Failed("the handler app did not answer in time"),
+            ),
+            Outcome::Invalid(_) => (400, Attempted::Done(400)),
+        };
+        self.metrics
+            .observe(label, status, started.elapsed().as_secs_f64());
+        attempted
+    }
+
+    /// The wait before redelivering a durable event after its `attempt`-th failed delivery.
+    pub(crate) fn redelivery_delay(&self, attempt: u32) -> Duration {
+        backoff::delay(
+            self.settings.backoff,
+            self.settings.max_backoff,
+            attempt.saturating_sub(1),
+            fastrand::f64(),
+        )
+    }
+
+    /// A durable event failed its last attempt: to the dead-letter type when one is set (counted
+    /// either way, never silent).
+    pub(crate) async fn dead_letter_durable(&self, ev: &Request, reason: &'static str) {
+        if let Some(label) = self.events.get(&ev.event) {
+            self.dead_letter(ev, label, reason).await;
+        }
+    }
+}
+
 /// 5xx except 501 (not implemented: retrying cannot help).
 fn retryable_status(status: u16) -> bool {
     (500..=599).contains(&status) && status != 501
@@ -506,9 +615,10 @@ async fn sleep_until(deadline: Option<Instant>) {
     }
 }
 
-struct Admitted<'a>(&'a AtomicUsize);
+/// An event admitted to the queue: counted until dropped.
+struct Admitted(Arc<AtomicUsize>);
 
-impl Drop for Admitted<'_> {
+impl Drop for Admitted {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
     }

@@ -46,6 +46,10 @@ pub struct Metrics {
     /// `switchyard_dead_letter_published_total{event}`: events whose delivery failed for good,
     /// published to the dead-letter type (manager).
     pub dead_letter_published: Family<EventLabels, Counter>,
+    /// `switchyard_published_unconfirmed_total{event}`: publishes a manager admitted (their app
+    /// was answered 202) whose connection ended before the manager reported them done: lost if that
+    /// pod died, since in-memory delivery keeps no copy (the sender counts them; the pod cannot).
+    pub published_unconfirmed: Family<EventLabels, Counter>,
     /// `switchyard_local_api_requests_total{op,status}`: the app's calls to the local API (manager).
     pub local_api: Family<LocalApiLabels, Counter>,
     /// `switchyard_control_plane_tables_total`: routing tables received from the operator (router).
@@ -125,6 +129,12 @@ impl Metrics {
             "Events that failed for good, published to the dead-letter event type",
             dead_letter_published.clone(),
         );
+        let published_unconfirmed = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "switchyard_published_unconfirmed",
+            "Acknowledged publishes whose manager connection ended before they were reported done (lost if that pod died)",
+            published_unconfirmed.clone(),
+        );
         let local_api = Family::<LocalApiLabels, Counter>::default();
         registry.register(
             "switchyard_local_api_requests",
@@ -156,6 +166,7 @@ impl Metrics {
             dead_letter_unrouted,
             rejections,
             dead_letter_published,
+            published_unconfirmed,
             local_api,
             control_plane_tables,
             control_plane_connected,

@@ -1,12 +1,14 @@
 //! Manager role: frame listener -> workers -> app, the app's local API -> outbound router, plus
-//! admin; drains on SIGTERM with GOAWAY.
+//! admin; drains on SIGTERM, or on the app's preStop hook (`GET /drain`), with GOAWAY.
 
 use super::{RunError, bind, local_addr};
-use crate::admin::{self, Readiness};
+use crate::admin::{self, DrainHook, Readiness};
+use crate::durable::{Route, Store};
 use crate::load::LoadMeters;
 use crate::load::report::Reporter;
 use crate::manager::delivery::grpc::GrpcDelivery;
 use crate::manager::delivery::http::HttpDelivery;
+use crate::manager::durable;
 use crate::manager::inbound;
 use crate::manager::local_api::{self, LocalApi};
 use crate::manager::routers::Routers;
@@ -65,7 +67,7 @@ pub(crate) async fn run(
         .transpose()?;
     let pod = std::env::var(env::POD_NAME).unwrap_or_default();
     // No WebSocket clients here: these connections take no pushes.
-    let mut router = Upstream::start(
+    let mut upstream = Upstream::start(
         &c.router,
         &c.namespace,
         &c.destinations,
@@ -74,9 +76,9 @@ pub(crate) async fn run(
         metrics.clone(),
     );
     if let Some((url, _)) = &control_plane {
-        router = router.with_control_plane(url.clone());
+        upstream = upstream.with_control_plane(url.clone());
     }
-    let router = Arc::new(router);
+    let upstream = Arc::new(upstream);
     let reporter = control_plane.as_ref().map(|(_, ep)| {
         let meters = Arc::new(LoadMeters::new(
             events.iter().map(|e| Arc::<str>::from(e.as_str())),
@@ -90,9 +92,10 @@ pub(crate) async fn run(
         };
         tokio::spawn(crate::load::push::run(ep.clone(), meters, who))
     });
-    let follower = control_plane.map(|(_, ep)| tokio::spawn(follow::run(ep, router.clone(), pod)));
+    let follower =
+        control_plane.map(|(_, ep)| tokio::spawn(follow::run(ep, upstream.clone(), pod)));
     if let Some(dl) = &c.workers.dead_letter
-        && router.pool_of(dl.as_str()).is_none()
+        && upstream.pool_of(dl.as_str()).is_none()
     {
         tracing::warn!(dead_letter = %dl, "no Manager handles the dead-letter event type yet; dead letters are counted as unrouted");
     }
@@ -115,7 +118,7 @@ pub(crate) async fn run(
         worker = worker.with_ordering_key(key.clone());
     }
     if let Some(dl) = &c.workers.dead_letter {
-        worker = worker.with_dead_letter(dl.as_str(), router.clone());
+        worker = worker.with_dead_letter(dl.as_str(), upstream.clone());
     }
     let worker = Arc::new(worker);
     let routers = Arc::new(Routers::default());
@@ -123,11 +126,13 @@ pub(crate) async fn run(
     let admin = bind("admin", admin_addr).await?;
     let admin_addr = local_addr(&admin, admin_addr);
     // `/routes` shows the outbound table the app's events and dead letters use.
-    tokio::spawn(admin::serve_router(
+    let hook = DrainHook::default();
+    tokio::spawn(admin::serve_manager(
         admin,
         metrics.clone(),
         ready.clone(),
-        router.clone(),
+        upstream.clone(),
+        hook.clone(),
     ));
     let listener = bind("frame listener", listen).await?;
     let listen = local_addr(&listener, listen);
@@ -136,7 +141,70 @@ pub(crate) async fn run(
     let drain = CancellationToken::new();
     // The app may still publish while its last deliveries run: the local API closes after them.
     let local_drain = CancellationToken::new();
-    let local = LocalApi::new(router, routers.clone(), metrics);
+    let store = match &c.jetstream {
+        None => {
+            if !c.durable_events.is_empty() {
+                return Err(crate::config::field_error(
+                    config_file,
+                    "jetstream",
+                    "durable delivery is set but no JetStream server is configured".to_owned(),
+                )
+                .into());
+            }
+            None
+        }
+        Some(js) => {
+            // Publishes of durable destinations go to their Manager's stream.
+            let routes = c
+                .destinations
+                .iter()
+                .filter_map(|(event, d)| {
+                    d.durable.as_ref().map(|r| {
+                        let route = Route {
+                            manager: d.manager.clone(),
+                            ordering_key: r.ordering_key.clone(),
+                        };
+                        (event.as_str().to_owned(), route)
+                    })
+                })
+                .collect();
+            let store = Store::connect(js, &c.namespace, routes)
+                .await
+                .map_err(|e| {
+                    crate::config::field_error(config_file, "jetstream.url", e.to_string())
+                })?;
+            Some(Arc::new(store))
+        }
+    };
+    let pulls = TaskTracker::new();
+    if let Some(store) = &store {
+        // This pod's durable types: pulled from their consumers instead of arriving as frames.
+        let mine: Vec<String> = c
+            .durable_events
+            .iter()
+            .map(|e| e.as_str().to_owned())
+            .filter(|e| events.contains(e))
+            .collect();
+        let plans = switchyard_protocol::durable::consumers(
+            &c.namespace,
+            &c.name,
+            &mine,
+            c.workers.timeout.into(),
+            s.attempts,
+            c.workers.ordering_key.is_some(),
+        );
+        tracing::info!(events = ?mine, consumers = plans.len(), "durable delivery from JetStream");
+        durable::start(
+            store.clone(),
+            worker.clone(),
+            &c.name,
+            plans,
+            s.max_in_flight,
+            drain.clone(),
+            &pulls,
+        );
+    }
+    let local = LocalApi::new(upstream, store, routers.clone(), metrics);
     let local_server = tokio::spawn(local_api::serve(
         local_listener,
         Arc::new(local),
@@ -145,7 +213,7 @@ pub(crate) async fn run(
     let connections = TaskTracker::new();
     let acceptor = tokio::spawn(inbound::serve(
         listener,
-        worker,
+        inbound::Inbound::new(worker),
         routers,
         drain.clone(),
         connections.clone(),
@@ -153,16 +221,32 @@ pub(crate) async fn run(
     ready.set(true);
     tracing::info!(listen = %listen, admin = %admin_addr, app = %app, local_api = %local_api_addr, events = ?events, manager = %c.name, "manager ready");
 
-    crate::shutdown::signal().await;
+    let by_signal = tokio::select! {
+        () = crate::shutdown::signal() => true,
+        () = hook.requested() => {
+            tracing::info!("drain requested (the app's preStop hook)");
+            false
+        }
+    };
     ready.set(false);
     drain.cancel();
     let _ = acceptor.await;
     connections.close();
-    if tokio::time::timeout(DRAIN_LIMIT, connections.wait())
-        .await
-        .is_err()
-    {
+    pulls.close();
+    let drained = async {
+        connections.wait().await;
+        pulls.wait().await;
+    };
+    if tokio::time::timeout(DRAIN_LIMIT, drained).await.is_err() {
         tracing::warn!("drain limit reached with deliveries still open");
+    }
+    hook.finish();
+    if !by_signal {
+        // The kubelet stops the app now and this sidecar after it. Exiting before that SIGTERM would
+        // have the kubelet restart a native sidecar that has nothing left to do; the app may still use
+        // the local API while it stops.
+        tracing::info!("drained; waiting for SIGTERM");
+        crate::shutdown::signal().await;
     }
     local_drain.cancel();
     let _ = local_server.await;

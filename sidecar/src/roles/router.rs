@@ -156,7 +156,7 @@ pub(crate) async fn run(
     let pod = std::env::var(env::POD_NAME).unwrap_or_default();
     // PUSH frames from managers go to this process's WebSocket subscribers.
     let hub = Arc::new(Hub::new(metrics.clone()));
-    let mut router = Upstream::start(
+    let mut upstream = Upstream::start(
         &settings.config.name,
         &settings.config.namespace,
         &settings.config.destinations,
@@ -172,18 +172,18 @@ pub(crate) async fn run(
             &pod,
             settings.config.spec.broker.activation_timeout.into(),
         );
-        router = router
+        upstream = upstream
             .with_control_plane(url.clone())
             .with_activation(activator);
     }
-    let router = Arc::new(router);
+    let upstream = Arc::new(upstream);
     let admin = bind("admin", admin_addr).await?;
     let admin_addr = local_addr(&admin, admin_addr);
     tokio::spawn(admin::serve_router(
         admin,
         metrics.clone(),
         ready.clone(),
-        router.clone(),
+        upstream.clone(),
     ));
     // Until the first table arrives (and whenever the operator is away) the config's table or the
     // last streamed one serves.
@@ -209,7 +209,7 @@ pub(crate) async fn run(
         tokio::spawn(crate::load::push::run(ep.clone(), meters, who))
     });
     let follower =
-        control_plane.map(|(_, ep)| tokio::spawn(follow::run(ep, router.clone(), pod.clone())));
+        control_plane.map(|(_, ep)| tokio::spawn(follow::run(ep, upstream.clone(), pod.clone())));
 
     let http_addr = SocketAddr::new(bind_ip, settings.http_port);
     let listener = bind("HTTP listener", http_addr).await?;
@@ -234,7 +234,9 @@ pub(crate) async fn run(
         table,
         dispatch: Dispatch {
             broker: Broker::new(settings.queue_capacity, metrics.clone()),
-            upstream: router,
+            upstream,
+            // Request/response is always direct: nothing a client sends is published.
+            durable: None,
         },
         metrics,
         unmatched: EventLabel(Arc::from("unmatched")),

@@ -1,5 +1,10 @@
 //! One multiplexed frame connection to a manager sidecar: a writer task fed by a bounded channel,
 //! a reader resolving pending requests by id, credit-based flow control and heartbeats.
+//!
+//! A publish (`FLAG_NO_REPLY | FLAG_ACK`) is answered twice: its sender is released by the first
+//! RESPONSE (202 admitted, or the manager's refusal); an admitted one stays pending until the second
+//! (done) arrives. Admitted events still pending when the connection dies are what a killed pod lost,
+//! or may have lost: [`run`] returns them.
 
 use super::pushes::Pushes;
 use futures::{SinkExt, StreamExt};
@@ -33,10 +38,29 @@ pub struct Lost {
 }
 
 struct Pending {
-    reply: oneshot::Sender<Result<Response, Lost>>,
+    /// Taken when the sender is answered; an accepted publish stays pending without it.
+    reply: Option<oneshot::Sender<Result<Response, Lost>>>,
     written: bool,
-    /// Fire-and-forget: resolved (with a 202) once the frame is flushed, as no RESPONSE comes.
-    no_reply: bool,
+    kind: Kind,
+}
+
+/// What a pending request waits for.
+enum Kind {
+    /// The answer.
+    Answer,
+    /// A publish: the manager's acknowledgement (admitted or refused).
+    Ack(Published),
+    /// A publish the manager admitted: its outcome (the event left the manager's memory).
+    Accepted(Published),
+}
+
+/// A published event whose fate the connection tracks.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Published {
+    /// Event type.
+    pub event: Arc<str>,
+    /// CloudEvents id.
+    pub ce_id: String,
 }
 
 #[derive(Default)]
@@ -95,9 +119,9 @@ impl Conn {
         self.usable.load(Ordering::Acquire)
     }
 
-    /// Reserves an id and a reply slot; `None` when the connection is closing. With `no_reply` the
-    /// slot resolves once the request frame is flushed to the socket.
-    pub fn register(&self, no_reply: bool) -> Option<Slot> {
+    /// Reserves an id and a reply slot; `None` when the connection is closing. For a publish the
+    /// slot resolves with the manager's acknowledgement.
+    pub fn register(&self, publish: Option<Published>) -> Option<Slot> {
         let mut st = self.state();
         if st.closed || st.draining {
             return None;
@@ -107,9 +131,9 @@ impl Conn {
         st.pending.insert(
             id,
             Pending {
-                reply: reply_tx,
+                reply: Some(reply_tx),
                 written: false,
-                no_reply,
+                kind: publish.map_or(Kind::Answer, Kind::Ack),
             },
         );
         Some(Slot { id, reply })
@@ -122,7 +146,15 @@ impl Conn {
 
     /// Gives up on request `id` (deadline passed or client gone) and tells the manager to stop.
     pub fn cancel(&self, id: u64) {
-        let was_pending = self.state().pending.remove(&id).is_some();
+        let was_pending = {
+            let mut st = self.state();
+            // A publish is never cancelled: the manager owns it once written.
+            let answer = st
+                .pending
+                .get(&id)
+                .is_some_and(|p| matches!(p.kind, Kind::Answer));
+            answer && st.pending.remove(&id).is_some()
+        };
         if was_pending && self.tx.try_send(Frame::Cancel { id }).is_err() {
             tracing::debug!(
                 id,
@@ -146,41 +178,51 @@ impl Conn {
         }
     }
 
-    fn mark_written(&self, id: u64) -> bool {
-        match self.state().pending.get_mut(&id) {
-            Some(p) => {
-                p.written = true;
-                p.no_reply
-            }
-            None => false,
+    fn mark_written(&self, id: u64) {
+        if let Some(p) = self.state().pending.get_mut(&id) {
+            p.written = true;
         }
-    }
-
-    /// A fire-and-forget request reached the socket: its sender is done.
-    fn flushed(&self, id: u64) {
-        let pending = self.state().pending.remove(&id);
-        if let Some(p) = pending {
-            let _ = p.reply.send(Ok(Response {
-                id,
-                status: 202,
-                queue_us: 0,
-                app_us: 0,
-                content_type: String::new(),
-                payload: bytes::Bytes::new(),
-                returns_credit: false,
-                from_mesh: false,
-            }));
-        }
-        self.close_if_drained();
     }
 
     fn resolve(&self, resp: Response) {
-        let pending = self.state().pending.remove(&resp.id);
-        match pending {
-            Some(p) => {
-                let _ = p.reply.send(Ok(resp));
+        let reply = {
+            let mut st = self.state();
+            match st.pending.remove(&resp.id) {
+                None => None,
+                Some(Pending {
+                    reply,
+                    written,
+                    kind: Kind::Ack(published),
+                }) => {
+                    // The acknowledgement: admitted (then the outcome is awaited) or refused.
+                    if resp.status == 202 && resp.from_mesh {
+                        st.pending.insert(
+                            resp.id,
+                            Pending {
+                                reply: None,
+                                written,
+                                kind: Kind::Accepted(published),
+                            },
+                        );
+                    }
+                    reply
+                }
+                // The outcome of an accepted publish: nobody waits for it any more.
+                Some(Pending {
+                    kind: Kind::Accepted(_),
+                    ..
+                }) => None,
+                Some(p) => p.reply,
             }
-            None => tracing::trace!(id = resp.id, "reply for a request already given up"),
+        };
+        match reply {
+            Some(r) => {
+                let _ = r.send(Ok(resp));
+            }
+            None => tracing::trace!(
+                id = resp.id,
+                "reply for a request already answered or given up"
+            ),
         }
         self.close_if_drained();
     }
@@ -190,7 +232,8 @@ impl Conn {
         self.credits.add_permits((credits as usize).min(room));
     }
 
-    fn close(&self) {
+    /// Fails every pending request; returns the accepted publishes whose outcome never came.
+    fn close(&self) -> Vec<Published> {
         self.usable.store(false, Ordering::Release);
         self.credits.close();
         self.dead.cancel();
@@ -199,15 +242,28 @@ impl Conn {
             st.closed = true;
             std::mem::take(&mut st.pending)
         };
+        let mut unconfirmed = Vec::new();
         for (_, p) in pending {
-            let _ = p.reply.send(Err(Lost { written: p.written }));
+            if let Some(r) = p.reply {
+                let _ = r.send(Err(Lost { written: p.written }));
+            }
+            if let Kind::Accepted(published) = p.kind {
+                unconfirmed.push(published);
+            }
         }
+        unconfirmed
     }
 }
 
 /// Runs a connection on `stream` until it dies or drains; `on_open` receives it once it is usable.
 /// PUSH frames go to `pushes` (this router process's WebSocket subscribers), if it takes them.
-pub async fn run(stream: TcpStream, peer: &str, pushes: &Pushes, on_open: impl FnOnce(Arc<Conn>)) {
+/// Returns the publishes the manager admitted and never reported done: lost if its pod died.
+pub async fn run(
+    stream: TcpStream,
+    peer: &str,
+    pushes: &Pushes,
+    on_open: impl FnOnce(Arc<Conn>),
+) -> Vec<Published> {
     let (conn, rx) = Conn::new();
     // First frame: whether this side delivers pushes, so managers count and feed only routers.
     // It also asks for implicit credit: a manager that knows the flag then returns each answer's
@@ -277,8 +333,9 @@ pub async fn run(stream: TcpStream, peer: &str, pushes: &Pushes, on_open: impl F
             }
         }
     }
-    conn.close();
+    let unconfirmed = conn.close();
     let _ = writer.await;
+    unconfirmed
 }
 
 type Sink = FramedWrite<OwnedWriteHalf, FrameCodec>;
@@ -287,8 +344,6 @@ async fn write_loop(mut sink: Sink, mut rx: mpsc::Receiver<Frame>, conn: Arc<Con
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut nonce = 0u64;
-    // Fire-and-forget requests of the current batch, confirmed once the batch is flushed.
-    let mut no_reply: Vec<u64> = Vec::new();
     loop {
         let first = tokio::select! {
             biased;
@@ -302,18 +357,15 @@ async fn write_loop(mut sink: Sink, mut rx: mpsc::Receiver<Frame>, conn: Arc<Con
                 Frame::Ping { nonce }
             }
         };
-        let mut ok = feed(&mut sink, first, &conn, &mut no_reply).await;
+        let mut ok = feed(&mut sink, first, &conn).await;
         let mut n = 1;
         while ok && n < WRITE_BATCH {
             let Ok(f) = rx.try_recv() else { break };
-            ok = feed(&mut sink, f, &conn, &mut no_reply).await;
+            ok = feed(&mut sink, f, &conn).await;
             n += 1;
         }
         if !ok || sink.flush().await.is_err() {
             break;
-        }
-        for id in no_reply.drain(..) {
-            conn.flushed(id);
         }
     }
     // Whatever stopped the writer, the connection is unusable now.
@@ -321,7 +373,7 @@ async fn write_loop(mut sink: Sink, mut rx: mpsc::Receiver<Frame>, conn: Arc<Con
     let _ = sink.close().await;
 }
 
-async fn feed(sink: &mut Sink, frame: Frame, conn: &Conn, no_reply: &mut Vec<u64>) -> bool {
+async fn feed(sink: &mut Sink, frame: Frame, conn: &Conn) -> bool {
     let request_id = match &frame {
         Frame::Request(r) => Some(r.id),
         _ => None,
@@ -330,10 +382,8 @@ async fn feed(sink: &mut Sink, frame: Frame, conn: &Conn, no_reply: &mut Vec<u64
         tracing::debug!(error = %e, "frame write failed");
         return false;
     }
-    if let Some(id) = request_id
-        && conn.mark_written(id)
-    {
-        no_reply.push(id);
+    if let Some(id) = request_id {
+        conn.mark_written(id);
     }
     true
 }

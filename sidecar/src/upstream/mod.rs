@@ -37,7 +37,7 @@ use std::time::{Duration, Instant};
 use switchyard_crds::EventType;
 use switchyard_protocol::config::Destination;
 use switchyard_protocol::control::v1::RoutingTable;
-use switchyard_protocol::frame::{FLAG_NO_REPLY, Frame, Request, Response};
+use switchyard_protocol::frame::{FLAG_ACK, FLAG_NO_REPLY, Frame, Request, Response};
 use tokio::time::timeout_at;
 
 /// Endpoints tried for one request when connections fail before the request was written.
@@ -80,7 +80,10 @@ pub struct CallTimes {
 }
 
 enum Attempt {
+    /// Not sent, or (a publish) not acknowledged: another endpoint may take it.
     NotSent,
+    /// A publish the manager refused (its queue was full): another endpoint may take it.
+    Refused(Response),
     Failed(CallError),
 }
 
@@ -141,6 +144,7 @@ impl Upstream {
                         dest.manager.clone(),
                         pushes.clone(),
                         changes.clone(),
+                        metrics.clone(),
                     ));
                     discovery::start(pool.clone(), source);
                     pool
@@ -222,6 +226,7 @@ impl Upstream {
                         p.manager.clone(),
                         self.pushes.clone(),
                         self.changes.clone(),
+                        self.metrics.clone(),
                     ))
                 });
             pool.update(p.addrs);
@@ -339,18 +344,21 @@ impl Upstream {
         self.send_to(pool, out, 0, deadline, times).await
     }
 
-    /// Sends `out` fire-and-forget (`FLAG_NO_REPLY`): done once a manager sidecar granted credit and
-    /// the frame was flushed to its socket. `deadline` bounds the wait for an endpoint and credit.
+    /// Publishes `out` (`FLAG_NO_REPLY | FLAG_ACK`): done once a manager sidecar admitted it to its
+    /// queue. A manager that refuses it (queue full) or whose connection fails before acknowledging
+    /// it is passed over for another endpoint; the same ce-id travels each time, so an event that
+    /// did reach a pod that then died may arrive twice, never zero times after an `Ok`. When every
+    /// endpoint refused, the last refusal comes back as the answer (a 503 from the mesh).
+    /// `deadline` bounds the wait for an endpoint, credit and the acknowledgement.
     pub async fn publish(
         &self,
         pool: &Pool,
         out: &Outgoing,
         deadline: Instant,
-    ) -> Result<(), CallError> {
+    ) -> Result<Response, CallError> {
         let mut times = CallTimes::default();
-        self.send_to(pool, out, FLAG_NO_REPLY, deadline, &mut times)
+        self.send_to(pool, out, FLAG_NO_REPLY | FLAG_ACK, deadline, &mut times)
             .await
-            .map(|_| ())
     }
 
     async fn send_to(
@@ -362,6 +370,7 @@ impl Upstream {
         times: &mut CallTimes,
     ) -> Result<Response, CallError> {
         let mut tried: Vec<Arc<Peer>> = Vec::new();
+        let mut refused = None;
         for _ in 0..MAX_TRIES {
             let peers = pool.snapshot();
             let candidates: Vec<(&Arc<Peer>, Arc<Conn>)> = peers
@@ -382,12 +391,16 @@ impl Upstream {
             match self.once(conn, out, flags, deadline, times).await {
                 Ok(r) => return Ok(r),
                 Err(Attempt::Failed(e)) => return Err(e),
+                Err(Attempt::Refused(r)) => {
+                    tracing::debug!(peer = %peer.addr, "manager refused the publish; trying another endpoint");
+                    refused = Some(r);
+                }
                 Err(Attempt::NotSent) => {
-                    tracing::debug!(peer = %peer.addr, "connection failed before the request was written; trying another endpoint");
+                    tracing::debug!(peer = %peer.addr, "connection failed before the request was written or acknowledged; trying another endpoint");
                 }
             }
         }
-        Err(CallError::NoEndpoint)
+        refused.ok_or(CallError::NoEndpoint)
     }
 
     async fn once(
@@ -412,7 +425,11 @@ impl Upstream {
             Ok(Ok(permit)) => permit.forget(),
         }
         let no_reply = flags & FLAG_NO_REPLY != 0;
-        let slot = conn.register(no_reply).ok_or(Attempt::NotSent)?;
+        let publish = no_reply.then(|| conn::Published {
+            event: out.event.clone(),
+            ce_id: out.ce_id.clone(),
+        });
+        let slot = conn.register(publish).ok_or(Attempt::NotSent)?;
         let mut guard = CancelOnDrop {
             conn,
             id: slot.id,
@@ -453,11 +470,16 @@ impl Upstream {
             Ok(Ok(Ok(resp))) => {
                 guard.armed = false;
                 times.received = Some(Instant::now());
+                if no_reply && resp.from_mesh && resp.status == 503 {
+                    return Err(Attempt::Refused(resp));
+                }
                 Ok(resp)
             }
             Ok(Ok(Err(lost))) => {
                 guard.armed = false;
-                if lost.written {
+                // A publish not acknowledged was not taken: another endpoint may take it (with
+                // the same ce-id, so a pod that took it and died makes a duplicate, not a loss).
+                if lost.written && !no_reply {
                     Err(Attempt::Failed(CallError::Lost))
                 } else {
                     Err(Attempt::NotSent)

@@ -4,6 +4,7 @@ use super::changes::Changes;
 use super::conn::{self, Conn};
 use super::pushes::Pushes;
 use crate::backoff;
+use crate::metrics::{EventLabel, EventLabels, Metrics};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -25,12 +26,19 @@ pub struct Peer {
     stop: CancellationToken,
     pushes: Pushes,
     changes: Arc<Changes>,
+    metrics: Arc<Metrics>,
 }
 
 impl Peer {
     /// Creates the peer and starts its connection loop; its PUSH frames go to `pushes`, and each
-    /// connection it opens bumps `changes` (held requests wait for that).
-    pub fn spawn(addr: String, pushes: Pushes, changes: Arc<Changes>) -> Arc<Peer> {
+    /// connection it opens bumps `changes` (held requests wait for that); admitted publishes a lost
+    /// connection never confirmed are counted in `metrics`.
+    pub fn spawn(
+        addr: String,
+        pushes: Pushes,
+        changes: Arc<Changes>,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Peer> {
         let peer = Arc::new(Peer {
             addr,
             in_flight: AtomicUsize::new(0),
@@ -38,6 +46,7 @@ impl Peer {
             stop: CancellationToken::new(),
             pushes,
             changes,
+            metrics,
         });
         tokio::spawn(peer.clone().run());
         peer
@@ -71,6 +80,29 @@ impl Peer {
         }
     }
 
+    /// Publishes this endpoint acknowledged (its app was told 202) and never reported done before
+    /// the connection died: if the pod died, they are lost (in-memory delivery keeps no copy).
+    /// Logged one by one, so they can be found, and counted.
+    fn unconfirmed(&self, published: Vec<conn::Published>) {
+        if published.is_empty() {
+            return;
+        }
+        tracing::warn!(
+            peer = %self.addr,
+            count = published.len(),
+            "connection lost with acknowledged publishes not reported done; lost if the pod died"
+        );
+        for p in published {
+            tracing::warn!(peer = %self.addr, event = %p.event, ce_id = %p.ce_id, "acknowledged publish unconfirmed");
+            self.metrics
+                .published_unconfirmed
+                .get_or_create(&EventLabels {
+                    event: EventLabel(p.event),
+                })
+                .inc();
+        }
+    }
+
     async fn run(self: Arc<Self>) {
         let mut failures = 0u32;
         while !self.stop.is_cancelled() {
@@ -83,11 +115,12 @@ impl Peer {
                     let _ = stream.set_nodelay(true);
                     let opened = Instant::now();
                     tracing::info!(peer = %self.addr, "connected to manager");
-                    conn::run(stream, &self.addr, &self.pushes, |c| {
+                    let unconfirmed = conn::run(stream, &self.addr, &self.pushes, |c| {
                         *self.slot() = Some(c);
                         self.changes.bump();
                     })
                     .await;
+                    self.unconfirmed(unconfirmed);
                     *self.slot() = None;
                     failures = if opened.elapsed() >= STABLE_AFTER {
                         0

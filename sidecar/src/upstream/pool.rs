@@ -3,6 +3,7 @@
 use super::changes::Changes;
 use super::peer::Peer;
 use super::pushes::Pushes;
+use crate::metrics::Metrics;
 use std::collections::BTreeSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
@@ -14,18 +15,20 @@ pub struct Pool {
     peers: RwLock<Arc<Vec<Arc<Peer>>>>,
     pushes: Pushes,
     changes: Arc<Changes>,
+    metrics: Arc<Metrics>,
     retired: AtomicBool,
 }
 
 impl Pool {
     /// An empty pool whose endpoints' PUSH frames go to `pushes` and whose new connections bump
-    /// `changes`.
-    pub fn new(name: String, pushes: Pushes, changes: Arc<Changes>) -> Pool {
+    /// `changes`; publishes its endpoints lost are counted in `metrics`.
+    pub fn new(name: String, pushes: Pushes, changes: Arc<Changes>, metrics: Arc<Metrics>) -> Pool {
         Pool {
             name,
             peers: RwLock::new(Arc::new(Vec::new())),
             pushes,
             changes,
+            metrics,
             retired: AtomicBool::new(false),
         }
     }
@@ -78,7 +81,12 @@ impl Pool {
         for addr in addrs {
             if !next.iter().any(|p| p.addr == addr) {
                 tracing::info!(manager = %self.name, peer = %addr, "endpoint added");
-                next.push(Peer::spawn(addr, self.pushes.clone(), self.changes.clone()));
+                next.push(Peer::spawn(
+                    addr,
+                    self.pushes.clone(),
+                    self.changes.clone(),
+                    self.metrics.clone(),
+                ));
             }
         }
         *guard = Arc::new(next);

@@ -55,6 +55,7 @@ fn table(version: u64, routes: &[(&str, &str, &[&str])]) -> RoutingTable {
                     .collect(),
             })
             .collect(),
+        ..RoutingTable::default()
     }
 }
 

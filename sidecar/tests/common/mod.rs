@@ -3,6 +3,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod nats;
 pub mod otlp;
 pub mod pusher;
 
@@ -355,6 +356,14 @@ impl Proc {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
 
+    /// The log's JSON lines so far.
+    pub fn log_lines(&self) -> Vec<Value> {
+        self.log_text()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
     /// Waits for the log line whose message is `message` and returns its fields; fails with the
     /// log if the process exits first.
     pub async fn log_line(&mut self, message: &str) -> Value {
@@ -407,7 +416,7 @@ pub struct RouterPorts {
 }
 
 /// What a manager sidecar bound, from its `manager ready` line.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct ManagerPorts {
     pub listen: u16,
     pub admin: u16,
@@ -424,17 +433,32 @@ pub async fn start_manager(dir: &Path, cfg: &Path, env: &[(&str, &str)]) -> (Pro
 
 /// Starts a manager sidecar like [`start_manager`] without waiting for it.
 pub fn spawn_manager(dir: &Path, cfg: &Path, env: &[(&str, &str)]) -> Proc {
+    spawn_manager_at(
+        dir,
+        cfg,
+        ManagerPorts {
+            listen: 0,
+            admin: 0,
+            local_api: 0,
+        },
+        env,
+    )
+}
+
+/// A manager sidecar on the given ports: a restart where the first life was (its peers' tables
+/// name them). The ports were this test's sidecar's until it was killed a moment ago.
+pub fn spawn_manager_at(dir: &Path, cfg: &Path, ports: ManagerPorts, env: &[(&str, &str)]) -> Proc {
     Proc::spawn(
         &[
             "manager",
             "--config",
             cfg.to_str().unwrap(),
             "--listen",
-            "127.0.0.1:0",
+            &format!("127.0.0.1:{}", ports.listen),
             "--admin-addr",
-            "127.0.0.1:0",
+            &format!("127.0.0.1:{}", ports.admin),
             "--local-api-addr",
-            "127.0.0.1:0",
+            &format!("127.0.0.1:{}", ports.local_api),
         ],
         dir.join("manager.log"),
         env,

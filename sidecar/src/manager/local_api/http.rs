@@ -54,6 +54,23 @@ async fn serve(api: &LocalApi, req: Request<Incoming>) -> Result<Done, Answer> {
         Op::Publish | Op::Push => parse::DEFAULT_TIMEOUT,
     };
     let ce_id = parse::ce_id(header(&CE_ID))?;
+    // A retry key is the event's id too; given with a different `ce-id`, one of them is a mistake.
+    let key = edge::idempotency_key(
+        parts
+            .headers
+            .get(edge::IDEMPOTENCY_KEY)
+            .map(HeaderValue::as_bytes),
+    )
+    .map_err(|r| Answer::refusal(r.status, r.detail))?;
+    let ce_id = match (ce_id, key) {
+        (Some(id), Some(key)) if id != key => {
+            return Err(Answer::refusal(
+                400,
+                "ce-id and Idempotency-Key differ; give one, or the same value in both",
+            ));
+        }
+        (id, key) => id.or(key),
+    };
     let raw = match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY).collect()).await
     {
         Ok(Ok(c)) => c.to_bytes(),

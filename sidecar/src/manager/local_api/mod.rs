@@ -9,6 +9,7 @@ use super::routers::Routers;
 use crate::answer::Answer;
 use crate::answer::http::app_status;
 use crate::dispatch::{Broker, Clock, Dispatch, new_ce_id};
+use crate::durable::Store;
 use crate::metrics::{LocalApiLabels, Metrics};
 use crate::upstream::{Outgoing, Upstream};
 use bytes::Bytes;
@@ -80,12 +81,19 @@ pub struct LocalApi {
 }
 
 impl LocalApi {
-    /// The local API over the manager's upstream (the app's outgoing events) and its router connections.
-    pub fn new(upstream: Arc<Upstream>, routers: Arc<Routers>, metrics: Arc<Metrics>) -> LocalApi {
+    /// The local API over the manager's upstream (the app's outgoing events), the event store for
+    /// durable destinations, and its router connections.
+    pub(crate) fn new(
+        upstream: Arc<Upstream>,
+        durable: Option<Arc<Store>>,
+        routers: Arc<Routers>,
+        metrics: Arc<Metrics>,
+    ) -> LocalApi {
         LocalApi {
             dispatch: Dispatch {
                 broker: Broker::new(MAX_CALLS, metrics.clone()),
                 upstream,
+                durable,
             },
             routers,
             metrics,

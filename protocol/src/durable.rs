@@ -1,0 +1,256 @@
+//! Durable delivery on NATS JetStream: the names and settings every party derives the same way from a
+//! Manager's spec, so the publishing sidecar, the consuming sidecar, `switchyard up` and the operator
+//! agree without asking each other.
+//!
+//! - One stream per Manager: `SY_<namespace>_<manager>` over subjects `sy.<namespace>.<manager>.>`
+//!   (namespaces and Manager names are DNS labels, which have no `_` or `.`, so names never collide).
+//! - An event's subject is `sy.<namespace>.<manager>.<event type>.<lane>`: lane `u` for events
+//!   without an ordering key, `p<k>` for the key's partition `k` of [`PARTITIONS`]. The lane is the
+//!   last token, so a subject names one (event type, lane) pair.
+//! - One durable pull consumer per (event type, lane), filtered on its subject. A partition's consumer
+//!   has `max_ack_pending = 1`: one event of a key is out at a time over every pod, so a key is
+//!   delivered in order (partitions are the parallelism of ordered types).
+//! - `ack_wait` is the attempt timeout (plus slack for the ack to travel), `max_deliver` is
+//!   `retries.attempts`; the sidecar dead-letters the last failed delivery itself.
+//! - Publishes carry `Nats-Msg-Id` = ce-id, so the stream's duplicate window drops a retried publish.
+//!
+//! Pure: no I/O.
+
+use serde::{Deserialize, Serialize};
+use std::time::Duration;
+
+/// Partitions of an event type with an ordering key: keys hash onto them; each is delivered in order.
+pub const PARTITIONS: u32 = 16;
+/// How long the stream remembers a `Nats-Msg-Id` to drop a duplicate publish.
+pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(120);
+/// Added to the attempt timeout for AckWait: the ack travels after the app's answer.
+pub const ACK_SLACK: Duration = Duration::from_secs(2);
+/// Deliveries outstanding at once over all pods of an unordered lane's consumer.
+pub const MAX_ACK_PENDING: i64 = 10_000;
+
+/// Where the JetStream servers are, as sidecars are told.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct JetStreamConfig {
+    /// NATS URL(s), comma-separated: `nats://host:4222,nats://other:4222`.
+    pub url: String,
+    /// Replicas of each stream (1 on a single server, 3 on a 3-node cluster).
+    #[serde(default = "one")]
+    pub replicas: u8,
+}
+
+fn one() -> u8 {
+    1
+}
+
+/// How a publisher sends an event type that is delivered durably: the Manager's stream and, when
+/// the type has an ordering key, where the key is in the payload.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, Default)]
+#[serde(rename_all = "camelCase")]
+pub struct DurableRoute {
+    /// JSON pointer of the ordering key in the payload, if the Manager orders by one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ordering_key: Option<String>,
+}
+
+/// A lane of an event type: unordered, or one partition of its keys.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Lane {
+    /// Events without an ordering key (or without a value at the key).
+    Unordered,
+    /// The partition of a key.
+    Partition(u32),
+}
+
+impl Lane {
+    /// The lane of an event whose ordering key is `key` (none: unordered).
+    pub fn of(key: Option<&str>) -> Lane {
+        match key {
+            None => Lane::Unordered,
+            Some(k) => Lane::Partition(fnv1a(k.as_bytes()) % PARTITIONS),
+        }
+    }
+
+    /// Every lane of an event type, with or without an ordering key.
+    pub fn all(ordered: bool) -> Vec<Lane> {
+        let mut lanes = vec![Lane::Unordered];
+        if ordered {
+            lanes.extend((0..PARTITIONS).map(Lane::Partition));
+        }
+        lanes
+    }
+
+    fn token(self) -> String {
+        match self {
+            Lane::Unordered => "u".to_owned(),
+            Lane::Partition(k) => format!("p{k}"),
+        }
+    }
+}
+
+/// The ordering key of a JSON payload: the value at `pointer` (a string as is, other values as JSON
+/// text). `None` (no ordering) when the payload is not JSON or has no such field, or it is null.
+/// The one definition both delivery modes order by.
+pub fn ordering_key(payload: &[u8], pointer: &str) -> Option<String> {
+    let value: serde_json::Value = serde_json::from_slice(payload).ok()?;
+    match value.pointer(pointer)? {
+        serde_json::Value::Null => None,
+        serde_json::Value::String(s) => Some(s.clone()),
+        other => Some(other.to_string()),
+    }
+}
+
+/// The stream of Manager `manager` in `namespace`.
+pub fn stream_name(namespace: &str, manager: &str) -> String {
+    format!("SY_{namespace}_{manager}")
+}
+
+/// The subjects of that stream.
+pub fn stream_subjects(namespace: &str, manager: &str) -> String {
+    format!("sy.{namespace}.{manager}.>")
+}
+
+/// The subject of an event of type `event` in `lane`.
+pub fn subject(namespace: &str, manager: &str, event: &str, lane: Lane) -> String {
+    format!("sy.{namespace}.{manager}.{event}.{}", lane.token())
+}
+
+/// The durable consumer of (`event`, `lane`): consumer names take no `.`, so the type's dots become
+/// `_` and a hash of the exact name keeps `a.b` and `a_b` apart.
+pub fn consumer_name(event: &str, lane: Lane) -> String {
+    format!(
+        "{}-{:08x}-{}",
+        event.replace('.', "_"),
+        fnv1a(event.as_bytes()),
+        lane.token()
+    )
+}
+
+/// The settings of one durable consumer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConsumerPlan {
+    /// Durable name.
+    pub name: String,
+    /// The one subject it takes.
+    pub filter_subject: String,
+    /// Event type.
+    pub event: String,
+    /// Its lane.
+    pub lane: Lane,
+    /// Time the server waits for an ack before redelivering.
+    pub ack_wait: Duration,
+    /// Deliveries in all before the server gives up (the sidecar dead-letters the last one).
+    pub max_deliver: i64,
+    /// Deliveries outstanding at once over every pod.
+    pub max_ack_pending: i64,
+}
+
+/// The consumers of `events` of Manager `manager`: attempt timeout, attempts, and whether the
+/// Manager orders by a key.
+pub fn consumers(
+    namespace: &str,
+    manager: &str,
+    events: &[String],
+    attempt_timeout: Duration,
+    attempts: u32,
+    ordered: bool,
+) -> Vec<ConsumerPlan> {
+    let mut out = Vec::new();
+    for event in events {
+        for lane in Lane::all(ordered) {
+            out.push(ConsumerPlan {
+                name: consumer_name(event, lane),
+                filter_subject: subject(namespace, manager, event, lane),
+                event: event.clone(),
+                lane,
+                ack_wait: attempt_timeout + ACK_SLACK,
+                max_deliver: i64::from(attempts.max(1)),
+                max_ack_pending: match lane {
+                    Lane::Unordered => MAX_ACK_PENDING,
+                    Lane::Partition(_) => 1,
+                },
+            });
+        }
+    }
+    out
+}
+
+/// FNV-1a, 32 bits: stable across processes and versions (the partition of a key must never move).
+fn fnv1a(bytes: &[u8]) -> u32 {
+    let mut h: u32 = 0x811c_9dc5;
+    for b in bytes {
+        h ^= u32::from(*b);
+        h = h.wrapping_mul(0x0100_0193);
+    }
+    h
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_subjects_are_stable_and_distinct() {
+        assert_eq!(stream_name("default", "handlers"), "SY_default_handlers");
+        assert_eq!(
+            stream_subjects("default", "handlers"),
+            "sy.default.handlers.>"
+        );
+        assert_eq!(
+            subject("default", "handlers", "orders.created", Lane::Unordered),
+            "sy.default.handlers.orders.created.u"
+        );
+        assert_eq!(subject("ns", "m", "a", Lane::Partition(3)), "sy.ns.m.a.p3");
+        assert_ne!(
+            consumer_name("a.b", Lane::Unordered),
+            consumer_name("a_b", Lane::Unordered)
+        );
+        let name = consumer_name("orders.created", Lane::Partition(15));
+        assert!(
+            name.starts_with("orders_created-") && name.ends_with("-p15"),
+            "{name}"
+        );
+        assert!(!name.contains('.'));
+    }
+
+    #[test]
+    fn a_key_always_lands_in_the_same_partition() {
+        // Pinned: moving a key to another partition would break its order across versions.
+        assert_eq!(Lane::of(Some("customer-1")), Lane::of(Some("customer-1")));
+        assert_eq!(fnv1a(b"a"), 0xe40c_292c);
+        assert_eq!(Lane::of(None), Lane::Unordered);
+        let spread: std::collections::BTreeSet<_> =
+            (0..200).map(|i| Lane::of(Some(&format!("k{i}")))).collect();
+        assert_eq!(
+            spread.len(),
+            PARTITIONS as usize,
+            "keys spread over every partition"
+        );
+    }
+
+    #[test]
+    fn consumers_follow_the_workers() {
+        let plan = consumers(
+            "ns",
+            "m",
+            &["a".to_owned()],
+            Duration::from_secs(5),
+            4,
+            false,
+        );
+        assert_eq!(plan.len(), 1);
+        assert_eq!(plan[0].ack_wait, Duration::from_secs(7));
+        assert_eq!(plan[0].max_deliver, 4);
+        assert_eq!(plan[0].filter_subject, "sy.ns.m.a.u");
+        let ordered = consumers(
+            "ns",
+            "m",
+            &["a".to_owned()],
+            Duration::from_secs(5),
+            1,
+            true,
+        );
+        assert_eq!(ordered.len(), 1 + PARTITIONS as usize);
+        assert!(ordered[1..].iter().all(|c| c.max_ack_pending == 1));
+    }
+}

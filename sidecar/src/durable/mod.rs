@@ -1,0 +1,237 @@
+//! Durable delivery's connection to NATS JetStream, for both sides of an event: publishing (the
+//! dispatch stage sends an event of a durable type here instead of over a frame connection, and
+//! answers 202 only after the stream's PubAck) and consuming (the manager role pulls its durable
+//! types from the consumers this room ensures).
+//!
+//! Streams and consumers are created idempotently from the one plan in
+//! `switchyard_protocol::durable`: a publisher ensures its destination's stream (so a Manager at zero
+//! replicas still takes events), a manager sidecar its stream and consumers. Beside the upstream
+//! room, below the dispatch stage.
+
+use async_nats::jetstream::{self, consumer, stream};
+use bytes::Bytes;
+use std::collections::{HashMap, HashSet};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+use switchyard_protocol::durable::{self as plan, ConsumerPlan, JetStreamConfig, Lane};
+
+/// Events a stream holds at most; past it a publish is refused (503), never an old event dropped.
+pub(crate) const MAX_STREAM_MESSAGES: i64 = 1_000_000;
+/// Time to open the connection to a server.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+/// Time a JetStream API call (stream and consumer management, PubAck) may take.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// Header names of an event kept in a stream (CloudEvents binary mode, as the app receives it).
+pub(crate) mod header {
+    /// CloudEvents id (also the stream's `Nats-Msg-Id`).
+    pub(crate) const CE_ID: &str = "ce-id";
+    /// W3C traceparent of the publisher.
+    pub(crate) const TRACEPARENT: &str = "traceparent";
+    /// Media type of the payload.
+    pub(crate) const CONTENT_TYPE: &str = "content-type";
+}
+
+/// Why the event store did not take an event or a setting.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum DurableError {
+    /// No stream or consumer could be created or found.
+    #[error("JetStream {what} `{name}`: {message}")]
+    Setup {
+        /// `stream` or `consumer`.
+        what: &'static str,
+        /// Its name.
+        name: String,
+        /// The server's or the client's words.
+        message: String,
+    },
+    /// The publish was not confirmed stored (no PubAck, or an error in it).
+    #[error("not confirmed stored: {0}")]
+    NotStored(String),
+    /// The confirmation did not come before the deadline.
+    #[error("no confirmation from JetStream in time")]
+    Timeout,
+}
+
+/// Where publishes of one durable event type go.
+#[derive(Debug, Clone)]
+pub(crate) struct Route {
+    /// The Manager that handles it (its stream).
+    pub(crate) manager: String,
+    /// JSON pointer of its ordering key, if any.
+    pub(crate) ordering_key: Option<String>,
+}
+
+/// One sidecar's JetStream connection and the durable destinations it publishes to.
+pub(crate) struct Store {
+    js: jetstream::Context,
+    namespace: String,
+    replicas: usize,
+    routes: HashMap<String, Route>,
+    /// Streams created or confirmed by this process, so a publish ensures its stream once.
+    ensured: Mutex<HashSet<String>>,
+}
+
+impl Store {
+    /// Connects to `config.url` (retrying in the background while no server answers) for namespace
+    /// `namespace`; `routes` are the event types whose publishes go to a stream.
+    pub(crate) async fn connect(
+        config: &JetStreamConfig,
+        namespace: &str,
+        routes: HashMap<String, Route>,
+    ) -> Result<Store, DurableError> {
+        let setup = |message: String| DurableError::Setup {
+            what: "server",
+            name: config.url.clone(),
+            message,
+        };
+        let addrs = config
+            .url
+            .split(',')
+            .map(str::trim)
+            .filter(|u| !u.is_empty())
+            .map(|u| u.parse::<async_nats::ServerAddr>())
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| setup(e.to_string()))?;
+        let client = async_nats::ConnectOptions::new()
+            .name("switchyard-sidecar")
+            .connection_timeout(CONNECT_TIMEOUT)
+            .request_timeout(Some(REQUEST_TIMEOUT))
+            .retry_on_initial_connect()
+            .connect(addrs.as_slice())
+            .await
+            .map_err(|e| setup(e.to_string()))?;
+        Ok(Store {
+            js: jetstream::new(client),
+            namespace: namespace.to_owned(),
+            replicas: usize::from(config.replicas.max(1)),
+            routes,
+            ensured: Mutex::default(),
+        })
+    }
+
+    /// The route of `event` when it is delivered durably.
+    pub(crate) fn route(&self, event: &str) -> Option<&Route> {
+        self.routes.get(event)
+    }
+
+    /// Creates (or updates to the plan) the stream of `manager`; idempotent.
+    pub(crate) async fn ensure_stream(&self, manager: &str) -> Result<(), DurableError> {
+        let name = plan::stream_name(&self.namespace, manager);
+        if self.known(&name) {
+            return Ok(());
+        }
+        let config = stream::Config {
+            name: name.clone(),
+            subjects: vec![plan::stream_subjects(&self.namespace, manager)],
+            // Each (event type, lane) has one consumer, so an ack removes the event: the stream
+            // holds exactly what is not yet delivered.
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            num_replicas: self.replicas,
+            duplicate_window: plan::DUPLICATE_WINDOW,
+            max_messages: MAX_STREAM_MESSAGES,
+            discard: stream::DiscardPolicy::New,
+            ..Default::default()
+        };
+        self.js
+            .create_or_update_stream(config)
+            .await
+            .map_err(|e| DurableError::Setup {
+                what: "stream",
+                name: name.clone(),
+                message: e.to_string(),
+            })?;
+        self.ensured
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(name);
+        Ok(())
+    }
+
+    fn known(&self, stream: &str) -> bool {
+        self.ensured
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(stream)
+    }
+
+    /// Creates (or updates to the plan) one durable pull consumer of `manager`'s stream.
+    pub(crate) async fn consumer(
+        &self,
+        manager: &str,
+        c: &ConsumerPlan,
+    ) -> Result<consumer::PullConsumer, DurableError> {
+        self.ensure_stream(manager).await?;
+        let name = plan::stream_name(&self.namespace, manager);
+        let setup = |e: String| DurableError::Setup {
+            what: "consumer",
+            name: c.name.clone(),
+            message: e,
+        };
+        let stream = self
+            .js
+            .get_stream(&name)
+            .await
+            .map_err(|e| setup(e.to_string()))?;
+        stream
+            .create_consumer(consumer::pull::Config {
+                durable_name: Some(c.name.clone()),
+                filter_subject: c.filter_subject.clone(),
+                ack_policy: consumer::AckPolicy::Explicit,
+                ack_wait: c.ack_wait,
+                max_deliver: c.max_deliver,
+                max_ack_pending: c.max_ack_pending,
+                num_replicas: self.replicas,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| setup(e.to_string()))
+    }
+
+    /// Stores `event` (id `ce_id`) in its Manager's stream and waits for the PubAck until
+    /// `deadline`. A duplicate within the window is acknowledged as kept (it was, the first time).
+    pub(crate) async fn publish(
+        &self,
+        route: &Route,
+        event: &str,
+        ce_id: &str,
+        traceparent: &str,
+        payload: Bytes,
+        deadline: Instant,
+    ) -> Result<(), DurableError> {
+        let lane = Lane::of(
+            route
+                .ordering_key
+                .as_deref()
+                .and_then(|p| plan::ordering_key(&payload, p))
+                .as_deref(),
+        );
+        let subject = plan::subject(&self.namespace, &route.manager, event, lane);
+        let within = async {
+            self.ensure_stream(&route.manager).await?;
+            let mut headers = async_nats::HeaderMap::new();
+            headers.insert(header::CE_ID, ce_id);
+            headers.insert(header::CONTENT_TYPE, crate::edge::JSON);
+            if !traceparent.is_empty() {
+                headers.insert(header::TRACEPARENT, traceparent);
+            }
+            let msg = jetstream::message::PublishMessage::build()
+                .payload(payload)
+                .headers(headers)
+                .message_id(ce_id);
+            let ack = self
+                .js
+                .send_publish(subject, msg)
+                .await
+                .map_err(|e| DurableError::NotStored(e.to_string()))?;
+            ack.await
+                .map_err(|e| DurableError::NotStored(e.to_string()))?;
+            Ok(())
+        };
+        match tokio::time::timeout_at(deadline.into(), within).await {
+            Ok(r) => r,
+            Err(_) => Err(DurableError::Timeout),
+        }
+    }
+}

@@ -1,0 +1,187 @@
+//! Durable delivery's consuming side: pull this pod's durable event types from their JetStream
+//! consumers, deliver each to the app through the workers, and acknowledge only after the app's
+//! final answer (2xx, or a 4xx it means). A failed attempt is redelivered after the retry backoff;
+//! the last one (`retries.attempts` = MaxDeliver) goes to the dead-letter type and is terminated.
+//! An event whose ack never came (a killed pod or app) is redelivered by the server after AckWait.
+//!
+//! An unordered lane runs up to `maxInFlight` deliveries at once; a partition of an ordering key runs
+//! one at a time (its consumer allows one outstanding event over every pod), so a key is in order.
+
+use super::worker::{Attempted, Worker};
+use crate::backoff;
+use crate::durable::{Store, header};
+use async_nats::jetstream::{AckKind, Message};
+use futures::StreamExt;
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_protocol::durable::{ConsumerPlan, Lane};
+use switchyard_protocol::frame::Request;
+use tokio::sync::Semaphore;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+/// Longest wait between tries to create a consumer or reopen its pull.
+const SETUP_RETRY_MAX: Duration = Duration::from_secs(5);
+
+/// Starts one pull loop per consumer of this pod's durable types; they stop pulling when `drain`
+/// fires and end once their deliveries are acknowledged. Wait on `tracker`.
+pub(crate) fn start(
+    store: Arc<Store>,
+    worker: Arc<Worker>,
+    manager: &str,
+    plans: Vec<ConsumerPlan>,
+    max_in_flight: usize,
+    drain: CancellationToken,
+    tracker: &TaskTracker,
+) {
+    for plan in plans {
+        let width = match plan.lane {
+            Lane::Unordered => max_in_flight.max(1),
+            Lane::Partition(_) => 1,
+        };
+        tracker.spawn(lane(
+            store.clone(),
+            worker.clone(),
+            manager.to_owned(),
+            plan,
+            width,
+            drain.clone(),
+        ));
+    }
+}
+
+async fn lane(
+    store: Arc<Store>,
+    worker: Arc<Worker>,
+    manager: String,
+    plan: ConsumerPlan,
+    width: usize,
+    drain: CancellationToken,
+) {
+    let slots = Arc::new(Semaphore::new(width));
+    let running = TaskTracker::new();
+    let mut failures = 0u32;
+    while !drain.is_cancelled() {
+        let pulled = match store.consumer(&manager, &plan).await {
+            Ok(c) => c
+                .stream()
+                .max_messages_per_batch(width)
+                .messages()
+                .await
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let mut messages = match pulled {
+            Ok(m) => {
+                if failures > 0 {
+                    tracing::info!(consumer = %plan.name, "pulling durable events");
+                }
+                failures = 0;
+                m
+            }
+            Err(e) => {
+                if failures == 0 {
+                    tracing::warn!(consumer = %plan.name, error = %e, "cannot pull durable events; retrying with backoff");
+                }
+                failures = failures.saturating_add(1);
+                let wait = backoff::delay(
+                    Duration::from_millis(100),
+                    SETUP_RETRY_MAX,
+                    failures - 1,
+                    fastrand::f64(),
+                );
+                tokio::select! {
+                    _ = tokio::time::sleep(wait) => continue,
+                    _ = drain.cancelled() => break,
+                }
+            }
+        };
+        loop {
+            // A slot first, so no more is pulled than can be delivered.
+            let permit = tokio::select! {
+                p = slots.clone().acquire_owned() => match p {
+                    Ok(p) => p,
+                    Err(_) => break,
+                },
+                _ = drain.cancelled() => break,
+            };
+            let next = tokio::select! {
+                m = messages.next() => m,
+                _ = drain.cancelled() => break,
+            };
+            let msg = match next {
+                Some(Ok(m)) => m,
+                Some(Err(e)) => {
+                    tracing::debug!(consumer = %plan.name, error = %e, "pull interrupted; reopening");
+                    break;
+                }
+                None => break,
+            };
+            let (worker, event, cancel) = (worker.clone(), plan.event.clone(), drain.clone());
+            let max_deliver = plan.max_deliver;
+            running.spawn(async move {
+                handle(&worker, &event, msg, max_deliver, &cancel).await;
+                drop(permit);
+            });
+        }
+    }
+    // Events pulled and not started are not acknowledged: the server redelivers them after AckWait.
+    running.close();
+    running.wait().await;
+}
+
+/// The event a stream message carries, as the workers deliver it.
+fn request_of(event: &str, msg: &Message) -> Request {
+    let get = |name: &str| {
+        msg.headers
+            .as_ref()
+            .and_then(|h| h.get(name))
+            .map(|v| v.as_str().to_owned())
+            .unwrap_or_default()
+    };
+    let content_type = get(header::CONTENT_TYPE);
+    Request {
+        id: 0,
+        flags: 0,
+        deadline_ms: 0,
+        event: event.to_owned(),
+        ce_id: get(header::CE_ID),
+        traceparent: get(header::TRACEPARENT),
+        content_type: if content_type.is_empty() {
+            crate::edge::JSON.to_owned()
+        } else {
+            content_type
+        },
+        payload: msg.payload.clone(),
+    }
+}
+
+async fn handle(
+    worker: &Worker,
+    event: &str,
+    msg: Message,
+    max_deliver: i64,
+    cancel: &CancellationToken,
+) {
+    let delivered = msg.info().map(|i| i.delivered).unwrap_or(1).max(1);
+    let ev = request_of(event, &msg);
+    let ack = match worker.attempt_durable(&ev, cancel).await {
+        Attempted::Done(_) => AckKind::Ack,
+        // Back to the stream at once, for a pod that is not draining.
+        Attempted::Cancelled | Attempted::NotHere => AckKind::Nak(None),
+        Attempted::Failed(reason) if delivered >= max_deliver => {
+            tracing::warn!(%event, ce_id = %ev.ce_id, attempts = delivered, reason, "durable event failed its last attempt");
+            worker.dead_letter_durable(&ev, reason).await;
+            AckKind::Term
+        }
+        Attempted::Failed(reason) => {
+            let attempt = u32::try_from(delivered).unwrap_or(u32::MAX);
+            tracing::debug!(%event, ce_id = %ev.ce_id, attempt, reason, "durable delivery failed; redelivered after backoff");
+            AckKind::Nak(Some(worker.redelivery_delay(attempt)))
+        }
+    };
+    if let Err(e) = msg.ack_with(ack).await {
+        // The server redelivers after AckWait: a duplicate, never a loss.
+        tracing::warn!(%event, ce_id = %ev.ce_id, error = %e, "ack not sent; the event will be redelivered");
+    }
+}
