@@ -74,7 +74,7 @@ pub fn cluster_dir() -> PathBuf {
     }
 }
 
-/// Scratch folder of the tests (locks, operator logs, generated kubeconfigs): `<tools>/e2e`.
+/// Scratch folder of the tests (locks, operator logs): `<tools>/e2e`, shared by every cluster.
 pub fn work_dir() -> PathBuf {
     let dir = tools_dir().join("e2e");
     // Errors surface later, when something is written there, with a better message.

@@ -39,7 +39,8 @@ const SCALING: &str = "  replicas: 1
 ";
 
 /// Pushes one report every 500 ms with the in-flight figure of each event type currently in `load`,
-/// as a router sidecar of `ns` would, until the task is aborted.
+/// as a router sidecar of `ns` would, until the task is aborted. The period is the pace of the
+/// stand-in router, not a wait for anything.
 fn push_reports(
     cp: String,
     ns: String,
@@ -49,7 +50,9 @@ fn push_reports(
         let mut client = ControlPlaneClient::connect(cp).await?;
         let (mut tx, rx) = futures::channel::mpsc::channel::<LoadReport>(4);
         let call = tokio::spawn(async move { client.report_load(rx).await });
+        let mut every = tokio::time::interval(Duration::from_millis(500));
         loop {
+            every.tick().await;
             let events = load
                 .borrow()
                 .iter()
@@ -77,7 +80,6 @@ fn push_reports(
                 let answer = call.await?;
                 bail!("the report stream ended: {answer:?}");
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     })
 }
@@ -226,13 +228,15 @@ async fn a_router_sidecar_under_load_reports_arrivals_that_scale_its_manager() -
     let sidecar = RouterSidecar::start(&ns.name, "edge", &ops.standby_url()).await?;
     let port = sidecar.http_port;
     // The Manager's pods run on kwok and never answer: each request still arrives (and is counted)
-    // at the router before it fails or times out, which is all the load report needs.
+    // at the router before it fails or times out, which is all the load report needs. The period
+    // is the load, about 20 arrivals a second, not a wait for anything.
     let load = tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(50));
         loop {
+            every.tick().await;
             tokio::spawn(async move {
                 let _ = tokio::time::timeout(Duration::from_secs(2), http_get(port, "/noop")).await;
             });
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
     let managers = Api::<Manager>::namespaced(client.clone(), &ns.name);
@@ -409,8 +413,18 @@ async fn with_scaling_off_kubectl_scale_and_an_hpa_set_the_replicas() -> Result<
             .ok()
             .await?;
         wait_rolled_out(&client, &ns.name, "manual-manager", 3).await?;
-        // Several autoscaler ticks and reconciles later, nobody has undone it.
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        // Several autoscaler ticks later, nobody has undone it: wait until the leader, whose
+        // autoscaler decides, has taken in 3 s worth of the reports (forwarded by the standby)
+        // that would scale a scaling Manager down (each tick sees them, as they are fresh for
+        // 3 s), then look.
+        let reports = "switchyard_operator_control_plane_load_reports_total";
+        let before = ops.leader.metrics().await?.sum(reports);
+        eventually("6 more load reports at the leader", timeout(), || async {
+            let n = ops.leader.metrics().await?.sum(reports);
+            ensure!(n >= before + 6.0, "{} since the scale", n - before);
+            Ok(())
+        })
+        .await?;
         ensure!(spec_replicas(&managers, "manual").await? == 3);
         ensure!(deployment_replicas(&client, &ns.name, "manual-manager").await? == 3);
 

@@ -46,6 +46,10 @@ enum Role {
         /// config's static endpoints or the Managers' Service DNS names.
         #[arg(long, env = switchyard_protocol::env::CONTROL_PLANE)]
         control_plane: Option<String>,
+        /// Once ready, write the addresses actually bound (`http`, `grpc`, `admin`) to this file as
+        /// JSON: how `switchyard up` and scripts learn the ports of listeners configured as 0.
+        #[arg(long, value_name = "PATH")]
+        ready_file: Option<PathBuf>,
     },
     /// Beside the handler app: accept events from routers and deliver them to the app.
     Manager {
@@ -89,6 +93,7 @@ pub fn run() -> ExitCode {
                 admin_addr,
                 secrets_dir,
                 control_plane,
+                ready_file,
             } => {
                 roles::router::run(
                     config,
@@ -96,6 +101,7 @@ pub fn run() -> ExitCode {
                     *admin_addr,
                     secrets_dir,
                     control_plane.as_deref(),
+                    ready_file.as_deref(),
                 )
                 .await
             }

@@ -193,7 +193,7 @@ async fn no_manager_gives_503_with_retry_after() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_config_names_file_and_field_and_exits_2() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = router_config(free_port(), free_port(), "3s");
+    let mut cfg = router_config(1, "3s");
     cfg["spec"]["listeners"]["http"]["port"] = serde_json::json!("eighty");
     let path = write_json(dir.path(), "router.json", &cfg);
     let out = std::process::Command::new(BIN)

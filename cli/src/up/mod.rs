@@ -10,6 +10,7 @@
 
 mod child;
 mod config;
+mod edge;
 mod locate;
 mod plan;
 mod ports;
@@ -122,16 +123,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let mut sup = Supervisor::new(output)?;
         let mut stop = None;
+        // The first Router's first plain HTTP route, on the port it bound.
+        let mut try_command = None;
         for spec in &plan.procs {
-            if let Err(s) = sup.start(spec).await {
-                stop = Some(s);
-                break;
+            match sup.start(spec).await {
+                Ok(edge) => {
+                    if try_command.is_none() {
+                        try_command = edge.and_then(|e| e.try_command());
+                    }
+                }
+                Err(s) => {
+                    stop = Some(s);
+                    break;
+                }
             }
         }
         let stop = match stop {
             Some(s) => s,
             None => {
-                match &plan.try_command {
+                match &try_command {
                     Some(cmd) => println!("ready: try {cmd}"),
                     None => println!("ready"),
                 }

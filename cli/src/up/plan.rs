@@ -2,6 +2,7 @@
 //! config files and how to tell each process is ready. Pure apart from the port source and program lookup.
 
 use super::config;
+use super::edge::Edge;
 use super::locate;
 use super::ports::PortSource;
 use anyhow::{Context, bail};
@@ -69,6 +70,9 @@ pub struct ProcSpec {
     pub probe: Probe,
     /// Where it listens, printed once ready.
     pub listening: String,
+    /// For a Router's sidecar, its listeners: once it is ready they are printed with the ports it reports
+    /// having bound instead of `listening`.
+    pub edge: Option<Edge>,
 }
 
 /// Everything a run needs.
@@ -82,8 +86,6 @@ pub struct Plan {
     pub procs: Vec<ProcSpec>,
     /// Lines to print before starting (e.g. apps the user runs with `--no-app`).
     pub notes: Vec<String>,
-    /// A command to try once everything is ready.
-    pub try_command: Option<String>,
 }
 
 /// Inputs of planning besides the objects.
@@ -121,14 +123,16 @@ pub fn plan(
         secret_files: Vec::new(),
         procs: Vec::new(),
         notes: Vec::new(),
-        try_command: None,
     };
     // Routers bind the ports their spec names; check those first so a clash is reported before anything runs,
-    // and so no app or sidecar is handed one of them.
+    // and so no app or sidecar is handed one of them. Port 0 binds any free port, which the router reports.
     for r in &objs.routers {
         for (field, port) in router_ports(r) {
             let port =
                 u16::try_from(port).with_context(|| format!("Router {}: {field}", r.name_any()))?;
+            if port == 0 {
+                continue;
+            }
             if !ports.available(port) {
                 bail!(
                     "Router {}: {field}: 127.0.0.1:{port} is already in use (is another `switchyard up` running?)",
@@ -168,6 +172,7 @@ pub fn plan(
                     path: "/healthz?js-enabled-only=true",
                 },
                 listening: format!("nats://{LOCALHOST}:{port} (monitor :{monitor})"),
+                edge: None,
             });
             Some(switchyard_protocol::durable::JetStreamConfig {
                 url: format!("nats://{LOCALHOST}:{port}"),
@@ -267,6 +272,7 @@ pub fn plan(
                     path: "/readyz",
                 },
                 listening: format!("on {LOCALHOST}:{listen} (admin :{admin})"),
+                edge: None,
             });
         }
     }
@@ -310,6 +316,11 @@ pub fn plan(
         plan.files
             .push((config_path.clone(), serde_json::to_string_pretty(&config)?));
         let secrets_dir = opts.state_dir.join("secrets");
+        let edge = Edge::of(
+            r,
+            admin,
+            opts.state_dir.join(format!("router-{name}.ready.json")),
+        )?;
         plan.secret_files
             .extend(super::secrets::files(r, &objs.secrets, &secrets_dir)?);
         plan.procs.push(ProcSpec {
@@ -329,17 +340,17 @@ pub fn plan(
                 format!("{LOCALHOST}:{admin}"),
                 "--secrets-dir".into(),
                 secrets_dir.display().to_string(),
+                "--ready-file".into(),
+                edge.ready_file.display().to_string(),
             ],
             env: Vec::new(),
             probe: Probe::Http {
                 addr: SocketAddr::from((LOCALHOST, admin)),
                 path: "/readyz",
             },
-            listening: format!("{} (admin :{admin})", edge_urls(r)),
+            listening: edge.listening(),
+            edge: Some(edge),
         });
-        if plan.try_command.is_none() {
-            plan.try_command = try_command(r);
-        }
     }
     Ok(plan)
 }
@@ -447,6 +458,7 @@ fn app_proc(
         env,
         probe,
         listening: format!("on {addr}"),
+        edge: None,
     })
 }
 
@@ -486,52 +498,6 @@ fn router_ports(r: &Router) -> Vec<(&'static str, i32)> {
         out.push(("spec.listeners.grpc.port", g.port));
     }
     out
-}
-
-/// `http://127.0.0.1:8080  ws://127.0.0.1:8080/ws  grpc 127.0.0.1:50051`.
-fn edge_urls(r: &Router) -> String {
-    let l = &r.spec.listeners;
-    let (http, ws) = if l.tls.is_some() {
-        ("https", "wss")
-    } else {
-        ("http", "ws")
-    };
-    let mut out = format!("{http}://{LOCALHOST}:{}", l.http.port);
-    if let Some(w) = &l.websocket {
-        out.push_str(&format!("  {ws}://{LOCALHOST}:{}{}", l.http.port, w.path));
-    }
-    if let Some(g) = &l.grpc {
-        out.push_str(&format!("  grpc {LOCALHOST}:{}", g.port));
-    }
-    out
-}
-
-/// A curl command for the Router's first HTTP route without path parameters (GET routes first).
-fn try_command(r: &Router) -> Option<String> {
-    let l = &r.spec.listeners;
-    let scheme = if l.tls.is_some() { "https" } else { "http" };
-    let http: Vec<_> = r
-        .spec
-        .routes
-        .iter()
-        .filter_map(|route| route.http.as_ref())
-        .filter(|h| !h.path.contains('{'))
-        .collect();
-    let method = |h: &&switchyard_crds::router::HttpRoute| {
-        serde_json::to_value(h.method)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default()
-    };
-    let route = http
-        .iter()
-        .find(|h| method(h) == "GET")
-        .or_else(|| http.first())?;
-    let url = format!("{scheme}://{LOCALHOST}:{}{}", l.http.port, route.path);
-    Some(match method(route).as_str() {
-        "GET" => format!("curl -i {url}"),
-        m => format!("curl -i -X {m} -H 'content-type: application/json' -d '{{}}' {url}"),
-    })
 }
 
 #[cfg(test)]
@@ -708,10 +674,59 @@ spec:
             "app b gets its sidecar's local API: {:?}",
             p.procs[1].env
         );
+        let edge = p
+            .procs
+            .last()
+            .and_then(|r| r.edge.as_ref())
+            .context("edge")?;
         assert_eq!(
-            p.try_command.as_deref(),
+            edge.try_command().as_deref(),
             Some("curl -i http://127.0.0.1:8080/noop")
         );
+        assert_eq!(edge.ready_file, Path::new("/state/router-edge.ready.json"));
+        let router_args = &p.procs.last().context("router")?.args;
+        assert!(
+            router_args.ends_with(&[
+                "--ready-file".into(),
+                "/state/router-edge.ready.json".into()
+            ]),
+            "{router_args:?}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn router_ports_of_zero_are_left_to_the_router() -> anyhow::Result<()> {
+        let yaml = TWO_MANAGERS.replace(
+            "  listeners: {http: {port: 8080}, websocket: {path: /ws}}\n",
+            "  listeners: {http: {port: 0}, websocket: {path: /ws}, grpc: {port: 0}}\n",
+        );
+        let objs = switchyard_crds::yaml::parse(&yaml)?;
+        // As with real sockets, 0 is never "available": it is not checked nor claimed.
+        let mut ports = FakePorts {
+            next: 40000,
+            busy: vec![0],
+        };
+        let opts = Options {
+            state_dir: Path::new("/state"),
+            sidecar: Path::new("/bin/switchyard-sidecar"),
+            apps: true,
+            nats_server: None,
+        };
+        let p = plan(&objs, &opts, &mut ports)?;
+        let edge = p
+            .procs
+            .last()
+            .and_then(|r| r.edge.as_ref())
+            .context("edge")?;
+        assert_eq!((edge.http, edge.grpc), (0, Some(0)));
+        let (_, text) = p
+            .files
+            .iter()
+            .find(|(path, _)| path.ends_with("router-edge.json"))
+            .context("router config")?;
+        let cfg: switchyard_protocol::config::RouterConfig = serde_json::from_str(text)?;
+        assert_eq!(cfg.spec.listeners.http.port, 0);
         Ok(())
     }
 

@@ -1,7 +1,7 @@
 //! Manager role: frame listener -> workers -> app, the app's local API -> outbound router, plus
 //! admin; drains on SIGTERM, or on the app's preStop hook (`GET /drain`), with GOAWAY.
 
-use super::{RunError, bind};
+use super::{RunError, bind, local_addr};
 use crate::admin::{self, DrainHook, Readiness};
 use crate::durable::{Route, Store};
 use crate::load::LoadMeters;
@@ -128,6 +128,7 @@ pub(crate) async fn run(
     let routers = Arc::new(Routers::default());
     let ready = Readiness::default();
     let admin = bind("admin", admin_addr).await?;
+    let admin_addr = local_addr(&admin, admin_addr);
     // `/routes` shows the outbound table the app's events and dead letters use.
     let hook = DrainHook::default();
     tokio::spawn(admin::serve_manager(
@@ -138,7 +139,9 @@ pub(crate) async fn run(
         hook.clone(),
     ));
     let listener = bind("frame listener", listen).await?;
+    let listen = local_addr(&listener, listen);
     let local_listener = bind("local API", local_api_addr).await?;
+    let local_api_addr = local_addr(&local_listener, local_api_addr);
     let drain = CancellationToken::new();
     // The app may still publish while its last deliveries run: the local API closes after them.
     let local_drain = CancellationToken::new();

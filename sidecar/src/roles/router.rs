@@ -1,7 +1,7 @@
 //! Router role: HTTP (with WebSocket) and gRPC listeners -> broker -> router, plus admin; drains on
 //! SIGTERM.
 
-use super::{RunError, bind};
+use super::{RunError, bind, local_addr};
 use crate::admin::{self, Readiness};
 use crate::dispatch::{Broker, Dispatch};
 use crate::listener::tls::{self, TlsFiles};
@@ -34,6 +34,7 @@ pub(crate) async fn run(
     admin_addr: SocketAddr,
     secrets_dir: &Path,
     control_plane: Option<&str>,
+    ready_file: Option<&Path>,
 ) -> Result<(), RunError> {
     let settings = crate::config::load_router(config_file)?;
     let control_plane = control_plane
@@ -79,16 +80,17 @@ pub(crate) async fn run(
             }
             None
         }
+        // 0 binds any free port, as for HTTP; two fixed ports must differ.
         Some(g) => Some(
             u16::try_from(g.port)
                 .ok()
-                .filter(|p| *p != 0 && *p != settings.http_port)
+                .filter(|p| *p == 0 || *p != settings.http_port)
                 .ok_or_else(|| {
                     crate::config::field_error(
                         config_file,
                         "spec.listeners.grpc.port",
                         format!(
-                            "{} is not a TCP port (1 to 65535) other than the HTTP port",
+                            "{} is not a TCP port (1 to 65535, or 0 for any free port) other than the HTTP port",
                             g.port
                         ),
                     )
@@ -180,6 +182,7 @@ pub(crate) async fn run(
     }
     let upstream = Arc::new(upstream);
     let admin = bind("admin", admin_addr).await?;
+    let admin_addr = local_addr(&admin, admin_addr);
     tokio::spawn(admin::serve_router(
         admin,
         metrics.clone(),
@@ -214,10 +217,14 @@ pub(crate) async fn run(
 
     let http_addr = SocketAddr::new(bind_ip, settings.http_port);
     let listener = bind("HTTP listener", http_addr).await?;
-    let grpc_addr = grpc_port.map(|p| SocketAddr::new(bind_ip, p));
-    let grpc_listener = match grpc_addr {
-        None => None,
-        Some(a) => Some(bind("gRPC listener", a).await?),
+    let http_addr = local_addr(&listener, http_addr);
+    let (grpc_listener, grpc_addr) = match grpc_port.map(|p| SocketAddr::new(bind_ip, p)) {
+        None => (None, None),
+        Some(a) => {
+            let l = bind("gRPC listener", a).await?;
+            let bound = local_addr(&l, a);
+            (Some(l), Some(bound))
+        }
     };
     let drain = CancellationToken::new();
     let ws_path = ws_routes.as_ref().map(|w| w.path.clone());
@@ -278,6 +285,18 @@ pub(crate) async fn run(
         }
     };
     let server = tokio::spawn(http::serve(listener, edge.clone(), drain.clone(), http_tls));
+    // Written before readiness, so whoever sees `/readyz` answer 200 finds the file complete.
+    if let Some(path) = ready_file {
+        let bound = serde_json::json!({
+            "http": http_addr.to_string(),
+            "grpc": grpc_addr.map(|a| a.to_string()),
+            "admin": admin_addr.to_string(),
+        });
+        std::fs::write(path, bound.to_string()).map_err(|source| RunError::ReadyFile {
+            path: path.to_owned(),
+            source,
+        })?;
+    }
     ready.set(true);
     let grpc_shown = grpc_addr
         .map(|a| a.to_string())
