@@ -712,6 +712,7 @@ spec:
             sidecar: Path::new("/bin/switchyard-sidecar"),
             apps: true,
             nats_server: None,
+            otlp_from_env: false,
         };
         let p = plan(&objs, &opts, &mut ports)?;
         let edge = p
