@@ -99,14 +99,10 @@ fn wait_trace(apm: &Apm, trace_id: &str, count: usize) -> Result<Vec<Span>, Stri
     )
 }
 
-/// The quickstart with tracing on, its Router on free ports.
-fn traced_quickstart(apm: &Apm, dir: &Path) -> (std::path::PathBuf, u16, u16) {
-    let (http, grpc) = (free_port(), free_port());
+/// The quickstart with tracing on, its Router on port 0 (the test reads what it bound).
+fn traced_quickstart(apm: &Apm, dir: &Path) -> std::path::PathBuf {
     let endpoint = apm.otlp_endpoint.clone();
-    let path = example_on_ports(dir, "quickstart.yaml", http, grpc, |t| {
-        with_tracing(t, &endpoint)
-    });
-    (path, http, grpc)
+    example_on_ports(dir, "quickstart.yaml", 0, 0, |t| with_tracing(t, &endpoint))
 }
 
 /// The manifest with `spec.tracing` on its Router, pointed at `endpoint`.
@@ -180,9 +176,11 @@ const CLIENT_SPAN: &str = "00f067aa0ba902b7";
 
 fn http_and_grpc_traces(apm: &Apm) -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let (manifest, port, grpc) = traced_quickstart(apm, dir.path());
+    let manifest = traced_quickstart(apm, dir.path());
     let mut up = Up::start(&manifest, &[]);
     up.ready(Duration::from_secs(60))?;
+    let (port, grpc) = up.router_ports()?;
+    let grpc = grpc.ok_or("the quickstart's Router serves gRPC")?;
 
     // HTTP with the client's traceparent: its trace id, the listener span its child.
     let tp = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
@@ -316,9 +314,10 @@ fn grpc_call_noop(port: u16, traceparent: &str) -> Result<(i32, String), String>
 fn websocket_trace(apm: &Apm) -> Result<(), String> {
     use tokio_tungstenite::tungstenite;
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let (manifest, port, _) = traced_quickstart(apm, dir.path());
+    let manifest = traced_quickstart(apm, dir.path());
     let mut up = Up::start(&manifest, &[]);
     up.ready(Duration::from_secs(60))?;
+    let port = up.http_port()?;
     let stream = std::net::TcpStream::connect(("127.0.0.1", port)).map_err(|e| e.to_string())?;
     stream
         .set_read_timeout(Some(Duration::from_secs(10)))
@@ -365,13 +364,13 @@ fn websocket_trace(apm: &Apm) -> Result<(), String> {
 
 fn relay_trace(apm: &Apm) -> Result<(), String> {
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let port = free_port();
     let endpoint = apm.otlp_endpoint.clone();
-    let manifest = example_on_ports(dir.path(), "relay.yaml", port, 0, |t| {
+    let manifest = example_on_ports(dir.path(), "relay.yaml", 0, 0, |t| {
         with_tracing(t, &endpoint)
     });
     let mut up = Up::start(&manifest, &[]);
     up.ready(Duration::from_secs(60))?;
+    let port = up.http_port()?;
     // front's outbound connection to back may still be opening: until an untraced relay is
     // answered, a 503 is retried.
     wait_for("POST /relay answered", Duration::from_secs(20), || {
@@ -531,13 +530,13 @@ fn language_example(apm: &Apm, lang: &str, trace_id: &str) -> Result<(), String>
     }
     eprintln!("examples/{lang} prepared in {:?}", started.elapsed());
     let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let port = free_port();
     let endpoint = apm.otlp_endpoint.clone();
-    let manifest = example_on_ports(dir.path(), &format!("{lang}.yaml"), port, 0, |t| {
+    let manifest = example_on_ports(dir.path(), &format!("{lang}.yaml"), 0, 0, |t| {
         with_tracing(t, &endpoint)
     });
     let mut up = Up::start(&manifest, &[]);
     up.ready(Duration::from_secs(90))?;
+    let port = up.http_port()?;
 
     let a = http::get(port, "/noop")?;
     let body: serde_json::Value =

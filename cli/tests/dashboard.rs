@@ -10,7 +10,7 @@ mod support;
 
 use std::time::Duration;
 use support::up::Up;
-use support::{free_port, http, wait_for};
+use support::{http, wait_for};
 use switchyard_e2e::dashboard::{self, Exported, Exporter};
 
 /// Apps of Managers with `app.protocol: grpc` that serve HTTP: every delivery fails as unreachable,
@@ -85,11 +85,12 @@ fn sidecar_queries_name_what_the_sidecars_export() {
     let exprs = dashboard::queries(&dashboard::dashboard_file().unwrap());
     assert!(exprs.len() >= 20, "{exprs:?}");
     let dir = tempfile::tempdir().unwrap();
-    let port = free_port();
     let path = dir.path().join("dashboard.yaml");
-    std::fs::write(&path, manifest(port)).unwrap();
+    // Port 0: the Router binds any free port and `switchyard up` prints which.
+    std::fs::write(&path, manifest(0)).unwrap();
     let mut up = Up::start(&path, &[]);
     up.ready(Duration::from_secs(90)).unwrap();
+    let port = up.http_port().unwrap();
 
     // Requests, a relay through the local API (retried while front's outbound connection opens).
     assert_eq!(http::get(port, "/noop").unwrap().status, 200);

@@ -94,6 +94,31 @@ impl Up {
         }
     }
 
+    /// The HTTP and gRPC ports on the `✓ router edge (pid N) http://127.0.0.1:PORT ... grpc
+    /// 127.0.0.1:PORT (admin :PORT)` line, which `switchyard up` prints with the ports the router
+    /// bound: manifests give the Router port 0 and tests read what it got.
+    pub fn router_ports(&mut self) -> Result<(u16, Option<u16>), String> {
+        self.output();
+        let line = self
+            .seen
+            .iter()
+            .find(|l| l.starts_with("✓ router edge"))
+            .ok_or_else(|| format!("no router line:\n{}", self.seen.join("\n")))?;
+        let port_after = |marker: &str| {
+            let rest = line.split(marker).nth(1)?;
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u16>().ok().filter(|p| *p != 0)
+        };
+        let http =
+            port_after("http://127.0.0.1:").ok_or_else(|| format!("no HTTP port in {line:?}"))?;
+        Ok((http, port_after("grpc 127.0.0.1:")))
+    }
+
+    /// The HTTP port the router bound (see [`Up::router_ports`]).
+    pub fn http_port(&mut self) -> Result<u16, String> {
+        Ok(self.router_ports()?.0)
+    }
+
     /// Every line printed so far, including those not read yet.
     pub fn output(&mut self) -> String {
         while let Ok(line) = self.lines.try_recv() {
