@@ -6,12 +6,13 @@ use crate::answer::http::{Reply, TIMING_ALLOW_ORIGIN};
 use crate::dispatch::{Clock, new_ce_id};
 use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
+use crate::net::body::{Unread, linger, read_limited};
 use crate::otel::request::RequestTrace;
 use crate::routes::http::Lookup;
 use crate::traceparent;
 use crate::upstream::Outgoing;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::service::service_fn;
@@ -114,63 +115,6 @@ async fn handle(
             .insert(TIMING_ALLOW_ORIGIN.clone(), tao.clone());
     }
     Ok(resp)
-}
-
-/// How much of a refused body is still read and dropped, and for how long. A client still sending
-/// when the 413 is written would otherwise meet a closed socket with its bytes unread, which the
-/// kernel answers with RST, and an RST can discard the 413 at the client before it reads it (the
-/// "lingering close" of nginx and Apache). Bounded so a refused client cannot hold the task.
-const LINGER_BYTES: usize = 16 << 20;
-const LINGER_TIME: Duration = Duration::from_secs(2);
-
-/// Reads and drops what is left of `body` in the background, within the bounds above.
-fn linger(mut body: Incoming) {
-    tokio::spawn(async move {
-        let mut seen = 0usize;
-        let drain = async {
-            while let Some(Ok(frame)) = body.frame().await {
-                seen += frame.data_ref().map_or(0, |d| d.len());
-                if seen > LINGER_BYTES {
-                    break;
-                }
-            }
-        };
-        let _ = tokio::time::timeout(LINGER_TIME, drain).await;
-    });
-}
-
-/// Why a body was not read whole.
-enum Unread {
-    /// Over the limit: the rest, to linger on.
-    TooLarge(Incoming),
-    /// The client's stream failed.
-    Failed,
-}
-
-/// The body, if it is at most `limit` bytes. A body in one frame (the common small one) is not
-/// copied.
-async fn read_limited(mut body: Incoming, limit: usize) -> Result<bytes::Bytes, Unread> {
-    let mut first: Option<bytes::Bytes> = None;
-    let mut more = bytes::BytesMut::new();
-    let mut len = 0usize;
-    while let Some(frame) = body.frame().await {
-        let Ok(data) = frame.map_err(|_| Unread::Failed)?.into_data() else {
-            continue;
-        };
-        len += data.len();
-        if len > limit {
-            return Err(Unread::TooLarge(body));
-        }
-        match first.take() {
-            None if more.is_empty() => first = Some(data),
-            Some(f) => {
-                more.extend_from_slice(&f);
-                more.extend_from_slice(&data);
-            }
-            None => more.extend_from_slice(&data),
-        }
-    }
-    Ok(first.unwrap_or_else(|| more.freeze()))
 }
 
 fn rejected(r: Rejection) -> Reply {
