@@ -7,10 +7,10 @@
 //! as their events finish (a returned credit goes to the connection furthest below its share, the
 //! finishing one first). Idle senders finish nothing, so while a connection is still below its share
 //! with nothing free, the bank asks the senders above theirs for their unused credits back (RECLAIM;
-//! a sender answers with what it gave up, RELEASE): without that, the third and later senders of a
-//! pod whose first two sit idle would wait for credit forever. Only senders whose HELLO said they
-//! release credit are asked. A connection that ends gives back the credits it held unused at once,
-//! and the rest as its admitted events finish.
+//! a sender answers with what it gave up, RELEASE): without that, a pod's later senders got less
+//! than their share, and from the fourth on (the first three idle) nothing, forever. Only senders
+//! whose HELLO said they release credit are asked. A connection that ends gives back the credits it
+//! held unused at once, and the rest as its admitted events finish.
 //!
 //! Pure accounting behind a mutex; the frames that carry the grants are the caller's to send.
 
