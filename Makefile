@@ -1,20 +1,23 @@
 # Switchyard developer entry points. The two a fresh machine needs:
 #   make up     builds, then runs examples/quickstart.yaml locally (router and manager sidecars, example app)
 #   make test   every check and test, e2e included (builds the control plane on first use)
-# Also: make demo (the quickstart on a local control plane with the charts and the operator), make down.
+# Also: make demo (the quickstart in real pods on a local cluster, operator from the chart), make down,
+# make images (OCI images without a container engine).
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: test lint unit e2e tools cluster-up cluster-down demo down crds fuzz up
+.PHONY: test lint unit e2e tools cluster-up cluster-down demo down crds fuzz up images
 
 # The quickstart as local processes on 127.0.0.1; Ctrl-C stops it.
 up:
 	$(CARGO) build --release --locked -p switchyard -p switchyard-sidecar -p switchyard-example-app
 	target/release/switchyard up -f examples/quickstart.yaml
 
+# The e2e tests start the test control plane on first use; `session` stops it when the run ends
+# (unless it was already up before, e.g. from `make demo`).
 test: lint
-	$(CARGO) test --workspace --all-targets --no-fail-fast
+	e2e/cluster/session $(CARGO) test --workspace --all-targets --no-fail-fast
 
 lint:
 	$(CARGO) fmt --all -- --check
@@ -25,7 +28,7 @@ unit:
 	$(CARGO) test --workspace --exclude switchyard-e2e
 
 e2e: tools
-	$(CARGO) test -p switchyard-e2e
+	e2e/cluster/session $(CARGO) test -p switchyard-e2e
 
 tools:
 	e2e/cluster/build-tools
@@ -41,6 +44,11 @@ demo:
 
 down:
 	e2e/cluster/demo --down
+
+# OCI images of the operator, sidecar and example app (release binaries) and the pause image, without a
+# container engine: archives and images.env in target/images.
+images:
+	deploy/build-images
 
 crds:
 	$(CARGO) run -q -p switchyard-crds --bin crdgen

@@ -5,6 +5,7 @@
 
 pub mod bare;
 pub mod cost;
+pub mod hop;
 pub mod lapin;
 pub mod load;
 pub mod plateau;

@@ -4,9 +4,11 @@
 //! - `switchyard routes -f FILE.yaml`: the route table the Router would serve.
 //! - `switchyard crds`: the CRD YAML, for `kubectl apply --server-side -f -`.
 //! - `switchyard up -f FILE.yaml`: the same YAML run as local processes, no cluster.
+//! - `switchyard top`: live per-event-type traffic of the sidecars (locally or in a cluster).
 
 mod check;
 mod routes;
+mod top;
 mod up;
 
 use clap::{Parser, Subcommand};
@@ -42,6 +44,8 @@ enum Command {
     Crds,
     /// Run the Routers and Managers of a file as local processes on 127.0.0.1 (no cluster).
     Up(up::Args),
+    /// Live per-event-type rate, success and latency, read from the sidecars' admin /metrics.
+    Top(top::Args),
 }
 
 fn main() -> ExitCode {
@@ -50,6 +54,7 @@ fn main() -> ExitCode {
         Command::Check { file } => read(&file).and_then(|objs| check::run(&objs)),
         Command::Routes { file } => read(&file).map(|objs| routes::print(&objs)),
         Command::Crds => print_crds(),
+        Command::Top(args) => top::run(args),
         Command::Up(args) => match up::run(args) {
             Ok(code) => return code,
             Err(e) => Err(e),

@@ -5,7 +5,7 @@
 //! naming them, when they are missing: a skipped end-to-end test would hide a broken build.
 
 use std::io::{BufRead, BufReader, Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -29,29 +29,20 @@ fn target_dir() -> PathBuf {
         .unwrap_or_default()
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("free port")
-}
-
-/// The quickstart with its Router on free ports, so tests don't fight over 8080 with each other or a user.
-fn quickstart_on_free_ports(dir: &Path) -> (PathBuf, u16) {
-    let (path, http, _) = quickstart_with_grpc_port(dir);
-    (path, http)
-}
-
-/// As `quickstart_on_free_ports`, also returning the gRPC port.
-fn quickstart_with_grpc_port(dir: &Path) -> (PathBuf, u16, u16) {
+/// The quickstart with its Router's listeners on port 0, so tests don't fight over 8080 with each other or a
+/// user: the router binds free ports, and `switchyard up` prints them once it is ready ([`Up::router_ports`]).
+fn quickstart_on_any_ports(dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string(repo_file("examples/quickstart.yaml")).expect("quickstart");
-    let (http, grpc) = (free_port(), free_port());
+    assert!(
+        text.contains("port: 8080") && text.contains("port: 50051"),
+        "the quickstart changed shape"
+    );
     let text = text
-        .replace("port: 8080", &format!("port: {http}"))
-        .replace("port: 50051", &format!("port: {grpc}"));
+        .replace("port: 8080", "port: 0")
+        .replace("port: 50051", "port: 0");
     let path = dir.join("quickstart.yaml");
     std::fs::write(&path, text).expect("write manifest");
-    (path, http, grpc)
+    path
 }
 
 /// One `switchyard.v1.Gateway/Call` of the quickstart's gRPC route `noop`, with a real tonic client.
@@ -81,13 +72,16 @@ fn grpc_call_noop(port: u16) -> (i32, Vec<u8>) {
     })
 }
 
-/// `examples/relay.yaml` with its Router on a free port.
-fn relay_on_free_port(dir: &Path) -> (PathBuf, u16) {
+/// `examples/relay.yaml` with its Router on port 0.
+fn relay_on_any_port(dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string(repo_file("examples/relay.yaml")).expect("relay example");
-    let http = free_port();
+    assert!(
+        text.contains("port: 8080"),
+        "the relay example changed shape"
+    );
     let path = dir.join("relay.yaml");
-    std::fs::write(&path, text.replace("port: 8080", &format!("port: {http}"))).expect("write");
-    (path, http)
+    std::fs::write(&path, text.replace("port: 8080", "port: 0")).expect("write");
+    path
 }
 
 /// Runs `switchyard` to completion (these runs fail before starting anything).
@@ -109,7 +103,7 @@ fn run(args: &[&str], env: &[(&str, &str)]) -> (ExitStatus, String) {
 #[test]
 fn bad_file_is_refused_naming_the_field() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (path, _) = quickstart_on_free_ports(dir.path());
+    let path = quickstart_on_any_ports(dir.path());
     let text = std::fs::read_to_string(&path).expect("read");
     std::fs::write(
         &path,
@@ -125,7 +119,7 @@ fn bad_file_is_refused_naming_the_field() {
 #[test]
 fn wrong_shape_is_refused_naming_the_field() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (path, _) = quickstart_on_free_ports(dir.path());
+    let path = quickstart_on_any_ports(dir.path());
     let text = std::fs::read_to_string(&path).expect("read");
     std::fs::write(&path, text.replace("maxInFlight: 64", "maxInFlight: lots")).expect("write");
     let (status, out) = run(&["up", "-f", &path.display().to_string()], &[]);
@@ -136,7 +130,7 @@ fn wrong_shape_is_refused_naming_the_field() {
 #[test]
 fn missing_sidecar_flag_is_explained() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (path, _) = quickstart_on_free_ports(dir.path());
+    let path = quickstart_on_any_ports(dir.path());
     let (status, out) = run(
         &[
             "up",
@@ -161,7 +155,7 @@ fn sidecar_not_found_anywhere_is_explained() {
     let dir = tempfile::tempdir().expect("tempdir");
     let lonely = dir.path().join("switchyard");
     std::fs::copy(SWITCHYARD, &lonely).expect("copy switchyard");
-    let (manifest, _) = quickstart_on_free_ports(dir.path());
+    let manifest = quickstart_on_any_ports(dir.path());
     let out = Command::new(&lonely)
         .args(["up", "-f", &manifest.display().to_string()])
         .env("PATH", "")
@@ -197,6 +191,27 @@ impl Up {
                 Err(_) => return None,
             }
         }
+    }
+
+    /// The HTTP and gRPC ports on the `✓ router edge (pid N) http://127.0.0.1:PORT ... grpc 127.0.0.1:PORT (admin
+    /// :PORT)` line, which `switchyard up` prints with the ports the router bound.
+    fn router_ports(&self) -> (u16, Option<u16>) {
+        let line = self
+            .seen
+            .iter()
+            .find(|l| l.starts_with("✓ router edge"))
+            .unwrap_or_else(|| panic!("no router line:\n{}", self.seen.join("\n")));
+        let port_after = |marker: &str| {
+            let rest = line.split(marker).nth(1)?;
+            let digits: String = rest.chars().take_while(char::is_ascii_digit).collect();
+            digits.parse::<u16>().ok()
+        };
+        let http =
+            port_after("http://127.0.0.1:").unwrap_or_else(|| panic!("no HTTP port in {line:?}"));
+        assert_ne!(http, 0, "{line}");
+        let grpc = port_after("grpc 127.0.0.1:");
+        assert_ne!(grpc, Some(0), "{line}");
+        (http, grpc)
     }
 
     fn term(&self) {
@@ -319,11 +334,18 @@ fn quickstart_answers_noop_through_both_sidecars() {
     require_binaries();
     let _one_at_a_time = END_TO_END.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
-    let (manifest, http, grpc) = quickstart_with_grpc_port(dir.path());
+    let manifest = quickstart_on_any_ports(dir.path());
     let mut up = start_up(&manifest);
 
     let ready = up.wait_for("ready: try curl", Duration::from_secs(60));
     assert!(ready.is_some(), "never ready:\n{}", up.seen.join("\n"));
+    let (http, grpc) = up.router_ports();
+    let grpc = grpc.expect("the quickstart serves gRPC");
+    assert_eq!(
+        ready.as_deref(),
+        Some(format!("ready: try curl -i http://127.0.0.1:{http}/noop").as_str()),
+        "the try command names the bound port"
+    );
     assert!(
         up.seen.iter().any(|l| l.starts_with("✓ app handlers")),
         "{:?}",
@@ -385,20 +407,22 @@ fn quickstart_answers_noop_through_both_sidecars() {
     assert!(TcpStream::connect(("127.0.0.1", http)).is_err());
 }
 
-/// The middleware example with its Router on a free port.
-fn middleware_on_free_port(dir: &Path) -> (PathBuf, u16) {
+/// The middleware example with its Router on port 0.
+fn middleware_on_any_port(dir: &Path) -> PathBuf {
     let text = std::fs::read_to_string(repo_file("examples/middleware.yaml")).expect("example");
-    let http = free_port();
-    let text = text.replace("port: 8080", &format!("port: {http}"));
+    assert!(
+        text.contains("port: 8080"),
+        "the middleware example changed shape"
+    );
     let path = dir.join("middleware.yaml");
-    std::fs::write(&path, text).expect("write manifest");
-    (path, http)
+    std::fs::write(&path, text.replace("port: 8080", "port: 0")).expect("write manifest");
+    path
 }
 
 #[test]
 fn a_referenced_secret_missing_from_the_file_is_named() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let (path, _) = middleware_on_free_port(dir.path());
+    let path = middleware_on_any_port(dir.path());
     let text = std::fs::read_to_string(&path).expect("read");
     std::fs::write(
         &path,
@@ -415,10 +439,11 @@ fn middleware_example_takes_its_api_keys_from_the_secret_document() {
     require_binaries();
     let _one_at_a_time = END_TO_END.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
-    let (manifest, http) = middleware_on_free_port(dir.path());
+    let manifest = middleware_on_any_port(dir.path());
     let mut up = start_up(&manifest);
     let ready = up.wait_for("ready: try curl", Duration::from_secs(60));
     assert!(ready.is_some(), "never ready:\n{}", up.seen.join("\n"));
+    let (http, _) = up.router_ports();
 
     // The Secret is written where only this user can read it.
     let state = up
@@ -455,10 +480,11 @@ fn relay_example_requests_echo_through_the_local_api() {
     require_binaries();
     let _one_at_a_time = END_TO_END.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
-    let (manifest, http) = relay_on_free_port(dir.path());
+    let manifest = relay_on_any_port(dir.path());
     let mut up = start_up(&manifest);
     let ready = up.wait_for("ready: try curl", Duration::from_secs(60));
     assert!(ready.is_some(), "never ready:\n{}", up.seen.join("\n"));
+    let (http, _) = up.router_ports();
     // `front`'s app answers `relay` with what `back`'s app echoes, through front's local API. The
     // outbound connection to `back` may still be opening: retry a 503 for a while.
     let deadline = Instant::now() + Duration::from_secs(20);
@@ -500,7 +526,7 @@ fn replicas_start_two_managers_that_both_serve() {
     require_binaries();
     let _one_at_a_time = END_TO_END.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().expect("tempdir");
-    let (manifest, http) = quickstart_on_free_ports(dir.path());
+    let manifest = quickstart_on_any_ports(dir.path());
     let text = std::fs::read_to_string(&manifest).expect("manifest");
     // The Manager's spec: two replicas, which the operator's Deployment would also run.
     let text = text.replace(
@@ -512,6 +538,7 @@ fn replicas_start_two_managers_that_both_serve() {
     let mut up = start_up(&manifest);
     let ready = up.wait_for("ready: try curl", Duration::from_secs(90));
     assert!(ready.is_some(), "never ready:\n{}", up.seen.join("\n"));
+    let (http, _) = up.router_ports();
     let admins: Vec<u16> = [
         "✓ manager sidecar handlers (",
         "✓ manager sidecar handlers[2] (",

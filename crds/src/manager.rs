@@ -107,10 +107,12 @@ pub struct ManagerSpec {
     /// the app answered 2xx; redelivered after a crash). Request/response is always direct.
     #[serde(default, skip_serializing_if = "is_direct")]
     pub delivery: DeliveryMode,
-    /// `delivery` for single event types, overriding the Manager's.
+    /// `delivery` for single event types, overriding the Manager's. Keyed by event type (checked by
+    /// the CEL rule above: every key is one of `events`; a key typed `EventType` would render as
+    /// `patternProperties`, which the API server does not take in a CRD).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 64))]
-    pub event_delivery: BTreeMap<EventType, DeliveryMode>,
+    pub event_delivery: BTreeMap<String, DeliveryMode>,
 }
 
 /// A workload allowed to open frame connections to a Manager's sidecars.
@@ -159,7 +161,7 @@ impl ManagerSpec {
     /// The delivery of event type `event`: its own setting, else the Manager's.
     pub fn delivery_of(&self, event: &EventType) -> DeliveryMode {
         self.event_delivery
-            .get(event)
+            .get(event.as_str())
             .copied()
             .unwrap_or(self.delivery)
     }

@@ -54,7 +54,8 @@ use std::collections::BTreeMap;
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
     {
-        "rule": "!has(self.listeners.grpc) || self.listeners.grpc.port != self.listeners.http.port",
+        // Port 0 (any free port, for `switchyard up`; a cluster's schema minimum is 1) may repeat.
+        "rule": "!has(self.listeners.grpc) || self.listeners.grpc.port != self.listeners.http.port || self.listeners.http.port == 0",
         "message": "listeners.grpc.port must differ from listeners.http.port",
         "fieldPath": ".listeners.grpc.port",
     },
@@ -152,7 +153,7 @@ pub struct Listeners {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct HttpListener {
-    /// TCP port, 1 to 65535.
+    /// TCP port, 1 to 65535; `switchyard up` also takes 0, any free port, which it prints once bound.
     #[serde(default = "default_http_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
@@ -189,7 +190,7 @@ fn default_ws_max_message() -> i64 {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct GrpcListener {
-    /// TCP port, 1 to 65535; must differ from the HTTP port.
+    /// TCP port, 1 to 65535; must differ from the HTTP port. `switchyard up` also takes 0, as for HTTP.
     #[serde(default = "default_grpc_port")]
     #[schemars(range(min = 1, max = 65535))]
     pub port: i32,
@@ -356,6 +357,11 @@ pub struct Timing {
     /// Also add `trace;desc=<trace-id>` when tracing is on.
     #[serde(default = "yes")]
     pub trace_id: bool,
+    /// Origins whose pages may read the timing (`Timing-Allow-Origin`): `*`, or origins such as
+    /// `https://shop.example.com`. Browsers hide `Server-Timing` from cross-origin pages without it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), inner(regex(pattern = r"^(\*|https?://[^/\s,;]+)$")))]
+    pub allow_origins: Vec<String>,
 }
 
 fn yes() -> bool {

@@ -74,7 +74,9 @@ pub struct ManagerStatus {
 pub struct EventTypeStatus {
     /// Event type.
     pub event: String,
-    /// Deployment that serves it.
+    /// Deployment that serves it. Written by the controller; the autoscaler's figures for the same
+    /// entry come by a second field manager, so for a moment an entry may have only those.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
     pub deployment: String,
     /// Pods of that Deployment.
     #[serde(default)]

@@ -234,10 +234,13 @@ impl Cluster {
             }}],
             "current-context": "operator",
         });
-        // One file, replaced atomically: parallel test processes each write a valid token, and a
-        // reader always sees a whole file. JSON is YAML: kubectl and kube-rs both read it.
-        let path = crate::work_dir().join("operator.kubeconfig");
-        let tmp = crate::work_dir().join(format!("operator.kubeconfig.{}", std::process::id()));
+        // One file per cluster, replaced atomically: parallel test processes each write a valid
+        // token, and a reader always sees a whole file. In the cluster's own folder, not the shared
+        // scratch one: tests against another cluster (another SWITCHYARD_CLUSTER_DIR) must not
+        // hand their operators this cluster's server. JSON is YAML: kubectl and kube-rs read it.
+        let dir = crate::cluster_dir();
+        let path = dir.join("operator.kubeconfig");
+        let tmp = dir.join(format!("operator.kubeconfig.{}", std::process::id()));
         std::fs::write(&tmp, serde_json::to_vec_pretty(&config)?)
             .with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;

@@ -24,15 +24,27 @@ pub struct TestNamespace {
 impl TestNamespace {
     /// Creates the namespace and waits for its `default` ServiceAccount (pods need it).
     pub async fn create(cluster: &Cluster, prefix: &str) -> Result<TestNamespace> {
+        TestNamespace::create_with(cluster, prefix, BTreeMap::new(), BTreeMap::new()).await
+    }
+
+    /// [`TestNamespace::create`] with further labels and annotations (e.g. Pod Security, or the
+    /// real node's scheduling defaults).
+    pub async fn create_with(
+        cluster: &Cluster,
+        prefix: &str,
+        labels: BTreeMap<String, String>,
+        annotations: BTreeMap<String, String>,
+    ) -> Result<TestNamespace> {
         let name = format!("e2e-{prefix}-{}", crate::unique_suffix());
         let client = cluster.client().await?;
+        let mut all_labels =
+            BTreeMap::from([("switchyard.dev/e2e".to_string(), "true".to_string())]);
+        all_labels.extend(labels);
         let ns = Namespace {
             metadata: ObjectMeta {
                 name: Some(name.clone()),
-                labels: Some(BTreeMap::from([(
-                    "switchyard.dev/e2e".to_string(),
-                    "true".to_string(),
-                )])),
+                labels: Some(all_labels),
+                annotations: (!annotations.is_empty()).then_some(annotations),
                 ..ObjectMeta::default()
             },
             ..Namespace::default()

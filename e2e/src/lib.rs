@@ -9,14 +9,23 @@
 //! Nothing here skips: when the cluster cannot start, the charts cannot be installed or the
 //! operator cannot be built, every test that needs them fails with the reason and the log tail.
 
+pub mod client;
 pub mod cluster;
 pub mod cmd;
+pub mod dashboard;
 pub mod fixtures;
+pub mod images;
 pub mod k8s;
 pub mod lock;
 pub mod loopback;
+pub mod node;
 pub mod operator;
+pub mod otlp;
+pub mod pod_operator;
+pub mod pods;
 pub mod poll;
+pub mod replicas;
+pub mod scale;
 pub mod sidecar;
 
 pub use cluster::{Cluster, cluster};
@@ -24,6 +33,7 @@ pub use cmd::{Cmd, Output};
 pub use k8s::TestNamespace;
 pub use operator::{Metrics, Operator, OperatorOpts};
 pub use poll::{eventually, timeout};
+pub use replicas::Replicas;
 
 use std::path::{Path, PathBuf};
 
@@ -64,7 +74,7 @@ pub fn cluster_dir() -> PathBuf {
     }
 }
 
-/// Scratch folder of the tests (locks, operator logs, generated kubeconfigs): `<tools>/e2e`.
+/// Scratch folder of the tests (locks, operator logs): `<tools>/e2e`, shared by every cluster.
 pub fn work_dir() -> PathBuf {
     let dir = tools_dir().join("e2e");
     // Errors surface later, when something is written there, with a better message.

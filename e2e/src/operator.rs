@@ -19,8 +19,16 @@ pub const OPERATOR_PACKAGE: &str = "switchyard-operator";
 static BINARY: OnceCell<Result<PathBuf, String>> = OnceCell::const_new();
 
 /// Builds the operator once per process (`$CARGO build -p switchyard-operator`) and returns the
-/// path of `<target dir>/debug/switchyard-operator`.
+/// path of `<target dir>/debug/switchyard-operator`. `SWITCHYARD_OPERATOR_BIN` names a binary to
+/// run instead (the scale benchmark runs a release build).
 pub async fn operator_binary() -> Result<PathBuf> {
+    if let Some(bin) = std::env::var_os("SWITCHYARD_OPERATOR_BIN").filter(|b| !b.is_empty()) {
+        let bin = PathBuf::from(bin);
+        if !bin.is_file() {
+            bail!("SWITCHYARD_OPERATOR_BIN={} is not a file", bin.display());
+        }
+        return Ok(bin);
+    }
     let result = BINARY
         .get_or_init(|| async { build_operator().await.map_err(|e| format!("{e:#}")) })
         .await;
@@ -69,6 +77,8 @@ pub struct OperatorOpts {
     pub control_plane_port: Option<u16>,
     /// Further arguments.
     pub extra_args: Vec<String>,
+    /// Further environment (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`).
+    pub env: Vec<(String, String)>,
 }
 
 impl OperatorOpts {
@@ -80,6 +90,7 @@ impl OperatorOpts {
             lease_name: "switchyard-operator".into(),
             control_plane_port: None,
             extra_args: Vec::new(),
+            env: Vec::new(),
         }
     }
 
@@ -200,6 +211,7 @@ impl Operator {
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAMESPACE", SYSTEM_NAMESPACE)
             .env("POD_NAME", &opts.identity)
+            .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .current_dir(crate::work_dir())
             .stdin(Stdio::null())
             .stdout(out)
@@ -329,12 +341,29 @@ impl Drop for Operator {
 /// without leader election or with a Lease of a unique name).
 pub const DEFAULT_LEASE: &str = "switchyard-operator";
 
+/// Namespace (and release) of the operator `e2e/cluster/demo` installs.
+pub const DEMO_NAMESPACE: &str = "switchyard-demo";
+
 /// Fails when another operator, one these tests did not start (say `e2e/cluster/demo`'s), is
 /// running against the cluster: it would reconcile the tests' objects too, so a test could pass
 /// on its work or fail on its fights. Detected by a recently renewed default Lease.
 pub async fn refuse_foreign_operator(cluster: &Cluster) -> Result<()> {
+    // The chart's release in switchyard-system, `e2e/cluster/demo`'s operator pod, and the pod
+    // operator of `tests/pods.rs` (left behind only by a run that died; that test removes it
+    // before it starts its own).
+    for namespace in [
+        SYSTEM_NAMESPACE,
+        DEMO_NAMESPACE,
+        crate::pod_operator::NAMESPACE,
+    ] {
+        refuse_lease_holder(cluster, namespace).await?;
+    }
+    Ok(())
+}
+
+async fn refuse_lease_holder(cluster: &Cluster, namespace: &str) -> Result<()> {
     use k8s_openapi::api::coordination::v1::Lease;
-    let leases: kube::Api<Lease> = kube::Api::namespaced(cluster.client().await?, SYSTEM_NAMESPACE);
+    let leases: kube::Api<Lease> = kube::Api::namespaced(cluster.client().await?, namespace);
     let Some(lease) = leases.get_opt(DEFAULT_LEASE).await? else {
         return Ok(());
     };
@@ -347,8 +376,9 @@ pub async fn refuse_foreign_operator(cluster: &Cluster) -> Result<()> {
     if !holder.is_empty() && age <= 2 * duration {
         bail!(
             "another switchyard operator is running against this cluster: Lease \
-             {SYSTEM_NAMESPACE}/{DEFAULT_LEASE} is held by {holder:?}, renewed {age}s ago. It would \
-             reconcile the tests' objects as well; stop it first (e.g. `e2e/cluster/demo --down`)"
+             {namespace}/{DEFAULT_LEASE} is held by {holder:?}, renewed {age}s ago. It would \
+             reconcile the tests' objects as well; stop it first (e.g. `e2e/cluster/demo --down`, \
+             or `helm uninstall` its release)"
         );
     }
     Ok(())

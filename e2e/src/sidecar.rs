@@ -3,10 +3,10 @@
 //! sidecar with the example app behind it, listening where a kwok pod's IP points (see `loopback`).
 
 use crate::cmd::Cmd;
-use crate::operator::{free_port, http_get};
+use crate::operator::http_get;
 use anyhow::{Context, Result, anyhow, bail};
 use serde_json::{Value, json};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 use tokio::sync::OnceCell;
@@ -28,6 +28,17 @@ pub async fn sidecar_binary() -> Result<PathBuf> {
     result
         .clone()
         .map_err(|e| anyhow!("cannot build the sidecar: {e}"))
+}
+
+/// Builds the `switchyard` command once per process and returns its binary.
+pub async fn cli_binary() -> Result<PathBuf> {
+    static CLI: OnceCell<Result<PathBuf, String>> = OnceCell::const_new();
+    let result = CLI
+        .get_or_init(|| async { build("switchyard").await.map_err(|e| format!("{e:#}")) })
+        .await;
+    result
+        .clone()
+        .map_err(|e| anyhow!("cannot build the switchyard command: {e}"))
 }
 
 /// Builds the example app once per process and returns its binary.
@@ -80,27 +91,28 @@ impl RouterSidecar {
             .join("sidecars")
             .join(format!("{name}-{}", crate::unique_suffix()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let http_port = free_port()?;
+        // Port 0 for both: the sidecar writes what it bound to its --ready-file before it is ready.
         let config = json!({
             "name": name,
             "namespace": namespace,
             "spec": {
-                "listeners": {"http": {"port": http_port}},
+                "listeners": {"http": {"port": 0}},
                 "routes": [{"event": "noop", "http": {"method": "GET", "path": "/noop"}}],
             },
             "destinations": {},
         });
         let config_file = dir.join("router.json");
         std::fs::write(&config_file, serde_json::to_vec_pretty(&config)?)?;
-        let admin_port = free_port()?;
+        let ready_file = dir.join("ready.json");
         let log = dir.join("router.log");
         let out = std::fs::File::create(&log)?;
-        let child = tokio::process::Command::new(&bin)
+        let mut child = tokio::process::Command::new(&bin)
             .args(["--log-format", "text", "router", "--config"])
             .arg(&config_file)
-            .args(["--bind", "127.0.0.1", "--admin-addr"])
-            .arg(format!("127.0.0.1:{admin_port}"))
+            .args(["--bind", "127.0.0.1", "--admin-addr", "127.0.0.1:0"])
             .args(["--control-plane", control_plane])
+            .arg("--ready-file")
+            .arg(&ready_file)
             .env("POD_NAME", format!("e2e-{name}"))
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
@@ -108,13 +120,25 @@ impl RouterSidecar {
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
+        let bound = match ready_json(&ready_file, &mut child).await {
+            Ok(b) => b,
+            Err(e) => bail!("{e:#}; log:\n{}", crate::tail_file(&log, 30)),
+        };
+        let port_of = |key: &str| {
+            bound[key]
+                .as_str()
+                .and_then(port_in)
+                .with_context(|| format!("{key} in the ready file: {bound}"))
+        };
         let mut sidecar = RouterSidecar {
+            admin_port: port_of("admin")?,
+            http_port: port_of("http")?,
             child,
-            admin_port,
-            http_port,
             log,
             _dir: dir,
         };
+        // The file is written just before readiness: /readyz answers 200 at once, or soon.
+        let admin_port = sidecar.admin_port;
         let start = std::time::Instant::now();
         loop {
             if let Some(status) = sidecar.child.try_wait()? {
@@ -181,16 +205,24 @@ impl ManagerSidecar {
             .join("sidecars")
             .join(format!("{name}-manager-{}", crate::unique_suffix()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let app_port = free_port()?;
-        let app_log = std::fs::File::create(dir.join("app.log"))?;
-        let app = tokio::process::Command::new(&app_bin)
-            .args(["--port", &app_port.to_string()])
+        // The app on port 0: it names the port it bound on its first line.
+        let app_log_path = dir.join("app.log");
+        let app_log = std::fs::File::create(&app_log_path)?;
+        let mut app = tokio::process::Command::new(&app_bin)
+            .args(["--port", "0"])
             .stdin(Stdio::null())
             .stdout(app_log.try_clone()?)
             .stderr(app_log)
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting {}", app_bin.display()))?;
+        let app_port = wait_until("the example app's listening line", &mut app, || {
+            let text = std::fs::read_to_string(&app_log_path).ok()?;
+            text.lines()
+                .find_map(|l| l.split("listening on ").nth(1))
+                .and_then(port_in)
+        })
+        .await?;
         let config = json!({
             "name": name,
             "namespace": namespace,
@@ -207,19 +239,21 @@ impl ManagerSidecar {
         });
         let config_file = dir.join("manager.json");
         std::fs::write(&config_file, serde_json::to_vec_pretty(&config)?)?;
-        let admin_port = free_port()?;
-        let local_api = free_port()?;
         let log = dir.join("manager.log");
         let out = std::fs::File::create(&log)?;
-        let sidecar = tokio::process::Command::new(&bin)
-            .args(["--log-format", "text", "manager", "--config"])
+        // Admin and local API on port 0: its `manager ready` log line names what it bound, and is
+        // written once it serves.
+        let mut sidecar = tokio::process::Command::new(&bin)
+            .args(["--log-format", "json", "manager", "--config"])
             .arg(&config_file)
             .arg("--listen")
             .arg(listen.to_string())
-            .arg("--admin-addr")
-            .arg(format!("127.0.0.1:{admin_port}"))
-            .arg("--local-api-addr")
-            .arg(format!("127.0.0.1:{local_api}"))
+            .args([
+                "--admin-addr",
+                "127.0.0.1:0",
+                "--local-api-addr",
+                "127.0.0.1:0",
+            ])
             .env("POD_NAME", format!("e2e-{name}-local"))
             .env_remove(crate::sidecar::CONTROL_PLANE_ENV)
             .stdin(Stdio::null())
@@ -228,6 +262,22 @@ impl ManagerSidecar {
             .kill_on_drop(true)
             .spawn()
             .with_context(|| format!("starting {}", bin.display()))?;
+        let ready = wait_until("the manager's ready line", &mut sidecar, || {
+            let text = std::fs::read_to_string(&log).ok()?;
+            text.lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .map(|l| l["fields"].clone())
+                .find(|f| f["message"] == "manager ready")
+        })
+        .await;
+        let ready = match ready {
+            Ok(r) => r,
+            Err(e) => bail!("{e:#}; log:\n{}", crate::tail_file(&log, 30)),
+        };
+        let admin_port = ready["admin"]
+            .as_str()
+            .and_then(port_in)
+            .with_context(|| format!("admin in the ready line: {ready}"))?;
         let mut m = ManagerSidecar {
             sidecar,
             app,
@@ -263,6 +313,47 @@ impl ManagerSidecar {
     /// The last `n` lines of its log.
     pub fn log_tail(&self, n: usize) -> String {
         crate::tail_file(&self.log, n)
+    }
+}
+
+/// The port of `host:port` (its last `:`-separated part), if it is one.
+fn port_in(addr: &str) -> Option<u16> {
+    addr.trim()
+        .rsplit(':')
+        .next()?
+        .parse()
+        .ok()
+        .filter(|p| *p != 0)
+}
+
+/// The JSON a sidecar wrote to its `--ready-file`, once complete (it is written whole, but may be
+/// read half-written): fails if `child` exits first or the e2e timeout passes.
+async fn ready_json(path: &Path, child: &mut tokio::process::Child) -> Result<Value> {
+    wait_until("the sidecar's ready file", child, || {
+        serde_json::from_slice(&std::fs::read(path).ok()?).ok()
+    })
+    .await
+}
+
+/// Polls `check` every 50 ms until it gives a value: fails, naming `what`, if `child` exits first or
+/// the e2e timeout passes.
+async fn wait_until<T>(
+    what: &str,
+    child: &mut tokio::process::Child,
+    mut check: impl FnMut() -> Option<T>,
+) -> Result<T> {
+    let start = std::time::Instant::now();
+    loop {
+        if let Some(v) = check() {
+            return Ok(v);
+        }
+        if let Some(status) = child.try_wait()? {
+            bail!("waiting for {what}: the process exited with {status}");
+        }
+        if start.elapsed() > crate::timeout() {
+            bail!("{what} did not appear within {:?}", crate::timeout());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }
 

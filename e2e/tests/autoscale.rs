@@ -2,6 +2,9 @@
 //! here by a `ReportLoad` client standing in for a router sidecar), and a load step on one event
 //! type scales the Manager that handles it through its scale subresource, while the other Manager
 //! stays put; when the load stops, replicas return to min after the (short) windows.
+//!
+//! Every test runs the chart's default of two operator replicas and sends its reports to the
+//! standby, which forwards them to the leader's autoscaler; one kills the leader during a load step.
 
 use anyhow::{Context, Result, bail, ensure};
 use futures::SinkExt;
@@ -11,11 +14,10 @@ use kube::api::{Api, ListParams};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use switchyard_crds::Manager;
 use switchyard_e2e::k8s::wait_rolled_out;
-use switchyard_e2e::operator::{OperatorLock, free_port, http_get};
+use switchyard_e2e::operator::{OperatorLock, http_get};
+use switchyard_e2e::replicas::leader_gauge;
 use switchyard_e2e::sidecar::RouterSidecar;
-use switchyard_e2e::{
-    Operator, OperatorOpts, TestNamespace, cluster, eventually, fixtures, timeout,
-};
+use switchyard_e2e::{Replicas, TestNamespace, cluster, eventually, fixtures, timeout};
 use switchyard_protocol::control::v1::control_plane_client::ControlPlaneClient;
 use switchyard_protocol::control::v1::{EventLoad, LoadReport};
 use tokio::sync::watch;
@@ -37,7 +39,8 @@ const SCALING: &str = "  replicas: 1
 ";
 
 /// Pushes one report every 500 ms with the in-flight figure of each event type currently in `load`,
-/// as a router sidecar of `ns` would, until the task is aborted.
+/// as a router sidecar of `ns` would, until the task is aborted. The period is the pace of the
+/// stand-in router, not a wait for anything.
 fn push_reports(
     cp: String,
     ns: String,
@@ -47,7 +50,9 @@ fn push_reports(
         let mut client = ControlPlaneClient::connect(cp).await?;
         let (mut tx, rx) = futures::channel::mpsc::channel::<LoadReport>(4);
         let call = tokio::spawn(async move { client.report_load(rx).await });
+        let mut every = tokio::time::interval(Duration::from_millis(500));
         loop {
+            every.tick().await;
             let events = load
                 .borrow()
                 .iter()
@@ -75,7 +80,6 @@ fn push_reports(
                 let answer = call.await?;
                 bail!("the report stream ended: {answer:?}");
             }
-            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     })
 }
@@ -90,15 +94,7 @@ async fn a_load_step_scales_only_the_busy_manager_and_it_returns_to_min() -> Res
     let c = cluster().await?;
     let client = c.client().await?;
     let ns = TestNamespace::create(c, "scale").await?;
-    let cp_port = free_port()?;
-    let op = Operator::start(
-        c,
-        OperatorOpts {
-            control_plane_port: Some(cp_port),
-            ..OperatorOpts::new("e2e-scale")
-        },
-    )
-    .await?;
+    let ops = Replicas::start(c, "e2e-scale").await?;
     let manifests = format!(
         "{}---\n{}---\n{}",
         fixtures::router("edge"),
@@ -114,11 +110,7 @@ async fn a_load_step_scales_only_the_busy_manager_and_it_returns_to_min() -> Res
     wait_rolled_out(&client, &ns.name, "cold-manager", 1).await?;
 
     let (load_tx, load_rx) = watch::channel(vec![("noop".to_owned(), 0), ("echo".to_owned(), 3)]);
-    let pusher = push_reports(
-        format!("http://127.0.0.1:{cp_port}"),
-        ns.name.clone(),
-        load_rx,
-    );
+    let pusher = push_reports(ops.standby_url(), ns.name.clone(), load_rx);
     let managers = Api::<Manager>::namespaced(client.clone(), &ns.name);
     let result = async {
         // Quiet load first: both stay at min, and the load shows in status.
@@ -177,7 +169,7 @@ async fn a_load_step_scales_only_the_busy_manager_and_it_returns_to_min() -> Res
             },
         )
         .await?;
-        let m = op.metrics().await?;
+        let m = ops.leader.metrics().await?;
         ensure!(m.sum("switchyard_operator_scale_decisions_total") >= 1.0);
         ensure!(m.sum("switchyard_operator_scale_reaction_seconds_count") >= 1.0);
 
@@ -207,12 +199,9 @@ async fn a_load_step_scales_only_the_busy_manager_and_it_returns_to_min() -> Res
         "running".to_owned()
     };
     if let Err(e) = result {
-        bail!(
-            "{e:#}\n--- report pusher: {pushed}\n--- operator log ---\n{}",
-            op.log_tail(40)
-        );
+        bail!("{e:#}\n--- report pusher: {pushed}\n{}", ops.log_tails(40));
     }
-    op.stop().await?;
+    ops.stop().await?;
     Ok(())
 }
 
@@ -222,15 +211,7 @@ async fn a_router_sidecar_under_load_reports_arrivals_that_scale_its_manager() -
     let c = cluster().await?;
     let client = c.client().await?;
     let ns = TestNamespace::create(c, "scale-sidecar").await?;
-    let cp_port = free_port()?;
-    let op = Operator::start(
-        c,
-        OperatorOpts {
-            control_plane_port: Some(cp_port),
-            ..OperatorOpts::new("e2e-scale-sidecar")
-        },
-    )
-    .await?;
+    let ops = Replicas::start(c, "e2e-scale-sidecar").await?;
     // A rate target of 2 arrivals/s per pod: the ~20 requests/s below ask for several pods.
     let scaling = SCALING.replace("EVENT: {targetInFlight: 10}", "noop: {targetRate: 2}");
     let manifests = format!(
@@ -244,17 +225,18 @@ async fn a_router_sidecar_under_load_reports_arrivals_that_scale_its_manager() -
         .ok()
         .await?;
     wait_rolled_out(&client, &ns.name, "hot-manager", 1).await?;
-    let sidecar =
-        RouterSidecar::start(&ns.name, "edge", &format!("http://127.0.0.1:{cp_port}")).await?;
+    let sidecar = RouterSidecar::start(&ns.name, "edge", &ops.standby_url()).await?;
     let port = sidecar.http_port;
     // The Manager's pods run on kwok and never answer: each request still arrives (and is counted)
-    // at the router before it fails or times out, which is all the load report needs.
+    // at the router before it fails or times out, which is all the load report needs. The period
+    // is the load, about 20 arrivals a second, not a wait for anything.
     let load = tokio::spawn(async move {
+        let mut every = tokio::time::interval(Duration::from_millis(50));
         loop {
+            every.tick().await;
             tokio::spawn(async move {
                 let _ = tokio::time::timeout(Duration::from_secs(2), http_get(port, "/noop")).await;
             });
-            tokio::time::sleep(Duration::from_millis(50)).await;
         }
     });
     let managers = Api::<Manager>::namespaced(client.clone(), &ns.name);
@@ -281,12 +263,12 @@ async fn a_router_sidecar_under_load_reports_arrivals_that_scale_its_manager() -
     match result {
         Ok(rate) => println!("reported arrival rate when scaled: {rate:?}"),
         Err(e) => bail!(
-            "{e:#}\n--- sidecar log ---\n{}\n--- operator log ---\n{}",
+            "{e:#}\n--- sidecar log ---\n{}\n{}",
             sidecar.log_tail(30),
-            op.log_tail(40)
+            ops.log_tails(40)
         ),
     }
-    op.stop().await?;
+    ops.stop().await?;
     Ok(())
 }
 
@@ -305,15 +287,7 @@ async fn per_event_type_load_scales_only_that_types_deployment() -> Result<()> {
     let c = cluster().await?;
     let client = c.client().await?;
     let ns = TestNamespace::create(c, "scale-split").await?;
-    let cp_port = free_port()?;
-    let op = Operator::start(
-        c,
-        OperatorOpts {
-            control_plane_port: Some(cp_port),
-            ..OperatorOpts::new("e2e-scale-split")
-        },
-    )
-    .await?;
+    let ops = Replicas::start(c, "e2e-scale-split").await?;
     let scaling = SCALING
         .replace(
             "EVENT: {targetInFlight: 10}",
@@ -334,11 +308,7 @@ async fn per_event_type_load_scales_only_that_types_deployment() -> Result<()> {
     wait_rolled_out(&client, &ns.name, "split-echo", 1).await?;
 
     let (load_tx, load_rx) = watch::channel(vec![("noop".to_owned(), 2), ("echo".to_owned(), 3)]);
-    let pusher = push_reports(
-        format!("http://127.0.0.1:{cp_port}"),
-        ns.name.clone(),
-        load_rx,
-    );
+    let pusher = push_reports(ops.standby_url(), ns.name.clone(), load_rx);
     let managers = Api::<Manager>::namespaced(client.clone(), &ns.name);
     let result = async {
         eventually(
@@ -406,9 +376,9 @@ async fn per_event_type_load_scales_only_that_types_deployment() -> Result<()> {
     .await;
     pusher.abort();
     if let Err(e) = result {
-        bail!("{e:#}\n--- operator log ---\n{}", op.log_tail(40));
+        bail!("{e:#}\n{}", ops.log_tails(40));
     }
-    op.stop().await?;
+    ops.stop().await?;
     Ok(())
 }
 
@@ -418,15 +388,7 @@ async fn with_scaling_off_kubectl_scale_and_an_hpa_set_the_replicas() -> Result<
     let c = cluster().await?;
     let client = c.client().await?;
     let ns = TestNamespace::create(c, "scale-manual").await?;
-    let cp_port = free_port()?;
-    let op = Operator::start(
-        c,
-        OperatorOpts {
-            control_plane_port: Some(cp_port),
-            ..OperatorOpts::new("e2e-scale-manual")
-        },
-    )
-    .await?;
+    let ops = Replicas::start(c, "e2e-scale-manual").await?;
     let scaling = SCALING
         .replace("EVENT", "noop")
         .replace("enabled: true", "enabled: false");
@@ -443,11 +405,7 @@ async fn with_scaling_off_kubectl_scale_and_an_hpa_set_the_replicas() -> Result<
     wait_rolled_out(&client, &ns.name, "manual-manager", 1).await?;
     // Load that would scale the Manager down to... nothing: scaling is off, so it must not count.
     let (_load_tx, load_rx) = watch::channel(vec![("noop".to_owned(), 0)]);
-    let pusher = push_reports(
-        format!("http://127.0.0.1:{cp_port}"),
-        ns.name.clone(),
-        load_rx,
-    );
+    let pusher = push_reports(ops.standby_url(), ns.name.clone(), load_rx);
     let managers = Api::<Manager>::namespaced(client.clone(), &ns.name);
     let result = async {
         c.kubectl()
@@ -455,8 +413,18 @@ async fn with_scaling_off_kubectl_scale_and_an_hpa_set_the_replicas() -> Result<
             .ok()
             .await?;
         wait_rolled_out(&client, &ns.name, "manual-manager", 3).await?;
-        // Several autoscaler ticks and reconciles later, nobody has undone it.
-        tokio::time::sleep(Duration::from_secs(5)).await;
+        // Several autoscaler ticks later, nobody has undone it: wait until the leader, whose
+        // autoscaler decides, has taken in 3 s worth of the reports (forwarded by the standby)
+        // that would scale a scaling Manager down (each tick sees them, as they are fresh for
+        // 3 s), then look.
+        let reports = "switchyard_operator_control_plane_load_reports_total";
+        let before = ops.leader.metrics().await?.sum(reports);
+        eventually("6 more load reports at the leader", timeout(), || async {
+            let n = ops.leader.metrics().await?.sum(reports);
+            ensure!(n >= before + 6.0, "{} since the scale", n - before);
+            Ok(())
+        })
+        .await?;
         ensure!(spec_replicas(&managers, "manual").await? == 3);
         ensure!(deployment_replicas(&client, &ns.name, "manual-manager").await? == 3);
 
@@ -493,8 +461,89 @@ spec:
     .await;
     pusher.abort();
     if let Err(e) = result {
-        bail!("{e:#}\n--- operator log ---\n{}", op.log_tail(40));
+        bail!("{e:#}\n{}", ops.log_tails(40));
     }
-    op.stop().await?;
+    ops.stop().await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manager_still_scales_when_the_leader_is_killed_during_a_load_step() -> Result<()> {
+    let _lock = OperatorLock::acquire().await?;
+    let c = cluster().await?;
+    let client = c.client().await?;
+    let ns = TestNamespace::create(c, "scale-failover").await?;
+    let mut ops = Replicas::start(c, "e2e-scale-failover").await?;
+    let manifests = format!(
+        "{}---\n{}",
+        fixtures::router("edge"),
+        fixtures::manager("hot", "edge", "[noop]", &SCALING.replace("EVENT", "noop")),
+    );
+    c.kubectl()
+        .args(["apply", "-n", &ns.name, "-f", "-"])
+        .stdin(manifests)
+        .ok()
+        .await?;
+    wait_rolled_out(&client, &ns.name, "hot-manager", 1).await?;
+    let (load_tx, load_rx) = watch::channel(vec![("noop".to_owned(), 3)]);
+    let pusher = push_reports(ops.standby_url(), ns.name.clone(), load_rx);
+    let managers = Api::<Manager>::namespaced(client.clone(), &ns.name);
+    let result = async {
+        // The standby's reports reach the leader's autoscaler: its figures show in status.
+        eventually("the forwarded load in status", timeout(), || async {
+            let s = managers.get("hot").await?.status.context("no status")?;
+            let e = s.events.iter().find(|e| e.event == "noop");
+            ensure!(
+                e.and_then(|e| e.in_flight) == Some(3.0),
+                "status events: {:?}",
+                s.events
+            );
+            Ok(())
+        })
+        .await?;
+        let forwarded = ops.standby.metrics().await?.sum_where(
+            "switchyard_operator_control_plane_forwarded_total",
+            "kind",
+            "report",
+        );
+        ensure!(
+            forwarded >= 1.0,
+            "the standby forwarded {forwarded} reports"
+        );
+
+        // The step, and the leader crashes at the same moment: the standby must take the Lease over
+        // (after it expires) and scale on the reports it now keeps itself.
+        let step = Instant::now();
+        load_tx.send_replace(vec![("noop".to_owned(), 40)]);
+        ops.leader.kill().await?;
+        let lease = Duration::from_secs(15);
+        eventually(
+            "the hot Manager to scale to 4 after the failover",
+            lease + REACTION_BOUND,
+            || async {
+                let n = spec_replicas(&managers, "hot").await?;
+                ensure!(n == 4, "hot has {n} replicas");
+                Ok(())
+            },
+        )
+        .await?;
+        println!(
+            "scaled {:?} after the step and the leader's crash",
+            step.elapsed()
+        );
+        ensure!(
+            leader_gauge(&ops.standby).await? == 1.0,
+            "the standby does not report itself leader"
+        );
+        wait_rolled_out(&client, &ns.name, "hot-manager", 4).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    pusher.abort();
+    if let Err(e) = result {
+        bail!("{e:#}\n{}", ops.log_tails(40));
+    }
+    let code = ops.standby.stop().await?;
+    ensure!(code == Some(0), "the new leader exited with {code:?}");
     Ok(())
 }

@@ -320,3 +320,167 @@ async fn per_event_type_routes_list_only_their_own_pods() -> Result<()> {
     op.stop().await?;
     Ok(())
 }
+
+/// The next message of `stream`, within the poll timeout.
+async fn next_table(
+    stream: &mut tonic::Streaming<switchyard_protocol::control::v1::RoutingTable>,
+) -> Result<switchyard_protocol::control::v1::RoutingTable> {
+    tokio::time::timeout(timeout(), stream.message())
+        .await
+        .context("no routing-table message in time")??
+        .context("the stream ended")
+}
+
+/// Opens a `WatchRoutes` stream asking for deltas.
+async fn watch(
+    cp: &str,
+    ns: &str,
+) -> Result<tonic::Streaming<switchyard_protocol::control::v1::RoutingTable>> {
+    use switchyard_protocol::control::v1::WatchRoutesRequest;
+    use switchyard_protocol::control::v1::control_plane_client::ControlPlaneClient;
+    let mut client = ControlPlaneClient::connect(cp.to_owned()).await?;
+    Ok(client
+        .watch_routes(WatchRoutesRequest {
+            router: "edge".into(),
+            namespace: ns.to_owned(),
+            pod: "e2e-deltas".into(),
+            deltas: true,
+        })
+        .await?
+        .into_inner())
+}
+
+async fn scale(c: &switchyard_e2e::Cluster, ns: &str, replicas: u32) -> Result<()> {
+    c.kubectl()
+        .args([
+            "scale",
+            "-n",
+            ns,
+            "managers.switchyard.dev/handlers",
+            &format!("--replicas={replicas}"),
+        ])
+        .ok()
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_gets_deltas_and_a_whole_table_after_a_gap_or_a_reconnect() -> Result<()> {
+    use prost::Message;
+    use switchyard_e2e::scale::mirror::Mirror;
+    let _lock = OperatorLock::acquire().await?;
+    let c = cluster().await?;
+    let client = c.client().await?;
+    let ns = TestNamespace::create(c, "cp-deltas").await?;
+    let cp_port = free_port()?;
+    let opts = |id: &str| OperatorOpts {
+        control_plane_port: Some(cp_port),
+        ..OperatorOpts::new(id)
+    };
+    let op = Operator::start(c, opts("e2e-cp-deltas-1")).await?;
+    let manifests = format!(
+        "{}---\n{}---\n{}",
+        fixtures::router("edge"),
+        fixtures::manager("handlers", "edge", "[noop]", "  replicas: 2\n"),
+        fixtures::manager("other", "edge", "[echo]", "  replicas: 1\n")
+    );
+    c.kubectl()
+        .args(["apply", "-n", &ns.name, "-f", "-"])
+        .stdin(manifests)
+        .ok()
+        .await?;
+    wait_rolled_out(&client, &ns.name, "handlers-manager", 2).await?;
+    wait_rolled_out(&client, &ns.name, "other-manager", 1).await?;
+    let cp = format!("http://127.0.0.1:{cp_port}");
+    let checked = async {
+        // Whole table first (it may predate the last pod's readiness: follow until it lists both).
+        let mut stream = watch(&cp, &ns.name).await?;
+        let first = next_table(&mut stream).await?;
+        ensure!(
+            first.base == 0,
+            "the first message is a whole table: {first:?}"
+        );
+        let whole_bytes = first.encoded_len();
+        let mut mirror = Mirror::default();
+        let mut version = first.version;
+        mirror.apply(first)?;
+        while mirror.count("noop") < 2 || mirror.count("echo") < 1 {
+            let m = next_table(&mut stream).await?;
+            version = m.version;
+            mirror.apply(m)?;
+        }
+
+        // A scale of one Manager: deltas following each other, carrying only its route.
+        scale(c, &ns.name, 3).await?;
+        while mirror.count("noop") < 3 {
+            let d = next_table(&mut stream).await?;
+            ensure!(
+                d.base == version,
+                "delta base {} after version {version}",
+                d.base
+            );
+            let events: Vec<&str> = d.routes.iter().map(|r| r.event_type.as_str()).collect();
+            ensure!(events == ["noop"], "the delta carries {events:?}");
+            ensure!(
+                d.encoded_len() < whole_bytes,
+                "a delta of {} bytes, the whole table {whole_bytes}",
+                d.encoded_len()
+            );
+            version = d.version;
+            mirror.apply(d)?;
+        }
+
+        // A lost message: the next delta does not apply, and a new stream starts whole and current.
+        scale(c, &ns.name, 2).await?;
+        let _lost = next_table(&mut stream).await?;
+        scale(c, &ns.name, 3).await?;
+        let after = next_table(&mut stream).await?;
+        ensure!(
+            mirror.apply(after).is_err(),
+            "a delta over a missed one must not apply"
+        );
+        drop(stream);
+        let mut stream = watch(&cp, &ns.name).await?;
+        let resync = next_table(&mut stream).await?;
+        ensure!(resync.base == 0, "a new stream starts whole: {resync:?}");
+        let mut mirror = Mirror::default();
+        mirror.apply(resync)?;
+        eventually("the resynced table to list 3 pods", timeout(), || async {
+            let want = ready_endpoints(&client, &ns.name, "handlers").await?;
+            ensure!(want.len() == 3, "ready pods {want:?}");
+            Ok(())
+        })
+        .await?;
+        while mirror.count("noop") != 3 {
+            mirror.apply(next_table(&mut stream).await?)?;
+        }
+        anyhow::Ok(())
+    }
+    .await;
+    if let Err(e) = checked {
+        bail!("{e:#}\n--- operator log ---\n{}", op.log_tail(40));
+    }
+
+    // The operator restarts: the reconnected stream starts whole again.
+    op.stop().await?;
+    let op = Operator::start(c, opts("e2e-cp-deltas-2")).await?;
+    let reconnected = async {
+        let mut stream = eventually("a stream from the restarted operator", timeout(), || {
+            let (cp, ns) = (cp.clone(), ns.name.clone());
+            async move { watch(&cp, &ns).await }
+        })
+        .await?;
+        let first = next_table(&mut stream).await?;
+        ensure!(
+            first.base == 0,
+            "after a restart the stream starts whole: {first:?}"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    if let Err(e) = reconnected {
+        bail!("{e:#}\n--- operator log ---\n{}", op.log_tail(40));
+    }
+    op.stop().await?;
+    Ok(())
+}

@@ -4,6 +4,9 @@
 //! CIDR is a loopback address (`switchyard_e2e::loopback`), where a real manager sidecar and the
 //! example app listen; the table brings that endpoint and the held request is answered 200. With
 //! no more load the Manager returns to zero after the stabilization window.
+//!
+//! Two operator replicas run, as the chart deploys them, and the router follows the standby: its
+//! activation must reach the leader's autoscaler through the standby's forwarding.
 
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::events::v1::Event;
@@ -12,11 +15,9 @@ use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 use switchyard_crds::Manager;
 use switchyard_e2e::k8s::wait_rolled_out;
-use switchyard_e2e::operator::{OperatorLock, free_port, http_get_within};
+use switchyard_e2e::operator::{OperatorLock, http_get_within};
 use switchyard_e2e::sidecar::{ManagerSidecar, RouterSidecar};
-use switchyard_e2e::{
-    Operator, OperatorOpts, TestNamespace, cluster, eventually, fixtures, loopback, timeout,
-};
+use switchyard_e2e::{Replicas, TestNamespace, cluster, eventually, fixtures, loopback, timeout};
 use switchyard_protocol::ports::MANAGER_INBOUND;
 
 /// The loose correctness bound for the whole path (request to answer) on a noisy shared machine.
@@ -58,15 +59,7 @@ async fn a_request_to_a_manager_at_zero_is_held_scaled_up_for_and_answered() -> 
         SocketAddr::new(pod_ip.into(), MANAGER_INBOUND),
     )
     .await?;
-    let cp_port = free_port()?;
-    let op = Operator::start(
-        c,
-        OperatorOpts {
-            control_plane_port: Some(cp_port),
-            ..OperatorOpts::new("e2e-zero")
-        },
-    )
-    .await?;
+    let ops = Replicas::start(c, "e2e-zero").await?;
     let manifests = format!(
         "{}---\n{}",
         fixtures::router("edge"),
@@ -83,8 +76,7 @@ async fn a_request_to_a_manager_at_zero_is_held_scaled_up_for_and_answered() -> 
         .ok()
         .await?;
     wait_rolled_out(&client, &ns.name, "lazy-manager", 0).await?;
-    let router =
-        RouterSidecar::start(&ns.name, "edge", &format!("http://127.0.0.1:{cp_port}")).await?;
+    let router = RouterSidecar::start(&ns.name, "edge", &ops.standby_url()).await?;
     let managers = Api::<Manager>::namespaced(client.clone(), &ns.name);
 
     let result = async {
@@ -143,6 +135,12 @@ async fn a_request_to_a_manager_at_zero_is_held_scaled_up_for_and_answered() -> 
                 .any(|n| n.contains("from 0 to 1") && n.contains("activation")),
             "ScaledUp notes: {notes:?}"
         );
+        let forwarded = ops.standby.metrics().await?.sum_where(
+            "switchyard_operator_control_plane_forwarded_total",
+            "kind",
+            "activation",
+        );
+        ensure!(forwarded >= 1.0, "the standby forwarded {forwarded} activations");
 
         // Idle again: back to zero once the stable and stabilization windows have passed.
         let idle = Instant::now();
@@ -159,12 +157,12 @@ async fn a_request_to_a_manager_at_zero_is_held_scaled_up_for_and_answered() -> 
     .await;
     if let Err(e) = result {
         bail!(
-            "{e:#}\n--- router log ---\n{}\n--- manager log ---\n{}\n--- operator log ---\n{}",
+            "{e:#}\n--- router log ---\n{}\n--- manager log ---\n{}\n{}",
             router.log_tail(30),
             manager.log_tail(20),
-            op.log_tail(40)
+            ops.log_tails(40)
         );
     }
-    op.stop().await?;
+    ops.stop().await?;
     Ok(())
 }

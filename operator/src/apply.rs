@@ -62,7 +62,7 @@ where
     let list = api
         .list(&ListParams::default().labels(selector))
         .await
-        .map_err(|source| Error::Observe {
+        .map_err(|source| Error::Prune {
             what: what(),
             source,
         })?;
@@ -79,7 +79,7 @@ where
                 // Already gone: the goal is reached.
                 Err(kube::Error::Api(e)) if e.code == 404 => {}
                 Err(source) => {
-                    return Err(Error::Apply {
+                    return Err(Error::Prune {
                         what: format!("delete {} {ns}/{name}", K::kind(&())),
                         source,
                     });

@@ -176,14 +176,6 @@ pub fn summarize(
     }
 }
 
-/// Status of the `Ready` condition in a list, if present.
-pub fn ready_status(conditions: &[Condition]) -> Option<&str> {
-    conditions
-        .iter()
-        .find(|c| c.type_ == READY)
-        .map(|c| c.status.as_str())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -11,18 +11,26 @@ pub enum Error {
         /// The API error.
         source: kube::Error,
     },
-    /// Building a child failed (a bug or an unserialisable value, not user input).
-    #[error("build {what}: {message}")]
-    Build {
+    /// Rendering a child failed (a bug or an unserialisable value, not user input).
+    #[error("render {what}: {message}")]
+    Render {
         /// Which child.
         what: String,
         /// Why.
         message: String,
     },
-    /// Server-side apply or prune of a child failed.
+    /// Server-side apply of a child failed.
     #[error("apply {what}: {source}")]
     Apply {
         /// Which child.
+        what: String,
+        /// The API error.
+        source: kube::Error,
+    },
+    /// Listing or deleting children the spec no longer wants failed.
+    #[error("prune {what}: {source}")]
+    Prune {
+        /// Which children.
         what: String,
         /// The API error.
         source: kube::Error,
@@ -35,6 +43,9 @@ pub enum Error {
         /// The API error.
         source: kube::Error,
     },
+    /// A cache the reconcile reads from was closed (the operator is stopping).
+    #[error("the {0} cache is closed")]
+    CacheClosed(&'static str),
     /// The object lacks a field the API server always sets (name, namespace, uid).
     #[error("object lacks metadata.{0}")]
     MissingMetadata(&'static str),
@@ -45,9 +56,11 @@ impl Error {
     pub fn metric_label(&self) -> &'static str {
         match self {
             Error::Observe { .. } => "observe",
-            Error::Build { .. } => "build",
+            Error::Render { .. } => "render",
             Error::Apply { .. } => "apply",
+            Error::Prune { .. } => "prune",
             Error::Status { .. } => "status",
+            Error::CacheClosed(_) => "observe",
             Error::MissingMetadata(_) => "metadata",
         }
     }

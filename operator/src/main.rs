@@ -9,6 +9,8 @@ use switchyard_operator::admin::{self, Admin};
 use switchyard_operator::context::Context;
 use switchyard_operator::identity::ca_secret::DEFAULT_SECRET;
 use switchyard_operator::identity::{IdentitySettings, MeshIdentity};
+use switchyard_operator::leader::store::KubeLease;
+use switchyard_operator::leader::view::LeaderView;
 use switchyard_operator::leader::{self, LeaseConfig};
 use switchyard_operator::metrics::Metrics;
 use switchyard_operator::render::RenderSettings;
@@ -20,22 +22,39 @@ use tokio::sync::watch;
 #[tokio::main]
 async fn main() -> ExitCode {
     let settings = Settings::parse();
-    if let Err(e) = telemetry::init(&settings.log_level, settings.log_format) {
-        eprintln!("switchyard-operator: {e}");
-        return ExitCode::from(2);
-    }
-    match run(settings).await {
+    let tracing = match telemetry::init(
+        &settings.log_level,
+        settings.log_format,
+        &settings.identity(),
+    ) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("switchyard-operator: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let code = match run(settings).await {
         Ok(code) => code,
         Err(e) => {
             tracing::error!(error = format!("{e:#}"), "operator failed");
             ExitCode::FAILURE
         }
+    };
+    if let Some(t) = tracing {
+        t.shutdown().await;
     }
+    code
 }
 
 async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     if let Some(url) = &settings.control_plane_url {
         settings::check_control_plane_url(url, settings.mesh_tls).map_err(anyhow::Error::msg)?;
+    }
+    let peer_url = settings.peer_url().map_err(anyhow::Error::msg)?;
+    if settings.leader_election && peer_url.is_none() {
+        tracing::warn!(
+            "no --peer-url (nor POD_IP): while this replica leads, standbys cannot forward load reports and activations to it"
+        );
     }
     let client = kube::Client::try_default().await.map_err(|e| {
         anyhow::anyhow!("no Kubernetes client configuration (KUBECONFIG or in-cluster): {e}")
@@ -112,8 +131,8 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         }
     };
 
-    // Every replica serves the control plane: it only reads caches, so a standby answers as well as
-    // the leader and sidecars spread over all replicas.
+    // Every replica serves the control plane: routing tables come from its own caches, so sidecars
+    // spread over all replicas; a standby forwards load reports and activations to the leader.
     let cp_listener = tokio::net::TcpListener::bind(settings.control_plane_addr)
         .await
         .map_err(|e| {
@@ -127,27 +146,46 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             config: m
                 .server_config()
                 .map_err(|e| anyhow::anyhow!("control-plane TLS: {e}"))?,
+            forward: m
+                .forward_connector()
+                .map_err(|e| anyhow::anyhow!("TLS to the leader: {e}"))?,
             identity: m.service(client.clone(), metrics.clone()),
         }),
     };
+    let view = Arc::new(if settings.leader_election {
+        LeaderView::default()
+    } else {
+        LeaderView::me()
+    });
+    let observer = control_plane::observe::start(client.clone());
+    let caches = observer.caches();
     let control_plane = tokio::spawn(control_plane::serve(
-        client.clone(),
+        observer,
         cp_listener,
         loads.clone(),
+        view.clone(),
         metrics.clone(),
         serving,
         stopped(),
     ));
 
     let identity = settings.identity();
-    let lease = LeaseConfig::new(
-        settings.lease_name.clone(),
-        settings.lease_namespace.clone(),
-        identity.clone(),
-    );
+    let lease = LeaseConfig {
+        url: peer_url,
+        ..LeaseConfig::new(
+            settings.lease_name.clone(),
+            settings.lease_namespace.clone(),
+            identity.clone(),
+        )
+    };
+    let store = Arc::new(KubeLease {
+        api: kube::Api::namespaced(client.clone(), &settings.lease_namespace),
+        name: settings.lease_name.clone(),
+    });
+    let mut since = tokio::time::Instant::now();
     if settings.leader_election {
         tokio::select! {
-            () = leader::acquire(&client, &lease, &metrics) => {}
+            t = leader::acquire(&*store, &lease, &metrics, &view) => since = t,
             () = stopped() => return Ok(ExitCode::SUCCESS),
         }
     } else {
@@ -174,9 +212,10 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     // pod restarts as a fresh candidate rather than keeping stale caches.
     let (lost_tx, lost_rx) = watch::channel(false);
     if settings.leader_election {
-        let (client, lease, metrics) = (client.clone(), lease.clone(), metrics.clone());
+        let (store, lease, metrics, view) =
+            (store.clone(), lease.clone(), metrics.clone(), view.clone());
         tokio::spawn(async move {
-            leader::hold(&client, &lease, &metrics).await;
+            leader::hold(&*store, &lease, &metrics, &view, since).await;
             let _ = lost_tx.send(true);
         });
     }
@@ -194,7 +233,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     // The autoscaler writes replicas, so like the controllers it runs on the leader only.
     futures::join!(
         controller::run(ctx.clone(), end.clone()),
-        autoscale::run(ctx, loads, end)
+        autoscale::run(ctx, loads, caches.managers.clone(), end)
     );
 
     if *lost_rx.borrow() {
@@ -207,7 +246,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     }
     ready.store(false, Ordering::Relaxed);
     if settings.leader_election {
-        leader::release(&client, &lease).await;
+        leader::release(&*store, &lease).await;
     }
     tracing::info!("stopped cleanly");
     Ok(ExitCode::SUCCESS)

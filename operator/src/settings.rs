@@ -1,7 +1,7 @@
 //! Command-line settings of the operator, validated once at start-up.
 
 use clap::{Parser, ValueEnum};
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
 
 /// Log output format.
@@ -77,6 +77,15 @@ pub struct Settings {
     /// Lifetime of the certificates issued to sidecars (renewed at two thirds), e.g. `24h`.
     #[arg(long, env = "SWITCHYARD_CERT_LIFETIME", default_value = "24h", value_parser = lifetime)]
     pub cert_lifetime: Duration,
+    /// URL at which the other replicas reach this one's control plane. The leader writes it into
+    /// the Lease, and standbys forward load reports and activations there (over mesh TLS, with the
+    /// operator's certificate, when it is on). Unset: `https://<POD_IP>:<control-plane port>`, or
+    /// `https://<--control-plane-addr>` when that names a host (`http://` with `--mesh-tls=false`).
+    #[arg(long, env = "SWITCHYARD_PEER_URL")]
+    pub peer_url: Option<String>,
+    /// This pod's IP (the chart sets it from the downward API), for the default `--peer-url`.
+    #[arg(long, env = "POD_IP")]
+    pub pod_ip: Option<IpAddr>,
 }
 
 /// Parses a certificate lifetime: a duration between 10 s and 30 days.
@@ -114,6 +123,22 @@ pub fn check_control_plane_url(url: &str, mesh_tls: bool) -> Result<(), String> 
 }
 
 impl Settings {
+    /// The URL other replicas forward to (see `--peer-url`); None when nothing names a host.
+    pub fn peer_url(&self) -> Result<Option<String>, String> {
+        if let Some(url) = &self.peer_url {
+            check_control_plane_url(url, self.mesh_tls)
+                .map_err(|e| e.replace("--control-plane-url", "--peer-url"))?;
+            return Ok(Some(url.clone()));
+        }
+        let scheme = if self.mesh_tls { "https" } else { "http" };
+        let port = self.control_plane_addr.port();
+        if let Some(ip) = self.pod_ip {
+            return Ok(Some(format!("{scheme}://{}", SocketAddr::new(ip, port))));
+        }
+        let addr = self.control_plane_addr;
+        Ok((!addr.ip().is_unspecified()).then(|| format!("{scheme}://{addr}")))
+    }
+
     /// The identity to hold the Lease under.
     pub fn identity(&self) -> String {
         self.identity.clone().unwrap_or_else(|| {
@@ -147,5 +172,41 @@ mod tests {
         assert!(lifetime("1s").is_err());
         assert!(lifetime("90d").is_err());
         assert!(lifetime("soon").expect_err("text").contains("soon"));
+    }
+
+    fn parse(args: &[&str]) -> Settings {
+        let mut all = vec!["switchyard-operator"];
+        all.extend_from_slice(args);
+        Settings::try_parse_from(all).expect("settings")
+    }
+
+    #[test]
+    fn the_peer_url_comes_from_the_flag_the_pod_ip_or_a_bound_host() {
+        let s = parse(&["--peer-url", "https://10.1.2.3:7443"]);
+        assert_eq!(s.peer_url(), Ok(Some("https://10.1.2.3:7443".into())));
+        let s = parse(&["--pod-ip", "10.1.2.3"]);
+        assert_eq!(s.peer_url(), Ok(Some("https://10.1.2.3:7443".into())));
+        let s = parse(&["--peer-url", "http://10.1.2.3:7443"]);
+        assert!(
+            s.peer_url()
+                .expect_err("h2c under mesh TLS")
+                .contains("https://")
+        );
+        // Without mesh TLS the replicas talk h2c.
+        let parse = |args: &[&str]| {
+            let mut all = vec!["--mesh-tls", "false"];
+            all.extend_from_slice(args);
+            parse(&all)
+        };
+        let s = parse(&["--peer-url", "http://10.1.2.3:7443"]);
+        assert_eq!(s.peer_url(), Ok(Some("http://10.1.2.3:7443".into())));
+        let s = parse(&["--peer-url", "10.1.2.3:7443"]);
+        assert!(s.peer_url().expect_err("no scheme").contains("--peer-url"));
+        let s = parse(&["--pod-ip", "fd00::7", "--control-plane-addr", "[::]:7443"]);
+        assert_eq!(s.peer_url(), Ok(Some("http://[fd00::7]:7443".into())));
+        let s = parse(&["--control-plane-addr", "127.0.0.1:9000"]);
+        assert_eq!(s.peer_url(), Ok(Some("http://127.0.0.1:9000".into())));
+        let s = parse(&["--control-plane-addr", "0.0.0.0:7443"]);
+        assert_eq!(s.peer_url(), Ok(None));
     }
 }

@@ -20,7 +20,11 @@
 //!                                          manager -> router: an event for WebSocket subscribers
 //! HELLO    body := (empty); flags bit 0: the sender takes PUSH frames
 //!                                          flags bit 1: the sender counts a flagged RESPONSE as a credit
+//!                                          flags bit 2: the sender answers RECLAIM with RELEASE
 //!                                          first frame of the connecting side
+//! RECLAIM  body := credits:u32             manager -> sender: give back up to that many unused credits
+//! RELEASE  body := credits:u32             sender -> manager: that many credits given back (maybe 0),
+//!                                          the answer to a RECLAIM
 //! str8    := len:u8 bytes (UTF-8)
 //! ```
 //! Pure: no I/O. [`FrameCodec`] plugs it into `tokio_util::codec::Framed`.
@@ -49,6 +53,10 @@ pub const FLAG_TAKES_PUSHES: u8 = 0x01;
 /// the manager may skip the CREDIT frame after each answer. A peer that never sent it gets CREDIT
 /// frames as before: sidecars of mixed versions keep exact credit accounting.
 pub const FLAG_IMPLICIT_CREDIT: u8 = 0x02;
+/// Flag on a HELLO: the sender answers a RECLAIM with a RELEASE of the credits it holds unused, so a
+/// manager can move credit from idle senders to a new one (credit cannot otherwise be taken back).
+/// A manager never sends RECLAIM to a peer whose HELLO lacked it.
+pub const FLAG_RELEASES_CREDIT: u8 = 0x04;
 /// Flag on a RESPONSE: the answer also returns its request's credit (no CREDIT frame follows for it).
 /// Only sent to a peer whose HELLO carried [`FLAG_IMPLICIT_CREDIT`].
 pub const FLAG_RETURNS_CREDIT: u8 = 0x01;
@@ -72,6 +80,17 @@ pub enum Frame {
     /// Permission to send `credits` more requests (credit-based flow control: nothing is dropped).
     Credit {
         /// Additional requests allowed.
+        credits: u32,
+    },
+    /// The manager asks for up to `credits` unused credits back (only of a peer whose HELLO said it
+    /// releases credit).
+    Reclaim {
+        /// The most the sender should give back.
+        credits: u32,
+    },
+    /// The answer to a RECLAIM: the sender gave up `credits` it held unused (possibly none).
+    Release {
+        /// Credits given back.
         credits: u32,
     },
     /// Heartbeat.
@@ -99,6 +118,8 @@ pub enum Frame {
         takes_pushes: bool,
         /// Whether the sender counts a RESPONSE with [`FLAG_RETURNS_CREDIT`] as one credit.
         implicit_credit: bool,
+        /// Whether the sender answers RECLAIM with RELEASE ([`FLAG_RELEASES_CREDIT`]).
+        releases_credit: bool,
     },
 }
 
@@ -179,6 +200,8 @@ mod kind {
     pub const GOAWAY: u8 = 7;
     pub const PUSH: u8 = 8;
     pub const HELLO: u8 = 9;
+    pub const RECLAIM: u8 = 10;
+    pub const RELEASE: u8 = 11;
 }
 
 /// Why bytes are not a valid frame. The connection that sent them is closed.
@@ -272,7 +295,7 @@ pub fn check(frame: &Frame, max: usize) -> Result<(), FrameError> {
         }
         Frame::GoAway { reason } => reason.len(),
         Frame::Cancel { .. } | Frame::Hello { .. } => 0,
-        Frame::Credit { .. } => 4,
+        Frame::Credit { .. } | Frame::Reclaim { .. } | Frame::Release { .. } => 4,
         Frame::Ping { .. } | Frame::Pong { .. } => 8,
     };
     within(body, max)
@@ -377,8 +400,12 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             dst.put_u8(0);
             dst.put_u64(*id);
         }
-        Frame::Credit { credits } => {
-            dst.put_u8(kind::CREDIT);
+        Frame::Credit { credits } | Frame::Reclaim { credits } | Frame::Release { credits } => {
+            dst.put_u8(match frame {
+                Frame::Credit { .. } => kind::CREDIT,
+                Frame::Reclaim { .. } => kind::RECLAIM,
+                _ => kind::RELEASE,
+            });
             dst.put_u8(0);
             dst.put_u64(0);
             dst.put_u32(*credits);
@@ -402,6 +429,7 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
         Frame::Hello {
             takes_pushes,
             implicit_credit,
+            releases_credit,
         } => {
             let mut flags = 0;
             if *takes_pushes {
@@ -409,6 +437,9 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             }
             if *implicit_credit {
                 flags |= FLAG_IMPLICIT_CREDIT;
+            }
+            if *releases_credit {
+                flags |= FLAG_RELEASES_CREDIT;
             }
             dst.put_u8(kind::HELLO);
             dst.put_u8(flags);
@@ -499,10 +530,13 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
             })
         }
         kind::CANCEL => Frame::Cancel { id },
-        kind::CREDIT => {
+        kind::CREDIT | kind::RECLAIM | kind::RELEASE => {
             need(&body, 4, "credits")?;
-            Frame::Credit {
-                credits: body.get_u32(),
+            let credits = body.get_u32();
+            match k {
+                kind::CREDIT => Frame::Credit { credits },
+                kind::RECLAIM => Frame::Reclaim { credits },
+                _ => Frame::Release { credits },
             }
         }
         kind::PING | kind::PONG => {
@@ -531,6 +565,7 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
         kind::HELLO => Frame::Hello {
             takes_pushes: flags & FLAG_TAKES_PUSHES != 0,
             implicit_credit: flags & FLAG_IMPLICIT_CREDIT != 0,
+            releases_credit: flags & FLAG_RELEASES_CREDIT != 0,
         },
         other => return Err(FrameError::UnknownKind(other)),
     };
@@ -643,17 +678,18 @@ mod tests {
         }));
         roundtrip(Frame::Cancel { id: 3 });
         roundtrip(Frame::Credit { credits: 64 });
+        roundtrip(Frame::Reclaim { credits: 12 });
+        roundtrip(Frame::Release { credits: 0 });
         roundtrip(Frame::Ping { nonce: 9 });
         roundtrip(Frame::Pong { nonce: 9 });
         roundtrip(Frame::GoAway {
             reason: "draining".into(),
         });
-        for (takes_pushes, implicit_credit) in
-            [(true, true), (true, false), (false, true), (false, false)]
-        {
+        for bits in 0..8u8 {
             roundtrip(Frame::Hello {
-                takes_pushes,
-                implicit_credit,
+                takes_pushes: bits & 1 != 0,
+                implicit_credit: bits & 2 != 0,
+                releases_credit: bits & 4 != 0,
             });
         }
         roundtrip(Frame::Push(Push {
@@ -733,7 +769,8 @@ mod tests {
             decode(&mut hello, 1024),
             Ok(Some(Frame::Hello {
                 takes_pushes: true,
-                implicit_credit: false
+                implicit_credit: false,
+                releases_credit: false,
             }))
         );
         // An old router ignores RESPONSE flags, which is why a manager sets the bit only after the
@@ -792,11 +829,14 @@ mod tests {
                 reason: "bye".into(),
             },
             Frame::Credit { credits: 5 },
+            Frame::Reclaim { credits: 3 },
+            Frame::Release { credits: 0 },
             Frame::Ping { nonce: 1 },
             Frame::Cancel { id: 1 },
             Frame::Hello {
                 takes_pushes: true,
                 implicit_credit: true,
+                releases_credit: true,
             },
         ];
         for f in frames {

@@ -88,9 +88,12 @@ mod tests {
             Frame::Ping { nonce: 5 },
             Frame::Pong { nonce: 6 },
             Frame::GoAway { reason: "r".into() },
+            Frame::Reclaim { credits: 7 },
+            Frame::Release { credits: 2 },
             Frame::Hello {
                 takes_pushes: true,
                 implicit_credit: true,
+                releases_credit: true,
             },
             Frame::Push(Push {
                 event: "p".into(),

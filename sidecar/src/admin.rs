@@ -1,7 +1,7 @@
 //! The admin server of both roles: `/healthz`, `/readyz`, `/metrics`, and `/routes` (the routing
-//! table as JSON, to loopback clients only); and the probe server (`/healthz`, `/readyz` on a port of
-//! their own). `/metrics` carries no secrets and no addresses: its labels are event types, statuses
-//! and fixed reasons.
+//! table as JSON, to loopback clients only); the manager role adds `/drain` (see [`DrainHook`]).
+//! And the probe server (`/healthz`, `/readyz` on a port of their own). `/metrics` carries no
+//! secrets and no addresses: its labels are event types, statuses and fixed reasons.
 
 use crate::metrics::Metrics;
 use crate::upstream::Upstream;
@@ -13,6 +13,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
 
 /// Readiness: true once the listeners are bound, false again when a drain starts.
 #[derive(Clone, Default)]
@@ -74,22 +75,66 @@ pub async fn serve_probes(listener: TcpListener, ready: Readiness) {
     }
 }
 
+/// A drain started over HTTP: `GET /drain` starts it (as SIGTERM would) and answers once it is over.
+/// The operator makes it the app container's preStop hook. The kubelet stops a pod's app before its
+/// native sidecars, so without it the app would be gone while the manager still had deliveries for it;
+/// with it the app is stopped only after the manager sent GOAWAY and finished what it had accepted.
+#[derive(Clone, Debug, Default)]
+pub struct DrainHook {
+    start: CancellationToken,
+    done: CancellationToken,
+}
+
+impl DrainHook {
+    /// Resolves once `/drain` was asked for.
+    pub async fn requested(&self) {
+        self.start.cancelled().await;
+    }
+
+    /// Marks the drain as over: waiting `/drain` requests answer.
+    pub fn finish(&self) {
+        self.done.cancel();
+    }
+
+    async fn run(&self) -> (StatusCode, &'static [u8]) {
+        self.start.cancel();
+        // The drain itself is bounded by DRAIN_LIMIT; a little more here so its end is what answers.
+        let limit = crate::shutdown::DRAIN_LIMIT + Duration::from_secs(2);
+        match tokio::time::timeout(limit, self.done.cancelled()).await {
+            Ok(()) => (StatusCode::OK, b"drained\n"),
+            Err(_) => (StatusCode::SERVICE_UNAVAILABLE, b"drain not finished\n"),
+        }
+    }
+}
+
 /// Serves admin requests on `listener` forever: `/healthz`, `/readyz`, `/metrics`, and `GET /routes`
-/// showing `router`'s table. Runs until the process exits, so probes see the drain.
+/// showing `upstream`'s routing table. Runs until the process exits, so probes see the drain.
 pub async fn serve_router(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: Readiness,
-    router: Arc<Upstream>,
+    upstream: Arc<Upstream>,
 ) {
-    serve_with(listener, metrics, ready, Some(router)).await;
+    serve_with(listener, metrics, ready, Some(upstream), None).await;
+}
+
+/// As [`serve_router`], plus `GET /drain` starting and awaiting the manager's drain.
+pub async fn serve_manager(
+    listener: TcpListener,
+    metrics: Arc<Metrics>,
+    ready: Readiness,
+    upstream: Arc<Upstream>,
+    drain: DrainHook,
+) {
+    serve_with(listener, metrics, ready, Some(upstream), Some(drain)).await;
 }
 
 async fn serve_with(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: Readiness,
-    router: Option<Arc<Upstream>>,
+    upstream: Option<Arc<Upstream>>,
+    drain: Option<DrainHook>,
 ) {
     // Probes and scrapes are few; a small bound keeps a flood of admin connections from costing memory.
     let limit = Arc::new(tokio::sync::Semaphore::new(64));
@@ -107,21 +152,33 @@ async fn serve_with(
         };
         let metrics = metrics.clone();
         let ready = ready.clone();
-        let router = router.clone();
+        let upstream = upstream.clone();
+        let drain = drain.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
+                let drain = (req.uri().path() == "/drain").then(|| drain.clone());
                 // The topology (endpoints, pod addresses) is for someone inside the pod or behind
                 // `kubectl port-forward`, not for whatever reaches the admin port.
                 let resp = if req.uri().path() == "/routes" && !client.ip().is_loopback() {
-                    let mut r = Response::new(Full::new(Bytes::from_static(
-                        b"/routes is served to loopback clients only (kubectl port-forward, or exec in the pod)\n",
-                    )));
-                    *r.status_mut() = StatusCode::FORBIDDEN;
-                    r
+                    text(
+                        StatusCode::FORBIDDEN,
+                        Bytes::from_static(
+                            b"/routes is served to loopback clients only (kubectl port-forward, or exec in the pod)\n",
+                        ),
+                    )
                 } else {
-                    answer(req.uri().path(), &metrics, &ready, router.as_deref())
+                    answer(req.uri().path(), &metrics, &ready, upstream.as_deref())
                 };
-                async move { Ok::<_, std::convert::Infallible>(resp) }
+                async move {
+                    let resp = match drain {
+                        Some(Some(hook)) => {
+                            let (status, body) = hook.run().await;
+                            text(status, Bytes::from_static(body))
+                        }
+                        _ => resp,
+                    };
+                    Ok::<_, std::convert::Infallible>(resp)
+                }
             });
             let _ = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -137,10 +194,10 @@ fn answer(
     path: &str,
     metrics: &Metrics,
     ready: &Readiness,
-    router: Option<&Upstream>,
+    upstream: Option<&Upstream>,
 ) -> Response<Full<Bytes>> {
     let (status, content_type, body) = match path {
-        "/routes" => match router {
+        "/routes" => match upstream {
             Some(r) => match serde_json::to_vec_pretty(&r.view()) {
                 Ok(json) => (StatusCode::OK, "application/json", Bytes::from(json)),
                 Err(_) => (
@@ -173,6 +230,14 @@ fn answer(
             Bytes::from_static(b"not found\n"),
         ),
     };
+    with_type(status, content_type, body)
+}
+
+fn text(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {
+    with_type(status, "text/plain", body)
+}
+
+fn with_type(status: StatusCode, content_type: &'static str, body: Bytes) -> Response<Full<Bytes>> {
     let mut resp = Response::new(Full::new(body));
     *resp.status_mut() = status;
     resp.headers_mut().insert(

@@ -51,6 +51,10 @@ enum Role {
         /// names.
         #[arg(long, env = switchyard_protocol::env::CONTROL_PLANE)]
         control_plane: Option<String>,
+        /// Once ready, write the addresses actually bound (`http`, `grpc`, `admin`) to this file as
+        /// JSON: how `switchyard up` and scripts learn the ports of listeners configured as 0.
+        #[arg(long, value_name = "PATH")]
+        ready_file: Option<PathBuf>,
     },
     /// Beside the handler app: accept events from routers and deliver them to the app.
     Manager {
@@ -99,6 +103,7 @@ pub fn run() -> ExitCode {
                 probe_addr,
                 secrets_dir,
                 control_plane,
+                ready_file,
             } => {
                 roles::router::run(
                     config,
@@ -107,6 +112,7 @@ pub fn run() -> ExitCode {
                     *probe_addr,
                     secrets_dir,
                     control_plane.as_deref(),
+                    ready_file.as_deref(),
                 )
                 .await
             }

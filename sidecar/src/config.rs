@@ -98,6 +98,18 @@ fn port(file: &Path, field: &str, value: i32) -> Result<u16, ConfigError> {
         })
 }
 
+/// A listener's port; 0 binds any free port, which the role's ready line reports (local runs and
+/// tests start processes on port 0 instead of guessing a free one).
+fn listen_port(file: &Path, field: &str, value: i32) -> Result<u16, ConfigError> {
+    u16::try_from(value).map_err(|_| {
+        field_error(
+            file,
+            field,
+            format!("{value} is not a TCP port (1 to 65535, or 0 for any free port)"),
+        )
+    })
+}
+
 fn positive(file: &Path, field: &str, value: i32) -> Result<usize, ConfigError> {
     usize::try_from(value)
         .ok()
@@ -109,7 +121,7 @@ fn positive(file: &Path, field: &str, value: i32) -> Result<usize, ConfigError> 
 pub struct RouterSettings {
     /// The config as read.
     pub config: RouterConfig,
-    /// HTTP listener port.
+    /// HTTP listener port (0: any free port).
     pub http_port: u16,
     /// Broker admission bound.
     pub queue_capacity: usize,
@@ -118,7 +130,7 @@ pub struct RouterSettings {
 /// Reads and checks a router config.
 pub fn load_router(file: &Path) -> Result<RouterSettings, ConfigError> {
     let config: RouterConfig = read(file)?;
-    let http_port = port(
+    let http_port = listen_port(
         file,
         "spec.listeners.http.port",
         config.spec.listeners.http.port,
@@ -233,6 +245,19 @@ mod tests {
         );
         let err = load_router(f.path()).err().expect("error").to_string();
         assert!(err.contains("spec.listeners.http.port"), "{err}");
+    }
+
+    #[test]
+    fn http_port_zero_means_any_free_port() {
+        let f = file(
+            r#"{"name":"e","namespace":"d","destinations":{},"spec":{"listeners":{"http":{"port":0}},"routes":[]}}"#,
+        );
+        assert_eq!(load_router(f.path()).expect("ok").http_port, 0);
+        let f = file(
+            r#"{"name":"e","namespace":"d","destinations":{},"spec":{"listeners":{"http":{"port":-1}},"routes":[]}}"#,
+        );
+        let err = load_router(f.path()).err().expect("error").to_string();
+        assert!(err.contains("or 0 for any free port"), "{err}");
     }
 
     #[test]

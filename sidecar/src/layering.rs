@@ -25,11 +25,12 @@ const FLOORS: &[(&str, u8)] = &[
     // Routing table and frame connections to managers; beside it, the event store of durable delivery.
     ("upstream", 5),
     ("durable", 5),
+    // Spans of every hop (counts its drops in metrics).
+    ("otel", 5),
     // Pure cores and process plumbing the stages share.
     ("answer", 4),
     ("edge", 4),
     ("net", 4),
-    ("otel", 4),
     ("metrics", 4),
     ("secrets", 4),
     ("routes", 3),

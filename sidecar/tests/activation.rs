@@ -24,7 +24,8 @@ use tonic::{Request, Response, Status, Streaming};
 /// The fake operator: one table for every subscriber, activations forwarded to the test.
 struct FakeControlPlane {
     tables: watch::Receiver<RoutingTable>,
-    activations: mpsc::UnboundedSender<ActivateRequest>,
+    /// Each call with the time it arrived.
+    activations: mpsc::UnboundedSender<(Instant, ActivateRequest)>,
 }
 
 type Tables = Pin<Box<dyn tokio_stream::Stream<Item = Result<RoutingTable, Status>> + Send>>;
@@ -62,7 +63,7 @@ impl ControlPlane for FakeControlPlane {
     }
 
     async fn activate(&self, r: Request<ActivateRequest>) -> Result<Response<ActivateAck>, Status> {
-        let _ = self.activations.send(r.into_inner());
+        let _ = self.activations.send((Instant::now(), r.into_inner()));
         Ok(Response::new(ActivateAck {}))
     }
 }
@@ -84,13 +85,14 @@ fn table(version: u64, endpoints: &[String]) -> RoutingTable {
                 })
                 .collect(),
         }],
+        ..RoutingTable::default()
     }
 }
 
 struct Setup {
     dir: tempfile::TempDir,
     tables: watch::Sender<RoutingTable>,
-    activations: mpsc::UnboundedReceiver<ActivateRequest>,
+    activations: mpsc::UnboundedReceiver<(Instant, ActivateRequest)>,
     router: Proc,
     http_port: u16,
     admin: u16,
@@ -113,8 +115,6 @@ async fn setup(activation_timeout: &str) -> Setup {
             .serve_with_incoming(TcpListenerStream::new(listener)),
     );
     let dir = tempfile::tempdir().unwrap();
-    let http_port = free_port();
-    let admin = free_port();
     let cfg = write_json(
         dir.path(),
         "router.json",
@@ -122,7 +122,7 @@ async fn setup(activation_timeout: &str) -> Setup {
             "name": "edge",
             "namespace": "default",
             "spec": {
-                "listeners": {"http": {"port": http_port}},
+                "listeners": {"http": {"port": 0}},
                 "routes": [{"event": "noop", "http": {"method": "GET", "path": "/noop"}}],
                 "broker": {
                     "queueCapacity": 16,
@@ -134,15 +134,15 @@ async fn setup(activation_timeout: &str) -> Setup {
         }),
     );
     let url = format!("http://{cp}");
-    let router = spawn_router(
+    let (router, ports) = start_router(
         dir.path(),
         &cfg,
-        admin,
         &["--control-plane", &url],
         &[("POD_NAME", "edge-0")],
-    );
+    )
+    .await;
+    let (http_port, admin) = (ports.http, ports.admin);
     let client = Http::new();
-    wait_ready(&client, admin).await;
     // The first table (an empty route) is in place.
     poll(Duration::from_secs(10), "the first table", || async {
         let r = client
@@ -184,7 +184,7 @@ async fn a_held_request_is_delivered_when_an_endpoint_appears() {
     let request = tokio::spawn(async move { client.get(&url).await });
 
     // The router asks for a pod at once, naming the event type.
-    let a = tokio::time::timeout(Duration::from_secs(10), s.activations.recv())
+    let (_, a) = tokio::time::timeout(Duration::from_secs(10), s.activations.recv())
         .await
         .expect("an Activate call")
         .unwrap();
@@ -199,16 +199,14 @@ async fn a_held_request_is_delivered_when_an_endpoint_appears() {
 
     // Only now does a manager exist; a table brings its endpoint.
     let app = TestApp::start().await;
-    let (manager_port, manager_admin) = (free_port(), free_port());
     let mcfg = write_json(
         s.dir.path(),
         "manager.json",
         &manager_config(app.port, &Opts::default()),
     );
-    let _manager = spawn_manager(s.dir.path(), &mcfg, manager_port, manager_admin);
-    wait_ready(&s.client, manager_admin).await;
+    let (_manager, m) = start_manager(s.dir.path(), &mcfg, &[]).await;
     s.tables
-        .send_replace(table(2, &[format!("127.0.0.1:{manager_port}")]));
+        .send_replace(table(2, &[format!("127.0.0.1:{}", m.listen)]));
 
     let reply = tokio::time::timeout(Duration::from_secs(15), request)
         .await
@@ -249,16 +247,36 @@ async fn with_no_endpoint_the_hold_ends_in_503_with_retry_after() {
         waited >= Duration::from_secs(1),
         "held for the activation timeout first: {waited:?}"
     );
-    let a = s.activations.try_recv().expect("an Activate call was made");
-    assert_eq!(a.event_type, "noop");
+    let answered = started + waited;
+    let (first, a) = s.activations.try_recv().expect("an Activate call was made");
+    assert_eq!((a.event_type.as_str(), a.held), ("noop", 1));
     assert_eq!(held(&s).await, 0.0);
-    // Repeated about once a second while held, and not after (a call sent as the hold ended has
-    // arrived within the first 300 ms).
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    while s.activations.try_recv().is_ok() {}
+    // Repeated once a second while held, and not after. This sleep is the behaviour under test: a
+    // quiet window of more than two repeat periods after the hold ended, in which a router that
+    // kept asking would call at least twice more.
     tokio::time::sleep(Duration::from_millis(2500)).await;
+    let mut later = Vec::new();
+    while let Ok((at, a)) = s.activations.try_recv() {
+        assert_eq!(
+            (a.event_type.as_str(), a.held),
+            ("noop", 1),
+            "sent while held"
+        );
+        later.push(at);
+    }
+    // The 1 s hold has room for the first call and one repeat, which may race the hold's end and
+    // arrive just after the answer; a repeat after the hold would come a full period later.
     assert!(
-        s.activations.try_recv().is_err(),
-        "no activation after the hold"
+        later.len() <= 1,
+        "{} more calls after the first; the hold lasted {waited:?}",
+        later.len()
     );
+    for at in later {
+        assert!(
+            at < answered + Duration::from_millis(900),
+            "an Activate call {:?} after the answer (first call at {:?})",
+            at.saturating_duration_since(answered),
+            first.saturating_duration_since(started)
+        );
+    }
 }

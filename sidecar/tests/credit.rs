@@ -1,6 +1,7 @@
 //! Credit accounting on a frame connection, seen by a router that speaks raw frames to a real manager
 //! sidecar: an answer carries its credit only when the router's HELLO asked for it, so routers from
-//! before implicit credit keep getting a CREDIT frame per answer.
+//! before implicit credit keep getting a CREDIT frame per answer; and routers that sit idle on their
+//! credit give it back when asked, so a router that connects later is not starved.
 
 #![allow(clippy::unwrap_used)]
 
@@ -39,6 +40,10 @@ fn noop(id: u64) -> Frame {
 
 /// Connects as a router, says HELLO, and returns the connection with the manager's first grant.
 async fn connect(mesh: &Mesh, implicit_credit: bool) -> (Conn, u32) {
+    connect_with(mesh, implicit_credit, false).await
+}
+
+async fn connect_with(mesh: &Mesh, implicit_credit: bool, releases_credit: bool) -> (Conn, u32) {
     let stream = TcpStream::connect(("127.0.0.1", mesh.manager_port))
         .await
         .unwrap();
@@ -46,6 +51,7 @@ async fn connect(mesh: &Mesh, implicit_credit: bool) -> (Conn, u32) {
     conn.send(Frame::Hello {
         takes_pushes: false,
         implicit_credit,
+        releases_credit,
     })
     .await
     .unwrap();
@@ -115,4 +121,69 @@ async fn a_router_without_implicit_credit_gets_credit_frames() {
         assert_eq!(frames.get(1), Some(&Frame::Credit { credits: 1 }));
         assert_eq!(credits(&frames), 1, "each request's credit comes back once");
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_routers_give_credit_back_so_a_late_router_is_served() {
+    let mesh = Mesh::start(Opts::default()).await;
+    // Three routers take their shares and never send: without RECLAIM the fourth got none, ever.
+    let mut idle = Vec::new();
+    let mut total = 0;
+    for n in 0..3u64 {
+        let (mut conn, granted) = connect_with(&mesh, true, true).await;
+        total += granted;
+        // The PONG shows the HELLO (read before the PING) was taken in; grants and asks for credit
+        // back may come before it.
+        conn.send(Frame::Ping { nonce: n }).await.unwrap();
+        let mut early = 0;
+        loop {
+            match next(&mut conn).await {
+                Frame::Pong { nonce } if nonce == n => break,
+                Frame::Credit { credits } => total += credits,
+                Frame::Reclaim { credits } => {
+                    early += credits;
+                    conn.send(Frame::Release { credits }).await.unwrap();
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        idle.push(tokio::spawn(async move {
+            let mut released = early;
+            // Answers every RECLAIM with all it asked (none of it is spent) until the test ends.
+            while let Some(Ok(f)) = conn.next().await {
+                if let Frame::Reclaim { credits } = f {
+                    released += credits;
+                    conn.send(Frame::Release { credits }).await.unwrap();
+                }
+            }
+            released
+        }));
+    }
+    let (mut late, granted) = connect_with(&mesh, true, true).await;
+    assert!(granted > 0, "the late router gets credit");
+    // More of its share may arrive as grants while the idle routers' releases come in.
+    let frames = exchange(&mut late, 1).await;
+    let granted = granted
+        + frames
+            .iter()
+            .filter_map(|f| match f {
+                Frame::Credit { credits } => Some(*credits),
+                _ => None,
+            })
+            .sum::<u32>();
+    let Some(Frame::Response(r)) = frames.iter().find(|f| matches!(f, Frame::Response(_))) else {
+        panic!("{frames:?}")
+    };
+    assert_eq!(r.status, 200, "{r:?}");
+    // Its share was moved from the idle routers, which then hold less than what they were granted.
+    drop(late);
+    drop(mesh);
+    let mut released = 0;
+    for t in idle {
+        released += t.await.unwrap();
+    }
+    assert!(
+        released >= granted,
+        "released {released}, granted late {granted}, first three {total}"
+    );
 }

@@ -52,9 +52,10 @@ fn receiver_config(app_port: u16, jetstream: Option<&str>, queue: i32, in_flight
     cfg
 }
 
-/// A publishing Manager (`sender`, handling an unused type) whose `orders` go to `handlers`.
-fn sender_config(name: &str, receiver_port: u16, jetstream: Option<&str>) -> Value {
-    let mut cfg = manager_config(free_port(), &Opts::default());
+/// A publishing Manager (`sender`, handling an unused type, its app never called at `app_port`)
+/// whose `orders` go to `handlers`.
+fn sender_config(name: &str, app_port: u16, receiver_port: u16, jetstream: Option<&str>) -> Value {
+    let mut cfg = manager_config(app_port, &Opts::default());
     cfg["name"] = json!(name);
     cfg["events"] = json!([format!("{name}.unused")]);
     let mut dest = json!({"manager": "handlers", "service": "handlers", "port": receiver_port, "podSelector": {}});
@@ -67,43 +68,44 @@ fn sender_config(name: &str, receiver_port: u16, jetstream: Option<&str>) -> Val
     cfg
 }
 
-/// A manager sidecar and the ports it was started on, restartable on the same ports.
+/// A manager sidecar, restartable on the ports its first life bound (port 0 then).
 struct Sidecar {
     cfg: PathBuf,
     dir: PathBuf,
-    port: u16,
-    admin: u16,
-    local_api: u16,
+    ports: Option<ManagerPorts>,
     proc: Option<Proc>,
     lives: usize,
 }
 
 impl Sidecar {
-    fn new(dir: &Path, name: &str, cfg: &Value, port: u16) -> Sidecar {
+    fn new(dir: &Path, name: &str, cfg: &Value) -> Sidecar {
         let cfg = write_json(dir, &format!("{name}.json"), cfg);
         Sidecar {
             cfg,
             dir: dir.join(name),
-            port,
-            admin: free_port(),
-            local_api: free_port(),
+            ports: None,
             proc: None,
             lives: 0,
         }
     }
 
-    async fn start(&mut self, client: &Http) {
+    /// Starts it and waits for its ready line.
+    async fn start(&mut self) {
         self.lives += 1;
         let dir = self.dir.join(format!("life{}", self.lives));
         std::fs::create_dir_all(&dir).unwrap();
-        self.proc = Some(spawn_manager_with_local_api(
-            &dir,
-            &self.cfg,
-            self.port,
-            self.admin,
-            self.local_api,
-        ));
-        wait_ready(client, self.admin).await;
+        let mut p = match self.ports {
+            None => spawn_manager(&dir, &self.cfg, &[]),
+            Some(ports) => spawn_manager_at(&dir, &self.cfg, ports, &[]),
+        };
+        let bound = manager_ready(&mut p).await;
+        assert!(self.ports.is_none_or(|was| was == bound), "{bound:?}");
+        self.ports = Some(bound);
+        self.proc = Some(p);
+    }
+
+    fn ports(&self) -> ManagerPorts {
+        self.ports.expect("started")
     }
 
     /// SIGKILL: nothing is drained, nothing is flushed.
@@ -115,12 +117,15 @@ impl Sidecar {
     }
 
     fn publish_url(&self) -> String {
-        format!("http://127.0.0.1:{}/v1/publish/orders", self.local_api)
+        format!(
+            "http://127.0.0.1:{}/v1/publish/orders",
+            self.ports().local_api
+        )
     }
 
     async fn metric(&self, client: &Http, name: &str) -> f64 {
         let r = client
-            .get(&format!("http://127.0.0.1:{}/metrics", self.admin))
+            .get(&format!("http://127.0.0.1:{}/metrics", self.ports().admin))
             .await
             .unwrap();
         let text = String::from_utf8_lossy(&r.body).into_owned();
@@ -130,8 +135,8 @@ impl Sidecar {
             .sum()
     }
 
-    fn log(&self) -> String {
-        self.proc.as_ref().map(Proc::log_text).unwrap_or_default()
+    fn log(&self) -> Vec<Value> {
+        self.proc.as_ref().map(Proc::log_lines).unwrap_or_default()
     }
 }
 
@@ -216,24 +221,6 @@ async fn restart_after(app: &TestApp, down: Duration) {
     app.listen().await;
 }
 
-/// A log without its ANSI colour codes.
-fn plain(log: &str) -> String {
-    let mut out = String::with_capacity(log.len());
-    let mut chars = log.chars();
-    while let Some(c) = chars.next() {
-        if c == '\u{1b}' {
-            for c in chars.by_ref() {
-                if c.is_ascii_alphabetic() {
-                    break;
-                }
-            }
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 /// Deliveries the app saw, by ce-id.
 fn delivered(app: &TestApp) -> HashMap<String, usize> {
     let mut by_id = HashMap::new();
@@ -285,24 +272,22 @@ fn print(mode: &str, c: &Counts) {
 async fn durable_mode_loses_nothing_acknowledged_through_three_crashes() {
     let dir = tempfile::tempdir().unwrap();
     let client = Http::new();
-    let mut servers: Vec<NatsServer> = nats::cluster(dir.path(), 3).await;
+    let (mut servers, _routes): (Vec<NatsServer>, _) = nats::cluster(dir.path(), 3).await;
     let url = nats::urls(&servers);
     let app = TestApp::start().await;
-    let port = free_port();
     let mut receiver = Sidecar::new(
         dir.path(),
         "handlers",
         &receiver_config(app.port, Some(&url), 64, 16),
-        port,
     );
+    receiver.start().await;
+    let no_app = ClosedPort::new();
     let mut sender = Sidecar::new(
         dir.path(),
         "sender",
-        &sender_config("sender", port, Some(&url)),
-        free_port(),
+        &sender_config("sender", no_app.port, receiver.ports().listen, Some(&url)),
     );
-    receiver.start(&client).await;
-    sender.start(&client).await;
+    sender.start().await;
     // The stream exists once the receiver's consumers are pulling: wait for a first event through.
     poll(Duration::from_secs(30), "a first durable event", || async {
         let r = client
@@ -323,7 +308,7 @@ async fn durable_mode_loses_nothing_acknowledged_through_three_crashes() {
     let mut p = Publisher::new(&client, sender.publish_url(), "d");
     p.until(PUBLISHES / 4).await;
     receiver.kill9();
-    receiver.start(&client).await;
+    receiver.start().await;
     p.until(PUBLISHES / 2).await;
     app.kill();
     tokio::join!(
@@ -359,21 +344,19 @@ async fn default_mode_loses_only_what_the_killed_pod_had_admitted_and_counts_it(
     let dir = tempfile::tempdir().unwrap();
     let client = Http::new();
     let app = TestApp::start().await;
-    let port = free_port();
     let mut receiver = Sidecar::new(
         dir.path(),
         "handlers",
         &receiver_config(app.port, None, 256, 16),
-        port,
     );
+    receiver.start().await;
+    let no_app = ClosedPort::new();
     let mut sender = Sidecar::new(
         dir.path(),
         "sender",
-        &sender_config("sender", port, None),
-        free_port(),
+        &sender_config("sender", no_app.port, receiver.ports().listen, None),
     );
-    receiver.start(&client).await;
-    sender.start(&client).await;
+    sender.start().await;
     poll(Duration::from_secs(30), "the sender connected", || async {
         let r = client
             .post(&sender.publish_url(), "application/json", "{}")
@@ -393,7 +376,7 @@ async fn default_mode_loses_only_what_the_killed_pod_had_admitted_and_counts_it(
     let mut p = Publisher::new(&client, sender.publish_url(), "m");
     p.until(PUBLISHES / 3).await;
     receiver.kill9();
-    receiver.start(&client).await;
+    receiver.start().await;
     p.until(2 * PUBLISHES / 3).await;
     app.kill();
     tokio::join!(
@@ -403,17 +386,11 @@ async fn default_mode_loses_only_what_the_killed_pod_had_admitted_and_counts_it(
     p.until(PUBLISHES).await;
     let told = p.finish().await;
     // Settled: every 202 is delivered or among the sender's unconfirmed ones (and those never come).
-    let unconfirmed_of = |log: String| -> HashSet<String> {
-        plain(&log)
-            .lines()
-            .filter(|l| l.contains("acknowledged publish unconfirmed"))
-            .filter_map(|l| {
-                l.split("ce_id=")
-                    .nth(1)?
-                    .split_whitespace()
-                    .next()
-                    .map(|s| s.trim_matches('"').to_owned())
-            })
+    let unconfirmed_of = |log: Vec<Value>| -> HashSet<String> {
+        log.iter()
+            .map(|l| &l["fields"])
+            .filter(|f| f["message"] == "acknowledged publish unconfirmed")
+            .filter_map(|f| f["ce_id"].as_str().map(str::to_owned))
             .collect()
     };
     let settle_until = Instant::now() + SETTLE;
@@ -431,10 +408,10 @@ async fn default_mode_loses_only_what_the_killed_pod_had_admitted_and_counts_it(
         if Instant::now() > settle_until {
             let mut few: Vec<_> = missing.into_iter().take(20).collect();
             few.sort();
-            let log = plain(&receiver.log());
-            let why: Vec<&str> = log
-                .lines()
-                .filter(|l| few.iter().any(|id| l.contains(&format!("ce_id={id} "))))
+            let log = receiver.log();
+            let why: Vec<&Value> = log
+                .iter()
+                .filter(|l| few.iter().any(|id| l["fields"]["ce_id"] == id.as_str()))
                 .take(10)
                 .collect();
             panic!(
@@ -487,29 +464,26 @@ async fn two_senders_at_full_load_never_see_an_event_shed_after_its_202() {
     let dir = tempfile::tempdir().unwrap();
     let client = Http::new();
     let app = TestApp::start().await;
-    let port = free_port();
     // A small pod: 8 queued + 2 in flight, against 2 x 128 publishers.
     let mut receiver = Sidecar::new(
         dir.path(),
         "handlers",
         &receiver_config(app.port, None, 8, 2),
-        port,
     );
+    receiver.start().await;
+    let (no_app, port) = (ClosedPort::new(), receiver.ports().listen);
     let mut a = Sidecar::new(
         dir.path(),
         "a",
-        &sender_config("a", port, None),
-        free_port(),
+        &sender_config("a", no_app.port, port, None),
     );
     let mut b = Sidecar::new(
         dir.path(),
         "b",
-        &sender_config("b", port, None),
-        free_port(),
+        &sender_config("b", no_app.port, port, None),
     );
-    receiver.start(&client).await;
-    a.start(&client).await;
-    b.start(&client).await;
+    a.start().await;
+    b.start().await;
     for s in [&a, &b] {
         poll(Duration::from_secs(30), "a sender connected", || async {
             let r = client

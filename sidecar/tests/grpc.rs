@@ -32,8 +32,8 @@ fn with_grpc(cfg: &mut Value, port: u16) {
 }
 
 async fn mesh(opts: Opts) -> (Mesh, u16) {
-    let port = free_port();
-    let mesh = Mesh::start_with(opts, |cfg| with_grpc(cfg, port)).await;
+    let mesh = Mesh::start_with(opts, |cfg| with_grpc(cfg, 0)).await;
+    let port = mesh.grpc();
     (mesh, port)
 }
 
@@ -448,12 +448,12 @@ async fn connect_holds_at_most_64_in_flight_and_drops_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_overload_is_resource_exhausted_with_retry_after() {
-    let port = free_port();
-    let _mesh = Mesh::start_with(Opts::default(), |cfg| {
-        with_grpc(cfg, port);
+    let mesh = Mesh::start_with(Opts::default(), |cfg| {
+        with_grpc(cfg, 0);
         cfg["spec"]["broker"]["queueCapacity"] = json!(2);
     })
     .await;
+    let port = mesh.grpc();
     let c = client(port).await;
     let calls = (0..6).map(|_| {
         let mut c = c.clone();
@@ -485,8 +485,10 @@ async fn broker_overload_is_resource_exhausted_with_retry_after() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_port_equal_to_http_port_is_a_config_error() {
     let dir = tempfile::tempdir().unwrap();
-    let http = free_port();
-    let mut cfg = router_config(http, free_port(), "3s");
+    // Fixed ports: the config is refused before anything binds.
+    let http = 8080;
+    let mut cfg = router_config(1, "3s");
+    cfg["spec"]["listeners"]["http"]["port"] = json!(http);
     with_grpc(&mut cfg, http);
     let path = write_json(dir.path(), "router.json", &cfg);
     let out = std::process::Command::new(BIN)
@@ -497,7 +499,7 @@ async fn grpc_port_equal_to_http_port_is_a_config_error() {
             "--bind",
             "127.0.0.1",
             "--admin-addr",
-            &format!("127.0.0.1:{}", free_port()),
+            "127.0.0.1:0",
         ])
         .output()
         .unwrap();

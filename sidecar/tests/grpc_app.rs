@@ -61,13 +61,15 @@ impl Handler for App {
     }
 }
 
-async fn start_app(port: u16, seen: Arc<Seen>) -> CancellationToken {
+/// The app serving on `listener` until the token is cancelled; the task ends once the server has
+/// closed its listener and every connection.
+fn start_app(
+    listener: tokio::net::TcpListener,
+    seen: Arc<Seen>,
+) -> (CancellationToken, tokio::task::JoinHandle<()>) {
     let stop = CancellationToken::new();
-    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
-        .await
-        .unwrap();
     let s = stop.clone();
-    tokio::spawn(async move {
+    let task = tokio::spawn(async move {
         tonic::transport::Server::builder()
             .add_service(HandlerServer::new(App(seen)))
             .serve_with_incoming_shutdown(
@@ -77,14 +79,15 @@ async fn start_app(port: u16, seen: Arc<Seen>) -> CancellationToken {
             .await
             .unwrap();
     });
-    stop
+    (stop, task)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn grpc_app_answers_retries_and_maps_errors() {
-    let port = free_port();
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
     let seen = Arc::new(Seen::default());
-    let stop = start_app(port, seen.clone()).await;
+    let (stop, app) = start_app(listener, seen.clone());
     let mesh = Mesh::start(Opts {
         grpc_app_port: Some(port),
         ..Opts::default()
@@ -134,15 +137,21 @@ async fn grpc_app_answers_retries_and_maps_errors() {
 
     // The app goes away: answers fail fast with 502, never hang.
     stop.cancel();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    tokio::time::timeout(Duration::from_secs(10), app)
+        .await
+        .expect("the app stops")
+        .unwrap();
     let r = tokio::time::timeout(Duration::from_secs(10), mesh.client.get(&mesh.url("/noop")))
         .await
         .expect("no hang")
         .unwrap();
     assert_eq!(r.status, 502, "{:?}", r.body);
 
-    // And it comes back.
-    let _stop = start_app(port, seen.clone()).await;
+    // And it comes back, on the port it had until a moment ago.
+    let listener = tokio::net::TcpListener::bind(("127.0.0.1", port))
+        .await
+        .unwrap();
+    let _app = start_app(listener, seen.clone());
     poll(Duration::from_secs(15), "app back", || async {
         let r = mesh.client.get(&mesh.url("/noop")).await.ok()?;
         (r.status == 200).then_some(())

@@ -63,7 +63,6 @@ async fn metrics(mesh: &Mesh) -> String {
 
 async fn guarded_mesh(secrets: &Path) -> (Mesh, u16) {
     secret(secrets, "api-keys", "keys", b"key-one\nkey-two\n");
-    let grpc_port = free_port();
     let mesh = Mesh::start_with(
         Opts {
             router_args: secrets_args(secrets),
@@ -71,7 +70,7 @@ async fn guarded_mesh(secrets: &Path) -> (Mesh, u16) {
             ..Opts::default()
         },
         |cfg| {
-            cfg["spec"]["listeners"]["grpc"] = json!({"port": grpc_port});
+            cfg["spec"]["listeners"]["grpc"] = json!({"port": 0});
             cfg["spec"]["routes"]
                 .as_array_mut()
                 .unwrap()
@@ -87,6 +86,7 @@ async fn guarded_mesh(secrets: &Path) -> (Mesh, u16) {
     )
     .await;
     wait_connected(&mesh, &[("x-api-key", "key-one"), ("x-client", "probe")]).await;
+    let grpc_port = mesh.grpc();
     (mesh, grpc_port)
 }
 
@@ -362,27 +362,16 @@ async fn jwt_accepts_good_tokens_and_names_each_problem() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_key_file_exits_2_naming_file_and_field() {
     let dir = tempfile::tempdir().unwrap();
-    let mut cfg = router_config(free_port(), free_port(), "3s");
+    let mut cfg = router_config(1, "3s");
     cfg["spec"]["middleware"] = json!([
         {"auth": {"apiKey": {"keysSecretRef": {"name": "absent", "key": "keys"}}}},
     ]);
     let file = write_json(dir.path(), "router.json", &cfg);
     let secrets = dir.path().join("secrets");
-    let mut p = Proc::spawn(
-        &[
-            "--log-format",
-            "text",
-            "router",
-            "--config",
-            file.to_str().unwrap(),
-            "--bind",
-            "127.0.0.1",
-            "--admin-addr",
-            &format!("127.0.0.1:{}", free_port()),
-            "--secrets-dir",
-            secrets.to_str().unwrap(),
-        ],
-        dir.path().join("router.log"),
+    let mut p = spawn_router(
+        dir.path(),
+        &file,
+        &["--secrets-dir", secrets.to_str().unwrap()],
         &[],
     );
     assert_eq!(p.wait_exit(Duration::from_secs(20)).await, Some(2));
@@ -468,7 +457,6 @@ async fn https_get(cert: &TestCert, port: u16, alpn: &[&[u8]], path: &str) -> (u
 async fn tls_serves_h1_and_h2_by_alpn_and_refuses_plain_http() {
     let secrets = tempfile::tempdir().unwrap();
     let cert = tls_secret(secrets.path());
-    let grpc_port = free_port();
     let mesh = Mesh::start_with(
         Opts {
             router_args: secrets_args(secrets.path()),
@@ -477,11 +465,12 @@ async fn tls_serves_h1_and_h2_by_alpn_and_refuses_plain_http() {
         },
         |cfg| {
             cfg["spec"]["listeners"]["tls"] = json!({"secretName": "edge-tls"});
-            cfg["spec"]["listeners"]["grpc"] = json!({"port": grpc_port});
+            cfg["spec"]["listeners"]["grpc"] = json!({"port": 0});
         },
     )
     .await;
     let port = mesh.http_port;
+    let grpc_port = mesh.grpc();
     poll(Duration::from_secs(20), "HTTPS /noop", || async {
         let (status, _) = https_get(&cert, port, &[b"http/1.1"], "/noop").await;
         (status == 200).then_some(())

@@ -55,13 +55,16 @@ impl TlsMesh {
         )
         .await;
         let app = TestApp::start().await;
-        let (http_port, manager_port, router_admin, manager_admin) =
-            (free_port(), free_port(), free_port(), free_port());
         let mut mcfg = manager_config(app.port, &Opts::default());
         let events = mcfg["events"].as_array_mut().unwrap();
         events.push(json!("big"));
         events.push(json!("longtype"));
-        let mut rcfg = router_config(http_port, manager_port, "5s");
+        let mcfg = write_json(dir.path(), "manager.json", &mcfg);
+        let menv = identity.env(Kind::Manager, "handlers");
+        let menv: Vec<(&str, &str)> = menv.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        // Ready once certified: the ready line names the ports it bound.
+        let (manager, mports) = start_manager(dir.path(), &mcfg, &menv).await;
+        let mut rcfg = router_config(mports.listen, "5s");
         let dest = rcfg["destinations"]["noop"].clone();
         rcfg["destinations"]["big"] = dest.clone();
         rcfg["destinations"]["longtype"] = dest;
@@ -71,17 +74,13 @@ impl TlsMesh {
         // Over the mesh's payload limit, which the CRD would refuse: the sidecar's own check is what
         // keeps such a body off the shared connection.
         rcfg["spec"]["middleware"] = json!([{"bodyLimit": {"maxBytes": 2 * MAX_PAYLOAD}}]);
-        let mcfg = write_json(dir.path(), "manager.json", &mcfg);
         let rcfg = write_json(dir.path(), "router.json", &rcfg);
-        let menv = identity.env(Kind::Manager, "handlers");
-        let menv: Vec<(&str, &str)> = menv.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let manager = spawn_manager_env(dir.path(), &mcfg, manager_port, manager_admin, &menv);
         let renv = identity.env(Kind::Router, "edge");
         let renv: Vec<(&str, &str)> = renv.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
-        let router = spawn_router(dir.path(), &rcfg, router_admin, &[], &renv);
+        let (router, rports) = start_router(dir.path(), &rcfg, &[], &renv).await;
         let client = Http::new();
-        wait_ready(&client, manager_admin).await;
-        wait_ready(&client, router_admin).await;
+        let (http_port, router_admin) = (rports.http, rports.admin);
+        let (manager_port, manager_admin) = (mports.listen, mports.admin);
         let mesh = TlsMesh {
             dir,
             identity,
@@ -188,6 +187,7 @@ fn hello() -> Frame {
     Frame::Hello {
         takes_pushes: true,
         implicit_credit: true,
+        releases_credit: false,
     }
 }
 

@@ -65,22 +65,17 @@ async fn routes_shows_the_config_table_with_live_endpoints() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_absent_control_plane_leaves_the_config_table_serving() {
     let mesh = Mesh::start(Opts::default()).await;
-    let (http_port, admin) = (free_port(), free_port());
-    let mut cfg = router_config(http_port, mesh.manager_port, "3s");
+    let mut cfg = router_config(mesh.manager_port, "3s");
     cfg["name"] = "edge2".into();
     let cfg = write_json(mesh.dir.path(), "router2.json", &cfg);
     // Nothing listens on this port: every connect fails and the follower keeps retrying.
-    let url = format!("http://127.0.0.1:{}", free_port());
+    let absent = ClosedPort::new();
+    let url = format!("http://127.0.0.1:{}", absent.port);
     let sub = mesh.dir.path().join("r2");
     std::fs::create_dir_all(&sub).unwrap();
-    let router = spawn_router(
-        &sub,
-        &cfg,
-        admin,
-        &[],
-        &[("SWITCHYARD_CONTROL_PLANE", &url)],
-    );
-    wait_ready(&mesh.client, admin).await;
+    let (router, ports) =
+        start_router(&sub, &cfg, &[], &[("SWITCHYARD_CONTROL_PLANE", &url)]).await;
+    let (http_port, admin) = (ports.http, ports.admin);
 
     let served = poll(Duration::from_secs(20), "request through edge2", || async {
         let r = mesh
@@ -118,15 +113,10 @@ async fn an_absent_control_plane_leaves_the_config_table_serving() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_control_plane_url_without_http_is_refused_at_start() {
     let dir = tempfile::tempdir().unwrap();
-    let cfg = write_json(
-        dir.path(),
-        "router.json",
-        &router_config(free_port(), 1, "3s"),
-    );
+    let cfg = write_json(dir.path(), "router.json", &router_config(1, "3s"));
     let mut router = spawn_router(
         dir.path(),
         &cfg,
-        free_port(),
         &["--control-plane", "switchyard.system.svc:7443"],
         &[],
     );
@@ -137,4 +127,49 @@ async fn a_control_plane_url_without_http_is_refused_at_start() {
         "{}",
         router.log_text()
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_ready_file_names_the_ports_bound() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = router_config(1, "3s");
+    cfg["spec"]["listeners"]["grpc"] = serde_json::json!({"port": 0});
+    cfg["spec"]["routes"]
+        .as_array_mut()
+        .unwrap()
+        .push(serde_json::json!({"event": "noop", "grpc": {"method": "noop"}}));
+    let cfg = write_json(dir.path(), "router.json", &cfg);
+    let file = dir.path().join("ready.json");
+    let (_router, ports) = start_router(
+        dir.path(),
+        &cfg,
+        &["--ready-file", file.to_str().unwrap()],
+        &[],
+    )
+    .await;
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&file).unwrap()).unwrap();
+    let grpc = ports.grpc.unwrap();
+    assert_eq!(
+        written,
+        serde_json::json!({
+            "http": format!("127.0.0.1:{}", ports.http),
+            "grpc": format!("127.0.0.1:{grpc}"),
+            "admin": format!("127.0.0.1:{}", ports.admin),
+        })
+    );
+    assert!(ports.http != 0 && grpc != 0 && grpc != ports.http);
+    // Those are the live listeners.
+    let client = Http::new();
+    let r = client
+        .get(&format!("http://127.0.0.1:{}/readyz", ports.admin))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+    tokio::net::TcpStream::connect(("127.0.0.1", ports.http))
+        .await
+        .unwrap();
+    tokio::net::TcpStream::connect(("127.0.0.1", grpc))
+        .await
+        .unwrap();
 }

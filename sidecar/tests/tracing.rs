@@ -31,20 +31,20 @@ async fn traced_mesh_env(
     ratio: f64,
     env: Vec<(&'static str, &'static str)>,
 ) -> (Mesh, u16) {
-    let grpc_port = free_port();
     let opts = Opts {
         tracing: Some(tracing_block(rx, ratio)),
         env,
         ..Opts::default()
     };
     let mesh = Mesh::start_with(opts, |cfg| {
-        cfg["spec"]["listeners"]["grpc"] = json!({"port": grpc_port});
+        cfg["spec"]["listeners"]["grpc"] = json!({"port": 0});
         cfg["spec"]["routes"]
             .as_array_mut()
             .unwrap()
             .push(json!({"event": "echo", "grpc": {"method": "echo"}}));
     })
     .await;
+    let grpc_port = mesh.grpc();
     (mesh, grpc_port)
 }
 
@@ -105,12 +105,12 @@ fn assert_hops(spans: &[GotSpan], listener: &GotSpan, event: &str) -> String {
     let queue = one(spans, &format!("queue {event}"));
     let deliver = one(spans, &format!("deliver {event}"));
     for (s, service, kind) in [
-        (listener, "switchyard-router", SERVER),
-        (broker, "switchyard-router", INTERNAL),
-        (send, "switchyard-router", CLIENT),
-        (process, "switchyard-manager", SERVER),
-        (queue, "switchyard-manager", INTERNAL),
-        (deliver, "switchyard-manager", CLIENT),
+        (listener, "edge", SERVER),
+        (broker, "edge", INTERNAL),
+        (send, "edge", CLIENT),
+        (process, "handlers", SERVER),
+        (queue, "handlers", INTERNAL),
+        (deliver, "handlers", CLIENT),
     ] {
         assert_eq!(s.service, service, "{s:#?}");
         assert_eq!(s.kind, kind, "{s:#?}");
@@ -167,6 +167,19 @@ async fn an_http_request_is_one_trace_across_every_hop() {
     assert_eq!(listener.attr("messaging.destination.name"), "echo");
     let deliver = assert_hops(&spans, listener, "echo");
     assert_eq!(app_parent, deliver, "the app's parent is the delivery span");
+    // The resource, per the semantic conventions: the Router or Manager name, its namespace, and
+    // an instance id per process (no pod here, so a random UUID).
+    let process = one(&spans, "process echo");
+    for (span, role) in [(listener, "router"), (process, "manager")] {
+        assert_eq!(span.resource["k8s.namespace.name"], "default", "{span:#?}");
+        assert_eq!(span.resource["switchyard.role"], role, "{span:#?}");
+        assert_eq!(span.resource["service.instance.id"].len(), 36, "{span:#?}");
+        assert!(!span.resource.contains_key("k8s.pod.name"), "{span:#?}");
+    }
+    assert_ne!(
+        listener.resource["service.instance.id"],
+        process.resource["service.instance.id"]
+    );
 
     // Without one: a root span at the listener, and the Server-Timing trace id is that trace.
     let r = post_echo(&mesh, None).await;
@@ -251,9 +264,33 @@ async fn sampling_ratio_zero_exports_nothing_but_sampled_parents_are_followed() 
         let r = post_echo(&mesh, None).await;
         roots.push(timing_trace(r.header("server-timing").unwrap()));
     }
+    // Each request began its own trace, and the app was told it is not sampled (flags 00), so an
+    // app exporting its own spans would drop them too.
+    let distinct: std::collections::BTreeSet<&String> = roots.iter().collect();
+    assert_eq!(distinct.len(), 5, "one new trace per request: {roots:?}");
+    let got: Vec<String> = mesh
+        .app
+        .state
+        .seen("echo")
+        .iter()
+        .map(|e| e.header("traceparent").to_owned())
+        .collect();
+    assert_eq!(got.len(), 5, "{got:?}");
+    for (root, tp) in roots.iter().zip(&got) {
+        assert_eq!(root.len(), 32, "{root}");
+        assert_ne!(root, CLIENT_TRACE);
+        let parts: Vec<&str> = tp.split('-').collect();
+        assert_eq!(parts.len(), 4, "{tp}");
+        assert_eq!((parts[1], parts[3]), (root.as_str(), "00"), "{tp}");
+    }
     // A client that sampled its trace is followed (ParentBased), which also shows export works here.
     let tp = format!("00-{CLIENT_TRACE}-{CLIENT_SPAN}-01");
     post_echo(&mesh, Some(&tp)).await;
+    let (app_trace, app_parent) = app_traceparent(&mesh);
+    assert_eq!(app_trace, CLIENT_TRACE);
+    // This sleep is the behaviour under test, not a wait: with the export schedule at 10 minutes,
+    // nothing may arrive in this window (a mesh on the 100 ms schedule of the other tests would have
+    // exported within it), so whatever arrives later was flushed at exit.
     tokio::time::sleep(Duration::from_millis(300)).await;
     assert!(
         rx.spans().is_empty(),
@@ -275,11 +312,16 @@ async fn sampling_ratio_zero_exports_nothing_but_sampled_parents_are_followed() 
         Some(0)
     );
     let spans = rx.spans();
-    assert_eq!(
-        spans.iter().filter(|s| s.trace_id == CLIENT_TRACE).count(),
-        6,
-        "{spans:#?}"
-    );
+    let sampled: Vec<GotSpan> = spans
+        .iter()
+        .filter(|s| s.trace_id == CLIENT_TRACE)
+        .cloned()
+        .collect();
+    assert_eq!(sampled.len(), 6, "{spans:#?}");
+    // The flushed trace is whole: every hop under the client's span, the app's parent the delivery.
+    let listener = one(&sampled, "POST /echo");
+    assert_eq!(listener.parent, CLIENT_SPAN);
+    assert_eq!(assert_hops(&sampled, listener, "echo"), app_parent);
     let others: Vec<&GotSpan> = spans
         .iter()
         .filter(|s| s.trace_id != CLIENT_TRACE)
@@ -288,5 +330,83 @@ async fn sampling_ratio_zero_exports_nothing_but_sampled_parents_are_followed() 
         others.is_empty(),
         "unsampled roots were exported: {others:#?}"
     );
-    assert_eq!(roots.len(), 5);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pod_env_names_the_pod_in_the_resource() {
+    let rx = Receiver::start().await;
+    let env = vec![("POD_NAME", "edge-7f9-abc"), ("POD_NAMESPACE", "shop")];
+    let (mesh, _) = traced_mesh_env(&rx, 1.0, env).await;
+    let r = post_echo(&mesh, None).await;
+    let spans = rx
+        .trace(&timing_trace(r.header("server-timing").unwrap()), 6)
+        .await;
+    let listener = one(&spans, "POST /echo");
+    assert_eq!(listener.resource["k8s.pod.name"], "edge-7f9-abc");
+    assert_eq!(listener.resource["k8s.namespace.name"], "shop");
+    assert_eq!(
+        listener.resource["service.instance.id"],
+        "shop.edge-7f9-abc.switchyard-sidecar"
+    );
+}
+
+/// A collector that accepts connections and never answers: every export hangs until its timeout.
+async fn silent_collector() -> (u16, tokio::task::JoinHandle<()>) {
+    let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = l.local_addr().unwrap().port();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((s, _)) = l.accept().await {
+            held.push(s);
+        }
+    });
+    (port, task)
+}
+
+/// `switchyard_trace_spans_dropped_total` of the sidecar whose admin port is `admin`.
+async fn dropped_spans(mesh: &Mesh, admin: u16) -> u64 {
+    let r = mesh
+        .client
+        .get(&format!("http://127.0.0.1:{admin}/metrics"))
+        .await
+        .unwrap();
+    let text = String::from_utf8_lossy(&r.body).into_owned();
+    text.lines()
+        .find_map(|l| l.strip_prefix("switchyard_trace_spans_dropped_total "))
+        .unwrap_or_else(|| panic!("no dropped-spans counter in\n{text}"))
+        .trim()
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_dropped_at_a_full_export_queue_are_counted() {
+    // A queue of one span and an exporter stuck on a silent collector (5 s export timeout): of the
+    // router's three spans per request, at most two get a place (one being exported, one waiting)
+    // while the requests run; every other span is dropped and counted.
+    let (port, task) = silent_collector().await;
+    let opts = Opts {
+        tracing: Some(
+            json!({"otlpEndpoint": format!("http://127.0.0.1:{port}"), "samplingRatio": 1.0}),
+        ),
+        env: vec![("OTEL_BSP_MAX_QUEUE_SIZE", "1")],
+        ..Opts::default()
+    };
+    let mesh = Mesh::start_with(opts, |_| {}).await;
+    // Start-up's readiness requests may have filled the queue already.
+    let before = dropped_spans(&mesh, mesh.router_admin).await;
+    let requests = 5;
+    let started = std::time::Instant::now();
+    for _ in 0..requests {
+        post_echo(&mesh, None).await;
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(4),
+        "the requests took {:?}: the export timeout may have freed the queue meanwhile",
+        started.elapsed()
+    );
+    let dropped = dropped_spans(&mesh, mesh.router_admin).await - before;
+    assert!(dropped >= 3 * requests - 2, "dropped {dropped}");
+    assert!(dropped <= 3 * requests, "dropped {dropped}");
+    task.abort();
 }

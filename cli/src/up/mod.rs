@@ -10,11 +10,13 @@
 
 mod child;
 mod config;
+mod edge;
 mod identity;
 mod locate;
 mod plan;
 mod ports;
 mod probe;
+pub mod registry;
 mod secrets;
 mod supervisor;
 
@@ -89,6 +91,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             sidecar: &sidecar,
             apps: !args.no_app,
             nats_server: nats_server.as_deref(),
+            otlp_from_env: std::env::var_os(plan::OTLP_ENDPOINT_ENV).is_some_and(|v| !v.is_empty()),
         },
         &mut ports::LocalPorts::default(),
     )?;
@@ -106,6 +109,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             &state.path().join("identity"),
         )?)
     };
+    // For `switchyard top -f FILE`; removed when the run ends.
+    let registration = registry::Registration::write(&args.file, &plan)
+        .context("writing the run's state for `switchyard top`")?;
     let output = match &args.logs {
         Some(dir) => {
             std::fs::create_dir_all(dir).with_context(|| dir.display().to_string())?;
@@ -144,16 +150,25 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         }
         let mut sup = Supervisor::new(output)?;
         let mut stop = None;
+        // The first Router's first plain HTTP route, on the port it bound.
+        let mut try_command = None;
         for spec in &plan.procs {
-            if let Err(s) = sup.start(spec).await {
-                stop = Some(s);
-                break;
+            match sup.start(spec).await {
+                Ok(edge) => {
+                    if try_command.is_none() {
+                        try_command = edge.and_then(|e| e.try_command());
+                    }
+                }
+                Err(s) => {
+                    stop = Some(s);
+                    break;
+                }
             }
         }
         let stop = match stop {
             Some(s) => s,
             None => {
-                match &plan.try_command {
+                match &try_command {
                     Some(cmd) => println!("ready: try {cmd}"),
                     None => println!("ready"),
                 }
@@ -178,6 +193,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     })?;
     // Dropping the runtime drops the watcher tasks, whose kill_on_drop ends anything that somehow survived.
     drop(runtime);
+    drop(registration);
     drop(state);
     Ok(code)
 }

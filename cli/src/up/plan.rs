@@ -2,6 +2,7 @@
 //! config files and how to tell each process is ready. Pure apart from the port source and program lookup.
 
 use super::config;
+use super::edge::Edge;
 use super::locate;
 use super::ports::PortSource;
 use anyhow::{Context, bail};
@@ -18,6 +19,10 @@ pub const PORT_ENV: &str = "PORT";
 pub use switchyard_protocol::env::EVENT_TYPES as EVENT_TYPES_ENV;
 /// Environment variable telling the app where its manager sidecar's local API is.
 pub use switchyard_protocol::env::LOCAL_API as LOCAL_API_ENV;
+/// The OpenTelemetry SDKs' collector address; an app gets its Router's `tracing.otlpEndpoint` there.
+pub const OTLP_ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+/// The OpenTelemetry SDKs' service name; an app is `<manager>-app` unless its container sets one.
+pub const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
 /// The example app answers `/healthz`; other apps are only known to listen.
 const EXAMPLE_APP: &str = "switchyard-example-app";
 
@@ -65,6 +70,9 @@ pub struct ProcSpec {
     pub probe: Probe,
     /// Where it listens, printed once ready.
     pub listening: String,
+    /// For a Router's sidecar, its listeners: once it is ready they are printed with the ports it reports
+    /// having bound instead of `listening`.
+    pub edge: Option<Edge>,
     /// The mesh identity a sidecar is certified as; `None` for apps.
     pub identity: Option<Workload>,
 }
@@ -91,8 +99,6 @@ pub struct Plan {
     pub procs: Vec<ProcSpec>,
     /// Lines to print before starting (e.g. apps the user runs with `--no-app`).
     pub notes: Vec<String>,
-    /// A command to try once everything is ready.
-    pub try_command: Option<String>,
 }
 
 /// Inputs of planning besides the objects.
@@ -105,6 +111,9 @@ pub struct Options<'a> {
     pub apps: bool,
     /// The NATS server, found when some Manager delivers durably.
     pub nats_server: Option<&'a Path>,
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set in this environment: every process inherits it and the
+    /// sidecars let it win over the Router's `tracing`, so apps keep it too.
+    pub otlp_from_env: bool,
 }
 
 /// Whether any Manager of `objs` delivers some event type durably (then a JetStream server runs).
@@ -127,14 +136,16 @@ pub fn plan(
         secret_files: Vec::new(),
         procs: Vec::new(),
         notes: Vec::new(),
-        try_command: None,
     };
     // Routers bind the ports their spec names; check those first so a clash is reported before anything runs,
-    // and so no app or sidecar is handed one of them.
+    // and so no app or sidecar is handed one of them. Port 0 binds any free port, which the router reports.
     for r in &objs.routers {
         for (field, port) in router_ports(r) {
             let port =
                 u16::try_from(port).with_context(|| format!("Router {}: {field}", r.name_any()))?;
+            if port == 0 {
+                continue;
+            }
             if !ports.available(port) {
                 bail!(
                     "Router {}: {field}: 127.0.0.1:{port} is already in use (is another `switchyard up` running?)",
@@ -174,6 +185,7 @@ pub fn plan(
                     path: "/healthz?js-enabled-only=true",
                 },
                 listening: format!("nats://{LOCALHOST}:{port} (monitor :{monitor})"),
+                edge: None,
                 identity: None,
             });
             Some(switchyard_protocol::durable::JetStreamConfig {
@@ -219,7 +231,17 @@ pub fn plan(
             let local_api = ports.ephemeral()?;
             let local_api_url = format!("http://{LOCALHOST}:{local_api}");
             if opts.apps {
-                plan.procs.push(app_proc(m, &id, app_port, &local_api_url)?);
+                let tracing = router_of(&objs.routers, m)
+                    .and_then(|r| r.spec.tracing.as_ref())
+                    .map(|t| t.otlp_endpoint.as_str());
+                let traced = match (tracing, opts.otlp_from_env) {
+                    // The sidecars let the environment's endpoint win: the app inherits it.
+                    (_, true) => Traced::Inherited,
+                    (Some(e), false) => Traced::To(e),
+                    (None, false) => Traced::Off,
+                };
+                plan.procs
+                    .push(app_proc(m, &id, app_port, &local_api_url, traced)?);
             } else {
                 plan.notes.push(format!(
                     "· app {name}: not started (--no-app); run it on {LOCALHOST}:{app_port} with {LOCAL_API_ENV}={local_api_url}"
@@ -266,6 +288,7 @@ pub fn plan(
                     path: "/readyz",
                 },
                 listening: format!("on {LOCALHOST}:{listen} (admin :{admin})"),
+                edge: None,
                 identity: Some(identity),
             });
         }
@@ -310,6 +333,11 @@ pub fn plan(
         plan.files
             .push((config_path.clone(), serde_json::to_string_pretty(&config)?));
         let secrets_dir = opts.state_dir.join("secrets");
+        let edge = Edge::of(
+            r,
+            admin,
+            opts.state_dir.join(format!("router-{name}.ready.json")),
+        )?;
         plan.secret_files
             .extend(super::secrets::files(r, &objs.secrets, &secrets_dir)?);
         plan.procs.push(ProcSpec {
@@ -329,22 +357,22 @@ pub fn plan(
                 format!("{LOCALHOST}:{admin}"),
                 "--secrets-dir".into(),
                 secrets_dir.display().to_string(),
+                "--ready-file".into(),
+                edge.ready_file.display().to_string(),
             ],
             env: Vec::new(),
             probe: Probe::Http {
                 addr: SocketAddr::from((LOCALHOST, admin)),
                 path: "/readyz",
             },
-            listening: format!("{} (admin :{admin})", edge_urls(r)),
+            listening: edge.listening(),
+            edge: Some(edge),
             identity: Some(Workload {
                 kind: switchyard_identity::Kind::Router,
                 namespace: config.namespace.clone(),
                 name: config.name.clone(),
             }),
         });
-        if plan.try_command.is_none() {
-            plan.try_command = try_command(r);
-        }
     }
     Ok(plan)
 }
@@ -364,12 +392,25 @@ pub fn local_replicas(manager: &Manager) -> u32 {
     u32::try_from(n).unwrap_or(0).max(1)
 }
 
-/// The app process of one replica (`id`) of `manager`: the first container's `command` + `args`, run on `port`.
+/// Whether an app's spans go to a collector, and which.
+#[derive(Clone, Copy, Debug)]
+enum Traced<'a> {
+    /// Tracing is off.
+    Off,
+    /// To the Router's `tracing.otlpEndpoint`.
+    To(&'a str),
+    /// To the `OTEL_EXPORTER_OTLP_ENDPOINT` every process inherits.
+    Inherited,
+}
+
+/// The app process of one replica (`id`) of `manager`: the first container's `command` + `args`, run on `port`;
+/// with tracing on, pointed at the sidecars' collector and named `<manager>-app`, so its spans join the trace.
 fn app_proc(
     manager: &Manager,
     id: &str,
     port: u16,
     local_api_url: &str,
+    traced: Traced<'_>,
 ) -> anyhow::Result<ProcSpec> {
     let name = manager.name_any();
     let field = "spec.template.spec.containers[0]";
@@ -406,6 +447,19 @@ fn app_proc(
     env.push((PORT_ENV.into(), port.to_string()));
     // Locally only this address reaches the sidecar, whatever the manifest says.
     env.push((LOCAL_API_ENV.into(), local_api_url.to_owned()));
+    let mut tracing_env = Vec::new();
+    if let Traced::To(endpoint) = traced {
+        tracing_env.push((OTLP_ENDPOINT_ENV, endpoint.to_owned()));
+    }
+    if !matches!(traced, Traced::Off) {
+        tracing_env.push((SERVICE_NAME_ENV, format!("{name}-app")));
+    }
+    for (key, value) in tracing_env {
+        // The container's own settings win.
+        if !env.iter().any(|(k, _)| k == key) {
+            env.push((key.into(), value));
+        }
+    }
 
     let addr = SocketAddr::from((LOCALHOST, port));
     // The example app answers /healthz over HTTP; in gRPC mode (or any other app) an open port is the signal.
@@ -426,6 +480,7 @@ fn app_proc(
         env,
         probe,
         listening: format!("on {addr}"),
+        edge: None,
         identity: None,
     })
 }
@@ -466,52 +521,6 @@ fn router_ports(r: &Router) -> Vec<(&'static str, i32)> {
         out.push(("spec.listeners.grpc.port", g.port));
     }
     out
-}
-
-/// `http://127.0.0.1:8080  ws://127.0.0.1:8080/ws  grpc 127.0.0.1:50051`.
-fn edge_urls(r: &Router) -> String {
-    let l = &r.spec.listeners;
-    let (http, ws) = if l.tls.is_some() {
-        ("https", "wss")
-    } else {
-        ("http", "ws")
-    };
-    let mut out = format!("{http}://{LOCALHOST}:{}", l.http.port);
-    if let Some(w) = &l.websocket {
-        out.push_str(&format!("  {ws}://{LOCALHOST}:{}{}", l.http.port, w.path));
-    }
-    if let Some(g) = &l.grpc {
-        out.push_str(&format!("  grpc {LOCALHOST}:{}", g.port));
-    }
-    out
-}
-
-/// A curl command for the Router's first HTTP route without path parameters (GET routes first).
-fn try_command(r: &Router) -> Option<String> {
-    let l = &r.spec.listeners;
-    let scheme = if l.tls.is_some() { "https" } else { "http" };
-    let http: Vec<_> = r
-        .spec
-        .routes
-        .iter()
-        .filter_map(|route| route.http.as_ref())
-        .filter(|h| !h.path.contains('{'))
-        .collect();
-    let method = |h: &&switchyard_crds::router::HttpRoute| {
-        serde_json::to_value(h.method)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_owned))
-            .unwrap_or_default()
-    };
-    let route = http
-        .iter()
-        .find(|h| method(h) == "GET")
-        .or_else(|| http.first())?;
-    let url = format!("{scheme}://{LOCALHOST}:{}{}", l.http.port, route.path);
-    Some(match method(route).as_str() {
-        "GET" => format!("curl -i {url}"),
-        m => format!("curl -i -X {m} -H 'content-type: application/json' -d '{{}}' {url}"),
-    })
 }
 
 #[cfg(test)]
@@ -592,8 +601,31 @@ spec:
             sidecar: Path::new("/bin/switchyard-sidecar"),
             apps,
             nats_server: Some(Path::new("/bin/nats-server")),
+            otlp_from_env: false,
         };
         plan(&objs, &opts, &mut ports)
+    }
+
+    #[test]
+    fn apps_of_a_traced_router_export_to_its_collector() -> anyhow::Result<()> {
+        let p = plan_of(TWO_MANAGERS, true)?;
+        assert!(!p.procs[0].env.iter().any(|(k, _)| k == OTLP_ENDPOINT_ENV));
+        let traced = TWO_MANAGERS.replace(
+            "  listeners:",
+            "  tracing: {otlpEndpoint: \"http://127.0.0.1:4317\"}\n  listeners:",
+        );
+        assert_ne!(traced, TWO_MANAGERS, "the fixture changed shape");
+        let p = plan_of(&traced, true)?;
+        for (app, service) in [(&p.procs[0], "a-app"), (&p.procs[1], "b-app")] {
+            assert!(
+                app.env
+                    .contains(&(OTLP_ENDPOINT_ENV.into(), "http://127.0.0.1:4317".into())),
+                "{:?}",
+                app.env
+            );
+            assert!(app.env.contains(&(SERVICE_NAME_ENV.into(), service.into())));
+        }
+        Ok(())
     }
 
     #[test]
@@ -665,10 +697,60 @@ spec:
             "app b gets its sidecar's local API: {:?}",
             p.procs[1].env
         );
+        let edge = p
+            .procs
+            .last()
+            .and_then(|r| r.edge.as_ref())
+            .context("edge")?;
         assert_eq!(
-            p.try_command.as_deref(),
+            edge.try_command().as_deref(),
             Some("curl -i http://127.0.0.1:8080/noop")
         );
+        assert_eq!(edge.ready_file, Path::new("/state/router-edge.ready.json"));
+        let router_args = &p.procs.last().context("router")?.args;
+        assert!(
+            router_args.ends_with(&[
+                "--ready-file".into(),
+                "/state/router-edge.ready.json".into()
+            ]),
+            "{router_args:?}"
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn router_ports_of_zero_are_left_to_the_router() -> anyhow::Result<()> {
+        let yaml = TWO_MANAGERS.replace(
+            "  listeners: {http: {port: 8080}, websocket: {path: /ws}}\n",
+            "  listeners: {http: {port: 0}, websocket: {path: /ws}, grpc: {port: 0}}\n",
+        );
+        let objs = switchyard_crds::yaml::parse(&yaml)?;
+        // As with real sockets, 0 is never "available": it is not checked nor claimed.
+        let mut ports = FakePorts {
+            next: 40000,
+            busy: vec![0],
+        };
+        let opts = Options {
+            state_dir: Path::new("/state"),
+            sidecar: Path::new("/bin/switchyard-sidecar"),
+            apps: true,
+            nats_server: None,
+            otlp_from_env: false,
+        };
+        let p = plan(&objs, &opts, &mut ports)?;
+        let edge = p
+            .procs
+            .last()
+            .and_then(|r| r.edge.as_ref())
+            .context("edge")?;
+        assert_eq!((edge.http, edge.grpc), (0, Some(0)));
+        let (_, text) = p
+            .files
+            .iter()
+            .find(|(path, _)| path.ends_with("router-edge.json"))
+            .context("router config")?;
+        let cfg: switchyard_protocol::config::RouterConfig = serde_json::from_str(text)?;
+        assert_eq!(cfg.spec.listeners.http.port, 0);
         Ok(())
     }
 

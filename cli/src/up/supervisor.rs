@@ -2,8 +2,10 @@
 //! reverse order on a signal or when one dies.
 
 use super::child::{self, Exit, Output, Sig};
+use super::edge::Edge;
 use super::plan::{ProcSpec, Tier};
 use super::probe;
+use anyhow::Context;
 use std::process::ExitStatus;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -59,8 +61,9 @@ impl Supervisor {
         })
     }
 
-    /// Starts `spec` and waits until it is ready, printing a line when it is.
-    pub async fn start(&mut self, spec: &ProcSpec) -> Result<(), Stop> {
+    /// Starts `spec` and waits until it is ready, printing a line when it is. For a Router's sidecar, returns
+    /// its listeners on the ports it bound.
+    pub async fn start(&mut self, spec: &ProcSpec) -> Result<Option<Edge>, Stop> {
         let index = self.procs.len();
         let pid = child::spawn(index, spec, &self.output, self.exits_tx.clone())
             .map_err(|e| Stop::Failed(format!("{e:#}")))?;
@@ -73,8 +76,17 @@ impl Supervisor {
         let deadline = Instant::now() + READY_TIMEOUT;
         loop {
             if probe::ready(&spec.probe).await {
-                println!("✓ {} (pid {pid}) {}", spec.label, spec.listening);
-                return Ok(());
+                let edge = spec
+                    .edge
+                    .as_ref()
+                    .map(bound)
+                    .transpose()
+                    .map_err(|e| Stop::Failed(format!("{} (pid {pid}): {e:#}", spec.label)))?;
+                let listening = edge
+                    .as_ref()
+                    .map_or_else(|| spec.listening.clone(), Edge::listening);
+                println!("✓ {} (pid {pid}) {listening}", spec.label);
+                return Ok(edge);
             }
             if Instant::now() >= deadline {
                 return Err(Stop::Failed(format!(
@@ -230,4 +242,13 @@ impl Signals {
             "Ctrl-C"
         }
     }
+}
+
+/// `edge` on the ports its router wrote to its ready file, which exists once the router answers ready.
+fn bound(edge: &Edge) -> anyhow::Result<Edge> {
+    let path = &edge.ready_file;
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the ports it bound from {}", path.display()))?;
+    edge.bound(&text)
+        .with_context(|| format!("the ports it bound, in {}", path.display()))
 }

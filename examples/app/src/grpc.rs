@@ -39,10 +39,19 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
-    let svc = HandlerServer::new(Service {
-        handlers: Handlers::new(std::env::var(crate::relay::LOCAL_API_ENV).ok().as_deref()),
-    })
-    .max_decoding_message_size(crate::MAX_BODY_BYTES);
+    serve_with(listener, shutdown, None).await
+}
+
+/// As [`serve`], each event in a span exported by `tracing`.
+pub async fn serve_with(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    tracing: Option<crate::otel::Tracing>,
+) -> Result<(), tonic::transport::Error> {
+    let handlers = Handlers::new(std::env::var(crate::relay::LOCAL_API_ENV).ok().as_deref())
+        .with_tracing(tracing);
+    let svc =
+        HandlerServer::new(Service { handlers }).max_decoding_message_size(crate::MAX_BODY_BYTES);
     tonic::transport::Server::builder()
         .tcp_nodelay(true)
         .add_service(svc)

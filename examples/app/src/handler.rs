@@ -21,6 +21,7 @@ const JSON: &str = "application/json";
 pub struct Handlers {
     burner: Burner,
     relay: Option<Arc<Relay>>,
+    tracing: Option<crate::otel::Tracing>,
 }
 
 impl Handlers {
@@ -36,7 +37,14 @@ impl Handlers {
         Handlers {
             burner: Burner::default(),
             relay: relay.map(Arc::new),
+            tracing: None,
         }
+    }
+
+    /// The same handlers, each event in a span of its own exported by `tracing`.
+    pub fn with_tracing(mut self, tracing: Option<crate::otel::Tracing>) -> Handlers {
+        self.tracing = tracing;
+        self
     }
 
     /// Answers one request; never fails at the HTTP level (every problem is a response).
@@ -108,8 +116,28 @@ impl Handlers {
             .into_response())
     }
 
-    /// The answer to one event, whatever protocol brought it.
+    /// The answer to one event, whatever protocol brought it; in a span of its own when tracing.
     pub async fn answer(
+        &self,
+        ce_type: &str,
+        content_type: Option<&str>,
+        traceparent: Option<&str>,
+        body: Bytes,
+    ) -> Answer {
+        let Some(tracing) = &self.tracing else {
+            return self
+                .answer_in(ce_type, content_type, traceparent, body)
+                .await;
+        };
+        let span = tracing.handle(ce_type, traceparent);
+        let tp = span.traceparent();
+        let answer = self.answer_in(ce_type, content_type, Some(&tp), body).await;
+        span.end(answer.status.as_u16());
+        answer
+    }
+
+    /// The answer; `traceparent` is what a call onwards carries.
+    async fn answer_in(
         &self,
         ce_type: &str,
         content_type: Option<&str>,

@@ -5,9 +5,10 @@
 mod burn;
 pub mod grpc;
 mod handler;
+pub mod otel;
 mod problem;
 mod relay;
-mod server;
+pub mod server;
 mod sized;
 
 pub use burn::{DEFAULT_BURN_MS, MAX_BURN_MS};

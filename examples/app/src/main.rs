@@ -63,16 +63,30 @@ async fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    let tracing = match switchyard_example_app::otel::Tracing::from_env() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("switchyard-example-app: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
     let local = listener.local_addr().unwrap_or(addr);
     eprintln!("switchyard-example-app: listening on {local}");
     let served = match args.protocol {
-        Protocol::Http => switchyard_example_app::serve(listener, shutdown_signal())
-            .await
-            .map_err(|e| e.to_string()),
-        Protocol::Grpc => switchyard_example_app::grpc::serve(listener, shutdown_signal())
-            .await
-            .map_err(|e| e.to_string()),
+        Protocol::Http => {
+            switchyard_example_app::server::serve_with(listener, shutdown_signal(), tracing.clone())
+                .await
+                .map_err(|e| e.to_string())
+        }
+        Protocol::Grpc => {
+            switchyard_example_app::grpc::serve_with(listener, shutdown_signal(), tracing.clone())
+                .await
+                .map_err(|e| e.to_string())
+        }
     };
+    if let Some(t) = tracing {
+        t.shutdown().await;
+    }
     match served {
         Ok(()) => {
             eprintln!("switchyard-example-app: stopped");

@@ -19,8 +19,17 @@ pub async fn serve(
     listener: TcpListener,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
+    serve_with(listener, shutdown, None).await
+}
+
+/// As [`serve`], each event in a span exported by `tracing`.
+pub async fn serve_with(
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+    tracing: Option<crate::otel::Tracing>,
+) -> std::io::Result<()> {
     let local_api = std::env::var(crate::relay::LOCAL_API_ENV).ok();
-    let handlers = Handlers::new(local_api.as_deref());
+    let handlers = Handlers::new(local_api.as_deref()).with_tracing(tracing);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {

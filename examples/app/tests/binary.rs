@@ -1,8 +1,10 @@
-//! The real binary: listens where told (`PORT` env), answers, and exits 0 on SIGTERM.
+//! The real binary: listens where told (`--port`; 0 picks a free port, which it reports), answers, and exits
+//! 0 on SIGTERM.
 
-use std::io::{Read, Write};
-use std::net::{TcpListener, TcpStream};
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{SocketAddr, TcpStream};
 use std::process::{Child, Command, Stdio};
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// Kills the child if the test fails before it is stopped, so no process outlives the test.
@@ -15,11 +17,36 @@ impl Drop for Guard {
     }
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .expect("free port")
-        .port()
+/// Starts the app with `args` and `env` (one of them asking for port 0) and returns it with the port it
+/// reports listening on.
+fn start_app(args: &[&str], env: &[(&str, &str)]) -> (Guard, u16) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_switchyard-example-app"))
+        .args(args)
+        .envs(env.iter().copied())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn app");
+    let stderr = child.stderr.take().expect("stderr");
+    let guard = Guard(child);
+    // The reader drains stderr for the app's whole life, so its later lines never hit a closed pipe.
+    let (tx, lines) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send(line);
+        }
+    });
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = lines
+            .recv_timeout(left)
+            .expect("the app reports where it listens");
+        if let Some(addr) = line.strip_prefix("switchyard-example-app: listening on ") {
+            let addr: SocketAddr = addr.parse().expect("a socket address");
+            return (guard, addr.port());
+        }
+    }
 }
 
 fn get_healthz(port: u16) -> Option<String> {
@@ -34,23 +61,8 @@ fn get_healthz(port: u16) -> Option<String> {
 
 #[test]
 fn serves_on_port_env_and_stops_on_sigterm() {
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_switchyard-example-app"))
-        .env("PORT", port.to_string())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn app");
-    let mut guard = Guard(child);
-
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let answer = loop {
-        if let Some(a) = get_healthz(port) {
-            break a;
-        }
-        assert!(Instant::now() < deadline, "app did not listen on {port}");
-        std::thread::sleep(Duration::from_millis(20));
-    };
+    let (mut guard, port) = start_app(&[], &[("PORT", "0")]);
+    let answer = get_healthz(port).expect("GET /healthz");
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
 
     // No libc (unsafe is forbidden): the kill(1) command sends the signal.
@@ -75,24 +87,12 @@ async fn grpc_mode_answers_the_handler_service() {
     use switchyard_protocol::gateway::v1::CloudEvent;
     use switchyard_protocol::gateway::v1::handler_client::HandlerClient;
 
-    let port = free_port();
-    let child = Command::new(env!("CARGO_BIN_EXE_switchyard-example-app"))
-        .args(["--port", &port.to_string(), "--protocol", "grpc"])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn app");
-    let _guard = Guard(child);
-    let deadline = Instant::now() + Duration::from_secs(10);
-    let channel = loop {
-        let ep = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
-            .expect("endpoint");
-        if let Ok(c) = ep.connect().await {
-            break c;
-        }
-        assert!(Instant::now() < deadline, "app did not listen on {port}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    };
+    let (_guard, port) = start_app(&["--port", "0", "--protocol", "grpc"], &[]);
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+        .expect("endpoint")
+        .connect()
+        .await
+        .expect("connect to the app");
     let mut client = HandlerClient::new(channel);
     let event = |ty: &str, data: &[u8]| CloudEvent {
         id: "1".into(),

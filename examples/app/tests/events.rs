@@ -7,6 +7,7 @@ use hyper::client::conn::http1::{self, SendRequest};
 use hyper::{Request, StatusCode};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
@@ -231,23 +232,50 @@ async fn oversize_data_is_413() {
     server.stop().await;
 }
 
+/// Reads from `conn` until a blank line ends a response head; returns the head.
+async fn read_head(conn: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        let n = conn.read(&mut byte).await.expect("read");
+        assert_eq!(n, 1, "closed after {:?}", String::from_utf8_lossy(&head));
+        head.push(byte[0]);
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
 #[tokio::test]
 async fn shutdown_lets_an_in_flight_burn_finish() {
-    let server = Server::start().await;
-    let mut c = server.client().await;
-    c.ready().await.expect("ready");
-    let pending = c.send_request(event(Some("burn"), None, r#"{"ms":200}"#));
-    let (stop, task) = (server.stop, server.task);
-    let answer = tokio::spawn(async move {
-        let resp = pending.await.expect("response during drain");
-        resp.status()
-    });
-    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    if let Some(stop) = stop {
+    let mut server = Server::start().await;
+    let mut conn = TcpStream::connect(server.addr).await.expect("connect");
+    let body = r#"{"ms":200}"#;
+    // `Expect: 100-continue` makes the request's progress observable: hyper sends `100 Continue`
+    // when the handler starts reading the body, so the request is in the handler from then on.
+    let head = format!(
+        "POST /events HTTP/1.1\r\nhost: app\r\nce-id: 1\r\nce-source: /test\r\nce-specversion: 1.0\r\n\
+         ce-type: burn\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\
+         expect: 100-continue\r\n\r\n",
+        body.len()
+    );
+    conn.write_all(head.as_bytes()).await.expect("write head");
+    let interim = read_head(&mut conn).await;
+    assert!(interim.starts_with("HTTP/1.1 100 Continue"), "{interim}");
+    // Shutdown starts while the request is in flight; its burn runs during the drain.
+    if let Some(stop) = server.stop.take() {
         let _ = stop.send(());
     }
-    assert_eq!(answer.await.expect("join"), StatusCode::OK);
-    task.await.expect("server task").expect("server result");
+    conn.write_all(body.as_bytes()).await.expect("write body");
+    let mut answer = String::new();
+    conn.read_to_string(&mut answer)
+        .await
+        .expect("the answer, then the close");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with(r#"{"burned_ms":200}"#), "{answer}");
+    server
+        .task
+        .await
+        .expect("server task")
+        .expect("server result");
 }
 
 #[tokio::test]

@@ -19,8 +19,7 @@ use decide::{Decision, State, TypeLoad};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::{self, Store};
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -38,6 +37,8 @@ pub const STALE_AFTER: Duration = Duration::from_secs(3);
 const STATUS_EVERY: Duration = Duration::from_secs(5);
 /// Activations older than this are ignored: a router holding requests repeats its call each second.
 const ACTIVATION_FRESH: Duration = Duration::from_secs(3);
+/// Status writes in flight at once after a tick.
+const STATUS_WRITERS: usize = 16;
 /// How long a written replica count is trusted over a cache that has not caught up yet, ms.
 const WRITE_SETTLE_MS: u64 = 10_000;
 
@@ -51,24 +52,26 @@ struct Scaler {
     states: HashMap<Key, State>,
     /// Replicas last written per group, and when (ms).
     asked: HashMap<Key, (u32, u64)>,
-    last_status: HashMap<(String, String), Instant>,
+    /// The autoscaler's figures last written into each Manager's status, and when: unchanged ones
+    /// are not written again.
+    last_status: HashMap<(String, String), (Instant, serde_json::Value)>,
 }
 
-/// Runs the autoscaler until `shutdown` resolves.
-pub async fn run(ctx: Arc<Context>, loads: Arc<LoadBook>, shutdown: impl Future<Output = ()>) {
-    let (reader, writer) = reflector::store::<Manager>();
-    let feed = reflector::reflector(
-        writer,
-        watcher(
-            Api::<Manager>::all(ctx.client.clone()),
-            watcher::Config::default(),
-        ),
-    )
-    .default_backoff()
-    .applied_objects()
-    .for_each(|_| futures::future::ready(()));
-    let feed = tokio::spawn(feed);
+/// Runs the autoscaler until `shutdown` resolves, reading the Managers from the shared cache.
+pub async fn run(
+    ctx: Arc<Context>,
+    loads: Arc<LoadBook>,
+    reader: Store<Manager>,
+    shutdown: impl Future<Output = ()>,
+) {
     tokio::pin!(shutdown);
+    tokio::select! {
+        () = &mut shutdown => return,
+        ready = reader.wait_until_ready() => if ready.is_err() {
+            tracing::error!("the Manager cache closed before it was ready; autoscaler not running");
+            return;
+        },
+    }
     let started = Instant::now();
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
@@ -88,13 +91,35 @@ pub async fn run(ctx: Arc<Context>, loads: Arc<LoadBook>, shutdown: impl Future<
             scaler.activate(&ctx, &reader, &pending, now_ms).await;
             continue;
         }
-        let samples = observe::aggregate(&loads.fresh(now, STALE_AFTER));
-        scaler.tick(&ctx, &reader, &samples, now, now_ms).await;
+        let fresh = loads.fresh(now, STALE_AFTER);
+        let samples = observe::aggregate(fresh.iter().map(|r| &**r));
+        let statuses = scaler.tick(&ctx, &reader, &samples, now, now_ms).await;
+        ctx.metrics.autoscale_tick(now.elapsed());
+        // Status figures are informational: written after the decisions, several at a time, so a
+        // slow API server delays them and not the next tick's decisions.
+        let writing = Instant::now();
+        let failed: Vec<(String, String)> = futures::stream::iter(statuses)
+            .map(|(ns, name, patch)| {
+                let ctx = &ctx;
+                async move {
+                    let ok = send_status(ctx, &ns, &name, &patch).await;
+                    (!ok).then_some((ns, name))
+                }
+            })
+            .buffer_unordered(STATUS_WRITERS)
+            .filter_map(std::future::ready)
+            .collect()
+            .await;
+        // Not written: forget what was meant, so the next due tick writes it again.
+        for key in failed {
+            scaler.last_status.remove(&key);
+        }
+        ctx.metrics.autoscale_status_writes(writing.elapsed());
     }
-    feed.abort();
 }
 
 impl Scaler {
+    /// Decides and writes replicas for every scaled Manager; returns the status patches to send.
     async fn tick(
         &mut self,
         ctx: &Context,
@@ -102,7 +127,7 @@ impl Scaler {
         samples: &HashMap<observe::Key, Sample>,
         now: Instant,
         now_ms: u64,
-    ) {
+    ) -> Vec<(String, String, serde_json::Value)> {
         let managers = reader.state();
         let alive: HashSet<(String, String)> = managers
             .iter()
@@ -115,11 +140,16 @@ impl Scaler {
         self.states.retain(|k, _| keep(k));
         self.asked.retain(|k, _| keep(k));
         self.last_status.retain(|k, _| alive.contains(k));
+        let mut statuses = Vec::new();
         for m in managers.iter().filter(|m| m.spec.scaling.enabled) {
-            self.scale(ctx, m, samples, now, now_ms).await;
+            if let Some(status) = self.scale(ctx, m, samples, now, now_ms).await {
+                statuses.push(status);
+            }
         }
+        statuses
     }
 
+    /// Decides (and writes) `m`'s replicas; returns its status patch when one is due.
     async fn scale(
         &mut self,
         ctx: &Context,
@@ -127,8 +157,8 @@ impl Scaler {
         samples: &HashMap<observe::Key, Sample>,
         now: Instant,
         now_ms: u64,
-    ) {
-        let Some(ns) = m.namespace() else { return };
+    ) -> Option<(String, String, serde_json::Value)> {
+        let ns = m.namespace()?;
         let name = m.name_any();
         let scaling = &m.spec.scaling;
         let policy = plan::policy(scaling);
@@ -173,12 +203,21 @@ impl Scaler {
         let due = self
             .last_status
             .get(&key)
-            .is_none_or(|t| now.saturating_duration_since(*t) >= STATUS_EVERY);
-        if changed || due {
-            self.write_status(ctx, m, &ns, &name, &policy, &desired, now_ms)
-                .await;
-            self.last_status.insert(key, now);
+            .is_none_or(|(t, _)| now.saturating_duration_since(*t) >= STATUS_EVERY);
+        if !(changed || due) {
+            return None;
         }
+        let patch = self.status_patch(m, &ns, &name, &policy, &desired, now_ms);
+        // At scale most Managers' figures hold still; rewriting them would be API load for nothing.
+        // Only the autoscaler's own figures count (the controller's replica counts move with
+        // readiness and are the controller's to write).
+        let figures = own_figures(&patch);
+        let same = self
+            .last_status
+            .get(&key)
+            .is_some_and(|(_, f)| *f == figures);
+        self.last_status.insert(key, (now, figures));
+        (changed || !same).then_some((ns, name, patch))
     }
 
     /// Pods asked for `group` now: the Manager's, unless a count written lately is newer than the
@@ -194,6 +233,21 @@ impl Scaler {
     /// Writes decision `d` for `group` (`shared`: the scale subresource; `perEventType`: the caller
     /// writes status), counts it and emits its Event. False when the write failed.
     #[allow(clippy::too_many_arguments)]
+    #[tracing::instrument(
+        name = "scale",
+        skip_all,
+        fields(
+            otel.name = "scale manager",
+            k8s.namespace.name = %key.0,
+            switchyard.manager = %key.1,
+            switchyard.event_types = %group.join(","),
+            switchyard.scale.from = current,
+            switchyard.scale.to = d.replicas,
+            switchyard.scale.direction = if d.replicas > current { "up" } else { "down" },
+            switchyard.scale.mode = if d.panic { "panic" } else { "stable" },
+            otel.status_code = tracing::field::Empty,
+        )
+    )]
     async fn write(
         &mut self,
         ctx: &Context,
@@ -214,6 +268,7 @@ impl Scaler {
                 .await
             {
                 tracing::warn!(manager = %name, namespace = %ns, error = %e, "could not write replicas through the scale subresource");
+                tracing::Span::current().record("otel.status_code", "error");
                 return false;
             }
         }
@@ -285,58 +340,108 @@ impl Scaler {
                 }
             }
             if changed {
-                self.write_status(ctx, m, &ns, &name, &policy, &desired, now_ms)
-                    .await;
+                let patch = self.status_patch(m, &ns, &name, &policy, &desired, now_ms);
+                let _ = send_status(ctx, &ns, &name, &patch).await;
             }
         }
     }
 
-    #[allow(clippy::too_many_arguments)]
-    async fn write_status(
+    /// The status patch for `m` with `desired` replicas and the recent load figures.
+    fn status_patch(
         &self,
-        ctx: &Context,
         m: &Manager,
         ns: &str,
         name: &str,
         policy: &decide::Policy,
         desired: &HashMap<String, u32>,
         now_ms: u64,
-    ) {
+    ) -> serde_json::Value {
         let round = |v: f64| (v * 100.0).round() / 100.0;
-        let mut events = m
+        // Only the autoscaler's fields, applied under its own field manager: the controller owns the
+        // rest of each entry (deployment, replicas) and server-side apply merges the two by event.
+        // Entries of the event types the spec still lists and the controller has created: an entry
+        // the autoscaler kept writing after its type left the spec would never go away.
+        let events: Vec<serde_json::Value> = m
             .status
             .as_ref()
-            .map(|s| s.events.clone())
-            .unwrap_or_default();
-        for s in &mut events {
-            s.desired_replicas = desired
-                .get(&s.event)
-                .map(|n| i32::try_from(*n).unwrap_or(i32::MAX));
-            let recent = self
-                .windows
-                .get(&(ns.to_owned(), name.to_owned(), s.event.clone()))
-                .and_then(|w| w.average(now_ms, policy.panic_ms));
-            s.rate = recent.map(|r| round(r.rate));
-            s.in_flight = recent.map(|r| round(r.in_flight));
-            s.p99_ms = recent.map(|r| round(r.p99_ms));
-        }
+            .map(|s| s.events.as_slice())
+            .unwrap_or_default()
+            .iter()
+            .filter(|s| {
+                !s.deployment.is_empty() && m.spec.events.iter().any(|e| e.as_str() == s.event)
+            })
+            .map(|s| {
+                let recent = self
+                    .windows
+                    .get(&(ns.to_owned(), name.to_owned(), s.event.clone()))
+                    .and_then(|w| w.average(now_ms, policy.panic_ms));
+                let mut entry = serde_json::json!({ "event": s.event });
+                if let Some(n) = desired.get(&s.event) {
+                    entry["desiredReplicas"] =
+                        serde_json::json!(i32::try_from(*n).unwrap_or(i32::MAX));
+                }
+                if let Some(r) = recent {
+                    entry["rate"] = serde_json::json!(round(r.rate));
+                    entry["inFlight"] = serde_json::json!(round(r.in_flight));
+                    entry["p99Ms"] = serde_json::json!(round(r.p99_ms));
+                }
+                entry
+            })
+            .collect();
         let total = desired
             .values()
             .copied()
             .max()
             .map(|n| i32::try_from(n).unwrap_or(i32::MAX));
-        let mut status = serde_json::json!({ "desiredReplicas": total });
+        let mut status = serde_json::json!({});
+        if let Some(t) = total {
+            status["desiredReplicas"] = serde_json::json!(t);
+        }
         // The controller creates the per-type entries; until it has, only the total is written.
         if !events.is_empty() {
-            status["events"] = serde_json::to_value(&events).unwrap_or_default();
+            status["events"] = serde_json::Value::Array(events);
         }
-        let api = Api::<Manager>::namespaced(ctx.client.clone(), ns);
-        let patch = serde_json::json!({ "status": status });
-        if let Err(e) = api
-            .patch_status(name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
+        // A server-side apply configuration: the autoscaler's figures under its own field manager.
+        serde_json::json!({
+            "apiVersion": <Manager as kube::Resource>::api_version(&()),
+            "kind": <Manager as kube::Resource>::kind(&()),
+            "status": status,
+        })
+    }
+}
+
+/// The autoscaler-owned figures of a status patch: desired replicas, and per event type desired
+/// replicas, rate, in flight and p99.
+fn own_figures(patch: &serde_json::Value) -> serde_json::Value {
+    let status = &patch["status"];
+    let events: Vec<serde_json::Value> = status["events"]
+        .as_array()
+        .map(|es| {
+            es.iter()
+                .map(|e| {
+                    serde_json::json!([
+                        e["event"],
+                        e["desiredReplicas"],
+                        e["rate"],
+                        e["inFlight"],
+                        e["p99Ms"]
+                    ])
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    serde_json::json!([status["desiredReplicas"], events])
+}
+
+/// Writes a status patch of Manager `ns/name`; false when it failed.
+async fn send_status(ctx: &Context, ns: &str, name: &str, patch: &serde_json::Value) -> bool {
+    let api = Api::<Manager>::namespaced(ctx.client.clone(), ns);
+    let params = PatchParams::apply(crate::controller::AUTOSCALER_FIELD_MANAGER).force();
+    match api.patch_status(name, &params, &Patch::Apply(patch)).await {
+        Ok(_) => true,
+        Err(e) => {
             tracing::warn!(manager = %name, namespace = %ns, error = %e, "could not write scaling status");
+            false
         }
     }
 }

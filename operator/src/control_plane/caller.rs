@@ -1,16 +1,23 @@
-//! What each caller may ask of the control plane (pure). With mesh TLS the caller is the workload
-//! its client certificate names: a Router's sidecar gets only its Router's table, a Manager's
-//! sidecar only the table of the Router its Manager names, and load reports and activations are
-//! taken only for the caller's own pod. Whatever the caller, a load report must hold figures in
-//! bounds; entries for event types its owner does not have are dropped (and counted), so a report
-//! can never scale a Manager through a type it does not route or handle.
+//! Who is calling the control plane, and what each caller may ask of it (pure). Every RPC reads
+//! its caller here first ([`Caller::of`]) and checks it here.
+//!
+//! With mesh TLS the caller is the workload its client certificate names: a Router's sidecar gets
+//! only its Router's table, a Manager's sidecar only the table of the Router its Manager names, and
+//! load reports and activations are taken only for the caller's own pod. A call another replica
+//! forwarded (see `forward`) was checked there; only an operator's certificate may say it forwarded
+//! one, so a sidecar cannot skip its checks by setting the header. Whatever the caller, a load
+//! report must hold figures in bounds; entries for event types its owner does not have are dropped
+//! (and counted), so a report can never scale a Manager through a type it does not route or handle.
 
 use super::directory::Directory;
+use super::forward::FORWARDED;
 use super::table::RouterKey;
 use std::collections::BTreeSet;
+use std::net::SocketAddr;
+use switchyard_identity::incoming::PeerInfo;
 use switchyard_identity::{Kind, Peer};
 use switchyard_protocol::control::v1::{ActivateRequest, LoadReport, WatchRoutesRequest};
-use tonic::{Code, Status};
+use tonic::{Code, Request, Status};
 
 /// Largest control-plane message decoded (a load report of 64 event types is about 6 KiB).
 pub const MAX_MESSAGE: usize = 64 * 1024;
@@ -25,15 +32,53 @@ pub const MAX_COUNT: u32 = 1_000_000;
 /// Longest report window, in milliseconds.
 pub const MAX_WINDOW_MS: u32 = 60_000;
 
-/// Who is calling.
+/// Who the client of a call is.
 #[derive(Clone, Debug)]
-pub enum Caller {
+pub enum Identity {
     /// Mesh TLS is off: callers are not known, and not checked.
     Anyone,
     /// Mesh TLS is on and the client sent no certificate (only Certify may be called so).
     Nobody,
     /// The workload the client certificate names.
     Workload(Peer),
+}
+
+/// The origin of one call.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    /// Remote address of the connection, when the transport knows it.
+    pub peer: Option<SocketAddr>,
+    /// Another operator replica says it passed this call on (see `forward`); it is never forwarded
+    /// again, and with mesh TLS believed only from an operator's certificate.
+    pub forwarded: bool,
+    /// Who the client is.
+    pub identity: Identity,
+}
+
+impl Caller {
+    /// The caller of `request`; with `mesh`, known by its client certificate.
+    pub fn of<T>(request: &Request<T>, mesh: bool) -> Caller {
+        let info = request.extensions().get::<PeerInfo>();
+        let identity = match (mesh, info.and_then(|i| i.peer.clone())) {
+            (false, _) => Identity::Anyone,
+            (true, Some(peer)) => Identity::Workload(peer),
+            (true, None) => Identity::Nobody,
+        };
+        Caller {
+            peer: request.remote_addr().or(info.map(|i| i.remote)),
+            forwarded: request.metadata().get(FORWARDED).is_some(),
+            identity,
+        }
+    }
+
+    /// For logs: the identity, or what stands for it.
+    pub fn shown(&self) -> String {
+        match &self.identity {
+            Identity::Workload(p) => p.id.uri(),
+            Identity::Nobody => "a client without a certificate".into(),
+            Identity::Anyone => "a client".into(),
+        }
+    }
 }
 
 /// A refused call: the gRPC code, a metric label and what is wrong.
@@ -63,15 +108,31 @@ impl Refusal {
     }
 }
 
+/// The workload whose checks apply: `None` when nobody's do (mesh TLS off, or a call an operator
+/// replica forwarded after checking it).
 fn workload(caller: &Caller) -> Result<Option<&Peer>, Refusal> {
-    match caller {
-        Caller::Anyone => Ok(None),
-        Caller::Nobody => Err(Refusal::new(
+    match &caller.identity {
+        Identity::Anyone => Ok(None),
+        Identity::Nobody => Err(Refusal::new(
             Code::Unauthenticated,
             "unauthenticated",
             "a mesh client certificate is required; get one from the Identity service first",
         )),
-        Caller::Workload(p) => Ok(Some(p)),
+        Identity::Workload(p) if caller.forwarded => {
+            if p.id.kind == Kind::Operator {
+                Ok(None)
+            } else {
+                Err(Refusal::new(
+                    Code::PermissionDenied,
+                    "spoofed",
+                    format!(
+                        "{} says it forwarded this call; only an operator replica does",
+                        p.id
+                    ),
+                ))
+            }
+        }
+        Identity::Workload(p) => Ok(Some(p)),
     }
 }
 
@@ -306,11 +367,19 @@ mod tests {
         d
     }
 
+    fn direct(identity: Identity) -> Caller {
+        Caller {
+            peer: None,
+            forwarded: false,
+            identity,
+        }
+    }
+
     fn peer(ns: &str, kind: Kind, name: &str, pod: &str) -> Caller {
-        Caller::Workload(Peer {
+        direct(Identity::Workload(Peer {
             id: SpiffeId::new("td", ns, kind, name).expect("id"),
             pod: Some(pod.into()),
-        })
+        }))
     }
 
     fn watch_req(ns: &str, router: &str, pod: &str) -> WatchRoutesRequest {
@@ -318,6 +387,7 @@ mod tests {
             namespace: ns.into(),
             router: router.into(),
             pod: pod.into(),
+            deltas: false,
         }
     }
 
@@ -340,9 +410,14 @@ mod tests {
         assert!(watch(&unknown, &watch_req("shop", "edge", "n-1"), &d).is_err());
         let spoof = watch(&router, &watch_req("shop", "edge", "edge-2"), &d).expect_err("pod");
         assert_eq!(spoof.reason, "spoofed");
-        let none = watch(&Caller::Nobody, &watch_req("shop", "edge", ""), &d).expect_err("none");
+        let none = watch(
+            &direct(Identity::Nobody),
+            &watch_req("shop", "edge", ""),
+            &d,
+        )
+        .expect_err("none");
         assert_eq!(none.code, Code::Unauthenticated);
-        assert!(watch(&Caller::Anyone, &watch_req("x", "y", ""), &d).is_ok());
+        assert!(watch(&direct(Identity::Anyone), &watch_req("x", "y", ""), &d).is_ok());
     }
 
     fn report_of(role: &str, ns: &str, owner: &str, pod: &str, events: &[&str]) -> LoadReport {
@@ -399,12 +474,12 @@ mod tests {
             "h-1",
             &["noop", "orders.create"],
         );
-        let checked = report(&Caller::Anyone, &mut r, &d).expect("checked");
+        let checked = report(&direct(Identity::Anyone), &mut r, &d).expect("checked");
         assert_eq!(checked.unknown_events, 1);
         assert_eq!(r.events.len(), 1);
         let mut nan = report_of("manager", "shop", "handlers", "h-1", &["noop"]);
         nan.events[0].arrivals_per_second = f64::NAN;
-        let e = report(&Caller::Anyone, &mut nan, &d).expect_err("nan");
+        let e = report(&direct(Identity::Anyone), &mut nan, &d).expect_err("nan");
         assert_eq!(e.reason, "bounds");
         assert!(
             e.message.contains("noop: arrivals_per_second"),
@@ -413,19 +488,19 @@ mod tests {
         );
         let mut huge = report_of("router", "shop", "edge", "e-1", &["noop"]);
         huge.events[0].in_flight = u32::MAX;
-        assert!(report(&Caller::Anyone, &mut huge, &d).is_err());
+        assert!(report(&direct(Identity::Anyone), &mut huge, &d).is_err());
         let mut neg = report_of("router", "shop", "edge", "e-1", &["noop"]);
         neg.events[0].latency_p99_ms = -1.0;
-        assert!(report(&Caller::Anyone, &mut neg, &d).is_err());
+        assert!(report(&direct(Identity::Anyone), &mut neg, &d).is_err());
         let mut many = report_of("router", "shop", "edge", "e-1", &[]);
         many.events = vec![huge.events[0].clone(); MAX_EVENTS + 1];
-        assert!(report(&Caller::Anyone, &mut many, &d).is_err());
+        assert!(report(&direct(Identity::Anyone), &mut many, &d).is_err());
         let mut window = report_of("router", "shop", "edge", "e-1", &["noop"]);
         window.window_ms = 0;
-        assert!(report(&Caller::Anyone, &mut window, &d).is_err());
+        assert!(report(&direct(Identity::Anyone), &mut window, &d).is_err());
         let mut role = report_of("admin", "shop", "edge", "e-1", &["noop"]);
         assert_eq!(
-            report(&Caller::Anyone, &mut role, &d).map_err(|e| e.reason),
+            report(&direct(Identity::Anyone), &mut role, &d).map_err(|e| e.reason),
             Err("bounds")
         );
     }
@@ -451,6 +526,35 @@ mod tests {
         assert_eq!(
             activate(&me, &req("edge", "edge-1", "other"), &d).map_err(|e| e.reason),
             Err("unknown_event")
+        );
+    }
+
+    #[test]
+    fn only_an_operator_replica_may_say_it_forwarded_a_call() {
+        let d = dir();
+        let forwarded = |c: Caller| Caller {
+            forwarded: true,
+            ..c
+        };
+        // Another pod's report, passed on by a standby that checked it: taken (bounds still apply).
+        let operator = forwarded(peer("switchyard", Kind::Operator, "switchyard", "op-1"));
+        let mut theirs = report_of("manager", "shop", "handlers", "h-2", &["noop"]);
+        assert_eq!(report(&operator, &mut theirs, &d), Ok(Checked::default()));
+        let mut wild = report_of("manager", "shop", "handlers", "h-2", &["noop"]);
+        wild.events[0].queued = u32::MAX;
+        assert_eq!(
+            report(&operator, &mut wild, &d).map_err(|e| e.reason),
+            Err("bounds")
+        );
+        // A sidecar setting the header to skip its checks.
+        let sidecar = forwarded(peer("shop", Kind::Manager, "handlers", "h-1"));
+        let mut spoof = report_of("manager", "shop", "handlers", "h-2", &["noop"]);
+        let e = report(&sidecar, &mut spoof, &d).expect_err("not an operator");
+        assert_eq!((e.code, e.reason), (Code::PermissionDenied, "spoofed"));
+        assert!(
+            e.message.contains("only an operator replica"),
+            "{}",
+            e.message
         );
     }
 

@@ -1,6 +1,6 @@
 //! Who is who in the mesh, as the control plane's authorization needs it (pure): each Router's
 //! event types (its routes), and each Manager's Router and event types. Built from the same caches
-//! as the routing tables, and swapped whole after each recompute.
+//! as the routing tables, and swapped whole after a batch of changes to Routers or Managers.
 
 use super::table::RouterKey;
 use kube::ResourceExt;

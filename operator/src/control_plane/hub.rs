@@ -1,11 +1,14 @@
-//! The latest table of every Router, one watch channel each: a subscriber holds one slot, never a
-//! backlog, and a slow one simply skips to the newest table.
+//! Every Router's table as versions and deltas (`delta::TableState`), and its watchers. A change
+//! costs one state update and one wake-up per watched Router; each watcher then builds its own
+//! message when its stream is polled, so a slow one holds no backlog: it skips to the latest state
+//! (one merged delta, or the whole table when too far behind). Nothing is queued per watcher.
 
+use super::delta::{Changes, TableState};
 use super::table::RouterKey;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use switchyard_protocol::control::v1::{Route, RoutingTable};
+use switchyard_protocol::control::v1::RoutingTable;
 use tokio::sync::watch;
 
 /// Why a subscription was refused.
@@ -27,101 +30,163 @@ pub enum SubscribeError {
     Closed,
 }
 
+/// What happens to one Router's table.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RouterChange {
+    /// Routes set or removed (a new Router's table starts with them).
+    Routes(Changes),
+    /// The Router is gone: its watchers' streams end.
+    Removed,
+}
+
+type State = Arc<Mutex<TableState>>;
+
+/// One Router: its state, and the version signal its watchers wait on (dropped with the Router).
+struct Channel {
+    state: State,
+    tx: watch::Sender<u64>,
+}
+
+fn lock(state: &State) -> std::sync::MutexGuard<'_, TableState> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
 /// Every Router's current table.
 #[derive(Default)]
 pub struct Hub {
-    tables: Mutex<HashMap<RouterKey, watch::Sender<Arc<RoutingTable>>>>,
+    routers: Mutex<HashMap<RouterKey, Channel>>,
     synced: AtomicBool,
     closed: AtomicBool,
 }
 
 impl Hub {
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<RouterKey, watch::Sender<Arc<RoutingTable>>>> {
-        self.tables.lock().unwrap_or_else(|p| p.into_inner())
+    fn routers(&self) -> std::sync::MutexGuard<'_, HashMap<RouterKey, Channel>> {
+        self.routers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Makes the hub hold exactly `tables`: a changed table gets the next version and reaches every
-    /// subscriber; an unchanged one sends nothing; a Router gone ends its subscribers' streams.
-    /// Returns how many tables changed.
-    pub fn publish(&self, tables: BTreeMap<RouterKey, Vec<Route>>) -> usize {
+    /// Applies `changes`; each Router whose table changed gets the next version and wakes its
+    /// watchers. Returns how many tables changed.
+    pub fn publish(&self, changes: BTreeMap<RouterKey, RouterChange>) -> usize {
         if self.closed.load(Ordering::Acquire) {
             return 0;
         }
-        let mut map = self.lock();
-        map.retain(|k, _| tables.contains_key(k));
+        let mut map = self.routers();
         let mut changed = 0;
-        for (key, routes) in tables {
-            match map.get(&key) {
-                Some(tx) => {
-                    let modified = tx.send_if_modified(|current| {
-                        if current.routes == routes {
-                            return false;
+        for (key, change) in changes {
+            match change {
+                RouterChange::Removed => {
+                    // Dropping the sender ends every watcher's stream.
+                    changed += usize::from(map.remove(&key).is_some());
+                }
+                RouterChange::Routes(routes) => match map.get(&key) {
+                    Some(ch) => {
+                        let version = {
+                            let mut st = lock(&ch.state);
+                            st.apply(routes).then(|| st.version())
+                        };
+                        if let Some(v) = version {
+                            ch.tx.send_replace(v);
+                            changed += 1;
                         }
-                        *current = Arc::new(RoutingTable {
-                            version: current.version + 1,
-                            router: key.name.clone(),
-                            namespace: key.namespace.clone(),
-                            routes,
-                        });
-                        true
-                    });
-                    changed += usize::from(modified);
-                }
-                None => {
-                    let table = RoutingTable {
-                        version: 1,
-                        router: key.name.clone(),
-                        namespace: key.namespace.clone(),
-                        routes,
-                    };
-                    map.insert(key, watch::Sender::new(Arc::new(table)));
-                    changed += 1;
-                }
+                    }
+                    None => {
+                        let st = TableState::new(
+                            key.name.clone(),
+                            key.namespace.clone(),
+                            routes.into_values().flatten().collect(),
+                        );
+                        let (tx, _) = watch::channel(st.version());
+                        map.insert(
+                            key,
+                            Channel {
+                                state: Arc::new(Mutex::new(st)),
+                                tx,
+                            },
+                        );
+                        changed += 1;
+                    }
+                },
             }
         }
-        self.synced.store(true, Ordering::Release);
         changed
     }
 
-    /// A receiver whose current value is the Router's table, marked changed so the first read sees it.
-    pub fn subscribe(
-        &self,
-        key: &RouterKey,
-    ) -> Result<watch::Receiver<Arc<RoutingTable>>, SubscribeError> {
-        if self.closed.load(Ordering::Acquire) {
-            return Err(SubscribeError::Closed);
-        }
-        if !self.synced.load(Ordering::Acquire) {
-            return Err(SubscribeError::NotSynced);
-        }
-        let map = self.lock();
-        let tx = map.get(key).ok_or_else(|| SubscribeError::NotFound {
-            namespace: key.namespace.clone(),
-            name: key.name.clone(),
-        })?;
-        let mut rx = tx.subscribe();
-        rx.mark_changed();
-        Ok(rx)
-    }
-
-    /// Ends every stream and refuses new ones, so a graceful server shutdown does not wait on them.
-    pub fn close(&self) {
-        self.closed.store(true, Ordering::Release);
-        self.lock().clear();
+    /// Marks the first complete view of the cluster as published: from now on "no such Router" is
+    /// an answer.
+    pub fn mark_synced(&self) {
+        self.synced.store(true, Ordering::Release);
     }
 
     /// Whether the first complete view of the cluster has been published.
     pub fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
     }
+
+    /// A watcher of the Router's table; `deltas` false sends whole tables only.
+    pub fn subscribe(&self, key: &RouterKey, deltas: bool) -> Result<Subscription, SubscribeError> {
+        if self.closed.load(Ordering::Acquire) {
+            return Err(SubscribeError::Closed);
+        }
+        if !self.synced.load(Ordering::Acquire) {
+            return Err(SubscribeError::NotSynced);
+        }
+        let map = self.routers();
+        let ch = map.get(key).ok_or_else(|| SubscribeError::NotFound {
+            namespace: key.namespace.clone(),
+            name: key.name.clone(),
+        })?;
+        Ok(Subscription {
+            state: ch.state.clone(),
+            rx: ch.tx.subscribe(),
+            sent: None,
+            deltas,
+        })
+    }
+
+    /// Ends every stream and refuses new ones, so a graceful server shutdown does not wait on them.
+    pub fn close(&self) {
+        self.closed.store(true, Ordering::Release);
+        self.routers().clear();
+    }
+}
+
+/// One watcher: what it was sent last, and the signal of new versions.
+pub struct Subscription {
+    state: State,
+    rx: watch::Receiver<u64>,
+    sent: Option<u64>,
+    deltas: bool,
+}
+
+impl Subscription {
+    /// The next message: the whole table first, then what changed since the last one sent, built
+    /// from the state as it is now. None once the Router is gone or the hub closed.
+    pub async fn next(&mut self) -> Option<RoutingTable> {
+        loop {
+            // Marked seen before reading, so a change landing in between wakes the next wait.
+            self.rx.borrow_and_update();
+            let message = lock(&self.state).since(self.sent, self.deltas);
+            if let Some(m) = message {
+                self.sent = Some(m.version);
+                return Some(m);
+            }
+            self.rx.changed().await.ok()?;
+        }
+    }
+
+    /// The message that would be sent now, without waiting (None: up to date).
+    pub fn ready(&mut self) -> Option<RoutingTable> {
+        self.rx.borrow_and_update();
+        let message = lock(&self.state).since(self.sent, self.deltas)?;
+        self.sent = Some(message.version);
+        Some(message)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use switchyard_protocol::control::v1::Endpoint;
+    use switchyard_protocol::control::v1::{Endpoint, Route};
 
     fn key(name: &str) -> RouterKey {
         RouterKey {
@@ -145,69 +210,111 @@ mod tests {
         }
     }
 
+    fn routes(pairs: &[(&str, &[&str])]) -> RouterChange {
+        RouterChange::Routes(
+            pairs
+                .iter()
+                .map(|(e, a)| ((*e).to_owned(), Some(route(e, a))))
+                .collect(),
+        )
+    }
+
+    fn one(name: &str, change: RouterChange) -> BTreeMap<RouterKey, RouterChange> {
+        BTreeMap::from([(key(name), change)])
+    }
+
     #[test]
-    fn refuses_before_the_first_publish_and_for_unknown_routers() {
+    fn refuses_before_sync_and_for_unknown_routers() {
         let hub = Hub::default();
         assert_eq!(
-            hub.subscribe(&key("edge")).err(),
+            hub.subscribe(&key("edge"), true).err(),
             Some(SubscribeError::NotSynced)
         );
-        hub.publish(BTreeMap::new());
+        hub.mark_synced();
         assert!(matches!(
-            hub.subscribe(&key("edge")),
+            hub.subscribe(&key("edge"), true),
             Err(SubscribeError::NotFound { .. })
         ));
     }
 
-    #[test]
-    fn versions_move_only_when_the_routes_change() {
+    #[tokio::test]
+    async fn whole_table_first_then_deltas_and_only_on_change() {
         let hub = Hub::default();
-        let t = |addrs: &[&str]| BTreeMap::from([(key("edge"), vec![route("a.b", addrs)])]);
-        assert_eq!(hub.publish(t(&["10.0.0.1:7070"])), 1);
-        let mut rx = hub.subscribe(&key("edge")).expect("subscribed");
-        assert!(
-            rx.has_changed().expect("open"),
-            "the current table is delivered first"
-        );
-        assert_eq!(rx.borrow_and_update().version, 1);
-        assert_eq!(hub.publish(t(&["10.0.0.1:7070"])), 0);
-        assert!(!rx.has_changed().expect("open"));
-        assert_eq!(hub.publish(t(&["10.0.0.1:7070", "10.0.0.2:7070"])), 1);
-        let table = rx.borrow_and_update().clone();
-        assert_eq!(table.version, 2);
-        assert_eq!(table.router, "edge");
-        assert_eq!(table.routes[0].endpoints.len(), 2);
-    }
-
-    #[test]
-    fn a_slow_subscriber_sees_only_the_latest_table() {
-        let hub = Hub::default();
-        for n in 1..=5 {
-            let addrs: Vec<String> = (0..n).map(|i| format!("10.0.0.{i}:7070")).collect();
-            let addrs: Vec<&str> = addrs.iter().map(String::as_str).collect();
-            hub.publish(BTreeMap::from([(key("edge"), vec![route("a.b", &addrs)])]));
-        }
-        let mut rx = hub.subscribe(&key("edge")).expect("subscribed");
-        assert_eq!(rx.borrow_and_update().version, 5);
-        assert!(!rx.has_changed().expect("open"));
-    }
-
-    #[test]
-    fn a_deleted_router_ends_its_streams_and_close_ends_all() {
-        let hub = Hub::default();
-        hub.publish(BTreeMap::from([
-            (key("edge"), vec![]),
-            (key("admin"), vec![]),
-        ]));
-        let edge = hub.subscribe(&key("edge")).expect("edge");
-        let admin = hub.subscribe(&key("admin")).expect("admin");
-        hub.publish(BTreeMap::from([(key("admin"), vec![])]));
-        assert!(edge.has_changed().is_err(), "sender dropped");
-        assert!(admin.has_changed().is_ok());
-        hub.close();
-        assert!(admin.has_changed().is_err());
+        hub.publish(one(
+            "edge",
+            routes(&[("a.b", &["10.0.0.1:7070"]), ("c.d", &[])]),
+        ));
+        hub.mark_synced();
+        let mut sub = hub.subscribe(&key("edge"), true).expect("subscribed");
+        let first = sub.next().await.expect("first");
+        assert_eq!((first.version, first.base, first.routes.len()), (1, 0, 2));
+        assert!(sub.ready().is_none());
         assert_eq!(
-            hub.subscribe(&key("admin")).err(),
+            hub.publish(one("edge", routes(&[("c.d", &[])]))),
+            0,
+            "no change"
+        );
+        assert_eq!(
+            hub.publish(one(
+                "edge",
+                routes(&[("a.b", &["10.0.0.1:7070", "10.0.0.2:7070"])])
+            )),
+            1
+        );
+        let d = sub.next().await.expect("delta");
+        assert_eq!((d.version, d.base, d.routes.len()), (2, 1, 1));
+        assert_eq!(d.routes[0].endpoints.len(), 2);
+    }
+
+    #[tokio::test]
+    async fn a_slow_watcher_skips_to_the_latest_state() {
+        let hub = Hub::default();
+        hub.publish(one(
+            "edge",
+            routes(&[("a.b", &[]), ("c.d", &[]), ("e.f", &[])]),
+        ));
+        hub.mark_synced();
+        let mut sub = hub.subscribe(&key("edge"), true).expect("subscribed");
+        sub.next().await.expect("first");
+        for i in 1..=50 {
+            let addr = format!("10.0.0.{i}:7070");
+            hub.publish(one("edge", routes(&[("a.b", &[addr.as_str()])])));
+        }
+        let d = sub.next().await.expect("merged");
+        assert_eq!((d.base, d.version), (1, 51));
+        assert_eq!(d.routes.len(), 1);
+        assert_eq!(d.routes[0].endpoints[0].address, "10.0.0.50:7070");
+        assert!(sub.ready().is_none(), "nothing queued behind it");
+    }
+
+    #[tokio::test]
+    async fn watchers_without_deltas_get_whole_tables() {
+        let hub = Hub::default();
+        hub.publish(one("edge", routes(&[("a.b", &[]), ("c.d", &[])])));
+        hub.mark_synced();
+        let mut sub = hub.subscribe(&key("edge"), false).expect("subscribed");
+        sub.next().await.expect("first");
+        hub.publish(one("edge", routes(&[("a.b", &["10.0.0.1:7070"])])));
+        let t = sub.next().await.expect("table");
+        assert_eq!((t.base, t.routes.len()), (0, 2));
+    }
+
+    #[tokio::test]
+    async fn a_deleted_router_ends_its_streams_and_close_ends_all() {
+        let hub = Hub::default();
+        hub.publish(one("edge", routes(&[])));
+        hub.publish(one("admin", routes(&[])));
+        hub.mark_synced();
+        let mut edge = hub.subscribe(&key("edge"), true).expect("edge");
+        let mut admin = hub.subscribe(&key("admin"), true).expect("admin");
+        edge.next().await.expect("first");
+        admin.next().await.expect("first");
+        hub.publish(one("edge", RouterChange::Removed));
+        assert!(edge.next().await.is_none(), "stream ended");
+        hub.close();
+        assert!(admin.next().await.is_none());
+        assert_eq!(
+            hub.subscribe(&key("admin"), true).err(),
             Some(SubscribeError::Closed)
         );
     }

@@ -3,7 +3,7 @@
 //! last load forever (sidecar clocks are not trusted for that).
 
 use std::collections::HashMap;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use switchyard_protocol::control::v1::LoadReport;
 
@@ -12,7 +12,7 @@ pub const MAX_PODS: usize = 10_000;
 
 /// Latest report per `namespace/pod`, and the pending activations.
 pub struct LoadBook {
-    latest: Mutex<HashMap<String, (Instant, LoadReport)>>,
+    latest: Mutex<HashMap<String, (Instant, Arc<LoadReport>)>>,
     /// Activations from routers holding requests for an event type scaled to zero.
     pub activations: super::activation::Activations,
     /// True once the operator shuts down: report streams never end by themselves.
@@ -30,7 +30,7 @@ impl Default for LoadBook {
 }
 
 impl LoadBook {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, LoadReport)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, (Instant, Arc<LoadReport>)>> {
         self.latest.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -57,7 +57,7 @@ impl LoadBook {
         if map.len() >= MAX_PODS && !map.contains_key(&key) {
             return false;
         }
-        map.insert(key, (at, report));
+        map.insert(key, (at, Arc::new(report)));
         true
     }
 
@@ -70,11 +70,11 @@ impl LoadBook {
     pub fn latest(&self, namespace: &str, pod: &str) -> Option<LoadReport> {
         self.lock()
             .get(&format!("{namespace}/{pod}"))
-            .map(|(_, r)| r.clone())
+            .map(|(_, r)| LoadReport::clone(r))
     }
 
     /// The reports that arrived within `max_age` before `now`; older ones are dropped from the book.
-    pub fn fresh(&self, now: Instant, max_age: Duration) -> Vec<LoadReport> {
+    pub fn fresh(&self, now: Instant, max_age: Duration) -> Vec<Arc<LoadReport>> {
         let mut map = self.lock();
         map.retain(|_, (at, _)| now.saturating_duration_since(*at) <= max_age);
         map.values().map(|(_, r)| r.clone()).collect()

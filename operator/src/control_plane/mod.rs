@@ -1,11 +1,14 @@
-//! The control plane: every operator replica (leader or not, it only reads caches) serves the
-//! `switchyard.v1.ControlPlane` gRPC API. Router sidecars subscribe to their Router's routing table
-//! (`WatchRoutes`); sidecars stream load reports back (`ReportLoad`) and routers holding requests for
-//! an event type scaled to zero ask for a pod (`Activate`).
+//! The control plane: every operator replica (leader or not) serves the `switchyard.v1.ControlPlane`
+//! gRPC API. Router sidecars subscribe to their Router's routing table (`WatchRoutes`, served from
+//! each replica's own caches); sidecars stream load reports back (`ReportLoad`) and routers holding
+//! requests for an event type scaled to zero ask for a pod (`Activate`): those two feed the leader's
+//! autoscaler, so a standby forwards them to the leader (`forward`).
 //!
-//! `table` is the pure core (Routers, Managers, Pods -> tables); `hub` holds the latest table per
-//! Router in watch channels; `observe` feeds it from reflector caches; `server` is the tonic shell.
-//! `directory` (who is who) and `caller` (what each caller may ask, pure) are its authorization.
+//! `index` is the pure core (Routers, Managers, Pods -> routing tables, one object at a time, with
+//! `table` as its from-scratch reference); `delta` is one table as versions and deltas; `hub` holds
+//! every Router's table and its watchers; `observe` feeds the index from the watches and shares the
+//! Router and Manager caches; `server` is the tonic shell; `caller` is where a call's origin is read
+//! and what it may ask is decided (pure), from `directory` (who is who).
 //!
 //! With mesh TLS the server is TLS only, with the operator's certificate, and serves the
 //! `Identity` service next to the control plane: a sidecar without a certificate may only ask for
@@ -13,17 +16,22 @@
 
 pub mod activation;
 pub mod caller;
+pub mod delta;
 pub mod directory;
+pub mod forward;
 pub mod hub;
+pub mod index;
 pub mod load;
 pub mod observe;
 pub mod server;
 pub mod table;
 
+use crate::leader::view::LeaderView;
 use crate::metrics::Metrics;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_identity::connect::MeshConnector;
 use switchyard_identity::service::IdentityService;
 use switchyard_protocol::control::v1::control_plane_server::ControlPlaneServer;
 use switchyard_protocol::control::v1::identity_server::IdentityServer;
@@ -34,17 +42,21 @@ use tokio_stream::wrappers::TcpListenerStream;
 pub struct MeshServing {
     /// TLS with the operator's certificate (client certificates optional, checked when sent).
     pub config: rustls::ServerConfig,
+    /// How a standby dials the leader (the operator's certificate presented).
+    pub forward: MeshConnector,
     /// The Identity service.
     pub identity: IdentityService<crate::identity::review::KubeAuthenticator>,
 }
 
 /// Serves the control plane on `listener` until `shutdown` resolves, then ends every stream. Load
-/// reports go into `loads`, which the autoscaler reads. With `mesh`, over TLS with the Identity
-/// service beside it; without, plain h2c and callers unchecked.
+/// reports and activations go into `loads` (which the autoscaler reads) while `leader` says this
+/// replica leads, and to the leader otherwise. With `mesh`, over TLS with the Identity service
+/// beside it; without, plain h2c and callers unchecked.
 pub async fn serve(
-    client: kube::Client,
+    observer: observe::Observer,
     listener: TcpListener,
     loads: Arc<load::LoadBook>,
+    leader: Arc<LeaderView>,
     metrics: Arc<Metrics>,
     mesh: Option<MeshServing>,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -55,15 +67,16 @@ pub async fn serve(
         hub: hub.clone(),
         loads: loads.clone(),
         metrics: metrics.clone(),
+        forward: forward::Forwarder::start(
+            leader.clone(),
+            metrics.clone(),
+            mesh.as_ref().map(|m| m.forward.clone()),
+        ),
+        leader,
         directory: directory.clone(),
         mesh: mesh.is_some(),
     };
-    let observer = tokio::spawn(observe::run(
-        client,
-        hub.clone(),
-        directory,
-        metrics.clone(),
-    ));
+    let observer = tokio::spawn(observer.run(hub.clone(), directory, metrics.clone()));
     let closing = {
         let hub = hub.clone();
         let loads = loads.clone();

@@ -1,24 +1,26 @@
-//! The tonic service: `WatchRoutes` streams a Router's table from the hub, `ReportLoad` keeps the
-//! latest report of each pod, `Activate` wakes the autoscaler. Each call is first checked against
-//! its caller (`caller`: with mesh TLS, the workload of the client certificate); refusals are
-//! counted by reason.
+//! The tonic service: `WatchRoutes` streams a Router's table from the hub (any replica); `ReportLoad`
+//! and `Activate` feed the autoscaler, which runs on the leader only, so a standby forwards them to
+//! the leader (`forward`) and only the leader keeps them. Each call is first checked against its
+//! caller (`caller`: with mesh TLS, the workload of the client certificate), on the replica it
+//! reached, before any forward; refusals are counted by reason.
 
 use super::activation::Activation;
 use super::caller::{self, Caller, Refusal};
 use super::directory;
+use super::forward::Forwarder;
 use super::hub::{Hub, SubscribeError};
 use super::load::LoadBook;
 use super::table::RouterKey;
+use crate::leader::view::LeaderView;
 use crate::metrics::Metrics;
-use futures::{Stream, StreamExt};
+use futures::Stream;
+use prost::Message;
 use std::pin::Pin;
 use std::sync::Arc;
-use switchyard_identity::incoming::PeerInfo;
 use switchyard_protocol::control::v1::control_plane_server::ControlPlane;
 use switchyard_protocol::control::v1::{
     ActivateAck, ActivateRequest, LoadAck, LoadReport, RoutingTable, WatchRoutesRequest,
 };
-use tokio_stream::wrappers::WatchStream;
 use tonic::{Request, Response, Status, Streaming};
 
 /// The control-plane gRPC service.
@@ -29,6 +31,10 @@ pub struct Service {
     pub loads: Arc<LoadBook>,
     /// Subscriber and table counters.
     pub metrics: Arc<Metrics>,
+    /// Who leads: reports and activations are kept only there.
+    pub leader: Arc<LeaderView>,
+    /// Passes reports and activations on to the leader when this replica does not lead.
+    pub forward: Arc<Forwarder>,
     /// Who is who, for the checks.
     pub directory: Arc<directory::Current>,
     /// Whether callers are known by their client certificates (mesh TLS on).
@@ -38,29 +44,26 @@ pub struct Service {
 impl Service {
     /// Who sent `request`.
     fn caller<T>(&self, request: &Request<T>) -> Caller {
-        if !self.mesh {
-            return Caller::Anyone;
-        }
-        match request
-            .extensions()
-            .get::<PeerInfo>()
-            .and_then(|p| p.peer.clone())
-        {
-            Some(peer) => Caller::Workload(peer),
-            None => Caller::Nobody,
-        }
+        Caller::of(request, self.mesh)
     }
 
     /// Counts and logs a refusal, and turns it into the caller's status.
     fn refuse(&self, caller: &Caller, call: &'static str, r: Refusal) -> Status {
         self.metrics.control_plane_refused(r.reason);
-        let who = match caller {
-            Caller::Workload(p) => p.id.uri(),
-            Caller::Nobody => "a client without a certificate".into(),
-            Caller::Anyone => "a client".into(),
-        };
-        tracing::warn!(call, caller = %who, reason = r.reason, message = %r.message, "control-plane call refused");
+        tracing::warn!(call, caller = %caller.shown(), reason = r.reason, message = %r.message, "control-plane call refused");
         r.status()
+    }
+
+    /// Fails until the directory has been built from synced caches: before that every caller would
+    /// look unknown.
+    fn synced(&self) -> Result<(), Status> {
+        if self.hub.is_synced() {
+            Ok(())
+        } else {
+            Err(Status::unavailable(
+                "the control plane has not synced its caches yet; retry shortly",
+            ))
+        }
     }
 }
 
@@ -108,26 +111,29 @@ impl ControlPlane for Service {
     ) -> Result<Response<Self::WatchRoutesStream>, Status> {
         let caller = self.caller(&request);
         let req = request.into_inner();
+        if self.mesh {
+            self.synced()?;
+        }
         caller::watch(&caller, &req, &self.directory.get())
             .map_err(|r| self.refuse(&caller, "WatchRoutes", r))?;
         let key = RouterKey {
             namespace: required(&req.namespace, "namespace")?,
             name: required(&req.router, "router")?,
         };
-        let rx = self.hub.subscribe(&key).map_err(|e| match e {
+        let sub = self.hub.subscribe(&key, req.deltas).map_err(|e| match e {
             SubscribeError::NotFound { .. } => Status::not_found(e.to_string()),
             SubscribeError::NotSynced | SubscribeError::Closed => {
                 Status::unavailable(e.to_string())
             }
         })?;
-        tracing::info!(router = %key.name, namespace = %key.namespace, pod = %req.pod, "routing-table subscriber");
+        tracing::info!(router = %key.name, namespace = %key.namespace, pod = %req.pod, deltas = req.deltas, "routing-table subscriber");
         let guard = Subscriber::new(self.metrics.clone());
-        let metrics = self.metrics.clone();
-        // WatchStream yields the current table first, then only the newest after each change.
-        let stream = WatchStream::new(rx).map(move |table| {
-            let _alive = &guard;
-            metrics.table_sent();
-            Ok(RoutingTable::clone(&table))
+        // Pulled: the next message is built only when the transport wants one, from the state as it
+        // is then, so a slow stream skips to the latest instead of queueing.
+        let stream = futures::stream::unfold((sub, guard), |(mut sub, guard)| async move {
+            let table = sub.next().await?;
+            guard.0.table_sent(table.encoded_len());
+            Some((Ok(table), (sub, guard)))
         });
         Ok(Response::new(Box::pin(stream)))
     }
@@ -137,13 +143,11 @@ impl ControlPlane for Service {
         request: Request<Streaming<LoadReport>>,
     ) -> Result<Response<LoadAck>, Status> {
         let caller = self.caller(&request);
-        if !self.hub.is_synced() {
-            return Err(Status::unavailable(
-                "the control plane has not synced its caches yet; retry shortly",
-            ));
-        }
+        self.synced()?;
         let mut stream = request.into_inner();
         let mut received = 0u64;
+        // The pod whose stream this is, forgotten when it ends (a forwarded stream carries many pods;
+        // theirs age out instead).
         let mut last: Option<(String, String)> = None;
         let outcome = loop {
             let next = tokio::select! {
@@ -173,7 +177,19 @@ impl ControlPlane for Service {
                     }
                     received += 1;
                     self.metrics.load_report();
-                    last = Some((report.namespace.clone(), report.pod.clone()));
+                    // Decided per report: this replica may become (or stop being) the leader mid-stream.
+                    if !self.leader.is_me() {
+                        if caller.forwarded {
+                            // Two replicas disagree on the leader for a moment: never bounce it back.
+                            self.metrics.forward_dropped();
+                        } else {
+                            self.forward.report(report);
+                        }
+                        continue;
+                    }
+                    if !caller.forwarded {
+                        last = Some((report.namespace.clone(), report.pod.clone()));
+                    }
                     if !self.loads.record(report) {
                         break Err(Status::resource_exhausted(format!(
                             "load reports of more than {} pods are held; retry later",
@@ -199,11 +215,7 @@ impl ControlPlane for Service {
         request: Request<ActivateRequest>,
     ) -> Result<Response<ActivateAck>, Status> {
         let caller = self.caller(&request);
-        if !self.hub.is_synced() {
-            return Err(Status::unavailable(
-                "the control plane has not synced its caches yet; retry shortly",
-            ));
-        }
+        self.synced()?;
         let req = request.into_inner();
         caller::activate(&caller, &req, &self.directory.get())
             .map_err(|r| self.refuse(&caller, "Activate", r))?;
@@ -212,8 +224,20 @@ impl ControlPlane for Service {
             event_type: required(&req.event_type, "event_type")?,
             held: req.held,
         };
-        tracing::info!(router = %req.router, pod = %req.pod, namespace = %activation.namespace, event = %activation.event_type, held = req.held, "activation");
+        tracing::info!(router = %req.router, pod = %req.pod, namespace = %activation.namespace, event = %activation.event_type, held = req.held, forwarded = caller.forwarded, "activation");
         self.metrics.activation();
+        if !self.leader.is_me() {
+            if caller.forwarded {
+                return Err(Status::unavailable(
+                    "this replica does not lead; the router repeats the activation",
+                ));
+            }
+            self.forward
+                .activate(req)
+                .await
+                .map_err(|e| Status::unavailable(e.to_string()))?;
+            return Ok(Response::new(ActivateAck {}));
+        }
         if !self
             .loads
             .activations

@@ -1,4 +1,6 @@
-//! Pure: the routing table of each Router from the observed Routers, Managers and manager Pods.
+//! Pure: the routing table of each Router from the observed Routers, Managers and manager Pods,
+//! computed from scratch. The control plane keeps its tables incrementally (`index`); this is the
+//! plain statement of what they must equal, and the index's tests hold it to that.
 
 use crate::render::{self, meta};
 use k8s_openapi::api::core::v1::Pod;

@@ -27,11 +27,11 @@ const NAME: &str = "manager";
 /// Runs the Manager controller until `shutdown` resolves.
 pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
     let client = ctx.client.clone();
-    let owned = super::owned_children();
     let controller = Controller::new(
         Api::<Manager>::all(client.clone()),
         watcher::Config::default(),
     );
+    let owned = super::owned_children();
     let managers = controller.store();
     let stream = controller
         .owns(Api::<Deployment>::all(client.clone()), owned.clone())
@@ -57,7 +57,17 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
     super::drain(stream, NAME).await;
 }
 
-#[tracing::instrument(skip_all, fields(manager = %manager.name_any(), namespace = manager.namespace().unwrap_or_default()))]
+/// One reconcile, a span of its own (exported when the operator's tracing is on).
+#[tracing::instrument(
+    skip_all,
+    fields(
+        manager = %manager.name_any(),
+        namespace = manager.namespace().unwrap_or_default(),
+        otel.name = "reconcile manager",
+        otel.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+)]
 async fn reconcile(manager: Arc<Manager>, ctx: Arc<Context>) -> Result<Action> {
     super::timed(&ctx, NAME, reconcile_inner(&manager, &ctx)).await
 }
@@ -175,12 +185,14 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
         (old.replicas, old.ready_replicas),
         &now,
     );
+    // Only the controller's own fields: the autoscaler writes the desired replicas and load figures
+    // under its own field manager, and server-side apply keeps them.
     let status = ManagerStatus {
         observed_generation: generation,
         conditions: summary.conditions,
         replicas: summary.replicas,
         ready_replicas: summary.ready_replicas,
-        desired_replicas: old.desired_replicas,
+        desired_replicas: None,
         selector: Some(meta::selector_string(&meta::selector(meta::MANAGER, &name))),
         event_types: Some(
             manager
@@ -192,13 +204,13 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
                 .join(","),
         ),
         events: if rollout.is_some() {
-            merge_load(per_type, &old.events)
+            per_type
         } else {
-            old.events.clone()
+            old.events.iter().map(controller_fields).collect()
         },
     };
-    if status != old {
-        super::patch_status(ctx, manager, &status).await?;
+    if status != controller_view(&old) {
+        super::apply_status(ctx, manager, &status).await?;
         events::on_status_change(
             ctx,
             &manager.object_ref(&()),
@@ -225,17 +237,24 @@ fn served_event_types(manager: &Manager, deployment: &Deployment) -> Vec<String>
         .collect()
 }
 
-/// Keeps the load figures (written by the autoscaler) of event types that are still present.
-fn merge_load(mut fresh: Vec<EventTypeStatus>, old: &[EventTypeStatus]) -> Vec<EventTypeStatus> {
-    for f in &mut fresh {
-        if let Some(o) = old.iter().find(|o| o.event == f.event) {
-            f.desired_replicas = o.desired_replicas;
-            f.rate = o.rate;
-            f.in_flight = o.in_flight;
-            f.p99_ms = o.p99_ms;
-        }
+/// An event type's entry as the controller writes it: without the autoscaler's figures.
+fn controller_fields(e: &EventTypeStatus) -> EventTypeStatus {
+    EventTypeStatus {
+        event: e.event.clone(),
+        deployment: e.deployment.clone(),
+        replicas: e.replicas,
+        ready_replicas: e.ready_replicas,
+        ..EventTypeStatus::default()
     }
-    fresh
+}
+
+/// The part of a stored status the controller owns, to compare with what it would write.
+fn controller_view(s: &ManagerStatus) -> ManagerStatus {
+    ManagerStatus {
+        desired_replicas: None,
+        events: s.events.iter().map(controller_fields).collect(),
+        ..s.clone()
+    }
 }
 
 fn error_policy(manager: Arc<Manager>, err: &Error, ctx: Arc<Context>) -> Action {

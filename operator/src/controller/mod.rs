@@ -3,6 +3,7 @@
 
 pub mod events;
 pub mod manager;
+mod manager_cache;
 pub mod router;
 
 use crate::context::Context;
@@ -19,16 +20,25 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-/// Runs both controllers until `shutdown` resolves.
+/// Runs both controllers until `shutdown` resolves. The Router controller reads Managers from a
+/// reflector cache instead of listing them on every reconcile.
 pub async fn run(
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
+    use futures::StreamExt;
+    let (managers, fill) = manager_cache::ManagerCache::start(ctx.client.clone());
+    let fill = fill.take_until(shutdown.clone()).for_each(|()| async {});
     futures::join!(
-        router::run(ctx.clone(), shutdown.clone()),
+        fill,
+        router::run(ctx.clone(), managers, shutdown.clone()),
         manager::run(ctx, shutdown)
     );
 }
+
+/// Field manager of the autoscaler's status fields (desired replicas, load figures): apart from the
+/// controllers' so server-side apply merges the two writers' fields instead of one erasing the other.
+pub const AUTOSCALER_FIELD_MANAGER: &str = "switchyard-autoscaler";
 
 /// Watch only the children we manage, so the caches hold our objects and not the whole cluster's.
 fn owned_children() -> watcher::Config {
@@ -49,6 +59,12 @@ async fn timed(
     let started = Instant::now();
     let res = work.await;
     ctx.metrics.observe_duration(controller, started.elapsed());
+    if let Err(e) = &res {
+        // On the reconcile span (`#[instrument]` of each controller's `reconcile`).
+        let span = tracing::Span::current();
+        span.record("otel.status_code", "error");
+        span.record("error.type", e.metric_label());
+    }
     res
 }
 
@@ -82,8 +98,9 @@ fn resync() -> Action {
     Action::requeue(Duration::from_secs(600))
 }
 
-/// Writes `status` with a merge patch.
-async fn patch_status<K, S>(ctx: &Context, obj: &K, status: &S) -> Result<()>
+/// Writes the fields of `status` this controller owns, by server-side apply under the operator's
+/// field manager: fields it stops sending are removed, fields other writers own are kept.
+async fn apply_status<K, S>(ctx: &Context, obj: &K, status: &S) -> Result<()>
 where
     K: Resource<DynamicType = (), Scope = k8s_openapi::NamespaceResourceScope>
         + Clone
@@ -96,8 +113,12 @@ where
     Api::<K>::namespaced(ctx.client.clone(), &ns)
         .patch_status(
             &name,
-            &PatchParams::default(),
-            &Patch::Merge(serde_json::json!({ "status": status })),
+            &PatchParams::apply(crate::FIELD_MANAGER).force(),
+            &Patch::Apply(serde_json::json!({
+                "apiVersion": K::api_version(&()),
+                "kind": K::kind(&()),
+                "status": status,
+            })),
         )
         .await
         .map_err(|source| Error::Status {

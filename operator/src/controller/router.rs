@@ -1,6 +1,7 @@
 //! Router controller: Router → router Deployment, Service and rendered-config ConfigMap.
 
 use super::events;
+use super::manager_cache::ManagerCache;
 use crate::apply::{apply, prune};
 use crate::conditions::{self, Problem, Rollout};
 use crate::context::Context;
@@ -11,7 +12,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::{Api, ListParams};
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -24,8 +25,19 @@ use switchyard_crds::{Manager, Router};
 
 const NAME: &str = "router";
 
-/// Runs the Router controller until `shutdown` resolves.
-pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+/// What a Router reconcile reads besides the Router: the Manager cache.
+struct Shared {
+    ctx: Arc<Context>,
+    managers: ManagerCache,
+}
+
+/// Runs the Router controller until `shutdown` resolves, reading Managers from `managers` (the
+/// watch below only triggers reconciles).
+pub(super) async fn run(
+    ctx: Arc<Context>,
+    managers: ManagerCache,
+    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+) {
     let client = ctx.client.clone();
     let owned = super::owned_children();
     let stream = Controller::new(
@@ -45,33 +57,37 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
         },
     )
     .graceful_shutdown_on(shutdown)
-    .run(reconcile, error_policy, ctx);
+    .run(reconcile, error_policy, Arc::new(Shared { ctx, managers }));
     super::drain(stream, NAME).await;
 }
 
-#[tracing::instrument(skip_all, fields(router = %router.name_any(), namespace = router.namespace().unwrap_or_default()))]
-async fn reconcile(router: Arc<Router>, ctx: Arc<Context>) -> Result<Action> {
-    super::timed(&ctx, NAME, reconcile_inner(&router, &ctx)).await
+/// One reconcile, a span of its own (exported when the operator's tracing is on).
+#[tracing::instrument(
+    skip_all,
+    fields(
+        router = %router.name_any(),
+        namespace = router.namespace().unwrap_or_default(),
+        otel.name = "reconcile router",
+        otel.status_code = tracing::field::Empty,
+        error.type = tracing::field::Empty,
+    )
+)]
+async fn reconcile(router: Arc<Router>, shared: Arc<Shared>) -> Result<Action> {
+    let ctx = &shared.ctx;
+    super::timed(ctx, NAME, reconcile_inner(&router, ctx, &shared.managers)).await
 }
 
-async fn reconcile_inner(router: &Router, ctx: &Context) -> Result<Action> {
+async fn reconcile_inner(router: &Router, ctx: &Context, cache: &ManagerCache) -> Result<Action> {
     let ns = router
         .namespace()
         .ok_or(Error::MissingMetadata("namespace"))?;
     let name = router.name_any();
 
     // observe
-    let managers: Vec<Manager> = Api::<Manager>::namespaced(ctx.client.clone(), &ns)
-        .list(&ListParams::default())
+    let managers = cache
+        .of_router(&ns, &name)
         .await
-        .map_err(|source| Error::Observe {
-            what: format!("managers in {ns}"),
-            source,
-        })?
-        .items
-        .into_iter()
-        .filter(|m| m.spec.router_ref.name == name && m.meta().deletion_timestamp.is_none())
-        .collect();
+        .ok_or(Error::CacheClosed("managers"))?;
 
     // validate
     let errors = validate::router::validate(&name, &router.spec);
@@ -138,7 +154,7 @@ async fn reconcile_inner(router: &Router, ctx: &Context) -> Result<Action> {
         routes: i32::try_from(router.spec.routes.len()).unwrap_or(i32::MAX),
     };
     if status != old {
-        super::patch_status(ctx, router, &status).await?;
+        super::apply_status(ctx, router, &status).await?;
         let obj = router.object_ref(&());
         events::on_status_change(
             ctx,
@@ -177,6 +193,6 @@ fn event_type_conflicts(managers: &[Manager]) -> Option<String> {
     (!conflicts.is_empty()).then(|| conflicts.join("; "))
 }
 
-fn error_policy(router: Arc<Router>, err: &Error, ctx: Arc<Context>) -> Action {
-    super::error_policy(NAME, &*router, err, ctx)
+fn error_policy(router: Arc<Router>, err: &Error, shared: Arc<Shared>) -> Action {
+    super::error_policy(NAME, &*router, err, shared.ctx.clone())
 }

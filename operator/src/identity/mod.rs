@@ -13,8 +13,9 @@ pub mod review;
 use crate::metrics::Metrics;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use switchyard_identity::connect::MeshConnector;
 use switchyard_identity::service::{IdentityService, Observer, Refusal};
-use switchyard_identity::tls::{self, ClientAuth, TlsError};
+use switchyard_identity::tls::{self, ClientAuth, Expect, TlsError};
 use switchyard_identity::{Ca, CertStore, Kind, SpiffeId, Subject};
 
 /// Name of the operator in its own identity, `spiffe://<td>/ns/<namespace>/operator/switchyard`.
@@ -165,6 +166,17 @@ impl MeshIdentity {
             ClientAuth::Optional,
             &[tls::H2_ALPN],
         )
+    }
+
+    /// How a standby dials the leader's control plane: this replica's certificate presented, the
+    /// other end checked to be the operator.
+    pub fn forward_connector(&self) -> Result<MeshConnector, TlsError> {
+        let config = tls::client_config(
+            Some(self.store.clone()),
+            tls::roots(self.ca.trust())?,
+            &[tls::H2_ALPN],
+        )?;
+        Ok(MeshConnector::new(Arc::new(config), Expect::Operator))
     }
 
     /// The Identity service, reviewing tokens with `client`.

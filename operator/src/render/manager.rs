@@ -112,7 +112,7 @@ pub fn build(
     let labels = meta::labels(MANAGER, &name);
     let selector = meta::selector(MANAGER, &name);
     let rendered = serde_json::to_string_pretty(&render_config(manager, router)?).map_err(|e| {
-        Error::Build {
+        Error::Render {
             what: "manager config".into(),
             message: e.to_string(),
         }
@@ -253,6 +253,8 @@ fn pod_template(
         .push(sidecar::config_volume(&config_map_name(
             &manager.name_any(),
         )));
+    super::stop_order::wait_for_sidecar_drain(&mut pod);
+    super::pod_security::restrict(&mut pod);
     PodTemplateSpec {
         metadata: Some(metadata),
         spec: Some(pod),

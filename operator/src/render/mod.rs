@@ -5,9 +5,11 @@ pub mod identity;
 pub mod manager;
 pub mod meta;
 pub mod network_policy;
+pub mod pod_security;
 pub mod router;
 pub mod secrets;
 pub mod sidecar;
+pub mod stop_order;
 
 /// Inputs of the build step that come from the operator's settings, not from the resource.
 #[derive(Clone, Debug)]

@@ -46,7 +46,23 @@ pub fn config_map_name(router: &str) -> String {
 /// The rendered config: the spec plus where each event type goes. `managers` are the Managers that
 /// name this Router; when two claim one event type the first by name wins (validation reports it).
 pub fn render_config(router: &Router, managers: &[Manager]) -> Result<RouterConfig, Error> {
-    let mut sorted: Vec<&Manager> = managers.iter().collect();
+    Ok(RouterConfig {
+        name: router.name_any(),
+        namespace: router
+            .namespace()
+            .ok_or(Error::MissingMetadata("namespace"))?,
+        spec: router.spec.clone(),
+        destinations: destinations(managers.iter()),
+        static_endpoints: BTreeMap::new(),
+    })
+}
+
+/// Where each event type goes, from the Managers that name a Router (the first by name wins a
+/// contested type). Borrows the Managers: the control plane calls it from its shared cache.
+pub fn destinations<'a>(
+    managers: impl IntoIterator<Item = &'a Manager>,
+) -> BTreeMap<switchyard_crds::EventType, Destination> {
+    let mut sorted: Vec<&Manager> = managers.into_iter().collect();
     sorted.sort_by_key(|m| m.name_any());
     let mut destinations = BTreeMap::new();
     for m in sorted {
@@ -72,15 +88,7 @@ pub fn render_config(router: &Router, managers: &[Manager]) -> Result<RouterConf
                 });
         }
     }
-    Ok(RouterConfig {
-        name: router.name_any(),
-        namespace: router
-            .namespace()
-            .ok_or(Error::MissingMetadata("namespace"))?,
-        spec: router.spec.clone(),
-        destinations,
-        static_endpoints: BTreeMap::new(),
-    })
+    destinations
 }
 
 /// Builds every child of `router`.
@@ -94,14 +102,14 @@ pub fn build(
     let selector = meta::selector(ROUTER, &name);
     let rendered =
         serde_json::to_string_pretty(&render_config(router, managers)?).map_err(|e| {
-            Error::Build {
+            Error::Render {
                 what: "router config".into(),
                 message: e.to_string(),
             }
         })?;
     // Only the spec rolls the router pods. Destinations follow Managers coming and going; the sidecar
     // picks those up from the updated ConfigMap (and the operator's table stream) without a restart.
-    let spec_json = serde_json::to_string(&router.spec).map_err(|e| Error::Build {
+    let spec_json = serde_json::to_string(&router.spec).map_err(|e| Error::Render {
         what: "router spec".into(),
         message: e.to_string(),
     })?;
@@ -148,6 +156,24 @@ pub fn build(
     let mut annotations = overrides.annotations.clone();
     annotations.insert(meta::CONFIG_HASH.into(), config_hash);
 
+    let mut router_pod = PodSpec {
+        containers: vec![container],
+        volumes: Some(volumes),
+        node_selector: non_empty(overrides.node_selector),
+        tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
+        affinity: overrides.affinity,
+        service_account_name: overrides.service_account_name,
+        priority_class_name: overrides.priority_class_name,
+        image_pull_secrets: (!overrides.image_pull_secrets.is_empty())
+            .then_some(overrides.image_pull_secrets),
+        // Drain on SIGTERM needs time to finish in-flight requests: the drain limit and the exit.
+        termination_grace_period_seconds: Some(super::stop_order::TERMINATION_GRACE_SECONDS),
+        // The router talks to no API server: only the projected identity token.
+        automount_service_account_token: Some(false),
+        ..PodSpec::default()
+    };
+    super::pod_security::restrict(&mut router_pod);
+
     let deployment = Deployment {
         metadata: meta::child_meta(router, workload_name(&name), labels.clone())?,
         spec: Some(DeploymentSpec {
@@ -170,23 +196,7 @@ pub fn build(
                     annotations: Some(annotations),
                     ..ObjectMeta::default()
                 }),
-                spec: Some(PodSpec {
-                    containers: vec![container],
-                    volumes: Some(volumes),
-                    node_selector: non_empty(overrides.node_selector),
-                    tolerations: (!overrides.tolerations.is_empty())
-                        .then_some(overrides.tolerations),
-                    affinity: overrides.affinity,
-                    service_account_name: overrides.service_account_name,
-                    priority_class_name: overrides.priority_class_name,
-                    image_pull_secrets: (!overrides.image_pull_secrets.is_empty())
-                        .then_some(overrides.image_pull_secrets),
-                    // Drain on SIGTERM needs time to finish in-flight requests.
-                    termination_grace_period_seconds: Some(30),
-                    // The router talks to no API server: only the projected identity token.
-                    automount_service_account_token: Some(false),
-                    ..PodSpec::default()
-                }),
+                spec: Some(router_pod),
             },
             ..DeploymentSpec::default()
         }),

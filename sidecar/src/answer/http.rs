@@ -10,6 +10,18 @@ use hyper::header::{ALLOW, CONNECTION, CONTENT_TYPE, HeaderName, HeaderValue, RE
 
 /// The `Server-Timing` header.
 pub(crate) static SERVER_TIMING: HeaderName = HeaderName::from_static("server-timing");
+/// The `Timing-Allow-Origin` header: which other origins' pages may read `Server-Timing`.
+pub(crate) static TIMING_ALLOW_ORIGIN: HeaderName = HeaderName::from_static("timing-allow-origin");
+
+/// The `Timing-Allow-Origin` value of a timing middleware's `allowOrigins` (`None` when empty).
+pub(crate) fn timing_allow_origin(
+    origins: &[String],
+) -> Result<Option<HeaderValue>, hyper::header::InvalidHeaderValue> {
+    if origins.is_empty() {
+        return Ok(None);
+    }
+    HeaderValue::from_str(&origins.join(", ")).map(Some)
+}
 
 /// An HTTP answer before its timing header is added.
 pub(crate) struct Reply {

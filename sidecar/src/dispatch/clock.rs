@@ -27,6 +27,14 @@ pub struct Clock {
 }
 
 impl Clock {
+    /// A clock for a request that arrived at `start` and is traced by `trace` (when tracing is on).
+    pub fn traced(start: Instant, trace: Option<RequestTrace>) -> Clock {
+        Clock {
+            trace,
+            ..Clock::new(start)
+        }
+    }
+
     /// A clock for a request that arrived at `start`.
     pub fn new(start: Instant) -> Clock {
         Clock {

@@ -2,16 +2,17 @@
 
 use super::Edge;
 use crate::answer::Answer;
-use crate::answer::http::Reply;
+use crate::answer::http::{Reply, TIMING_ALLOW_ORIGIN};
 use crate::dispatch::{Clock, new_ce_id};
 use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
+use crate::net::body::{Unread, linger, read_limited};
 use crate::otel::request::RequestTrace;
 use crate::routes::http::Lookup;
 use crate::traceparent;
 use crate::upstream::Outgoing;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
 use hyper::service::service_fn;
@@ -108,7 +109,12 @@ async fn handle(
     if let Some(t) = clock.trace.take() {
         t.finish_http(reply.status);
     }
-    Ok(reply.into_response(Some(&times)))
+    let mut resp = reply.into_response(Some(&times));
+    if let Some(tao) = &edge.timing_allow_origin {
+        resp.headers_mut()
+            .insert(TIMING_ALLOW_ORIGIN.clone(), tao.clone());
+    }
+    Ok(resp)
 }
 
 fn rejected(r: Rejection) -> Reply {
@@ -158,35 +164,34 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
         }
         let limit = edge.table.body_limit;
         if declared_len.is_some_and(|n| n > limit as u64) {
+            linger(body);
             return (
                 Reply::problem(413, &format!("body is larger than {limit} bytes")),
                 label,
             );
         }
-        let raw =
-            match tokio::time::timeout_at(deadline.into(), Limited::new(body, limit).collect())
-                .await
-            {
-                Ok(Ok(c)) => c.to_bytes(),
-                Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => {
-                    return (
-                        Reply::problem(413, &format!("body is larger than {limit} bytes")),
-                        label,
-                    );
-                }
-                Ok(Err(_)) => {
-                    return (
-                        Reply::problem(400, "the request body could not be read"),
-                        label,
-                    );
-                }
-                Err(_) => {
-                    return (
-                        Reply::problem(408, "the request body did not arrive in time"),
-                        label,
-                    );
-                }
-            };
+        let raw = match tokio::time::timeout_at(deadline.into(), read_limited(body, limit)).await {
+            Ok(Ok(c)) => c,
+            Ok(Err(Unread::TooLarge(rest))) => {
+                linger(rest);
+                return (
+                    Reply::problem(413, &format!("body is larger than {limit} bytes")),
+                    label,
+                );
+            }
+            Ok(Err(Unread::Failed)) => {
+                return (
+                    Reply::problem(400, "the request body could not be read"),
+                    label,
+                );
+            }
+            Err(_) => {
+                return (
+                    Reply::problem(408, "the request body did not arrive in time"),
+                    label,
+                );
+            }
+        };
         match edge::body_event(route, raw, params) {
             Ok(p) => p,
             Err(r) => return (rejected(r), label),

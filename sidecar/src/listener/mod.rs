@@ -28,4 +28,6 @@ pub(crate) struct Edge {
     pub ws: Option<ws::WsEdge>,
     /// Edge middleware in spec order (empty when none is configured).
     pub middleware: Stack,
+    /// `Timing-Allow-Origin` of every HTTP answer, from the timing middleware's `allowOrigins`.
+    pub timing_allow_origin: Option<hyper::header::HeaderValue>,
 }

@@ -2,12 +2,15 @@
 //! most what the pod admits at once (`queueCapacity + maxInFlight`), so a sender holding credit is
 //! never shed, however many senders there are.
 //!
-//! Credit cannot be taken back once granted, so one share is always kept in reserve for the next
-//! sender: with `n` connections each gets at most `ceil(total / (n + 1))`. A new connection gets what
-//! is free up to its share at once (the reserve, at least), even when the others sit idle on theirs;
-//! the others shrink towards the new share as their events finish (a returned credit goes to the
-//! connection furthest below its share, the finishing one first). A connection that ends gives back
-//! the credits it held unused at once, and the rest as its admitted events finish.
+//! With `n` connections each gets at most `ceil(total / (n + 1))`: one share stays in reserve, so a
+//! new connection gets what is free up to its share at once. The others shrink towards the new share
+//! as their events finish (a returned credit goes to the connection furthest below its share, the
+//! finishing one first). Idle senders finish nothing, so while a connection is still below its share
+//! with nothing free, the bank asks the senders above theirs for their unused credits back (RECLAIM;
+//! a sender answers with what it gave up, RELEASE): without that, a pod's later senders got less
+//! than their share, and from the fourth on (the first three idle) nothing, forever. Only senders
+//! whose HELLO said they release credit are asked. A connection that ends gives back the credits it
+//! held unused at once, and the rest as its admitted events finish.
 //!
 //! Pure accounting behind a mutex; the frames that carry the grants are the caller's to send.
 
@@ -17,8 +20,20 @@ use std::sync::Mutex;
 /// A connection's id in the bank.
 pub(crate) type ConnId = u64;
 
-/// Credits to send: `(connection, credits)`.
-pub(crate) type Grants = Vec<(ConnId, u32)>;
+/// What the bank wants sent, each as `(connection, credits)`.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub(crate) struct Orders {
+    /// CREDIT frames: grants.
+    pub(crate) grants: Vec<(ConnId, u32)>,
+    /// RECLAIM frames: asks for unused credits back.
+    pub(crate) reclaims: Vec<(ConnId, u32)>,
+}
+
+impl Orders {
+    pub(crate) fn is_empty(&self) -> bool {
+        self.grants.is_empty() && self.reclaims.is_empty()
+    }
+}
 
 #[derive(Default)]
 struct Share {
@@ -26,6 +41,10 @@ struct Share {
     held: u32,
     /// Spent on an admitted event that is not done yet.
     busy: u32,
+    /// The sender answers RECLAIM (its HELLO said so).
+    releases: bool,
+    /// Asked back and not yet answered: no second ask while one is out.
+    asked: u32,
 }
 
 struct State {
@@ -45,8 +64,8 @@ pub(crate) struct CreditBank {
 pub(crate) struct Returned {
     /// The finishing connection gets it back (in its answer, or a CREDIT frame).
     pub(crate) own: bool,
-    /// Grants to other connections below their share.
-    pub(crate) others: Grants,
+    /// Orders for other connections (grants to those below their share).
+    pub(crate) others: Orders,
 }
 
 impl CreditBank {
@@ -72,8 +91,8 @@ impl CreditBank {
         self.total
     }
 
-    /// A new connection: its id and the grants to send (its own first share among them).
-    pub(crate) fn join(&self) -> (ConnId, Grants) {
+    /// A new connection: its id and the orders to send (its own first share among them).
+    pub(crate) fn join(&self) -> (ConnId, Orders) {
         let mut st = self.state();
         let id = st.next;
         st.next += 1;
@@ -83,7 +102,7 @@ impl CreditBank {
     }
 
     /// Connection `id` ended: its unused credits come back now, its busy ones as they finish.
-    pub(crate) fn leave(&self, id: ConnId) -> Grants {
+    pub(crate) fn leave(&self, id: ConnId) -> Orders {
         let mut st = self.state();
         if let Some(share) = st.conns.remove(&id) {
             st.free += share.held.saturating_sub(share.busy);
@@ -130,6 +149,42 @@ impl CreditBank {
         Returned { own, others }
     }
 
+    /// Connection `id`'s sender answers RECLAIM: it may be asked from now on.
+    pub(crate) fn releases(&self, id: ConnId) -> Orders {
+        let mut st = self.state();
+        match st.conns.get_mut(&id) {
+            Some(share) => share.releases = true,
+            None => return Orders::default(),
+        }
+        self.rebalance(&mut st, None)
+    }
+
+    /// Connection `id` gave back `credits` it held unused (its answer to a RECLAIM). They are no
+    /// longer its own: a request on them afterwards is beyond its credit ([`CreditBank::spent`]).
+    pub(crate) fn released(&self, id: ConnId, credits: u32) -> Orders {
+        let mut st = self.state();
+        let Some(share) = st.conns.get_mut(&id) else {
+            return Orders::default();
+        };
+        share.asked = 0;
+        // Never more than it holds unused: a sender cannot give back credit it spent.
+        let credits = credits.min(share.held.saturating_sub(share.busy));
+        if credits == 0 {
+            // Its credits were on their way as requests; asking again now would only ping-pong.
+            return Orders::default();
+        }
+        share.held -= credits;
+        st.free += credits;
+        self.rebalance(&mut st, None)
+    }
+
+    /// A RECLAIM to connection `id` could not be sent: it may be asked again.
+    pub(crate) fn unasked(&self, id: ConnId) {
+        if let Some(share) = self.state().conns.get_mut(&id) {
+            share.asked = 0;
+        }
+    }
+
     /// A grant to connection `id` could not be sent (its queue closed): the credits come back.
     pub(crate) fn undeliverable(&self, id: ConnId, credits: u32) {
         let mut st = self.state();
@@ -139,13 +194,35 @@ impl CreditBank {
         st.free += credits;
     }
 
-    /// Hands free credits to the connections furthest below their share; `skip` got its own already.
-    fn rebalance(&self, st: &mut State, skip: Option<ConnId>) -> Grants {
-        let mut grants = Grants::new();
-        if st.free == 0 || st.conns.is_empty() {
-            return grants;
+    /// Hands free credits to the connections furthest below their share (`skip` got its own
+    /// already); if one is still below it, asks those above theirs for their unused credits.
+    fn rebalance(&self, st: &mut State, skip: Option<ConnId>) -> Orders {
+        let mut orders = Orders::default();
+        if st.conns.is_empty() {
+            return orders;
         }
         let target = target(self.total, st.conns.len());
+        if st.free > 0 {
+            orders.grants = Self::grant(st, target, skip);
+        }
+        // Only when nothing is left to grant: free credit reaches a connection below its share first.
+        if st.free == 0 && st.conns.values().any(|s| s.held < target) {
+            for (id, share) in st.conns.iter_mut() {
+                if !share.releases || share.asked > 0 {
+                    continue;
+                }
+                let excess = share.held.saturating_sub(target.max(share.busy));
+                if excess > 0 {
+                    share.asked = excess;
+                    orders.reclaims.push((*id, excess));
+                }
+            }
+        }
+        orders
+    }
+
+    fn grant(st: &mut State, target: u32, skip: Option<ConnId>) -> Vec<(ConnId, u32)> {
+        let mut grants = Vec::new();
         let mut wanting: Vec<(u32, ConnId)> = st
             .conns
             .iter()
@@ -189,7 +266,7 @@ mod tests {
         let bank = CreditBank::new(10);
         let (a, grants) = bank.join();
         assert_eq!(
-            grants,
+            grants.grants,
             vec![(a, 5)],
             "the other half waits for a second sender"
         );
@@ -198,7 +275,7 @@ mod tests {
             bank.finished(a),
             Returned {
                 own: true,
-                others: vec![]
+                others: Orders::default()
             }
         );
         assert_eq!(held(&bank), 5);
@@ -208,13 +285,33 @@ mod tests {
     fn spending_beyond_what_is_held_is_refused() {
         let bank = CreditBank::new(4);
         let (a, grants) = bank.join();
-        assert_eq!(grants, vec![(a, 2)]);
+        assert_eq!(grants.grants, vec![(a, 2)]);
         assert!(bank.spent(a));
         assert!(bank.spent(a));
         assert!(!bank.spent(a), "a third request on two credits");
         assert!(bank.finished(a).own);
         assert!(bank.spent(a), "a returned credit may be spent again");
         assert!(!bank.spent(99), "an unknown connection holds nothing");
+    }
+
+    #[test]
+    fn a_released_credit_is_no_longer_the_senders() {
+        let bank = CreditBank::new(10);
+        let (a, _) = bank.join();
+        bank.releases(a);
+        let (_b, _) = bank.join();
+        // Shares drop to 3: c gets the one free credit, and a is asked for the 2 it holds over.
+        let (c, orders) = bank.join();
+        assert_eq!(orders.grants, vec![(c, 1)]);
+        assert_eq!(orders.reclaims, vec![(a, 2)]);
+        assert_eq!(bank.released(a, 2).grants, vec![(c, 2)]);
+        for _ in 0..3 {
+            assert!(bank.spent(a));
+        }
+        assert!(
+            !bank.spent(a),
+            "the 2 it gave back went to c: a request on them is over what a holds"
+        );
     }
 
     #[test]
@@ -226,7 +323,7 @@ mod tests {
         }
         // Shares are now ceil(10 / 3) = 4: b gets its share from the reserve although a is busy.
         let (b, grants) = bank.join();
-        assert_eq!(grants, vec![(b, 4)]);
+        assert_eq!(grants.grants, vec![(b, 4)]);
         // a is over its share: its first finished event's credit goes back to the bank.
         let first = bank.finished(a);
         assert!(!first.own);
@@ -289,14 +386,78 @@ mod tests {
         // a holds 3 (it joined alone), 1 busy; b got its share of 2. a's 2 unused come back at
         // once and b rises to its new share, 3; a's busy one comes back to the bank when it finishes.
         let grants = bank.leave(a);
-        assert_eq!(grants, vec![(b, 1)]);
+        assert_eq!(grants.grants, vec![(b, 1)]);
         assert_eq!(
             bank.finished(a),
             Returned {
                 own: false,
-                others: vec![]
+                others: Orders::default()
             }
         );
         assert_eq!(bank.state().free, 3);
+    }
+
+    #[test]
+    fn idle_senders_are_asked_back_so_every_later_sender_gets_credit() {
+        // The bug this fixes: with 1088 credits, senders 4 and 5 of a pod whose first three sit idle
+        // got nothing, ever (544 + 363 + 181 were granted and never spent).
+        let bank = CreditBank::new(1088);
+        let mut ids = Vec::new();
+        for _ in 0..5 {
+            let (id, _) = bank.join();
+            bank.releases(id);
+            ids.push(id);
+        }
+        // Each RECLAIM is answered with what the sender held unused, as a real sender does.
+        loop {
+            let asks: Vec<(ConnId, u32)> = {
+                let st = bank.state();
+                st.conns
+                    .iter()
+                    .filter(|(_, s)| s.asked > 0)
+                    .map(|(id, s)| (*id, s.asked))
+                    .collect()
+            };
+            if asks.is_empty() {
+                break;
+            }
+            for (id, asked) in asks {
+                bank.released(id, asked);
+            }
+        }
+        let st = bank.state();
+        let target = target(1088, 5);
+        for id in &ids {
+            assert_eq!(st.conns[id].held, target, "connection {id}");
+        }
+        assert_eq!(st.free, 1088 - 5 * target, "one share stays in reserve");
+    }
+
+    #[test]
+    fn a_reclaim_goes_only_to_senders_that_release_and_never_takes_busy_credit() {
+        let bank = CreditBank::new(10);
+        let (a, _) = bank.join();
+        for _ in 0..4 {
+            bank.spent(a);
+        }
+        let (b, _) = bank.join();
+        let (old, _) = bank.join();
+        // a holds 5 (4 busy), b 4 -> 1 free is given to old; nobody else releases yet.
+        let orders = bank.releases(b);
+        // Shares are ceil(10 / 4) = 3: old is below (1), b has 1 unused above, a's excess is busy.
+        assert_eq!(orders.reclaims, vec![(b, 1)]);
+        assert!(
+            bank.releases(old).reclaims.is_empty(),
+            "b was asked already"
+        );
+        // b gave back only 1; the credit goes to old at once.
+        let orders = bank.released(b, 1);
+        assert_eq!(orders.grants, vec![(old, 1)]);
+        // A sender claiming to give back more than it holds unused gives back only that: the
+        // books still add up to the total.
+        bank.released(b, 100);
+        let st = bank.state();
+        let sum: u32 = st.conns.values().map(|s| s.held).sum();
+        assert_eq!(sum + st.free, 10);
     }
 }

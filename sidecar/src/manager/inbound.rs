@@ -9,7 +9,7 @@
 //! closes it too.
 
 use super::access::Access;
-use super::credit::{ConnId, CreditBank, Grants};
+use super::credit::{ConnId, CreditBank, Orders};
 use super::routers::Routers;
 use super::worker::Worker;
 use crate::metrics::Metrics;
@@ -84,17 +84,29 @@ impl Inbound {
 
     fn join(&self, tx: mpsc::Sender<Frame>) -> ConnId {
         let mut outlets = lock(&self.outlets);
-        let (id, grants) = self.bank.join();
+        let (id, orders) = self.bank.join();
         outlets.insert(id, tx);
-        self.send(&outlets, grants);
+        self.send(&outlets, orders);
         id
     }
 
     fn leave(&self, id: ConnId) {
         let mut outlets = lock(&self.outlets);
         outlets.remove(&id);
-        let grants = self.bank.leave(id);
-        self.send(&outlets, grants);
+        let orders = self.bank.leave(id);
+        self.send(&outlets, orders);
+    }
+
+    /// `id`'s HELLO said it answers RECLAIM.
+    fn releases(&self, id: ConnId) {
+        let orders = self.bank.releases(id);
+        self.send(&lock(&self.outlets), orders);
+    }
+
+    /// `id` gave back `credits` it held unused.
+    fn released(&self, id: ConnId, credits: u32) {
+        let orders = self.bank.released(id, credits);
+        self.send(&lock(&self.outlets), orders);
     }
 
     /// An event spent on `id` is done: sends others' grants, says whether `id` keeps the credit.
@@ -106,8 +118,16 @@ impl Inbound {
         returned.own
     }
 
-    fn send(&self, outlets: &HashMap<ConnId, mpsc::Sender<Frame>>, grants: Grants) {
-        for (id, credits) in grants {
+    fn send(&self, outlets: &HashMap<ConnId, mpsc::Sender<Frame>>, orders: Orders) {
+        for (id, credits) in orders.reclaims {
+            let sent = outlets
+                .get(&id)
+                .is_some_and(|tx| tx.try_send(Frame::Reclaim { credits }).is_ok());
+            if !sent {
+                self.bank.unasked(id);
+            }
+        }
+        for (id, credits) in orders.grants {
             // A queue sized for every credit's answer and grant is full only when its connection is
             // stuck or gone: the credits go back to the bank rather than vanish.
             let sent = outlets
@@ -392,15 +412,21 @@ async fn connection<S: SplitIo>(
             Frame::Ping { nonce } => {
                 let _ = tx.send(Frame::Pong { nonce }).await;
             }
+            Frame::Release { credits } => inbound.released(conn_id, credits),
             Frame::Pong { .. }
             | Frame::GoAway { .. }
             | Frame::Credit { .. }
+            | Frame::Reclaim { .. }
             | Frame::Response(_) => {}
             Frame::Hello {
                 takes_pushes,
                 implicit_credit: implicit,
+                releases_credit,
             } => {
                 implicit_credit = implicit;
+                if releases_credit {
+                    inbound.releases(conn_id);
+                }
                 if takes_pushes && may_take_pushes && registered.is_none() {
                     registered = Some(routers.register(tx.clone()));
                 }

@@ -9,6 +9,7 @@ use crate::backoff;
 use crate::metrics::{EventLabel, EventLabels, Metrics};
 use crate::otel::Otel;
 use crate::otel::inbound::InboundTrace;
+use crate::otel::produce::Produce;
 use crate::problem;
 use crate::upstream::{Outgoing, Upstream};
 use std::collections::HashMap;
@@ -429,10 +430,24 @@ impl Worker {
                 .inc();
             return;
         };
+        // Traced, the dead letter is a PRODUCER span under the failed event's context.
+        let (span, traceparent) = match &self.otel {
+            Some(otel) => {
+                let (span, tp) = Produce::start(
+                    otel,
+                    Some(ev.traceparent.as_bytes()),
+                    "dead-letter",
+                    &dl.event,
+                    Some(&ev.ce_id),
+                );
+                (Some(span), tp)
+            }
+            None => (None, ev.traceparent.clone()),
+        };
         let out = Outgoing {
             event: dl.event.clone(),
             ce_id: ev.ce_id.clone(),
-            traceparent: ev.traceparent.clone(),
+            traceparent,
             payload: ev.payload.clone(),
         };
         let deadline = Instant::now() + DEAD_LETTER_DEADLINE;
@@ -445,6 +460,9 @@ impl Worker {
                 Err(e) => Err(format!("{e:?}")),
             },
         };
+        if let Some(span) = span {
+            span.finish(published.as_ref().map(|()| 202).map_err(String::as_str));
+        }
         match published {
             Ok(()) => {
                 tracing::info!(event = %ev.event, ce_id = %ev.ce_id, dead_letter = %dl.event, reason, "dead letter published");

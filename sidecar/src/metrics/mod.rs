@@ -14,6 +14,13 @@ use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 use std::sync::{Arc, OnceLock};
 
+/// The process's count of spans dropped at a full trace export queue (one exporter per process; the
+/// exporter starts before the metrics do, so the counter is the process's, not a field's).
+pub(crate) fn spans_dropped() -> &'static Counter {
+    static DROPPED: OnceLock<Counter> = OnceLock::new();
+    DROPPED.get_or_init(Counter::default)
+}
+
 fn new_histogram() -> Histogram {
     Histogram::new(exponential_buckets(0.0001, 2.5, 16))
 }
@@ -150,6 +157,11 @@ impl Metrics {
             "switchyard_control_plane_tables",
             "Routing tables received from the operator's control plane",
             control_plane_tables.clone(),
+        );
+        registry.register(
+            "switchyard_trace_spans_dropped",
+            "Spans dropped because the trace export queue was full (OTEL_BSP_MAX_QUEUE_SIZE)",
+            spans_dropped().clone(),
         );
         let control_plane_connected = Gauge::default();
         registry.register(

@@ -203,7 +203,7 @@ impl Certifier {
                     let expired = current
                         .as_ref()
                         .is_none_or(|c| c.not_after <= SystemTime::now());
-                    if failures == 0 || (expired && failures % 10 == 0) {
+                    if failures == 0 || (expired && failures.is_multiple_of(10)) {
                         if first {
                             tracing::warn!(identity_service = %self.settings.url, reason = %why, "cannot get a mesh certificate yet; retrying");
                         } else if expired {

@@ -7,7 +7,9 @@
 //! `tracing` (see `crate::telemetry`).
 
 pub(crate) mod context;
+pub(crate) mod dropped;
 pub(crate) mod inbound;
+pub(crate) mod produce;
 pub(crate) mod request;
 pub(crate) mod settings;
 
@@ -17,8 +19,10 @@ use opentelemetry::KeyValue;
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::Resource;
-use opentelemetry_sdk::trace::{Sampler, SdkTracer, SdkTracerProvider};
-use settings::ExportSettings;
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, BatchSpanProcessor, Sampler, SdkTracer, SdkTracerProvider,
+};
+use settings::{ExportSettings, Identity};
 use std::time::Duration;
 
 /// Longest wait for the last spans to reach the collector at exit.
@@ -29,21 +33,21 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `messaging.system` of every span here.
 pub const MESSAGING_SYSTEM: &str = "switchyard";
 
-/// Which sidecar role exports: it names the service.
+/// Which sidecar role exports (the `switchyard.role` resource attribute).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Role {
-    /// `switchyard-router`.
+    /// A Router's sidecar.
     Router,
-    /// `switchyard-manager`.
+    /// A Manager's sidecar.
     Manager,
 }
 
 impl Role {
-    /// `service.name` of the role.
-    pub fn service_name(self) -> &'static str {
+    /// `switchyard.role` of the role.
+    pub fn name(self) -> &'static str {
         match self {
-            Role::Router => "switchyard-router",
-            Role::Manager => "switchyard-manager",
+            Role::Router => "router",
+            Role::Manager => "manager",
         }
     }
 }
@@ -64,6 +68,20 @@ pub enum OtelError {
     },
 }
 
+/// A random UUID (version 4), the `service.instance.id` of a process outside a pod.
+fn random_uuid() -> String {
+    let n = (fastrand::u128(..) & !(0xf << 76) & !(0x3 << 62)) | (0x4 << 76) | (0x2 << 62);
+    let h = format!("{n:032x}");
+    format!(
+        "{}-{}-{}-{}-{}",
+        &h[..8],
+        &h[8..12],
+        &h[12..16],
+        &h[16..20],
+        &h[20..]
+    )
+}
+
 /// A running exporter and the tracer that feeds it.
 #[derive(Debug)]
 pub struct Otel {
@@ -76,7 +94,11 @@ pub struct Otel {
 impl Otel {
     /// Starts the OTLP exporter (its connection is made lazily, so a collector that is not up yet
     /// does not stop the sidecar). Must run inside the Tokio runtime, which the exporter uses.
-    pub fn start(settings: &ExportSettings, role: Role) -> Result<Otel, OtelError> {
+    pub fn start(
+        settings: &ExportSettings,
+        role: Role,
+        who: Identity<'_>,
+    ) -> Result<Otel, OtelError> {
         let exporter = opentelemetry_otlp::SpanExporter::builder()
             .with_tonic()
             .with_endpoint(settings.endpoint.clone())
@@ -86,17 +108,30 @@ impl Otel {
                 endpoint: settings.endpoint.clone(),
                 source,
             })?;
-        let mut attributes = settings::k8s_attributes(|k| std::env::var(k).ok());
+        let env = |k: &str| std::env::var(k).ok();
+        let (service, mut attributes) = settings::resource_attributes(who, env, random_uuid);
         attributes.push(KeyValue::new(
             opentelemetry_semantic_conventions::attribute::SERVICE_VERSION,
             env!("CARGO_PKG_VERSION"),
         ));
+        attributes.push(KeyValue::new("switchyard.role", role.name()));
         let resource = Resource::builder()
-            .with_service_name(role.service_name())
+            .with_service_name(service)
             .with_attributes(attributes)
             .build();
+        // The queue bound is kept by `dropped::Bounded`, which counts what it refuses; the batch
+        // processor's own queue is as large, so it never drops uncounted.
+        let limit = settings::queue_limit(env);
+        let queue = dropped::Queue::new(limit, crate::metrics::spans_dropped().clone());
+        let batch = BatchSpanProcessor::builder(dropped::Draining::new(exporter, queue.clone()))
+            .with_batch_config(
+                BatchConfigBuilder::default()
+                    .with_max_queue_size(limit)
+                    .build(),
+            )
+            .build();
         let provider = SdkTracerProvider::builder()
-            .with_batch_exporter(exporter)
+            .with_span_processor(dropped::Bounded::new(batch, queue))
             .with_sampler(Sampler::ParentBased(Box::new(Sampler::TraceIdRatioBased(
                 settings.sampling_ratio,
             ))))
@@ -129,11 +164,13 @@ impl Otel {
     }
 }
 
-/// Starts export when the config's `tracing` block (at `field` of `file`) or the env asks for it.
+/// Starts export when the config's `tracing` block (at `field` of `file`) or the env asks for it;
+/// `who` is the Router or Manager the sidecar serves.
 pub fn configure(
     config: Option<&switchyard_crds::router::Tracing>,
     field: &'static str,
     role: Role,
+    who: Identity<'_>,
     file: &std::path::Path,
 ) -> Result<Option<Otel>, OtelError> {
     let resolved = settings::resolve(config, field, |k| std::env::var(k).ok())
@@ -141,7 +178,7 @@ pub fn configure(
     let Some(s) = resolved else {
         return Ok(None);
     };
-    let otel = Otel::start(&s, role)?;
+    let otel = Otel::start(&s, role, who)?;
     tracing::info!(endpoint = %s.endpoint, sampling_ratio = s.sampling_ratio, "exporting traces over OTLP");
     Ok(Some(otel))
 }

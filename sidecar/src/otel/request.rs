@@ -1,9 +1,10 @@
-//! Spans of one request in the router role: the listener's SERVER span (child of the client's
-//! `traceparent`, or a root), the broker's INTERNAL span, and the CLIENT span of the hop to a
-//! manager, whose context travels in the frame's `traceparent`.
+//! Spans of one request through the dispatch stage: the front door's SERVER span (child of the
+//! client's `traceparent`, or a root), the broker's INTERNAL span, and the CLIENT span of the hop to
+//! a manager, whose context travels in the frame's `traceparent`. The front door is the router's
+//! HTTP, gRPC or WebSocket listener, or the manager's local API (an app's `request`).
 
 use super::{MESSAGING_SYSTEM, Otel, context};
-use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer};
+use opentelemetry::trace::{Link, SpanContext, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_sdk::trace::SdkTracer;
 use opentelemetry_semantic_conventions::attribute as attr;
@@ -24,12 +25,23 @@ pub struct RequestTrace {
 
 impl RequestTrace {
     fn start(otel: &Otel, incoming: Option<&[u8]>, name: String, attrs: Vec<KeyValue>) -> Self {
+        Self::start_linked(otel, incoming, name, attrs, Vec::new())
+    }
+
+    fn start_linked(
+        otel: &Otel,
+        incoming: Option<&[u8]>,
+        name: String,
+        attrs: Vec<KeyValue>,
+        links: Vec<Link>,
+    ) -> Self {
         let parent = context::remote_parent(incoming);
         let span = otel
             .tracer()
             .span_builder(name)
             .with_kind(SpanKind::Server)
             .with_attributes(attrs)
+            .with_links(links)
             .start_with_context(otel.tracer(), &parent);
         RequestTrace {
             tracer: otel.tracer().clone(),
@@ -58,6 +70,34 @@ impl RequestTrace {
             KeyValue::new("switchyard.route.method", method.to_owned()),
         ];
         Self::start(otel, incoming, full, attrs)
+    }
+
+    /// The listener span of one WebSocket message: each message is a trace of its own (a session
+    /// may last hours, too long for one trace), linked to its session's span.
+    pub fn websocket(
+        otel: &Otel,
+        session: Option<&SpanContext>,
+        path: &str,
+        command: &str,
+    ) -> Self {
+        let attrs = vec![
+            KeyValue::new(attr::NETWORK_PROTOCOL_NAME, "websocket"),
+            KeyValue::new(attr::URL_PATH, path.to_owned()),
+            KeyValue::new("switchyard.websocket.command", command.to_owned()),
+        ];
+        let links = session
+            .filter(|s| s.is_valid())
+            .map(|s| vec![Link::with_context(s.clone())])
+            .unwrap_or_default();
+        Self::start_linked(otel, None, format!("WS {command}"), attrs, links)
+    }
+
+    /// The local API's span of an app's `request` (child of the app's `traceparent`).
+    pub fn local_request(otel: &Otel, incoming: Option<&[u8]>, event: &str) -> Self {
+        let mut attrs = messaging(event, None);
+        attrs.push(KeyValue::new(attr::MESSAGING_OPERATION_TYPE, "send"));
+        attrs.push(KeyValue::new(attr::MESSAGING_OPERATION_NAME, "request"));
+        Self::start(otel, incoming, format!("request {event}"), attrs)
     }
 
     /// The request matched an HTTP route (`template`) or gRPC route mapping it to `event`.
@@ -136,6 +176,20 @@ impl RequestTrace {
         if status >= 500 {
             span.set_attribute(KeyValue::new(attr::ERROR_TYPE, status.to_string()));
             span.set_status(Status::error(format!("HTTP {status}")));
+        }
+        span.end();
+    }
+
+    /// Ends a WebSocket or local-API span with the reply's status; 5xx is an error.
+    pub fn finish_status(self, status: u16) {
+        let span = self.listener.span();
+        span.set_attribute(KeyValue::new(
+            "switchyard.response.status",
+            i64::from(status),
+        ));
+        if status >= 500 {
+            span.set_attribute(KeyValue::new(attr::ERROR_TYPE, status.to_string()));
+            span.set_status(Status::error(format!("status {status}")));
         }
         span.end();
     }

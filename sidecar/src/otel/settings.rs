@@ -1,10 +1,13 @@
 //! What tracing export a sidecar runs with: the config's `tracing` block, the
-//! `OTEL_EXPORTER_OTLP_ENDPOINT` override, and the resource attributes taken from the pod's env.
+//! `OTEL_EXPORTER_OTLP_ENDPOINT` override, the export queue's bound, and the resource attributes
+//! (semantic conventions) taken from the Router or Manager and the pod's env.
 //!
 //! Pure: the environment is passed in as a lookup function, so the rules are tested beside them.
 
 use opentelemetry::KeyValue;
-use opentelemetry_semantic_conventions::attribute::{K8S_NAMESPACE_NAME, K8S_POD_NAME};
+use opentelemetry_semantic_conventions::attribute::{
+    K8S_NAMESPACE_NAME, K8S_POD_NAME, SERVICE_INSTANCE_ID,
+};
 use switchyard_crds::router::Tracing;
 
 /// The env variable that points every sidecar at a collector, whatever the config says.
@@ -64,19 +67,57 @@ pub fn resolve(
     }))
 }
 
-/// Kubernetes resource attributes from the downward-API env variables, when present.
-pub fn k8s_attributes(env: impl Fn(&str) -> Option<String>) -> Vec<KeyValue> {
-    [
-        ("POD_NAME", K8S_POD_NAME),
-        ("POD_NAMESPACE", K8S_NAMESPACE_NAME),
-    ]
-    .into_iter()
-    .filter_map(|(var, key)| {
-        env(var)
-            .filter(|v| !v.is_empty())
-            .map(|v| KeyValue::new(key, v))
-    })
-    .collect()
+/// The SDK's variable bounding the export queue (spans past it are dropped and counted).
+pub const QUEUE_SIZE_ENV: &str = "OTEL_BSP_MAX_QUEUE_SIZE";
+/// The SDK's default queue bound.
+pub const DEFAULT_QUEUE_SIZE: usize = 2048;
+/// The SDK's variable naming the service; it wins over the Router or Manager name.
+pub const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
+/// The sidecar's container name in the pods the operator renders (part of `service.instance.id`).
+pub const CONTAINER: &str = "switchyard-sidecar";
+
+/// The export queue's bound: `OTEL_BSP_MAX_QUEUE_SIZE` when it is a positive number, else the SDK's
+/// default (as the SDK itself reads it).
+pub fn queue_limit(env: impl Fn(&str) -> Option<String>) -> usize {
+    env(QUEUE_SIZE_ENV)
+        .and_then(|v| v.trim().parse::<usize>().ok())
+        .filter(|&n| n > 0)
+        .unwrap_or(DEFAULT_QUEUE_SIZE)
+}
+
+/// Who exports: the Router's or Manager's name and namespace (from the config).
+#[derive(Clone, Copy, Debug)]
+pub struct Identity<'a> {
+    /// Router or Manager name: the `service.name`.
+    pub name: &'a str,
+    /// Its namespace: `k8s.namespace.name` when the pod's env does not say.
+    pub namespace: &'a str,
+}
+
+/// The resource of a sidecar, per the semantic conventions: `service.name` (the Router or Manager
+/// name, unless `OTEL_SERVICE_NAME` is set), `k8s.namespace.name` (`POD_NAMESPACE`, else the
+/// config's namespace), `k8s.pod.name` (`POD_NAME`, when set) and `service.instance.id`
+/// (`<namespace>.<pod>.<container>` in a pod, as the conventions suggest for Kubernetes; else
+/// `fallback_instance`, a random UUID per process).
+pub fn resource_attributes(
+    who: Identity<'_>,
+    env: impl Fn(&str) -> Option<String>,
+    fallback_instance: impl FnOnce() -> String,
+) -> (String, Vec<KeyValue>) {
+    let set = |k: &str| env(k).filter(|v| !v.trim().is_empty());
+    let service = set(SERVICE_NAME_ENV).unwrap_or_else(|| who.name.to_owned());
+    let namespace = set("POD_NAMESPACE").unwrap_or_else(|| who.namespace.to_owned());
+    let pod = set("POD_NAME");
+    let instance = match &pod {
+        Some(p) => format!("{namespace}.{p}.{CONTAINER}"),
+        None => fallback_instance(),
+    };
+    let mut attrs = vec![KeyValue::new(K8S_NAMESPACE_NAME, namespace)];
+    if let Some(p) = pod {
+        attrs.push(KeyValue::new(K8S_POD_NAME, p));
+    }
+    attrs.push(KeyValue::new(SERVICE_INSTANCE_ID, instance));
+    (service, attrs)
 }
 
 #[cfg(test)]
@@ -143,14 +184,49 @@ mod tests {
     }
 
     #[test]
-    fn k8s_attributes_only_when_set() {
-        assert!(k8s_attributes(no_env).is_empty());
+    fn resource_follows_the_conventions() {
+        let who = Identity {
+            name: "edge",
+            namespace: "shop",
+        };
+        let (service, attrs) = resource_attributes(who, no_env, || "uuid-1".into());
+        assert_eq!(service, "edge");
+        assert_eq!(
+            attrs,
+            vec![
+                KeyValue::new(K8S_NAMESPACE_NAME, "shop"),
+                KeyValue::new(SERVICE_INSTANCE_ID, "uuid-1"),
+            ]
+        );
         let env = |k: &str| match k {
             "POD_NAME" => Some("edge-7f9-abc".to_owned()),
-            "POD_NAMESPACE" => Some(String::new()),
+            "POD_NAMESPACE" => Some("shop-prod".to_owned()),
+            "OTEL_SERVICE_NAME" => Some(" ".to_owned()),
             _ => None,
         };
-        let got = k8s_attributes(env);
-        assert_eq!(got, vec![KeyValue::new(K8S_POD_NAME, "edge-7f9-abc")]);
+        let (service, attrs) = resource_attributes(who, env, || unreachable!("in a pod"));
+        assert_eq!(service, "edge");
+        assert_eq!(
+            attrs,
+            vec![
+                KeyValue::new(K8S_NAMESPACE_NAME, "shop-prod"),
+                KeyValue::new(K8S_POD_NAME, "edge-7f9-abc"),
+                KeyValue::new(
+                    SERVICE_INSTANCE_ID,
+                    "shop-prod.edge-7f9-abc.switchyard-sidecar"
+                ),
+            ]
+        );
+        let named = |k: &str| (k == SERVICE_NAME_ENV).then(|| "checkout".to_owned());
+        assert_eq!(resource_attributes(who, named, String::new).0, "checkout");
+    }
+
+    #[test]
+    fn queue_limit_from_env_or_default() {
+        assert_eq!(queue_limit(no_env), DEFAULT_QUEUE_SIZE);
+        let env = |v: &'static str| move |k: &str| (k == QUEUE_SIZE_ENV).then(|| v.to_owned());
+        assert_eq!(queue_limit(env("16")), 16);
+        assert_eq!(queue_limit(env("0")), DEFAULT_QUEUE_SIZE);
+        assert_eq!(queue_limit(env("lots")), DEFAULT_QUEUE_SIZE);
     }
 }

@@ -1,8 +1,8 @@
 //! Manager role: frame listener -> workers -> app, the app's local API -> outbound router, plus
-//! admin; drains on SIGTERM with GOAWAY.
+//! admin; drains on SIGTERM, or on the app's preStop hook (`GET /drain`), with GOAWAY.
 
-use super::{RunError, bind};
-use crate::admin::{self, Readiness};
+use super::{RunError, bind, local_addr};
+use crate::admin::{self, DrainHook, Readiness};
 use crate::durable::{Route, Store};
 use crate::load::LoadMeters;
 use crate::load::report::Reporter;
@@ -57,6 +57,10 @@ pub(crate) async fn run(
         c.tracing.as_ref(),
         "tracing",
         crate::otel::Role::Manager,
+        crate::otel::settings::Identity {
+            name: &c.name,
+            namespace: &c.namespace,
+        },
         config_file,
     )?
     .map(Arc::new);
@@ -84,7 +88,7 @@ pub(crate) async fn run(
         .transpose()?;
     let pod = std::env::var(env::POD_NAME).unwrap_or_default();
     // No WebSocket clients here: these connections take no pushes.
-    let mut router = Upstream::start(
+    let mut upstream = Upstream::start(
         &c.router,
         &c.namespace,
         &c.destinations,
@@ -94,9 +98,9 @@ pub(crate) async fn run(
         metrics.clone(),
     );
     if let Some(cp) = &control_plane {
-        router = router.with_control_plane(cp.url());
+        upstream = upstream.with_control_plane(cp.url());
     }
-    let router = Arc::new(router);
+    let upstream = Arc::new(upstream);
     let reporter = control_plane.as_ref().map(|cp| {
         let meters = Arc::new(LoadMeters::new(
             events.iter().map(|e| Arc::<str>::from(e.as_str())),
@@ -119,9 +123,9 @@ pub(crate) async fn run(
             who,
         ))
     });
-    let follower = control_plane.map(|cp| tokio::spawn(follow::run(cp, router.clone(), pod)));
+    let follower = control_plane.map(|cp| tokio::spawn(follow::run(cp, upstream.clone(), pod)));
     if let Some(dl) = &c.workers.dead_letter
-        && router.pool_of(dl.as_str()).is_none()
+        && upstream.pool_of(dl.as_str()).is_none()
     {
         tracing::warn!(dead_letter = %dl, "no Manager handles the dead-letter event type yet; dead letters are counted as unrouted");
     }
@@ -144,20 +148,25 @@ pub(crate) async fn run(
         worker = worker.with_ordering_key(key.clone());
     }
     if let Some(dl) = &c.workers.dead_letter {
-        worker = worker.with_dead_letter(dl.as_str(), router.clone());
+        worker = worker.with_dead_letter(dl.as_str(), upstream.clone());
     }
     let worker = Arc::new(worker);
     let routers = Arc::new(Routers::default());
     let admin = bind("admin", admin_addr).await?;
+    let admin_addr = local_addr(&admin, admin_addr);
     // `/routes` shows the outbound table the app's events and dead letters use.
-    tokio::spawn(admin::serve_router(
+    let hook = DrainHook::default();
+    tokio::spawn(admin::serve_manager(
         admin,
         metrics.clone(),
         ready.clone(),
-        router.clone(),
+        upstream.clone(),
+        hook.clone(),
     ));
     let listener = bind("frame listener", listen).await?;
+    let listen = local_addr(&listener, listen);
     let local_listener = bind("local API", local_api_addr).await?;
+    let local_api_addr = local_addr(&local_listener, local_api_addr);
     let drain = CancellationToken::new();
     // The app may still publish while its last deliveries run: the local API closes after them.
     let local_drain = CancellationToken::new();
@@ -224,7 +233,13 @@ pub(crate) async fn run(
             &pulls,
         );
     }
-    let local = LocalApi::new(router, store, routers.clone(), metrics.clone());
+    let local = LocalApi::new(
+        upstream,
+        store,
+        routers.clone(),
+        metrics.clone(),
+        otel.clone(),
+    );
     let local_server = tokio::spawn(local_api::serve(
         local_listener,
         Arc::new(local),
@@ -247,7 +262,13 @@ pub(crate) async fn run(
     ready.set(true);
     tracing::info!(listen = %listen, admin = %admin_addr, app = %app, local_api = %local_api_addr, events = ?events, manager = %c.name, "manager ready");
 
-    crate::shutdown::signal().await;
+    let by_signal = tokio::select! {
+        () = crate::shutdown::signal() => true,
+        () = hook.requested() => {
+            tracing::info!("drain requested (the app's preStop hook)");
+            false
+        }
+    };
     ready.set(false);
     drain.cancel();
     let _ = acceptor.await;
@@ -259,6 +280,14 @@ pub(crate) async fn run(
     };
     if tokio::time::timeout(DRAIN_LIMIT, drained).await.is_err() {
         tracing::warn!("drain limit reached with deliveries still open");
+    }
+    hook.finish();
+    if !by_signal {
+        // The kubelet stops the app now and this sidecar after it. Exiting before that SIGTERM would
+        // have the kubelet restart a native sidecar that has nothing left to do; the app may still use
+        // the local API while it stops.
+        tracing::info!("drained; waiting for SIGTERM");
+        crate::shutdown::signal().await;
     }
     local_drain.cancel();
     let _ = local_server.await;

@@ -24,6 +24,14 @@ pub enum RunError {
         /// Why.
         source: std::io::Error,
     },
+    /// The `--ready-file` could not be written (exit 1).
+    #[error("--ready-file {}: {source}", path.display())]
+    ReadyFile {
+        /// The file.
+        path: std::path::PathBuf,
+        /// Why.
+        source: std::io::Error,
+    },
     /// The control-plane URL is unusable (exit 1).
     #[error(transparent)]
     ControlPlane(#[from] crate::net::control_plane::EndpointError),
@@ -70,4 +78,10 @@ pub(crate) async fn bind(
     tokio::net::TcpListener::bind(addr)
         .await
         .map_err(|source| RunError::Bind { what, addr, source })
+}
+
+/// The address `listener` is bound to, for the ready line: with port 0 the kernel picked the port,
+/// and whoever started the process reads it there. `asked` if the socket cannot tell.
+pub(crate) fn local_addr(listener: &tokio::net::TcpListener, asked: SocketAddr) -> SocketAddr {
+    listener.local_addr().unwrap_or(asked)
 }

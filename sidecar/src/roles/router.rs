@@ -1,7 +1,7 @@
 //! Router role: HTTP (with WebSocket) and gRPC listeners -> broker -> router, plus admin; drains on
 //! SIGTERM.
 
-use super::{RunError, bind};
+use super::{RunError, bind, local_addr};
 use crate::admin::{self, Readiness};
 use crate::dispatch::{Broker, Dispatch};
 use crate::listener::tls::{self, TlsFiles};
@@ -38,6 +38,7 @@ pub(crate) async fn run(
     probe_addr: Option<SocketAddr>,
     secrets_dir: &Path,
     control_plane: Option<&str>,
+    ready_file: Option<&Path>,
 ) -> Result<(), RunError> {
     let settings = crate::config::load_router(config_file)?;
     if let Some(url) = control_plane {
@@ -83,16 +84,17 @@ pub(crate) async fn run(
             }
             None
         }
+        // 0 binds any free port, as for HTTP; two fixed ports must differ.
         Some(g) => Some(
             u16::try_from(g.port)
                 .ok()
-                .filter(|p| *p != 0 && *p != settings.http_port)
+                .filter(|p| *p == 0 || *p != settings.http_port)
                 .ok_or_else(|| {
                     crate::config::field_error(
                         config_file,
                         "spec.listeners.grpc.port",
                         format!(
-                            "{} is not a TCP port (1 to 65535) other than the HTTP port",
+                            "{} is not a TCP port (1 to 65535, or 0 for any free port) other than the HTTP port",
                             g.port
                         ),
                     )
@@ -113,6 +115,10 @@ pub(crate) async fn run(
         settings.config.spec.tracing.as_ref(),
         "spec.tracing",
         crate::otel::Role::Router,
+        crate::otel::settings::Identity {
+            name: &settings.config.name,
+            namespace: &settings.config.namespace,
+        },
         config_file,
     )?;
     if let Some(o) = otel.as_mut() {
@@ -174,7 +180,7 @@ pub(crate) async fn run(
     let pod = std::env::var(env::POD_NAME).unwrap_or_default();
     // PUSH frames from managers go to this process's WebSocket subscribers.
     let hub = Arc::new(Hub::new(metrics.clone()));
-    let mut router = Upstream::start(
+    let mut upstream = Upstream::start(
         &settings.config.name,
         &settings.config.namespace,
         &settings.config.destinations,
@@ -191,17 +197,18 @@ pub(crate) async fn run(
             &pod,
             settings.config.spec.broker.activation_timeout.into(),
         );
-        router = router
+        upstream = upstream
             .with_control_plane(cp.url())
             .with_activation(activator);
     }
-    let router = Arc::new(router);
+    let upstream = Arc::new(upstream);
     let admin = bind("admin", admin_addr).await?;
+    let admin_addr = local_addr(&admin, admin_addr);
     tokio::spawn(admin::serve_router(
         admin,
         metrics.clone(),
         ready.clone(),
-        router.clone(),
+        upstream.clone(),
     ));
     // Until the first table arrives (and whenever the operator is away) the config's table or the
     // last streamed one serves.
@@ -236,14 +243,18 @@ pub(crate) async fn run(
         ))
     });
     let follower =
-        control_plane.map(|cp| tokio::spawn(follow::run(cp, router.clone(), pod.clone())));
+        control_plane.map(|cp| tokio::spawn(follow::run(cp, upstream.clone(), pod.clone())));
 
     let http_addr = SocketAddr::new(bind_ip, settings.http_port);
     let listener = bind("HTTP listener", http_addr).await?;
-    let grpc_addr = grpc_port.map(|p| SocketAddr::new(bind_ip, p));
-    let grpc_listener = match grpc_addr {
-        None => None,
-        Some(a) => Some(bind("gRPC listener", a).await?),
+    let http_addr = local_addr(&listener, http_addr);
+    let (grpc_listener, grpc_addr) = match grpc_port.map(|p| SocketAddr::new(bind_ip, p)) {
+        None => (None, None),
+        Some(a) => {
+            let l = bind("gRPC listener", a).await?;
+            let bound = local_addr(&l, a);
+            (Some(l), Some(bound))
+        }
     };
     let drain = CancellationToken::new();
     let ws_path = ws_routes.as_ref().map(|w| w.path.clone());
@@ -253,11 +264,34 @@ pub(crate) async fn run(
         drain: drain.clone(),
         sessions: TaskTracker::new(),
     });
+    let timing_allow_origin = match settings
+        .config
+        .spec
+        .middleware
+        .iter()
+        .enumerate()
+        .find_map(|(i, m)| Some((i, m.timing.as_ref()?)))
+    {
+        Some((i, t)) => {
+            crate::answer::http::timing_allow_origin(&t.allow_origins).map_err(|_| {
+                crate::config::field_error(
+                    config_file,
+                    format!("spec.middleware[{i}].timing.allowOrigins"),
+                    format!(
+                        "{:?} is not a valid header value",
+                        t.allow_origins.join(", ")
+                    ),
+                )
+            })?
+        }
+        None => None,
+    };
     let edge = Arc::new(Edge {
+        timing_allow_origin,
         table,
         dispatch: Dispatch {
             broker: Broker::new(settings.queue_capacity, metrics.clone()),
-            upstream: router,
+            upstream,
             // Request/response is always direct: nothing a client sends is published.
             durable: None,
         },
@@ -281,6 +315,18 @@ pub(crate) async fn run(
         }
     };
     let server = tokio::spawn(http::serve(listener, edge.clone(), drain.clone(), http_tls));
+    // Written before readiness, so whoever sees `/readyz` answer 200 finds the file complete.
+    if let Some(path) = ready_file {
+        let bound = serde_json::json!({
+            "http": http_addr.to_string(),
+            "grpc": grpc_addr.map(|a| a.to_string()),
+            "admin": admin_addr.to_string(),
+        });
+        std::fs::write(path, bound.to_string()).map_err(|source| RunError::ReadyFile {
+            path: path.to_owned(),
+            source,
+        })?;
+    }
     ready.set(true);
     let grpc_shown = grpc_addr
         .map(|a| a.to_string())

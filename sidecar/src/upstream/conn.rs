@@ -231,6 +231,24 @@ impl Conn {
         self.credits.add_permits((credits as usize).min(room));
     }
 
+    /// The manager asks for up to `asked` credits back: gives up what is unused (none may be, when
+    /// they are on their way as requests) and tells it how many. A RELEASE that cannot be queued
+    /// keeps the credits here, so the two sides never disagree on what this connection holds.
+    fn release(&self, asked: u32) {
+        let unused = u32::try_from(self.credits.available_permits()).unwrap_or(u32::MAX);
+        let credits = match self.credits.try_acquire_many(asked.min(unused)) {
+            Ok(permits) => {
+                permits.forget();
+                asked.min(unused)
+            }
+            // Taken meanwhile by a request, or the connection closed.
+            Err(_) => 0,
+        };
+        if self.tx.try_send(Frame::Release { credits }).is_err() && credits > 0 {
+            self.credits.add_permits(credits as usize);
+        }
+    }
+
     /// Fails every pending request; returns the accepted publishes whose outcome never came.
     fn close(&self) -> Vec<Published> {
         self.usable.store(false, Ordering::Release);
@@ -266,10 +284,12 @@ pub async fn run<S: SplitIo>(
     let (conn, rx) = Conn::new();
     // First frame: whether this side delivers pushes, so managers count and feed only routers.
     // It also asks for implicit credit: a manager that knows the flag then returns each answer's
-    // credit inside the RESPONSE instead of a CREDIT frame after it (half the frames back).
+    // credit inside the RESPONSE instead of a CREDIT frame after it (half the frames back); and it
+    // offers to give unused credit back on request, so idle connections do not starve new ones.
     let _ = conn.tx.try_send(Frame::Hello {
         takes_pushes: pushes.is_some(),
         implicit_credit: true,
+        releases_credit: true,
     });
     // Halves the reader and writer own, not `Framed::split`: on TCP they never share a lock.
     let (read, write) = stream.split_io();
@@ -309,6 +329,7 @@ pub async fn run<S: SplitIo>(
         match frame {
             Frame::Response(r) => conn.resolve(r),
             Frame::Credit { .. } => {}
+            Frame::Reclaim { credits } => conn.release(credits),
             Frame::Ping { nonce } => {
                 let _ = conn.tx.try_send(Frame::Pong { nonce });
             }
@@ -327,7 +348,10 @@ pub async fn run<S: SplitIo>(
                     tracing::debug!(peer, event = %p.event, "push from a manager to a connection that takes none; ignored")
                 }
             },
-            Frame::Request(_) | Frame::Cancel { .. } | Frame::Hello { .. } => {
+            Frame::Request(_)
+            | Frame::Cancel { .. }
+            | Frame::Hello { .. }
+            | Frame::Release { .. } => {
                 tracing::warn!(peer, "unexpected frame from a manager; ignored");
             }
         }

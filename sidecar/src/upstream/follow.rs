@@ -1,7 +1,10 @@
-//! Follows the operator's control plane: subscribes to this Router's routing table, applies each
-//! table as it comes, and on failure reconnects with backoff while the last table keeps serving.
+//! Follows the operator's control plane: subscribes to this Router's routing table (a whole table,
+//! then deltas, [`table::Held`]), applies each resulting table as it comes, and on failure or on a
+//! gap in the deltas reconnects with backoff (which resyncs: a new stream starts whole) while the
+//! last table keeps serving.
 
 use super::Upstream;
+use super::table;
 use crate::backoff;
 use crate::net::control_plane::ControlPlane;
 use std::sync::Arc;
@@ -13,18 +16,18 @@ use tonic::transport::Channel;
 /// Largest routing table accepted (thousands of endpoints fit easily).
 const MAX_TABLE: usize = 8 << 20;
 
-/// Follows the control plane `cp` for `router` forever (the task is dropped at shutdown).
-pub(crate) async fn run(cp: ControlPlane, router: Arc<Upstream>, pod: String) {
+/// Follows the control plane `cp` for `upstream` forever (the task is dropped at shutdown).
+pub(crate) async fn run(cp: ControlPlane, upstream: Arc<Upstream>, pod: String) {
     let url = cp.url();
     let (name, namespace) = {
-        let (n, ns) = router.identity();
+        let (n, ns) = upstream.identity();
         (n.to_owned(), ns.to_owned())
     };
     let mut retry = backoff::StreamRetry::control_plane();
     loop {
         let started = Instant::now();
-        let ended = watch(&cp, &router, &name, &namespace, &pod).await;
-        router.set_connected(false);
+        let ended = watch(&cp, &upstream, &name, &namespace, &pod).await;
+        upstream.set_connected(false);
         let next = retry.ended(started.elapsed(), fastrand::f64());
         // The first failure of a series is worth a warning; repeats of it are not.
         if next.first {
@@ -39,7 +42,7 @@ pub(crate) async fn run(cp: ControlPlane, router: Arc<Upstream>, pod: String) {
 /// One subscription, until it fails; returns why it ended.
 async fn watch(
     cp: &ControlPlane,
-    router: &Upstream,
+    upstream: &Upstream,
     name: &str,
     namespace: &str,
     pod: &str,
@@ -53,15 +56,21 @@ async fn watch(
         router: name.to_owned(),
         namespace: namespace.to_owned(),
         pod: pod.to_owned(),
+        deltas: true,
     };
     let mut stream = match client.watch_routes(request).await {
         Ok(r) => r.into_inner(),
         Err(s) => return format!("{:?}: {}", s.code(), s.message()),
     };
-    router.set_connected(true);
+    upstream.set_connected(true);
+    // Versions count per stream: a new stream always starts from nothing.
+    let mut held = table::Held::default();
     loop {
         match stream.message().await {
-            Ok(Some(table)) => router.apply(&table),
+            Ok(Some(msg)) => match held.apply(msg) {
+                Ok(table) => upstream.apply(&table),
+                Err(gap) => return gap.to_string(),
+            },
             Ok(None) => return "the operator closed the stream".into(),
             Err(s) => return format!("{:?}: {}", s.code(), s.message()),
         }

@@ -1,9 +1,61 @@
-//! Pure: turning a control-plane routing table into pools (sets of endpoints) and an event -> pool
-//! map, dropping what a sidecar cannot use and saying why.
+//! Pure: following the control plane's stream (a whole table, then deltas against it: [`Held`]),
+//! and turning a routing table into pools (sets of endpoints) and an event -> pool map, dropping
+//! what a sidecar cannot use and saying why.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
-use switchyard_protocol::control::v1::RoutingTable;
+use switchyard_protocol::control::v1::{Route, RoutingTable};
+
+/// The table as the stream has built it so far: deltas apply to it.
+#[derive(Debug, Default)]
+pub struct Held {
+    version: u64,
+    router: String,
+    namespace: String,
+    routes: BTreeMap<String, Route>,
+}
+
+/// A delta that does not follow what is held: something was missed, and only a resubscription
+/// (which starts with a whole table) can repair it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("a delta from version {base} arrived while holding version {held}; resubscribing")]
+pub struct Gap {
+    /// Version held.
+    pub held: u64,
+    /// Version the delta applies to.
+    pub base: u64,
+}
+
+impl Held {
+    /// Applies one message of the stream and returns the whole table as of it.
+    pub fn apply(&mut self, msg: RoutingTable) -> Result<RoutingTable, Gap> {
+        if msg.base == 0 {
+            self.routes.clear();
+        } else if msg.base != self.version || self.version == 0 {
+            return Err(Gap {
+                held: self.version,
+                base: msg.base,
+            });
+        }
+        for event in &msg.removed {
+            self.routes.remove(event);
+        }
+        for route in msg.routes {
+            self.routes.insert(route.event_type.clone(), route);
+        }
+        self.version = msg.version;
+        self.router = msg.router;
+        self.namespace = msg.namespace;
+        Ok(RoutingTable {
+            version: self.version,
+            router: self.router.clone(),
+            namespace: self.namespace.clone(),
+            routes: self.routes.values().cloned().collect(),
+            base: 0,
+            removed: Vec::new(),
+        })
+    }
+}
 
 /// Most endpoints kept per pool, as for DNS discovery.
 pub const MAX_ENDPOINTS: usize = 1024;
@@ -103,7 +155,63 @@ mod tests {
             router: "edge".into(),
             namespace: "shop".into(),
             routes,
+            ..RoutingTable::default()
         }
+    }
+
+    fn delta(base: u64, version: u64, routes: Vec<Route>, removed: &[&str]) -> RoutingTable {
+        RoutingTable {
+            version,
+            base,
+            routes,
+            removed: removed.iter().map(|r| (*r).to_owned()).collect(),
+            ..table(vec![])
+        }
+    }
+
+    #[test]
+    fn deltas_apply_over_the_whole_table_and_a_gap_is_refused() {
+        let mut held = Held::default();
+        let first = held
+            .apply(table(vec![
+                route("a.b", "m", &["10.0.0.1:7070"]),
+                route("c.d", "m", &[]),
+            ]))
+            .expect("whole table");
+        assert_eq!(first.routes.len(), 2);
+        let t = held
+            .apply(delta(
+                1,
+                2,
+                vec![
+                    route("a.b", "m", &["10.0.0.1:7070", "10.0.0.2:7070"]),
+                    route("e.f", "x", &[]),
+                ],
+                &["c.d"],
+            ))
+            .expect("delta");
+        assert_eq!(t.version, 2);
+        let events: Vec<&str> = t.routes.iter().map(|r| r.event_type.as_str()).collect();
+        assert_eq!(events, ["a.b", "e.f"], "sorted, c.d removed");
+        assert_eq!(t.routes[0].endpoints.len(), 2);
+        assert_eq!(
+            held.apply(delta(5, 6, vec![], &[])),
+            Err(Gap { held: 2, base: 5 })
+        );
+        // A whole table replaces everything, whatever was held.
+        let t = held
+            .apply(RoutingTable {
+                version: 9,
+                ..table(vec![])
+            })
+            .expect("resync");
+        assert!(t.routes.is_empty());
+        assert_eq!(t.version, 9);
+    }
+
+    #[test]
+    fn a_delta_before_any_table_is_a_gap() {
+        assert!(Held::default().apply(delta(1, 2, vec![], &[])).is_err());
     }
 
     #[test]

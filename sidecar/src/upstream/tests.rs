@@ -56,6 +56,7 @@ fn table(version: u64, routes: &[(&str, &str, &[&str])]) -> RoutingTable {
                     .collect(),
             })
             .collect(),
+        ..RoutingTable::default()
     }
 }
 

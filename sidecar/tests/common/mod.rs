@@ -28,13 +28,23 @@ use tokio_util::sync::CancellationToken;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_switchyard-sidecar");
 
-/// A port nothing listens on right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+/// A loopback port held by the test but not listening: connecting to it is refused, and no other
+/// process can take it while the test keeps this value (an endpoint nothing serves, for example).
+pub struct ClosedPort {
+    pub port: u16,
+    _socket: tokio::net::TcpSocket,
+}
+
+impl ClosedPort {
+    pub fn new() -> ClosedPort {
+        let socket = tokio::net::TcpSocket::new_v4().unwrap();
+        socket.bind("127.0.0.1:0".parse().unwrap()).unwrap();
+        let port = socket.local_addr().unwrap().port();
+        ClosedPort {
+            port,
+            _socket: socket,
+        }
+    }
 }
 
 /// Polls `f` every 20 ms until it returns `Some` or `limit` passes.
@@ -73,6 +83,10 @@ pub struct AppState {
     /// Most `ordered` events handled at once, whatever their key.
     pub max_parallel: AtomicUsize,
     running: Mutex<HashMap<String, usize>>,
+    /// Events being handled right now, by `ce-id`.
+    active: Mutex<HashMap<String, Seen>>,
+    /// Most events of one `ce-type` handled at once.
+    peak: Mutex<HashMap<String, usize>>,
 }
 
 /// One event as the app received it.
@@ -100,6 +114,41 @@ impl AppState {
             .collect()
     }
 
+    /// Events of type `ce_type` being handled right now.
+    pub fn active(&self, ce_type: &str) -> Vec<Seen> {
+        self.active
+            .lock()
+            .unwrap()
+            .values()
+            .filter(|e| e.header("ce-type") == ce_type)
+            .cloned()
+            .collect()
+    }
+
+    /// Most events of type `ce_type` handled at once so far.
+    pub fn peak(&self, ce_type: &str) -> usize {
+        self.peak.lock().unwrap().get(ce_type).copied().unwrap_or(0)
+    }
+
+    /// Records `seen` as being handled until the returned guard drops (answered, or dropped when
+    /// the manager cancels the delivery).
+    fn enter(self: &Arc<Self>, seen: &Seen) -> Handling {
+        let mut active = self.active.lock().unwrap();
+        active.insert(seen.header("ce-id").to_owned(), seen.clone());
+        let ce_type = seen.header("ce-type");
+        let now = active
+            .values()
+            .filter(|e| e.header("ce-type") == ce_type)
+            .count();
+        let mut peak = self.peak.lock().unwrap();
+        let p = peak.entry(ce_type.to_owned()).or_default();
+        *p = (*p).max(now);
+        Handling {
+            state: self.clone(),
+            ce_id: seen.header("ce-id").to_owned(),
+        }
+    }
+
     fn enter_ordered(&self, key: &str, seq: u64) {
         self.order.lock().unwrap().push((key.to_owned(), seq));
         let mut running = self.running.lock().unwrap();
@@ -119,9 +168,22 @@ impl AppState {
     }
 }
 
+/// An event in `AppState::active` while this lives.
+struct Handling {
+    state: Arc<AppState>,
+    ce_id: String,
+}
+
+impl Drop for Handling {
+    fn drop(&mut self) {
+        self.state.active.lock().unwrap().remove(&self.ce_id);
+    }
+}
+
 /// A CloudEvents echo app: `noop` -> `{}`, `echo` and `audit` -> the body, `slow` sleeps 3 s,
 /// `slowish` 200 ms, `fail` -> 500, `ordered` records `{key, seq}` and takes 30 ms, `longtype`
-/// answers with a 326-byte Content-Type. Every event is recorded in `events`.
+/// answers with a 326-byte Content-Type. Every event is recorded in `events`, and tracked in
+/// `active` while it is handled.
 pub struct TestApp {
     pub port: u16,
     pub state: Arc<AppState>,
@@ -129,19 +191,26 @@ pub struct TestApp {
 }
 
 impl TestApp {
+    /// An app on a port the kernel picks.
     pub async fn start() -> Arc<TestApp> {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
         let app = Arc::new(TestApp {
-            port: free_port(),
+            port: listener.local_addr().unwrap().port(),
             state: Arc::default(),
             stop: Mutex::new(None),
         });
-        app.listen().await;
+        app.serve(listener);
         app
     }
 
-    /// Starts (again) on the same port.
+    /// Starts again on its port after `kill`: an app that comes back at the address its manager
+    /// knows. The port was this app's until `kill` released it a moment ago.
     pub async fn listen(&self) {
         let listener = TcpListener::bind(("127.0.0.1", self.port)).await.unwrap();
+        self.serve(listener);
+    }
+
+    fn serve(&self, listener: TcpListener) {
         let token = CancellationToken::new();
         let state = self.state.clone();
         let t = token.clone();
@@ -192,10 +261,12 @@ async fn app_handle(
         .map(|c| c.to_bytes())
         .unwrap_or_default();
     state.served.fetch_add(1, Ordering::SeqCst);
-    state.events.lock().unwrap().push(Seen {
+    let seen = Seen {
         headers: headers.clone(),
         body: body.clone(),
-    });
+    };
+    state.events.lock().unwrap().push(seen.clone());
+    let handling = state.enter(&seen);
     let (status, out) = match ce_type.as_str() {
         "echo" => {
             *state.headers.lock().unwrap() = headers;
@@ -225,6 +296,7 @@ async fn app_handle(
         }
         _ => (200, Bytes::from_static(b"{}")),
     };
+    drop(handling);
     let mut resp = Response::new(Full::new(out));
     *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
     // `longtype` answers with a Content-Type longer than a frame's 255-byte field.
@@ -247,10 +319,13 @@ pub struct Proc {
 }
 
 impl Proc {
+    /// Starts the sidecar with `args`, logging JSON lines (the ready lines carry the bound
+    /// addresses) to `log`.
     pub fn spawn(args: &[&str], log: PathBuf, env: &[(&str, &str)]) -> Proc {
         let file = std::fs::File::create(&log).unwrap();
         let mut cmd = Command::new(BIN);
-        cmd.args(args)
+        cmd.args(["--log-format", "json"])
+            .args(args)
             .stdout(Stdio::null())
             .stderr(file)
             .env("RUST_LOG", "info");
@@ -288,6 +363,36 @@ impl Proc {
     pub fn log_text(&self) -> String {
         std::fs::read_to_string(&self.log).unwrap_or_default()
     }
+
+    /// The log's JSON lines so far.
+    pub fn log_lines(&self) -> Vec<Value> {
+        self.log_text()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    }
+
+    /// Waits for the log line whose message is `message` and returns its fields; fails with the
+    /// log if the process exits first.
+    pub async fn log_line(&mut self, message: &str) -> Value {
+        let Proc { child, log } = self;
+        poll(Duration::from_secs(30), message, || {
+            if let Some(status) = child.try_wait().unwrap() {
+                panic!(
+                    "exited with {status} before logging {message:?}:\n{}",
+                    std::fs::read_to_string(&*log).unwrap_or_default()
+                );
+            }
+            let text = std::fs::read_to_string(&*log).unwrap_or_default();
+            let found = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<Value>(l).ok())
+                .find(|v| v["fields"]["message"] == message)
+                .map(|v| v["fields"].clone());
+            std::future::ready(found)
+        })
+        .await
+    }
 }
 
 impl Drop for Proc {
@@ -295,6 +400,132 @@ impl Drop for Proc {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// The port of the address a ready line reports in `field`; `None` when it says "off".
+pub fn reported_port(fields: &Value, field: &str) -> Option<u16> {
+    let shown = fields[field]
+        .as_str()
+        .unwrap_or_else(|| panic!("no {field} in {fields}"));
+    (shown != "off").then(|| {
+        shown
+            .parse::<std::net::SocketAddr>()
+            .unwrap_or_else(|e| panic!("{field} {shown:?}: {e}"))
+            .port()
+    })
+}
+
+/// What a router sidecar bound, from its `router ready` line.
+#[derive(Clone, Copy, Debug)]
+pub struct RouterPorts {
+    pub http: u16,
+    pub grpc: Option<u16>,
+    pub admin: u16,
+}
+
+/// What a manager sidecar bound, from its `manager ready` line.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ManagerPorts {
+    pub listen: u16,
+    pub admin: u16,
+    pub local_api: u16,
+}
+
+/// A manager sidecar with `cfg`, every listener on a port the kernel picks, logging to
+/// `dir/manager.log`; returns once it is ready, with the ports it bound.
+pub async fn start_manager(dir: &Path, cfg: &Path, env: &[(&str, &str)]) -> (Proc, ManagerPorts) {
+    let mut p = spawn_manager(dir, cfg, env);
+    let ports = manager_ready(&mut p).await;
+    (p, ports)
+}
+
+/// Starts a manager sidecar like [`start_manager`] without waiting for it.
+pub fn spawn_manager(dir: &Path, cfg: &Path, env: &[(&str, &str)]) -> Proc {
+    spawn_manager_at(
+        dir,
+        cfg,
+        ManagerPorts {
+            listen: 0,
+            admin: 0,
+            local_api: 0,
+        },
+        env,
+    )
+}
+
+/// A manager sidecar on the given ports: a restart where the first life was (its peers' tables
+/// name them). The ports were this test's sidecar's until it was killed a moment ago.
+pub fn spawn_manager_at(dir: &Path, cfg: &Path, ports: ManagerPorts, env: &[(&str, &str)]) -> Proc {
+    Proc::spawn(
+        &[
+            "manager",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            &format!("127.0.0.1:{}", ports.listen),
+            "--admin-addr",
+            &format!("127.0.0.1:{}", ports.admin),
+            "--local-api-addr",
+            &format!("127.0.0.1:{}", ports.local_api),
+        ],
+        dir.join("manager.log"),
+        env,
+    )
+}
+
+/// Waits for a manager's ready line.
+pub async fn manager_ready(p: &mut Proc) -> ManagerPorts {
+    let f = p.log_line("manager ready").await;
+    ManagerPorts {
+        listen: reported_port(&f, "listen").unwrap(),
+        admin: reported_port(&f, "admin").unwrap(),
+        local_api: reported_port(&f, "local_api").unwrap(),
+    }
+}
+
+/// A router sidecar on 127.0.0.1 with `cfg` (its listener ports 0 unless a test says otherwise),
+/// extra `args` after the role and `env` (e.g. `SWITCHYARD_CONTROL_PLANE`), logging to
+/// `dir/router.log`; returns once it is ready, with the ports it bound.
+pub async fn start_router(
+    dir: &Path,
+    cfg: &Path,
+    args: &[&str],
+    env: &[(&str, &str)],
+) -> (Proc, RouterPorts) {
+    let mut p = spawn_router(dir, cfg, args, env);
+    let f = p.log_line("router ready").await;
+    let ports = RouterPorts {
+        http: reported_port(&f, "http").unwrap(),
+        grpc: reported_port(&f, "grpc"),
+        admin: reported_port(&f, "admin").unwrap(),
+    };
+    (p, ports)
+}
+
+/// Starts a router sidecar like [`start_router`] without waiting for it (for runs that must fail).
+pub fn spawn_router(dir: &Path, cfg: &Path, args: &[&str], env: &[(&str, &str)]) -> Proc {
+    let mut all = vec![
+        "router",
+        "--config",
+        cfg.to_str().unwrap(),
+        "--bind",
+        "127.0.0.1",
+        "--admin-addr",
+        "127.0.0.1:0",
+    ];
+    all.extend_from_slice(args);
+    Proc::spawn(&all, dir.join("router.log"), env)
+}
+
+pub async fn wait_ready(client: &Http, admin: u16) {
+    poll(Duration::from_secs(30), "readyz", || async {
+        let r = client
+            .get(&format!("http://127.0.0.1:{admin}/readyz"))
+            .await
+            .ok()?;
+        (r.status == 200).then_some(())
+    })
+    .await;
 }
 
 // ---------------------------------------------------------------- configs
@@ -340,13 +571,15 @@ impl Default for Opts {
     }
 }
 
-pub fn router_config(http_port: u16, manager_port: u16, response_timeout: &str) -> Value {
+/// A router config whose Manager `handlers` is at `manager_port`; its HTTP listener takes any free
+/// port (0), reported in the ready line.
+pub fn router_config(manager_port: u16, response_timeout: &str) -> Value {
     let dest = json!({"manager": "handlers", "service": "handlers", "port": manager_port, "podSelector": {}});
     json!({
         "name": "edge",
         "namespace": "default",
         "spec": {
-            "listeners": {"http": {"port": http_port}},
+            "listeners": {"http": {"port": 0}},
             "routes": [
                 {"event": "noop", "http": {"method": "GET", "path": "/noop"}},
                 {"event": "echo", "http": {"method": "POST", "path": "/echo"},
@@ -392,16 +625,31 @@ pub fn write_json(dir: &Path, name: &str, v: &Value) -> PathBuf {
 
 // ---------------------------------------------------------------- the mesh
 
+/// `env` followed by `extra` (which then wins).
+fn with_env<'a>(
+    env: &[(&'a str, &'a str)],
+    extra: &'a [(String, String)],
+) -> Vec<(&'a str, &'a str)> {
+    env.iter()
+        .copied()
+        .chain(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .collect()
+}
+
 pub struct Mesh {
     pub dir: tempfile::TempDir,
     pub app: Arc<TestApp>,
     pub manager: Option<Proc>,
     pub router: Proc,
     pub http_port: u16,
+    /// The router's gRPC listener, when the config has one.
+    pub grpc_port: Option<u16>,
     pub router_admin: u16,
     pub manager_admin: u16,
     pub manager_port: u16,
     pub client: Http,
+    /// Where the router looks for a manager that was not started: held, never listening.
+    _absent_manager: Option<ClosedPort>,
 }
 
 impl Mesh {
@@ -413,61 +661,38 @@ impl Mesh {
     pub async fn start_with(opts: Opts, patch: impl FnOnce(&mut Value)) -> Mesh {
         let dir = tempfile::tempdir().unwrap();
         let app = TestApp::start().await;
-        let (http_port, manager_port, router_admin, manager_admin) =
-            (free_port(), free_port(), free_port(), free_port());
         let mut mcfg = manager_config(app.port, &opts);
-        let mut rcfg = router_config(http_port, manager_port, opts.response_timeout);
         // Traced meshes export every 100 ms rather than every 5 s, so tests see spans soon.
         let mut env: Vec<(&str, &str)> = Vec::new();
         if let Some(t) = &opts.tracing {
             mcfg["tracing"] = t.clone();
-            rcfg["spec"]["tracing"] = t.clone();
             env.push(("OTEL_BSP_SCHEDULE_DELAY", "100"));
         }
         env.extend(opts.env.iter().copied());
+        let manager_env = with_env(&env, &opts.manager_env);
+        let router_env = with_env(&env, &opts.router_env);
         let mcfg = write_json(dir.path(), "manager.json", &mcfg);
+        // The manager first: the router's config names the port it bound.
+        let (manager, manager_ports, absent) = if opts.start_manager {
+            let (p, ports) = start_manager(dir.path(), &mcfg, &manager_env).await;
+            (Some(p), Some(ports), None)
+        } else {
+            (None, None, Some(ClosedPort::new()))
+        };
+        let manager_port = manager_ports
+            .map(|m| m.listen)
+            .or(absent.as_ref().map(|a| a.port))
+            .unwrap();
+        let mut rcfg = router_config(manager_port, opts.response_timeout);
+        if let Some(t) = &opts.tracing {
+            rcfg["spec"]["tracing"] = t.clone();
+        }
         patch(&mut rcfg);
         let rcfg = write_json(dir.path(), "router.json", &rcfg);
-        let manager_env: Vec<(&str, &str)> = env
-            .iter()
-            .copied()
-            .chain(
-                opts.manager_env
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_str())),
-            )
-            .collect();
-        let router_env: Vec<(&str, &str)> = env
-            .iter()
-            .copied()
-            .chain(
-                opts.router_env
-                    .iter()
-                    .map(|(k, v)| (k.as_str(), v.as_str())),
-            )
-            .collect();
-        let manager = opts.start_manager.then(|| {
-            spawn_manager_env(dir.path(), &mcfg, manager_port, manager_admin, &manager_env)
-        });
-        let admin_arg = format!("127.0.0.1:{router_admin}");
-        let mut args = vec![
-            "--log-format",
-            "text",
-            "router",
-            "--config",
-            rcfg.to_str().unwrap(),
-            "--bind",
-            "127.0.0.1",
-            "--admin-addr",
-            &admin_arg,
-        ];
-        args.extend(opts.router_args.iter().map(String::as_str));
-        let router = Proc::spawn(&args, dir.path().join("router.log"), &router_env);
+        let args: Vec<&str> = opts.router_args.iter().map(String::as_str).collect();
+        let (router, router_ports) = start_router(dir.path(), &rcfg, &args, &router_env).await;
+        let http_port = router_ports.http;
         let client = Http::new();
-        wait_ready(&client, router_admin).await;
-        if opts.start_manager {
-            wait_ready(&client, manager_admin).await;
-        }
         if opts.start_manager && opts.wait_connected {
             // Ready means bound; wait until the router's connection to the manager carries requests.
             poll(
@@ -489,105 +714,89 @@ impl Mesh {
             manager,
             router,
             http_port,
-            router_admin,
-            manager_admin,
+            grpc_port: router_ports.grpc,
+            router_admin: router_ports.admin,
+            manager_admin: manager_ports.map_or(0, |m| m.admin),
             manager_port,
             client,
+            _absent_manager: absent,
         }
     }
 
     pub fn url(&self, path: &str) -> String {
         format!("http://127.0.0.1:{}{path}", self.http_port)
     }
+
+    /// The gRPC listener's port; the test's config must have `listeners.grpc`.
+    pub fn grpc(&self) -> u16 {
+        self.grpc_port.expect("the router has a gRPC listener")
+    }
+
+    /// The manager's `/metrics` text.
+    pub async fn manager_metrics(&self) -> String {
+        metrics_text(&self.client, self.manager_admin).await
+    }
+
+    /// The router's `/metrics` text.
+    pub async fn router_metrics(&self) -> String {
+        metrics_text(&self.client, self.router_admin).await
+    }
 }
 
-pub fn spawn_manager(dir: &Path, cfg: &Path, port: u16, admin: u16) -> Proc {
-    spawn_manager_full(dir, cfg, port, admin, free_port(), &[])
+/// `/metrics` of the admin server on `admin`.
+pub async fn metrics_text(client: &Http, admin: u16) -> String {
+    let r = client
+        .get(&format!("http://127.0.0.1:{admin}/metrics"))
+        .await
+        .unwrap();
+    String::from_utf8_lossy(&r.body).into_owned()
 }
 
-/// `spawn_manager` with extra environment variables.
-pub fn spawn_manager_env(
-    dir: &Path,
-    cfg: &Path,
-    port: u16,
-    admin: u16,
-    env: &[(&str, &str)],
-) -> Proc {
-    spawn_manager_full(dir, cfg, port, admin, free_port(), env)
+/// A loopback TCP relay on a port the test holds, to a target set later: a config can name an
+/// endpoint before the process behind it has bound port 0 (a manager whose table lists itself).
+pub struct Relay {
+    pub port: u16,
+    target: tokio::sync::watch::Sender<Option<u16>>,
+    task: tokio::task::JoinHandle<()>,
 }
 
-/// A manager sidecar whose local API listens on 127.0.0.1:`local_api`.
-pub fn spawn_manager_with_local_api(
-    dir: &Path,
-    cfg: &Path,
-    port: u16,
-    admin: u16,
-    local_api: u16,
-) -> Proc {
-    spawn_manager_full(dir, cfg, port, admin, local_api, &[])
+impl Relay {
+    pub async fn start() -> Relay {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let port = listener.local_addr().unwrap().port();
+        let (target, rx) = tokio::sync::watch::channel(None::<u16>);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut inbound, _)) = listener.accept().await else {
+                    continue;
+                };
+                let mut rx = rx.clone();
+                tokio::spawn(async move {
+                    // Connections that arrive before the target is known wait for it.
+                    let Ok(to) = rx.wait_for(Option::is_some).await.map(|t| t.unwrap()) else {
+                        return;
+                    };
+                    let Ok(mut outbound) = tokio::net::TcpStream::connect(("127.0.0.1", to)).await
+                    else {
+                        return;
+                    };
+                    let _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound).await;
+                });
+            }
+        });
+        Relay { port, target, task }
+    }
+
+    /// Where connections go from now on.
+    pub fn to(&self, port: u16) {
+        self.target.send_replace(Some(port));
+    }
 }
 
-fn spawn_manager_full(
-    dir: &Path,
-    cfg: &Path,
-    port: u16,
-    admin: u16,
-    local_api: u16,
-    env: &[(&str, &str)],
-) -> Proc {
-    Proc::spawn(
-        &[
-            "--log-format",
-            "text",
-            "manager",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--admin-addr",
-            &format!("127.0.0.1:{admin}"),
-            "--local-api-addr",
-            &format!("127.0.0.1:{local_api}"),
-        ],
-        dir.join("manager.log"),
-        env,
-    )
-}
-
-/// A router sidecar on 127.0.0.1 with `cfg`, its admin on `admin`, extra `args` after the role and
-/// `env` (e.g. `SWITCHYARD_CONTROL_PLANE`).
-pub fn spawn_router(
-    dir: &Path,
-    cfg: &Path,
-    admin: u16,
-    args: &[&str],
-    env: &[(&str, &str)],
-) -> Proc {
-    let admin_addr = format!("127.0.0.1:{admin}");
-    let mut all = vec![
-        "--log-format",
-        "text",
-        "router",
-        "--config",
-        cfg.to_str().unwrap(),
-        "--bind",
-        "127.0.0.1",
-        "--admin-addr",
-        &admin_addr,
-    ];
-    all.extend_from_slice(args);
-    Proc::spawn(&all, dir.join("router.log"), env)
-}
-
-pub async fn wait_ready(client: &Http, admin: u16) {
-    poll(Duration::from_secs(30), "readyz", || async {
-        let r = client
-            .get(&format!("http://127.0.0.1:{admin}/readyz"))
-            .await
-            .ok()?;
-        (r.status == 200).then_some(())
-    })
-    .await;
+impl Drop for Relay {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
 }
 
 // ---------------------------------------------------------------- client
@@ -684,27 +893,38 @@ pub struct LocalMesh {
     pub local_api: u16,
     pub handlers_admin: u16,
     pub client: Http,
+    _own: Relay,
+    _ghost: ClosedPort,
 }
 
 impl LocalMesh {
     pub async fn start() -> LocalMesh {
         let dir = tempfile::tempdir().unwrap();
         let (app, other_app) = (TestApp::start().await, TestApp::start().await);
-        let (http_port, router_admin) = (free_port(), free_port());
-        let (h_port, h_admin, local_api) = (free_port(), free_port(), free_port());
-        let (g_port, g_admin) = (free_port(), free_port());
+        for sub in ["h", "g"] {
+            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
+        }
+        let mut gcfg = manager_config(other_app.port, &Opts::default());
+        gcfg["name"] = json!("graveyard");
+        gcfg["events"] = json!(["dead", "audit"]);
+        let gcfg = write_json(dir.path(), "graveyard.json", &gcfg);
+        let (graveyard, g) = start_manager(&dir.path().join("g"), &gcfg, &[]).await;
+        // `handlers`' table names `handlers` itself, whose port is known only once it is up: the
+        // table names a relay the test holds, pointed at the port `handlers` reports.
+        let own = Relay::start().await;
+        let ghost = ClosedPort::new();
         let dest = |m: &str, port: u16| json!({"manager": m, "service": m, "port": port, "podSelector": {}});
-        let h = dest("handlers", h_port);
-        let g = dest("graveyard", g_port);
-        let ghost = dest("ghost", free_port());
+        let h = dest("handlers", own.port);
+        let gd = dest("graveyard", g.listen);
+        let gh = dest("ghost", ghost.port);
         let table = json!({
             "noop": h, "echo": h, "slow": h, "slowish": h, "fail": h, "ordered": h,
-            "dead": g, "audit": g, "haunt": ghost,
+            "dead": gd, "audit": gd, "haunt": gh,
         });
         let endpoints = json!({
-            "handlers": [format!("127.0.0.1:{h_port}")],
-            "graveyard": [format!("127.0.0.1:{g_port}")],
-            "ghost": [format!("127.0.0.1:{}", free_port())],
+            "handlers": [format!("127.0.0.1:{}", own.port)],
+            "graveyard": [format!("127.0.0.1:{}", g.listen)],
+            "ghost": [format!("127.0.0.1:{}", ghost.port)],
         });
         let mut hcfg = manager_config(app.port, &Opts::default());
         hcfg["events"] = json!(["noop", "echo", "slow", "slowish", "fail", "ordered"]);
@@ -712,41 +932,12 @@ impl LocalMesh {
         hcfg["workers"]["orderingKey"] = json!("/key");
         hcfg["destinations"] = table;
         hcfg["staticEndpoints"] = endpoints;
-        let mut gcfg = manager_config(other_app.port, &Opts::default());
-        gcfg["name"] = json!("graveyard");
-        gcfg["events"] = json!(["dead", "audit"]);
         let hcfg = write_json(dir.path(), "handlers.json", &hcfg);
-        let gcfg = write_json(dir.path(), "graveyard.json", &gcfg);
-        for sub in ["h", "g"] {
-            std::fs::create_dir_all(dir.path().join(sub)).unwrap();
-        }
-        let graveyard = spawn_manager(&dir.path().join("g"), &gcfg, g_port, g_admin);
-        let handlers =
-            spawn_manager_with_local_api(&dir.path().join("h"), &hcfg, h_port, h_admin, local_api);
-        let rcfg = write_json(
-            dir.path(),
-            "router.json",
-            &router_config(http_port, h_port, "3s"),
-        );
-        let router = Proc::spawn(
-            &[
-                "--log-format",
-                "text",
-                "router",
-                "--config",
-                rcfg.to_str().unwrap(),
-                "--bind",
-                "127.0.0.1",
-                "--admin-addr",
-                &format!("127.0.0.1:{router_admin}"),
-            ],
-            dir.path().join("router.log"),
-            &[],
-        );
+        let (handlers, h) = start_manager(&dir.path().join("h"), &hcfg, &[]).await;
+        own.to(h.listen);
+        let rcfg = write_json(dir.path(), "router.json", &router_config(h.listen, "3s"));
+        let (router, r) = start_router(dir.path(), &rcfg, &[], &[]).await;
         let client = Http::new();
-        for admin in [router_admin, h_admin, g_admin] {
-            wait_ready(&client, admin).await;
-        }
         let mesh = LocalMesh {
             dir,
             app,
@@ -754,10 +945,12 @@ impl LocalMesh {
             handlers,
             graveyard,
             router,
-            http_port,
-            local_api,
-            handlers_admin: h_admin,
+            http_port: r.http,
+            local_api: h.local_api,
+            handlers_admin: h.admin,
             client,
+            _own: own,
+            _ghost: ghost,
         };
         // Ready means bound: wait until every frame connection carries requests.
         poll(Duration::from_secs(15), "mesh connected", || async {

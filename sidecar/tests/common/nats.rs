@@ -1,7 +1,7 @@
 //! Real NATS JetStream servers for the durable-delivery tests: `nats-server` is built from the Go
 //! module proxy into `.tools/bin` by `e2e/cluster/build-nats` on first use (cached afterwards).
 
-use super::{Http, free_port, poll};
+use super::{Http, Relay, poll};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::OnceLock;
@@ -46,50 +46,72 @@ impl Drop for NatsServer {
     }
 }
 
+/// The port after `prefix` in a nats-server log line, once the log has it.
+async fn logged_port(log: &Path, prefix: &str) -> u16 {
+    poll(Duration::from_secs(30), prefix, || {
+        let text = std::fs::read_to_string(log).unwrap_or_default();
+        let port = text.lines().find_map(|l| {
+            let rest = l.split(prefix).nth(1)?;
+            rest.trim().rsplit(':').next()?.parse::<u16>().ok()
+        });
+        std::future::ready(port)
+    })
+    .await
+}
+
 /// `n` JetStream servers on loopback, clustered when `n > 1`, each ready (JetStream enabled).
-pub async fn cluster(dir: &Path, n: usize) -> Vec<NatsServer> {
-    let routes: Vec<u16> = (0..n).map(|_| free_port()).collect();
-    let route_list = routes
+/// Every listener takes a port the kernel picks (-1), read from the server's log. Cluster routes
+/// must be configured before any server runs, so each server's route port is fronted by a relay
+/// the test holds: the route list and each server's advertised route address name the relays.
+pub async fn cluster(dir: &Path, n: usize) -> (Vec<NatsServer>, Vec<Relay>) {
+    let mut relays = Vec::new();
+    for _ in 0..if n > 1 { n } else { 0 } {
+        relays.push(Relay::start().await);
+    }
+    let routes = relays
         .iter()
-        .map(|p| format!("nats://127.0.0.1:{p}"))
+        .map(|r| format!("\"nats://127.0.0.1:{}\"", r.port))
         .collect::<Vec<_>>()
-        .join(",");
+        .join(", ");
     let mut servers = Vec::new();
-    for (i, route) in routes.iter().enumerate() {
-        let (port, monitor) = (free_port(), free_port());
+    for i in 0..n {
+        let relay = relays.get(i);
         let store = dir.join(format!("js{i}"));
         std::fs::create_dir_all(&store).unwrap();
-        let mut cmd = Command::new(nats_server());
-        cmd.args([
-            "--jetstream",
-            "--addr",
-            "127.0.0.1",
-            "--port",
-            &port.to_string(),
-            "--http_port",
-            &monitor.to_string(),
-            "--store_dir",
-            store.to_str().unwrap(),
-            "--server_name",
-            &format!("n{i}"),
-        ]);
-        if n > 1 {
-            cmd.args([
-                "--cluster_name",
-                "switchyard-test",
-                "--cluster",
-                &format!("nats://127.0.0.1:{route}"),
-                "--routes",
-                &route_list,
-            ]);
+        let mut conf = format!(
+            "listen: \"127.0.0.1:-1\"\nhttp: \"127.0.0.1:-1\"\nserver_name: n{i}\n\
+             jetstream {{ store_dir: {:?} }}\n",
+            store.to_str().unwrap()
+        );
+        if let Some(relay) = relay {
+            conf.push_str(&format!(
+                "cluster {{ name: switchyard-test, listen: \"127.0.0.1:-1\", \
+                 advertise: \"127.0.0.1:{}\", routes: [{routes}] }}\n",
+                relay.port
+            ));
         }
-        let log = std::fs::File::create(dir.join(format!("nats{i}.log"))).unwrap();
-        let child = cmd.stdout(Stdio::null()).stderr(log).spawn().unwrap();
-        servers.push(NatsServer {
-            port,
-            monitor,
+        let conf_file = dir.join(format!("nats{i}.conf"));
+        std::fs::write(&conf_file, conf).unwrap();
+        let log_file = dir.join(format!("nats{i}.log"));
+        let log = std::fs::File::create(&log_file).unwrap();
+        let child = Command::new(nats_server())
+            .arg("-c")
+            .arg(&conf_file)
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .unwrap();
+        let mut server = NatsServer {
+            port: 0,
+            monitor: 0,
             child: Some(child),
-        });
+        };
+        server.port = logged_port(&log_file, "Listening for client connections on").await;
+        server.monitor = logged_port(&log_file, "Starting http monitor on").await;
+        if let Some(relay) = relay {
+            relay.to(logged_port(&log_file, "Listening for route connections on").await);
+        }
+        servers.push(server);
     }
     let client = Http::new();
     for s in &servers {
@@ -103,7 +125,7 @@ pub async fn cluster(dir: &Path, n: usize) -> Vec<NatsServer> {
         })
         .await;
     }
-    servers
+    (servers, relays)
 }
 
 /// The client URL list of `servers`.

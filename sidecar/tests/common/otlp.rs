@@ -25,6 +25,8 @@ pub const STATUS_ERROR: i32 = 2;
 #[derive(Clone, Debug)]
 pub struct GotSpan {
     pub service: String,
+    /// The resource attributes of the exporting process.
+    pub resource: HashMap<String, String>,
     pub trace_id: String,
     pub span_id: String,
     /// Empty for a root span.
@@ -81,6 +83,7 @@ impl TraceService for Store {
                 for s in ss.spans {
                     got.push(GotSpan {
                         service: service.clone(),
+                        resource: resource.clone(),
                         trace_id: hex(&s.trace_id),
                         span_id: hex(&s.span_id),
                         parent: hex(&s.parent_span_id),

@@ -74,10 +74,15 @@ pub(crate) fn upgrade(edge: &Arc<Edge>, mut req: Request<Incoming>) -> Response<
         return problem(400, "the Sec-WebSocket-Key cannot be answered", start);
     };
     let on_upgrade = hyper::upgrade::on(&mut req);
+    // The session's span continues the upgrade request's trace; each message starts its own.
+    let traceparent = req
+        .headers()
+        .get(crate::traceparent::HEADER)
+        .map(|v| v.as_bytes().to_vec());
     let edge = edge.clone();
     ws.sessions.spawn(async move {
         match on_upgrade.await {
-            Ok(upgraded) => session::run(edge, upgraded).await,
+            Ok(upgraded) => session::run(edge, upgraded, traceparent).await,
             Err(e) => tracing::debug!(error = %e, "WebSocket upgrade failed"),
         }
     });

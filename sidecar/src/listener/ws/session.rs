@@ -14,6 +14,8 @@ use crate::answer::http::app_status;
 use crate::dispatch::{Clock, new_ce_id};
 use crate::listener::Edge;
 use crate::metrics::EventLabel;
+use crate::otel::produce::Session;
+use crate::otel::request::RequestTrace;
 use crate::routes::ws::WsRoute;
 use crate::shutdown::DRAIN_LIMIT;
 use crate::traceparent;
@@ -23,6 +25,7 @@ use futures::stream::SplitSink;
 use futures::{SinkExt, StreamExt};
 use hyper::upgrade::Upgraded;
 use hyper_util::rt::TokioIo;
+use opentelemetry::trace::SpanContext;
 use serde_json::Value;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -64,6 +67,7 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 type Ws = WebSocketStream<TokioIo<Upgraded>>;
 
 /// Why the read loop ended.
+#[derive(Clone, Copy)]
 enum End {
     /// The router drains: finish replies, close with 1001.
     Drain,
@@ -73,6 +77,18 @@ enum End {
     ClientClosed,
     /// The client vanished, broke the protocol, or stopped answering pings.
     Gone,
+}
+
+impl End {
+    /// How the session closed, for its span.
+    fn name(self) -> &'static str {
+        match self {
+            End::Drain => "drain",
+            End::TooBig => "too_big",
+            End::ClientClosed => "client",
+            End::Gone => "gone",
+        }
+    }
 }
 
 /// Counts the connection in `switchyard_ws_connections` while it lives.
@@ -100,8 +116,8 @@ impl Drop for Subs {
     }
 }
 
-/// Runs one upgraded connection to its end.
-pub(super) async fn run(edge: Arc<Edge>, upgraded: Upgraded) {
+/// Runs one upgraded connection to its end; `traceparent` is the upgrade request's.
+pub(super) async fn run(edge: Arc<Edge>, upgraded: Upgraded, traceparent: Option<Vec<u8>>) {
     let Some(ws) = edge.ws.as_ref() else { return };
     let max = ws.routes.max_message;
     let hard = hard_limit(max);
@@ -112,6 +128,12 @@ pub(super) async fn run(edge: Arc<Edge>, upgraded: Upgraded) {
         WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
     edge.metrics.ws.connections.inc();
     let _open = Open(edge.metrics.clone());
+    let session = edge
+        .otel
+        .as_ref()
+        .map(|o| Session::start(o, traceparent.as_deref(), &ws.routes.path));
+    let session_cx = session.as_ref().map(Session::span_context);
+    let mut messages = 0u64;
     let (sink, mut stream) = stream.split();
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT + PUSH_ROOM);
     let gone = CancellationToken::new();
@@ -179,7 +201,11 @@ pub(super) async fn run(edge: Arc<Edge>, upgraded: Upgraded) {
                 );
             }
             Some(Ok(Message::Text(text))) => {
-                on_text(&edge, &text, &tx, &gone, &mut subs, permit, last_seen);
+                messages += 1;
+                let session = session_cx.as_ref();
+                on_text(
+                    &edge, &text, &tx, &gone, &mut subs, permit, last_seen, session,
+                );
             }
             Some(Ok(Message::Binary(_))) => {
                 let status = 415;
@@ -238,6 +264,9 @@ pub(super) async fn run(edge: Arc<Edge>, upgraded: Upgraded) {
     drop(tx);
     gone.cancel();
     let _ = writer.await;
+    if let Some(s) = session {
+        s.finish(messages, end.name());
+    }
 }
 
 /// Sends a ping; false when the client has been silent too long.
@@ -287,6 +316,7 @@ fn queue(tx: &Outbox, text: String, permit: OwnedSemaphorePermit) {
     }
 }
 
+#[allow(clippy::too_many_arguments)] // one message's whole context: splitting it would only move it
 fn on_text(
     edge: &Arc<Edge>,
     text: &str,
@@ -295,6 +325,7 @@ fn on_text(
     subs: &mut Subs,
     permit: OwnedSemaphorePermit,
     start: Instant,
+    session: Option<&SpanContext>,
 ) {
     let Some(ws) = edge.ws.as_ref() else { return };
     let parsed = incoming::parse(text, &ws.routes);
@@ -306,12 +337,16 @@ fn on_text(
             outgoing::refusal(&id, &Answer::refusal(bad.status, bad.detail), &timing()),
         ),
         Ok(Command::Call { route, payload }) => {
+            let trace = edge
+                .otel
+                .as_ref()
+                .map(|o| RequestTrace::websocket(o, session, &ws.routes.path, &route.command));
             let work = call(
                 edge.clone(),
                 route,
                 id,
                 payload,
-                start,
+                Clock::traced(start, trace),
                 tx.clone(),
                 gone.clone(),
             );
@@ -366,12 +401,14 @@ async fn call(
     route: Arc<WsRoute>,
     id: Value,
     payload: Bytes,
-    start: Instant,
+    mut clock: Clock,
     tx: Outbox,
     gone: CancellationToken,
 ) {
-    let mut clock = Clock::new(start);
-    let deadline = start + route.timeout;
+    let deadline = clock.start + route.timeout;
+    if let Some(t) = &clock.trace {
+        t.matched(None, &route.event);
+    }
     let _underway = edge.metrics.arrive(&route.event);
     let out = Outgoing {
         event: route.event.clone(),
@@ -399,6 +436,9 @@ async fn call(
         }
     };
     let total = clock.stages().total;
+    if let Some(t) = clock.trace.take() {
+        t.finish_status(status);
+    }
     edge.metrics.observe(
         &EventLabel(route.event.clone()),
         status,

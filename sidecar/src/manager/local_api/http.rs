@@ -5,8 +5,9 @@ use super::{Call, Done, LocalApi, MAX_BODY};
 use crate::answer::Answer;
 use crate::answer::http::Reply;
 use crate::edge;
+use crate::net::body::{Unread, linger, read_limited};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, LengthLimitError, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderName, HeaderValue};
 use hyper::{Method, Request, Response, StatusCode};
@@ -71,11 +72,16 @@ async fn serve(api: &LocalApi, req: Request<Incoming>) -> Result<Done, Answer> {
         }
         (id, key) => id.or(key),
     };
-    let raw = match tokio::time::timeout(BODY_TIMEOUT, Limited::new(body, MAX_BODY).collect()).await
-    {
-        Ok(Ok(c)) => c.to_bytes(),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => return Err(too_large()),
-        Ok(Err(_)) => return Err(Answer::refusal(400, "the request body could not be read")),
+    let raw = match tokio::time::timeout(BODY_TIMEOUT, read_limited(body, MAX_BODY)).await {
+        Ok(Ok(raw)) => raw,
+        Ok(Err(Unread::TooLarge(rest))) => {
+            // Read on and dropped, so the app still sending reads its 413 (see `linger`).
+            linger(rest);
+            return Err(too_large());
+        }
+        Ok(Err(Unread::Failed)) => {
+            return Err(Answer::refusal(400, "the request body could not be read"));
+        }
         Err(_) => {
             return Err(Answer::refusal(
                 408,

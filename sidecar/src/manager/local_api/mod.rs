@@ -11,6 +11,9 @@ use crate::answer::http::app_status;
 use crate::dispatch::{Broker, Clock, Dispatch, new_ce_id};
 use crate::durable::Store;
 use crate::metrics::{LocalApiLabels, Metrics};
+use crate::otel::Otel;
+use crate::otel::produce::Produce;
+use crate::otel::request::RequestTrace;
 use crate::upstream::{Outgoing, Upstream};
 use bytes::Bytes;
 use hyper::body::Incoming;
@@ -78,6 +81,7 @@ pub struct LocalApi {
     dispatch: Dispatch,
     routers: Arc<Routers>,
     metrics: Arc<Metrics>,
+    otel: Option<Arc<Otel>>,
 }
 
 impl LocalApi {
@@ -88,6 +92,7 @@ impl LocalApi {
         durable: Option<Arc<Store>>,
         routers: Arc<Routers>,
         metrics: Arc<Metrics>,
+        otel: Option<Arc<Otel>>,
     ) -> LocalApi {
         LocalApi {
             dispatch: Dispatch {
@@ -97,6 +102,7 @@ impl LocalApi {
             },
             routers,
             metrics,
+            otel,
         }
     }
 
@@ -111,24 +117,57 @@ impl LocalApi {
             .inc();
     }
 
-    /// Serves one call.
-    pub async fn call(&self, call: Call<'_>) -> Result<Done, Answer> {
-        let traceparent = crate::traceparent::extract_or_new(call.traceparent);
-        if call.op == Op::Push {
-            let routers = self.routers.push(&Push {
-                event: call.event.to_owned(),
-                traceparent,
-                content_type: crate::edge::JSON.to_owned(),
-                payload: call.payload,
-            });
-            return Ok(Done::Pushed { routers });
+    /// Serves one call. Traced, a publish or push is a PRODUCER span under the app's
+    /// `traceparent` and a request the SERVER span of the dispatch stage's spans.
+    pub async fn call(&self, mut call: Call<'_>) -> Result<Done, Answer> {
+        let ce_id = match call.op {
+            Op::Push => None,
+            Op::Publish | Op::Request => Some(call.ce_id.take().unwrap_or_else(new_ce_id)),
+        };
+        let (produce, traceparent) = match (&self.otel, call.op) {
+            (Some(otel), Op::Publish | Op::Push) => {
+                let (span, tp) = Produce::start(
+                    otel,
+                    call.traceparent,
+                    call.op.as_str(),
+                    call.event,
+                    ce_id.as_deref(),
+                );
+                (Some(span), tp)
+            }
+            _ => (None, crate::traceparent::extract_or_new(call.traceparent)),
+        };
+        let result = match (call.op, ce_id) {
+            (Op::Publish, Some(ce_id)) | (Op::Request, Some(ce_id)) => {
+                self.send(&call, ce_id, traceparent).await
+            }
+            _ => {
+                let routers = self.routers.push(&Push {
+                    event: call.event.to_owned(),
+                    traceparent,
+                    content_type: crate::edge::JSON.to_owned(),
+                    payload: call.payload,
+                });
+                Ok(Done::Pushed { routers })
+            }
+        };
+        if let Some(span) = produce {
+            span.finish(result.as_ref().map(|_| 202).map_err(|a| a.detail.as_str()));
         }
-        let ce_id = call.ce_id.unwrap_or_else(new_ce_id);
+        result
+    }
+
+    async fn send(
+        &self,
+        call: &Call<'_>,
+        ce_id: String,
+        traceparent: String,
+    ) -> Result<Done, Answer> {
         let out = Outgoing {
             event: Arc::from(call.event),
             ce_id: ce_id.clone(),
             traceparent,
-            payload: call.payload,
+            payload: call.payload.clone(),
         };
         if call.op == Op::Publish {
             let deadline = Instant::now() + parse::SEND_DEADLINE;
@@ -138,8 +177,12 @@ impl LocalApi {
             };
         }
         let deadline = Instant::now() + call.timeout;
-        let mut clock = Clock::new(Instant::now());
-        match self.dispatch.call(out, deadline, &mut clock).await {
+        let trace = self
+            .otel
+            .as_ref()
+            .map(|o| RequestTrace::local_request(o, call.traceparent, call.event));
+        let mut clock = Clock::traced(Instant::now(), trace);
+        let result = match self.dispatch.call(out, deadline, &mut clock).await {
             Ok(r) => Ok(Done::Reply {
                 ce_id,
                 status: app_status(r.status),
@@ -147,7 +190,15 @@ impl LocalApi {
                 body: r.payload,
             }),
             Err(f) => Err(Answer::of(&f, call.event, call.timeout)),
+        };
+        if let Some(t) = clock.trace.take() {
+            t.finish_status(match &result {
+                Ok(Done::Reply { status, .. }) => *status,
+                Ok(_) => 202,
+                Err(a) => a.status,
+            });
         }
+        result
     }
 }
 

@@ -1,0 +1,218 @@
+//! The operator as a pod, as a platform team runs it: the `switchyard` chart installed with helm
+//! from the image `deploy/build-images` built, under the chart's own ServiceAccount, on the real
+//! node (chart values `nodeSelector` and `tolerations`), in a namespace that enforces Pod Security
+//! `restricted`.
+//!
+//! A release of its own (`switchyard-node`), so the shared release in switchyard-system that the
+//! other tests' host-process operators use stays as it is. It holds the operator lock while it
+//! runs: operators watch every namespace, so two must never run at once.
+//!
+//! The cluster has no DNS (no CoreDNS image to run), so the chart's default control-plane URL, the
+//! Service's DNS name, would resolve nowhere. The control-plane Service gets a pinned ClusterIP
+//! (`controlPlane.clusterIP`) and sidecars the URL with that IP (`controlPlane.url`); kube-proxy on
+//! the node sends it to the operator pod. The operator itself reaches the API server the usual way,
+//! through the `kubernetes` Service's ClusterIP that the kubelet puts in its environment.
+
+use crate::cluster::Cluster;
+use crate::cmd::Cmd;
+use crate::images::Images;
+use crate::node::Node;
+use crate::operator::OperatorLock;
+use anyhow::{Context, Result, ensure};
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::{Api, ListParams};
+use std::net::Ipv4Addr;
+use std::time::Duration;
+
+/// Helm release (and full name of its objects).
+pub const RELEASE: &str = "switchyard-node";
+/// Its namespace.
+pub const NAMESPACE: &str = "switchyard-node";
+/// ClusterIP pinned for the control-plane Service (the static band of the e2e service range).
+pub const CONTROL_PLANE_IP: &str = "10.0.0.10";
+/// Port of the operator's metrics server (chart default).
+pub const METRICS_PORT: u16 = 8080;
+
+/// The installed release; [`PodOperator::uninstall`] removes it.
+#[derive(Debug)]
+pub struct PodOperator {
+    /// The operator pod.
+    pub pod: String,
+    /// Its IP (routed into the node).
+    pub pod_ip: Ipv4Addr,
+    /// Seconds from `helm upgrade --install` to the pod Ready.
+    pub ready_after: Duration,
+    _lock: OperatorLock,
+}
+
+fn values(node: &Node, images: &Images) -> serde_json::Value {
+    let (op_repo, op_tag) = Images::split(&images.operator);
+    let (sc_repo, sc_tag) = Images::split(&images.sidecar);
+    serde_json::json!({
+        "image": {"repository": op_repo, "tag": op_tag, "pullPolicy": "IfNotPresent"},
+        "sidecar": {"image": {"repository": sc_repo, "tag": sc_tag}},
+        "replicaCount": 1,
+        "logFormat": "text",
+        "nodeSelector": {node.label.0.clone(): node.label.1.clone()},
+        "tolerations": [{"key": node.taint_key, "operator": "Exists", "effect": "NoSchedule"}],
+        "controlPlane": {
+            "clusterIP": CONTROL_PLANE_IP,
+            "url": format!("http://{CONTROL_PLANE_IP}:7443"),
+            "port": 7443,
+        },
+    })
+}
+
+impl PodOperator {
+    /// Installs (or upgrades) the release and waits for the operator pod to be Ready on the node.
+    pub async fn install(cluster: &Cluster, node: &Node, images: &Images) -> Result<PodOperator> {
+        let lock = OperatorLock::acquire().await?;
+        // A run that died may have left its release behind: that operator is ours, not foreign.
+        remove(cluster).await?;
+        crate::operator::refuse_foreign_operator(cluster).await?;
+        match install_release(cluster, node, images).await {
+            Ok((pod, pod_ip, ready_after)) => Ok(PodOperator {
+                pod,
+                pod_ip,
+                ready_after,
+                _lock: lock,
+            }),
+            Err(e) => {
+                // No half-installed operator left for the tests that run after this one.
+                if let Err(r) = remove(cluster).await {
+                    eprintln!("[e2e] warning: removing the failed operator release: {r:#}");
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Uninstalls the release and waits until its pods are gone; then the lock is released.
+    pub async fn uninstall(self, cluster: &Cluster) -> Result<()> {
+        remove(cluster).await
+    }
+}
+
+/// The namespace and the release, up to a Ready operator pod: (pod, IP, time to Ready).
+async fn install_release(
+    cluster: &Cluster,
+    node: &Node,
+    images: &Images,
+) -> Result<(String, Ipv4Addr, Duration)> {
+    cluster
+        .kubectl()
+        .args(["apply", "-f", "-"])
+        .stdin(
+            serde_json::json!({
+                "apiVersion": "v1",
+                "kind": "Namespace",
+                "metadata": {"name": NAMESPACE, "labels": {
+                    "pod-security.kubernetes.io/enforce": "restricted",
+                    "pod-security.kubernetes.io/enforce-version": "latest",
+                }},
+            })
+            .to_string(),
+        )
+        .ok()
+        .await?;
+    let file = crate::work_dir().join(format!("{RELEASE}-values.json"));
+    std::fs::write(&file, values(node, images).to_string())
+        .with_context(|| format!("writing {}", file.display()))?;
+    let start = std::time::Instant::now();
+    cluster
+        .helm()
+        .args(["upgrade", "--install", RELEASE])
+        .arg(crate::charts_dir().join("switchyard"))
+        .args(["--namespace", NAMESPACE, "--values"])
+        .arg(&file)
+        .args(["--wait", "--timeout=120s"])
+        .timeout(Duration::from_secs(180))
+        .ok()
+        .await
+        .context("helm install of the operator chart with the operator as a pod")?;
+    let client = cluster.client().await?;
+    let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
+    let pod = crate::eventually(
+        "the operator pod Ready on the node",
+        crate::timeout(),
+        || async {
+            let list = pods
+                .list(
+                    &ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}")),
+                )
+                .await?;
+            let live: Vec<&Pod> = list
+                .items
+                .iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .collect();
+            ensure!(live.len() == 1, "{} operator pods", live.len());
+            crate::pods::check_running_on(live[0], &node.name)?;
+            Ok(live[0].clone())
+        },
+    )
+    .await?;
+    let pod_ip: Ipv4Addr = pod
+        .status
+        .as_ref()
+        .and_then(|s| s.pod_ip.as_deref())
+        .context("operator pod without an IP")?
+        .parse()
+        .context("operator pod IP")?;
+    Ok((pod.name_any(), pod_ip, start.elapsed()))
+}
+
+/// `helm uninstall` of the release if it exists, its pods gone, its Lease deleted.
+async fn remove(cluster: &Cluster) -> Result<()> {
+    if crate::cluster::release_namespace(&cluster.kubeconfig, RELEASE)
+        .await?
+        .is_some()
+    {
+        cluster
+            .helm()
+            .args([
+                "uninstall",
+                RELEASE,
+                "--namespace",
+                NAMESPACE,
+                "--wait",
+                "--timeout=120s",
+            ])
+            .timeout(Duration::from_secs(180))
+            .ok()
+            .await?;
+    }
+    let client = cluster.client().await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), NAMESPACE);
+    crate::eventually(
+        "the operator pods gone",
+        Duration::from_secs(120),
+        || async {
+            let left = pods
+                .list(
+                    &ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}")),
+                )
+                .await?;
+            ensure!(
+                left.items.is_empty(),
+                "{} operator pods left",
+                left.items.len()
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    Cmd::kubectl(&cluster.kubeconfig)
+        .args([
+            "-n",
+            NAMESPACE,
+            "delete",
+            "lease",
+            crate::operator::DEFAULT_LEASE,
+            "--ignore-not-found",
+        ])
+        .ok()
+        .await?;
+    Ok(())
+}

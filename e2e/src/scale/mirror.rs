@@ -1,0 +1,102 @@
+//! Pure: a router stream's table as built from a whole table and the deltas after it (what the
+//! sidecar's follower does, kept apart so the benchmark needs no sidecar code).
+
+use std::collections::{BTreeMap, BTreeSet};
+use switchyard_protocol::control::v1::RoutingTable;
+
+/// Event type -> endpoint addresses, at `version`.
+#[derive(Debug, Default)]
+pub struct Mirror {
+    version: u64,
+    routes: BTreeMap<String, BTreeSet<String>>,
+}
+
+/// A delta that does not apply to the version held.
+#[derive(Debug, thiserror::Error)]
+#[error("delta from version {base} while holding {held}")]
+pub struct Gap {
+    held: u64,
+    base: u64,
+}
+
+impl Mirror {
+    /// Applies one message.
+    pub fn apply(&mut self, msg: RoutingTable) -> Result<(), Gap> {
+        if msg.base == 0 {
+            self.routes.clear();
+        } else if msg.base != self.version {
+            return Err(Gap {
+                held: self.version,
+                base: msg.base,
+            });
+        }
+        for e in &msg.removed {
+            self.routes.remove(e);
+        }
+        for r in msg.routes {
+            let addrs = r.endpoints.into_iter().map(|e| e.address).collect();
+            self.routes.insert(r.event_type, addrs);
+        }
+        self.version = msg.version;
+        Ok(())
+    }
+
+    /// Whether `event` lists `addr`.
+    pub fn has(&self, event: &str, addr: &str) -> bool {
+        self.routes.get(event).is_some_and(|a| a.contains(addr))
+    }
+
+    /// Endpoints listed for `event`.
+    pub fn count(&self, event: &str) -> usize {
+        self.routes.get(event).map_or(0, BTreeSet::len)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_protocol::control::v1::{Endpoint, Route};
+
+    fn route(event: &str, addrs: &[&str]) -> Route {
+        Route {
+            event_type: event.into(),
+            endpoints: addrs
+                .iter()
+                .map(|a| Endpoint {
+                    address: (*a).into(),
+                    pod: String::new(),
+                })
+                .collect(),
+            ..Route::default()
+        }
+    }
+
+    #[test]
+    fn whole_then_deltas_then_a_gap() {
+        let mut m = Mirror::default();
+        m.apply(RoutingTable {
+            version: 1,
+            routes: vec![route("a", &["x:1"]), route("b", &[])],
+            ..RoutingTable::default()
+        })
+        .expect("whole");
+        m.apply(RoutingTable {
+            version: 2,
+            base: 1,
+            routes: vec![route("a", &["x:1", "y:1"])],
+            removed: vec!["b".into()],
+            ..RoutingTable::default()
+        })
+        .expect("delta");
+        assert!(m.has("a", "y:1"));
+        assert_eq!(m.count("b"), 0);
+        assert!(
+            m.apply(RoutingTable {
+                version: 9,
+                base: 7,
+                ..RoutingTable::default()
+            })
+            .is_err()
+        );
+    }
+}

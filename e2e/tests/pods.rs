@@ -1,0 +1,676 @@
+//! Real pods on the kubelet node, tested as a user would: the operator chart installed with helm,
+//! the operator running as a pod from its image; `kubectl apply -f examples/quickstart.yaml` into a
+//! namespace that enforces Pod Security `restricted` and sends its pods to the real node; then HTTP,
+//! WebSocket and gRPC from outside the pods through the Router, a rollout under load that loses
+//! nothing, pods and containers killed under load, and scaling moving real pods in and out of the
+//! routers' tables. One operator pod serves all tests; they run one at a time (they measure).
+
+use anyhow::{Context, Result, ensure};
+use futures::future::BoxFuture;
+use k8s_openapi::api::core::v1::Pod;
+use kube::ResourceExt;
+use kube::api::Api;
+use libtest_mimic::{Arguments, Failed, Trial};
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use switchyard_crds::{Manager, Router};
+use switchyard_e2e::client::{self, Load, Outcome, RouterClient};
+use switchyard_e2e::images::{Images, images};
+use switchyard_e2e::k8s::{wait_ready, wait_rolled_out};
+use switchyard_e2e::node::Node;
+use switchyard_e2e::pod_operator::{self, PodOperator};
+use switchyard_e2e::pods::{self, check_running_on, live_pods, route_endpoints, routed_ip};
+use switchyard_e2e::{Cluster, TestNamespace, cluster, eventually, fixtures, timeout};
+use tokio::sync::OnceCell;
+
+const ROUTER_PODS: &str = "switchyard.dev/router=edge";
+const MANAGER_PODS: &str = "switchyard.dev/manager=handlers";
+
+struct Env {
+    cluster: &'static Cluster,
+    node: Node,
+    images: Images,
+    operator: std::sync::Mutex<Option<PodOperator>>,
+}
+
+static ENV: OnceCell<Result<Env, String>> = OnceCell::const_new();
+
+async fn env() -> Result<&'static Env> {
+    ENV.get_or_init(|| async { start_env().await.map_err(|e| format!("{e:#}")) })
+        .await
+        .as_ref()
+        .map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+async fn start_env() -> Result<Env> {
+    let cluster = cluster().await?;
+    let node = Node::load()?;
+    let t = Instant::now();
+    let images = images().await?.clone();
+    node.import(&images.archives()).await?;
+    eprintln!(
+        "[e2e] images {} built and imported in {:.1}s",
+        images.tag,
+        t.elapsed().as_secs_f64()
+    );
+    let op = PodOperator::install(cluster, &node, &images).await?;
+    eprintln!(
+        "[e2e] operator pod {} Ready on {} {:.1}s after helm install",
+        op.pod,
+        node.name,
+        op.ready_after.as_secs_f64()
+    );
+    Ok(Env {
+        cluster,
+        node,
+        images,
+        operator: std::sync::Mutex::new(Some(op)),
+    })
+}
+
+type TestFn = fn(&'static Env) -> BoxFuture<'static, Result<()>>;
+
+fn main() -> ExitCode {
+    let mut args = Arguments::from_args();
+    // One at a time: they measure latencies and recovery on a small machine.
+    args.test_threads = Some(1);
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .expect("tokio runtime"),
+    );
+    let tests: Vec<(&str, TestFn)> = vec![
+        (
+            "operator_runs_as_a_pod_under_the_charts_service_account",
+            |e| Box::pin(operator_runs_as_a_pod(e)),
+        ),
+        (
+            "quickstart_serves_http_websocket_and_grpc_through_real_pods",
+            |e| Box::pin(quickstart_serves_through_real_pods(e)),
+        ),
+        ("manager_rollout_under_load_loses_no_request", |e| {
+            Box::pin(rollout_under_load(e))
+        }),
+        ("killed_pod_and_container_fail_fast_and_are_replaced", |e| {
+            Box::pin(killed_pod_and_container(e))
+        }),
+        ("scaling_moves_real_pods_in_and_out_of_the_table", |e| {
+            Box::pin(scaling_moves_real_pods(e))
+        }),
+    ];
+    let trials = tests
+        .into_iter()
+        .map(|(name, test)| {
+            let rt = rt.clone();
+            Trial::test(name, move || {
+                rt.block_on(async {
+                    let env = env().await.map_err(|e| Failed::from(format!("{e:#}")))?;
+                    test(env).await.map_err(|e| Failed::from(format!("{e:#}")))
+                })
+            })
+        })
+        .collect();
+    let conclusion = libtest_mimic::run(&args, trials);
+    rt.block_on(async {
+        if let Some(Ok(env)) = ENV.get() {
+            let op = env.operator.lock().ok().and_then(|mut o| o.take());
+            if let Some(op) = op
+                && let Err(e) = op.uninstall(env.cluster).await
+            {
+                eprintln!("[e2e] warning: uninstalling the operator release: {e:#}");
+            }
+        }
+    });
+    conclusion.exit_code()
+}
+
+/// A namespace enforcing Pod Security `restricted` whose pods all go to the real node.
+async fn node_namespace(env: &Env, prefix: &str) -> Result<TestNamespace> {
+    let labels = BTreeMap::from([
+        (
+            "pod-security.kubernetes.io/enforce".to_string(),
+            "restricted".to_string(),
+        ),
+        (
+            "pod-security.kubernetes.io/enforce-version".to_string(),
+            "latest".to_string(),
+        ),
+    ]);
+    TestNamespace::create_with(
+        env.cluster,
+        prefix,
+        labels,
+        env.node.namespace_annotations(),
+    )
+    .await
+}
+
+/// The quickstart applied and answering: its namespace, the router client, the router pod's IP.
+struct Quickstart {
+    ns: TestNamespace,
+    http: RouterClient,
+    router_ip: std::net::Ipv4Addr,
+    first_200: Duration,
+}
+
+async fn apply_quickstart(env: &Env, prefix: &str) -> Result<Quickstart> {
+    let ns = node_namespace(env, prefix).await?;
+    let start = Instant::now();
+    env.cluster
+        .kubectl()
+        .args(["-n", &ns.name, "apply", "-f"])
+        .arg(fixtures::quickstart())
+        .ok()
+        .await?;
+    let client = env.cluster.client().await?;
+    let router = eventually("a Ready router pod on the node", timeout(), || async {
+        let pods = live_pods(&client, &ns.name, ROUTER_PODS).await?;
+        ensure!(pods.len() == 1, "{} router pods", pods.len());
+        check_running_on(&pods[0], &env.node.name)?;
+        Ok(pods[0].clone())
+    })
+    .await?;
+    let router_ip = routed_ip(&env.node, &router).await?;
+    let http = RouterClient::new(SocketAddr::new(router_ip.into(), 8080));
+    eventually(
+        "GET /noop answered 200 through the pods",
+        timeout(),
+        || async {
+            let a = http.get("/noop").await?;
+            ensure!(a.status == 200, "GET /noop: {} {}", a.status, a.body);
+            Ok(())
+        },
+    )
+    .await?;
+    let first_200 = start.elapsed();
+    Ok(Quickstart {
+        ns,
+        http,
+        router_ip,
+        first_200,
+    })
+}
+
+/// Waits until the router's table lists exactly the Ready manager pods, `n` of them.
+async fn wait_table(env: &Env, q: &Quickstart, n: usize) -> Result<Vec<String>> {
+    let client = env.cluster.client().await?;
+    eventually(
+        &format!("the router's table to list the {n} Ready manager pods"),
+        timeout(),
+        || async {
+            let pods = live_pods(&client, &q.ns.name, MANAGER_PODS).await?;
+            let ready: Vec<Pod> = pods
+                .into_iter()
+                .filter(|p| check_running_on(p, &env.node.name).is_ok())
+                .collect();
+            ensure!(
+                ready.len() == n,
+                "{} Ready manager pods, want {n}",
+                ready.len()
+            );
+            let want = pods::frame_endpoints(&ready);
+            let table = pods::routes(q.router_ip).await?;
+            let got = route_endpoints(&table, "noop")?;
+            ensure!(got == want, "table lists {got:?}, Ready pods are {want:?}");
+            Ok(got)
+        },
+    )
+    .await
+}
+
+async fn operator_runs_as_a_pod(env: &'static Env) -> Result<()> {
+    let client = env.cluster.client().await?;
+    let pods: Api<Pod> = Api::namespaced(client, pod_operator::NAMESPACE);
+    let name = env
+        .operator
+        .lock()
+        .ok()
+        .and_then(|o| o.as_ref().map(|o| o.pod.clone()))
+        .context("no operator pod")?;
+    let pod = pods.get(&name).await?;
+    check_running_on(&pod, &env.node.name)?;
+    let spec = pod.spec.clone().unwrap_or_default();
+    ensure!(
+        spec.service_account_name.as_deref() == Some(pod_operator::RELEASE),
+        "operator pod runs as {:?}",
+        spec.service_account_name
+    );
+    ensure!(
+        spec.containers[0].image.as_deref() == Some(env.images.operator.as_str()),
+        "operator image {:?}, built {}",
+        spec.containers[0].image,
+        env.images.operator
+    );
+    // Its own probes passed (Ready); ask its metrics port directly too, over the route into the node.
+    let ip = routed_ip(&env.node, &pod).await?;
+    let metrics = RouterClient::new(SocketAddr::new(ip.into(), pod_operator::METRICS_PORT));
+    let a = metrics.get("/readyz").await?;
+    ensure!(a.status == 200, "operator /readyz: {} {}", a.status, a.body);
+    let m = metrics.get("/metrics").await?;
+    ensure!(
+        m.body.contains("switchyard_operator_leader 1"),
+        "the operator pod is not the leader: {}",
+        switchyard_e2e::tail(&m.body, 20)
+    );
+    Ok(())
+}
+
+async fn quickstart_serves_through_real_pods(env: &'static Env) -> Result<()> {
+    let q = apply_quickstart(env, "pods").await?;
+    eprintln!(
+        "[e2e] kubectl apply -f examples/quickstart.yaml -> first 200 through real pods: {:.1}s",
+        q.first_200.as_secs_f64()
+    );
+    let client = env.cluster.client().await?;
+    wait_ready(
+        &Api::<Router>::namespaced(client.clone(), &q.ns.name),
+        "edge",
+    )
+    .await?;
+    wait_ready(
+        &Api::<Manager>::namespaced(client.clone(), &q.ns.name),
+        "handlers",
+    )
+    .await?;
+
+    // Every pod on the real node, admitted under `restricted`; the manager's sidecar is a native
+    // sidecar that started (and passed its startup) before the app.
+    let manager = live_pods(&client, &q.ns.name, MANAGER_PODS).await?;
+    ensure!(manager.len() == 1, "{} manager pods", manager.len());
+    let m = &manager[0];
+    check_running_on(m, &env.node.name)?;
+    let spec = m.spec.clone().unwrap_or_default();
+    let side = spec
+        .init_containers
+        .iter()
+        .flatten()
+        .find(|c| c.name == "switchyard-sidecar")
+        .context("no sidecar init container")?;
+    ensure!(
+        side.restart_policy.as_deref() == Some("Always"),
+        "not a native sidecar"
+    );
+    let status = m.status.clone().unwrap_or_default();
+    let started = |list: &Option<Vec<k8s_openapi::api::core::v1::ContainerStatus>>, name: &str| {
+        list.iter()
+            .flatten()
+            .find(|c| c.name == name)
+            .and_then(|c| c.state.as_ref()?.running.as_ref()?.started_at.clone())
+            .with_context(|| format!("container {name} not running"))
+    };
+    let side_at = started(&status.init_container_statuses, "switchyard-sidecar")?;
+    let app_at = started(&status.container_statuses, "app")?;
+    ensure!(
+        side_at.0 <= app_at.0,
+        "sidecar started {side_at:?}, after the app {app_at:?}"
+    );
+    let app = &spec.containers[0];
+    ensure!(
+        app.lifecycle
+            .as_ref()
+            .and_then(|l| l.pre_stop.as_ref())
+            .is_some(),
+        "the app has no preStop hook"
+    );
+
+    // HTTP, good and bad input, with Server-Timing.
+    let a = q.http.get("/noop").await?;
+    ensure!(a.status == 200, "GET /noop {} {}", a.status, a.body);
+    let timing = a.server_timing.clone().unwrap_or_default();
+    ensure!(
+        timing.contains("app;dur="),
+        "GET /noop Server-Timing {timing:?}"
+    );
+    let a = q.http.post("/echo", r#"{"value":1}"#).await?;
+    ensure!(
+        a.status == 200 && a.body.contains("\"value\":1"),
+        "POST /echo: {} {}",
+        a.status,
+        a.body
+    );
+    ensure!(
+        a.server_timing.is_some(),
+        "POST /echo without Server-Timing"
+    );
+    let a = q.http.post("/echo", r#"{"value":"x"}"#).await?;
+    ensure!(
+        a.status == 400 && a.body.contains("/value"),
+        "bad POST /echo: {} {}",
+        a.status,
+        a.body
+    );
+
+    // WebSocket and gRPC through the same Router pod.
+    let r = client::websocket_command(
+        SocketAddr::new(q.router_ip.into(), 8080),
+        "/ws",
+        json!({"command": "noop", "id": 1}),
+    )
+    .await?;
+    ensure!(r["id"] == 1 && r["status"] == 200, "WebSocket reply {r}");
+    ensure!(
+        r["timing"].as_str().is_some_and(|t| t.contains("app;dur=")),
+        "WebSocket reply without timing: {r}"
+    );
+    let (status, _, timing) =
+        client::grpc_call(SocketAddr::new(q.router_ip.into(), 50051), "noop", b"{}").await?;
+    ensure!(status == 200, "gRPC Call noop status {status}");
+    ensure!(timing.contains("app;dur="), "gRPC server-timing {timing:?}");
+
+    // `restricted` is enforced here: a pod without the settings is refused.
+    let bad = env
+        .cluster
+        .kubectl()
+        .args(["-n", &q.ns.name, "run", "unrestricted", "--restart=Never"])
+        .arg(format!("--image={}", env.images.example_app))
+        .fails()
+        .await?;
+    ensure!(
+        bad.combined().contains("violates PodSecurity"),
+        "{}",
+        bad.combined()
+    );
+    Ok(())
+}
+
+/// Failures of a load run that are not 200.
+fn failures(outcomes: &[Outcome]) -> Vec<&Outcome> {
+    outcomes.iter().filter(|o| o.status != Some(200)).collect()
+}
+
+fn describe(outcomes: &[&Outcome]) -> String {
+    outcomes
+        .iter()
+        .map(|o| {
+            format!(
+                "{}@{:.2}s/{}ms{}",
+                o.status.map_or("error".into(), |s| s.to_string()),
+                o.at.as_secs_f64(),
+                o.latency.as_millis(),
+                o.error
+                    .as_ref()
+                    .map(|e| format!(" ({e})"))
+                    .unwrap_or_default()
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+async fn rollout_under_load(env: &'static Env) -> Result<()> {
+    let q = apply_quickstart(env, "rollout").await?;
+    wait_table(env, &q, 1).await?;
+    let client = env.cluster.client().await?;
+    let old: Vec<String> = live_pods(&client, &q.ns.name, MANAGER_PODS)
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    let load = Load::start(
+        &q.http,
+        "/noop",
+        4,
+        Duration::from_millis(5),
+        Duration::from_secs(15),
+        Duration::from_secs(240),
+    );
+    load.wait_sent(50, Duration::from_secs(30)).await?;
+    let start = Instant::now();
+    env.cluster
+        .kubectl()
+        .args(["-n", &q.ns.name, "patch", "manager", "handlers", "--type=merge", "-p"])
+        .arg(r#"{"spec":{"template":{"metadata":{"annotations":{"e2e.switchyard.dev/rollout":"1"}}}}}"#)
+        .ok()
+        .await?;
+    // Rolled out, and the old pod gone for good (its preStop drain and stop are over).
+    eventually(
+        "the rollout to finish and the old pod to be gone",
+        Duration::from_secs(150),
+        || async {
+            let all = pods::all_pods(&client, &q.ns.name, MANAGER_PODS).await?;
+            let names: Vec<String> = all.iter().map(|p| p.name_any()).collect();
+            ensure!(
+                names.iter().all(|n| !old.contains(n)),
+                "old pod still there: {names:?}"
+            );
+            wait_rolled_out(&client, &q.ns.name, "handlers-manager", 1).await?;
+            Ok(())
+        },
+    )
+    .await?;
+    let rolled = start.elapsed();
+    wait_table(env, &q, 1).await?;
+    let sent = load.sent();
+    load.wait_sent(sent + 50, Duration::from_secs(30)).await?;
+    let outcomes = load.stop().await?;
+    let failed = failures(&outcomes);
+    eprintln!(
+        "[e2e] rollout under load: {:.1}s to replace the manager pod; {}; lost {}",
+        rolled.as_secs_f64(),
+        client::summarize(&outcomes),
+        failed.len()
+    );
+    ensure!(
+        failed.is_empty(),
+        "requests failed during the rollout: {}",
+        describe(&failed)
+    );
+    Ok(())
+}
+
+/// Checks the failures of a kill: every one a 502 or 503 within `fast`, none a hang or a reset.
+fn check_failed_fast(what: &str, outcomes: &[Outcome], fast: Duration) -> Result<()> {
+    let failed = failures(outcomes);
+    eprintln!(
+        "[e2e] {what}: {}; failed: [{}]",
+        client::summarize(outcomes),
+        describe(&failed)
+    );
+    let bad: Vec<&Outcome> = failed
+        .iter()
+        .copied()
+        .filter(|o| !matches!(o.status, Some(502 | 503)) || o.latency > fast)
+        .collect();
+    ensure!(
+        bad.is_empty(),
+        "{what}: failures that were not a fast 502/503: {}",
+        describe(&bad)
+    );
+    Ok(())
+}
+
+async fn killed_pod_and_container(env: &'static Env) -> Result<()> {
+    let q = apply_quickstart(env, "kill").await?;
+    let client = env.cluster.client().await?;
+    env.cluster
+        .kubectl()
+        .args([
+            "-n",
+            &q.ns.name,
+            "patch",
+            "manager",
+            "handlers",
+            "--type=merge",
+            "-p",
+        ])
+        // The autoscaler off: two replicas that stay two.
+        .arg(r#"{"spec":{"replicas":2,"scaling":{"enabled":false}}}"#)
+        .ok()
+        .await?;
+    wait_table(env, &q, 2).await?;
+    let fast = Duration::from_secs(5);
+
+    // 1. The pod, forcibly.
+    let victim = live_pods(&client, &q.ns.name, MANAGER_PODS).await?[0].name_any();
+    let load = Load::start(
+        &q.http,
+        "/noop",
+        4,
+        Duration::from_millis(5),
+        Duration::from_secs(15),
+        Duration::from_secs(180),
+    );
+    load.wait_sent(50, Duration::from_secs(30)).await?;
+    let killed = Instant::now();
+    env.cluster
+        .kubectl()
+        .args([
+            "-n",
+            &q.ns.name,
+            "delete",
+            "pod",
+            &victim,
+            "--grace-period=0",
+            "--force",
+        ])
+        .ok()
+        .await?;
+    let table = wait_table(env, &q, 2).await?;
+    let recovered = killed.elapsed();
+    let sent = load.sent();
+    load.wait_sent(sent + 50, Duration::from_secs(30)).await?;
+    let outcomes = load.stop().await?;
+    eprintln!(
+        "[e2e] pod {victim} force-deleted: the replacement is in the table ({table:?}) after {:.1}s",
+        recovered.as_secs_f64()
+    );
+    check_failed_fast("forced pod deletion under load", &outcomes, fast)?;
+    let after: Vec<&Outcome> = outcomes
+        .iter()
+        .filter(|o| o.at > killed.elapsed().saturating_sub(Duration::ZERO))
+        .collect();
+    let _ = after;
+
+    // 2. The manager sidecar container, killed through the CRI: the kubelet restarts it.
+    let pod = live_pods(&client, &q.ns.name, MANAGER_PODS).await?[0].clone();
+    let id = env
+        .node
+        .container_id(&q.ns.name, &pod.name_any(), "switchyard-sidecar")
+        .await?;
+    let load = Load::start(
+        &q.http,
+        "/noop",
+        4,
+        Duration::from_millis(5),
+        Duration::from_secs(15),
+        Duration::from_secs(180),
+    );
+    load.wait_sent(50, Duration::from_secs(30)).await?;
+    let killed = Instant::now();
+    env.node
+        .crictl()
+        .args(["stop", "--timeout=0", &id])
+        .ok()
+        .await?;
+    let pods_api: Api<Pod> = Api::namespaced(client.clone(), &q.ns.name);
+    eventually("the killed sidecar restarted", timeout(), || async {
+        let p = pods_api.get(&pod.name_any()).await?;
+        let restarts = p
+            .status
+            .as_ref()
+            .and_then(|s| s.init_container_statuses.as_ref())
+            .and_then(|l| l.iter().find(|c| c.name == "switchyard-sidecar"))
+            .map_or(0, |c| c.restart_count);
+        ensure!(restarts >= 1, "sidecar restarts {restarts}");
+        Ok(())
+    })
+    .await?;
+    wait_table(env, &q, 2).await?;
+    let recovered = killed.elapsed();
+    let sent = load.sent();
+    load.wait_sent(sent + 50, Duration::from_secs(30)).await?;
+    let outcomes = load.stop().await?;
+    eprintln!(
+        "[e2e] sidecar container of {} killed with crictl: back in the table after {:.1}s",
+        pod.name_any(),
+        recovered.as_secs_f64()
+    );
+    check_failed_fast("sidecar container killed under load", &outcomes, fast)?;
+    Ok(())
+}
+
+async fn scaling_moves_real_pods(env: &'static Env) -> Result<()> {
+    let q = apply_quickstart(env, "scale").await?;
+    // By hand: with the autoscaler off, `kubectl scale` sets the replicas.
+    env.cluster
+        .kubectl()
+        .args([
+            "-n",
+            &q.ns.name,
+            "patch",
+            "manager",
+            "handlers",
+            "--type=merge",
+            "-p",
+        ])
+        .arg(r#"{"spec":{"scaling":{"enabled":false}}}"#)
+        .ok()
+        .await?;
+    for n in [3usize, 1] {
+        env.cluster
+            .kubectl()
+            .args(["-n", &q.ns.name, "scale", "manager/handlers"])
+            .arg(format!("--replicas={n}"))
+            .ok()
+            .await?;
+        let t = wait_table(env, &q, n).await?;
+        eprintln!("[e2e] kubectl scale --replicas={n}: table {t:?}");
+    }
+    // By load: a low rate target on noop, short windows.
+    let scaling = json!({"spec": {"scaling": {
+        "enabled": true, "minReplicas": 1, "maxReplicas": 3,
+        // Merge patch: null drops the quickstart's in-flight target of noop.
+        "targets": {"noop": {"targetInFlight": null, "targetRate": 5}},
+        "scaleUp": {"stableWindow": "6s", "panicWindow": "2s"},
+        "scaleDown": {"stabilizationWindow": "6s"},
+    }}});
+    env.cluster
+        .kubectl()
+        .args([
+            "-n",
+            &q.ns.name,
+            "patch",
+            "manager",
+            "handlers",
+            "--type=merge",
+            "-p",
+        ])
+        .arg(scaling.to_string())
+        .ok()
+        .await?;
+    let load = Load::start(
+        &q.http,
+        "/noop",
+        2,
+        Duration::from_millis(20),
+        Duration::from_secs(15),
+        Duration::from_secs(180),
+    );
+    let start = Instant::now();
+    let up = wait_table(env, &q, 3).await;
+    let outcomes = load.stop().await?;
+    let up = up?;
+    eprintln!(
+        "[e2e] under load ({}): scaled to 3 real pods in {:.1}s, table {up:?}",
+        client::summarize(&outcomes),
+        start.elapsed().as_secs_f64()
+    );
+    let start = Instant::now();
+    let down = wait_table(env, &q, 1).await?;
+    eprintln!(
+        "[e2e] load stopped: back to 1 pod in {:.1}s, table {down:?}",
+        start.elapsed().as_secs_f64()
+    );
+    ensure!(
+        failures(&outcomes).is_empty(),
+        "requests failed while scaling: {}",
+        describe(&failures(&outcomes))
+    );
+    Ok(())
+}

@@ -1,0 +1,256 @@
+//! Pure: one Router's routing table as versions and deltas. Each change bumps the version and
+//! records which event types it touched; a watcher at version `base` gets one delta with the
+//! current value of every route touched since `base` (several changes merged: a slow watcher skips
+//! straight to the latest state), or the whole table when `base` is older than the log keeps, when
+//! the merged delta would be no smaller than the table, or when it never had one.
+//!
+//! Memory is bounded by the table plus [`LOG`] entries of event-type names; nothing is kept per
+//! watcher.
+
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
+use std::sync::Arc;
+use switchyard_protocol::control::v1::{Route, RoutingTable};
+
+/// Changes remembered for composing deltas; a watcher further behind gets the whole table.
+pub const LOG: usize = 256;
+
+/// A route's new value (`Some`) or its removal (`None`), by event type.
+pub type Changes = BTreeMap<String, Option<Route>>;
+
+/// The table of one Router at its current version, and the recent changes.
+#[derive(Debug, Clone)]
+pub struct TableState {
+    router: String,
+    namespace: String,
+    version: u64,
+    routes: BTreeMap<String, Arc<Route>>,
+    /// (version, event types it touched), oldest first.
+    log: VecDeque<(u64, Vec<String>)>,
+}
+
+impl TableState {
+    /// The table at version 1 with `routes`.
+    pub fn new(router: String, namespace: String, routes: Vec<Route>) -> TableState {
+        TableState {
+            router,
+            namespace,
+            version: 1,
+            routes: routes
+                .into_iter()
+                .map(|r| (r.event_type.clone(), Arc::new(r)))
+                .collect(),
+            log: VecDeque::new(),
+        }
+    }
+
+    /// Current version.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Number of routes.
+    pub fn len(&self) -> usize {
+        self.routes.len()
+    }
+
+    /// Whether the table has no route.
+    pub fn is_empty(&self) -> bool {
+        self.routes.is_empty()
+    }
+
+    /// Applies `changes`; entries equal to what is held are dropped. Bumps the version and returns
+    /// true when anything was left.
+    pub fn apply(&mut self, changes: Changes) -> bool {
+        let mut touched = Vec::new();
+        for (event, route) in changes {
+            match route {
+                Some(r) => {
+                    if self.routes.get(&event).is_some_and(|cur| **cur == r) {
+                        continue;
+                    }
+                    self.routes.insert(event.clone(), Arc::new(r));
+                }
+                None => {
+                    if self.routes.remove(&event).is_none() {
+                        continue;
+                    }
+                }
+            }
+            touched.push(event);
+        }
+        if touched.is_empty() {
+            return false;
+        }
+        self.version += 1;
+        self.log.push_back((self.version, touched));
+        while self.log.len() > LOG {
+            self.log.pop_front();
+        }
+        true
+    }
+
+    /// The whole table.
+    pub fn full(&self) -> RoutingTable {
+        RoutingTable {
+            version: self.version,
+            router: self.router.clone(),
+            namespace: self.namespace.clone(),
+            routes: self.routes.values().map(|r| Route::clone(r)).collect(),
+            base: 0,
+            removed: Vec::new(),
+        }
+    }
+
+    /// What a watcher holding version `base` needs (None: a whole table), or nothing when it is up
+    /// to date. `deltas` false: always the whole table.
+    pub fn since(&self, base: Option<u64>, deltas: bool) -> Option<RoutingTable> {
+        let Some(base) = base else {
+            return Some(self.full());
+        };
+        if base == self.version {
+            return None;
+        }
+        if !deltas || base > self.version {
+            return Some(self.full());
+        }
+        // The log must hold every version after `base`.
+        let covered = self.log.front().is_some_and(|(v, _)| *v <= base + 1);
+        if !covered {
+            return Some(self.full());
+        }
+        let touched: BTreeSet<&String> = self
+            .log
+            .iter()
+            .filter(|(v, _)| *v > base)
+            .flat_map(|(_, events)| events)
+            .collect();
+        if touched.len() >= self.routes.len().max(1) {
+            return Some(self.full());
+        }
+        let mut routes = Vec::new();
+        let mut removed = Vec::new();
+        for event in touched {
+            match self.routes.get(event) {
+                Some(r) => routes.push(Route::clone(r)),
+                None => removed.push(event.clone()),
+            }
+        }
+        Some(RoutingTable {
+            version: self.version,
+            router: self.router.clone(),
+            namespace: self.namespace.clone(),
+            routes,
+            base,
+            removed,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use switchyard_protocol::control::v1::Endpoint;
+
+    fn route(event: &str, addrs: &[&str]) -> Route {
+        Route {
+            event_type: event.into(),
+            manager: "m".into(),
+            pool: "m-manager".into(),
+            endpoints: addrs
+                .iter()
+                .map(|a| Endpoint {
+                    address: (*a).into(),
+                    pod: String::new(),
+                })
+                .collect(),
+        }
+    }
+
+    fn state(n: usize) -> TableState {
+        let routes = (0..n)
+            .map(|i| route(&format!("e{i:03}"), &["10.0.0.1:7070"]))
+            .collect();
+        TableState::new("edge".into(), "shop".into(), routes)
+    }
+
+    fn set(event: &str, addrs: &[&str]) -> Changes {
+        BTreeMap::from([(event.to_owned(), Some(route(event, addrs)))])
+    }
+
+    #[test]
+    fn a_change_is_one_small_delta_whatever_the_table_size() {
+        for n in [10, 1000] {
+            let mut s = state(n);
+            assert!(s.apply(set("e005", &["10.0.0.1:7070", "10.0.0.2:7070"])));
+            let d = s.since(Some(1), true).expect("a delta");
+            assert_eq!((d.base, d.version), (1, 2));
+            assert_eq!(d.routes.len(), 1, "n = {n}");
+            assert_eq!(d.routes[0].endpoints.len(), 2);
+            assert!(d.removed.is_empty());
+        }
+    }
+
+    #[test]
+    fn unchanged_routes_bump_nothing() {
+        let mut s = state(3);
+        assert!(!s.apply(set("e001", &["10.0.0.1:7070"])));
+        assert!(!s.apply(BTreeMap::from([("nope".to_owned(), None)])));
+        assert_eq!(s.version(), 1);
+        assert!(s.since(Some(1), true).is_none(), "up to date");
+    }
+
+    #[test]
+    fn a_slow_watcher_gets_one_merged_delta_of_the_latest_values() {
+        let mut s = state(10);
+        s.apply(set("e001", &["10.0.0.2:7070"]));
+        s.apply(set("e001", &["10.0.0.3:7070"]));
+        s.apply(BTreeMap::from([("e002".to_owned(), None)]));
+        s.apply(set("new", &[]));
+        let d = s.since(Some(1), true).expect("delta");
+        assert_eq!((d.base, d.version), (1, 5));
+        let events: Vec<&str> = d.routes.iter().map(|r| r.event_type.as_str()).collect();
+        assert_eq!(events, ["e001", "new"]);
+        assert_eq!(d.routes[0].endpoints[0].address, "10.0.0.3:7070");
+        assert_eq!(d.removed, ["e002"]);
+        // From an intermediate version only the later changes count.
+        let d = s.since(Some(4), true).expect("delta");
+        assert_eq!(d.routes.len(), 1);
+        assert!(d.removed.is_empty());
+    }
+
+    #[test]
+    fn too_far_behind_or_unknown_versions_get_the_whole_table() {
+        let mut s = state(1000);
+        for i in 0..LOG + 5 {
+            s.apply(set("e001", &[&format!("10.0.1.{}:7070", i % 250)]));
+        }
+        let v = s.version();
+        assert_eq!(
+            s.since(Some(1), true).map(|t| t.base),
+            Some(0),
+            "log trimmed"
+        );
+        assert_eq!(s.since(Some(v - 3), true).map(|t| t.base), Some(v - 3));
+        assert_eq!(
+            s.since(Some(v + 7), true).map(|t| t.base),
+            Some(0),
+            "another replica's version"
+        );
+        assert_eq!(s.since(None, true).map(|t| t.routes.len()), Some(1000));
+        assert_eq!(
+            s.since(Some(v - 1), false).map(|t| t.base),
+            Some(0),
+            "no deltas asked"
+        );
+    }
+
+    #[test]
+    fn a_delta_touching_everything_is_sent_whole() {
+        let mut s = state(2);
+        s.apply(set("e000", &[]));
+        s.apply(set("e001", &[]));
+        let t = s.since(Some(1), true).expect("update");
+        assert_eq!(t.base, 0);
+        assert_eq!(t.routes.len(), 2);
+    }
+}

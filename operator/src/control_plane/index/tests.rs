@@ -1,0 +1,238 @@
+//! The index against the reference: after every step of random churn (pods flipping, moving,
+//! vanishing; Managers changing events, split and Router; Routers coming and going), the
+//! incrementally kept tables equal `table::all_tables` computed from scratch, and the deltas handed
+//! out, applied in order, rebuild the same tables.
+
+use super::*;
+use crate::control_plane::delta::TableState;
+use crate::control_plane::table;
+use std::collections::BTreeMap;
+
+const EVENTS: [&str; 3] = ["a.x", "b.y", "c.z"];
+
+fn router(name: &str) -> Router {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "switchyard.dev/v1alpha1", "kind": "Router",
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {"listeners": {"http": {"port": 8080}}, "routes": []},
+    }))
+    .expect("router")
+}
+
+fn manager(name: &str, router: &str, events: &[&str], per_type: bool) -> Manager {
+    serde_json::from_value(serde_json::json!({
+        "apiVersion": "switchyard.dev/v1alpha1", "kind": "Manager",
+        "metadata": {"name": name, "namespace": "shop"},
+        "spec": {
+            "routerRef": {"name": router},
+            "events": events,
+            "scaling": {"split": if per_type { "perEventType" } else { "shared" }},
+            "app": {"port": 8000},
+            "template": {"spec": {"containers": [{"name": "app", "image": "app"}]}},
+        },
+    }))
+    .expect("manager")
+}
+
+fn pod(name: &str, manager: &str, event: Option<&str>, ip: &str, ready: bool) -> Pod {
+    let mut labels = serde_json::json!({
+        meta::NAME: "switchyard-manager", meta::INSTANCE: manager, meta::MANAGER: manager,
+        "unrelated": "x",
+    });
+    if let Some(e) = event {
+        labels[meta::EVENT_TYPE] = serde_json::Value::from(e.replace('.', "-"));
+    }
+    serde_json::from_value(serde_json::json!({
+        "metadata": {"name": name, "namespace": "shop", "labels": labels},
+        "status": {
+            "podIP": ip,
+            "conditions": [{"type": "Ready", "status": if ready { "True" } else { "False" }}],
+        },
+    }))
+    .expect("pod")
+}
+
+/// The objects as they are in the "cluster".
+#[derive(Default)]
+struct World {
+    routers: BTreeMap<String, Router>,
+    managers: BTreeMap<String, Manager>,
+    pods: BTreeMap<String, Pod>,
+}
+
+impl World {
+    fn reference(&self) -> BTreeMap<RouterKey, Vec<Route>> {
+        let r: Vec<&Router> = self.routers.values().collect();
+        let m: Vec<&Manager> = self.managers.values().collect();
+        let p: Vec<&Pod> = self.pods.values().collect();
+        table::all_tables(&r, &m, &p)
+    }
+}
+
+fn pick<'a>(rng: &mut fastrand::Rng, xs: &[&'a str]) -> &'a str {
+    xs[rng.usize(..xs.len())]
+}
+
+/// One random change to the world, mirrored into the index.
+fn step(rng: &mut fastrand::Rng, w: &mut World, ix: &mut Index) {
+    let routers = ["edge", "admin"];
+    let managers = ["m1", "m2", "m3", "m4"];
+    match rng.u8(..10) {
+        0 => {
+            let name = pick(rng, &routers);
+            if w.routers.remove(name).is_some() {
+                ix.delete_router(&RouterKey {
+                    namespace: "shop".into(),
+                    name: name.into(),
+                });
+            } else {
+                let r = router(name);
+                ix.apply_router(&r);
+                w.routers.insert(name.into(), r);
+            }
+        }
+        1 | 2 => {
+            let name = pick(rng, &managers);
+            if rng.u8(..4) == 0 {
+                w.managers.remove(name);
+                ix.delete_manager(&("shop".into(), name.into()));
+            } else {
+                let events: Vec<&str> = EVENTS.iter().copied().filter(|_| rng.bool()).collect();
+                let m = manager(name, pick(rng, &routers), &events, rng.bool());
+                ix.apply_manager(Arc::new(m.clone()));
+                w.managers.insert(name.into(), m);
+            }
+        }
+        _ => {
+            let name = format!("p{}", rng.u8(..12));
+            if rng.u8(..5) == 0 {
+                w.pods.remove(&name);
+                ix.delete_pod(&("shop".into(), name));
+            } else {
+                let event = if rng.bool() {
+                    Some(pick(rng, &EVENTS))
+                } else {
+                    None
+                };
+                let ip = format!("10.0.0.{}", rng.u8(1..9));
+                let p = pod(&name, pick(rng, &managers), event, &ip, rng.u8(..3) > 0);
+                ix.apply_pod(&p);
+                w.pods.insert(name, p);
+            }
+        }
+    }
+}
+
+/// Applies the index's deltas to hub-like table states.
+fn follow(
+    mirror: &mut BTreeMap<RouterKey, TableState>,
+    changes: BTreeMap<RouterKey, RouterChange>,
+) {
+    for (key, change) in changes {
+        match change {
+            RouterChange::Removed => {
+                mirror.remove(&key);
+            }
+            RouterChange::Routes(routes) => match mirror.get_mut(&key) {
+                Some(st) => {
+                    st.apply(routes);
+                }
+                None => {
+                    let st = TableState::new(
+                        key.name.clone(),
+                        key.namespace.clone(),
+                        routes.into_values().flatten().collect(),
+                    );
+                    mirror.insert(key, st);
+                }
+            },
+        }
+    }
+}
+
+#[test]
+fn random_churn_matches_the_reference_and_its_deltas_rebuild_it() {
+    for seed in 0..40 {
+        let mut rng = fastrand::Rng::with_seed(seed);
+        let (mut w, mut ix) = (World::default(), Index::default());
+        let mut mirror = BTreeMap::new();
+        for i in 0..300 {
+            step(&mut rng, &mut w, &mut ix);
+            let want = w.reference();
+            assert_eq!(ix.tables(), want, "seed {seed}, step {i}");
+            follow(&mut mirror, ix.take());
+            let rebuilt: BTreeMap<RouterKey, Vec<Route>> = mirror
+                .iter()
+                .map(|(k, st)| (k.clone(), st.full().routes))
+                .collect();
+            assert_eq!(rebuilt, want, "deltas: seed {seed}, step {i}");
+        }
+    }
+}
+
+#[test]
+fn a_pod_change_touches_only_the_routes_that_use_its_pool() {
+    let mut ix = Index::default();
+    ix.apply_router(&router("edge"));
+    ix.apply_router(&router("admin"));
+    ix.apply_manager(Arc::new(manager("m1", "edge", &["a.x", "b.y"], false)));
+    ix.apply_manager(Arc::new(manager("m2", "edge", &["c.z"], false)));
+    ix.apply_manager(Arc::new(manager("m3", "admin", &[], false)));
+    ix.apply_pod(&pod("p1", "m1", None, "10.0.0.1", true));
+    ix.apply_pod(&pod("p2", "m2", None, "10.0.0.2", true));
+    ix.take();
+    ix.apply_pod(&pod("p1", "m1", None, "10.0.0.1", false));
+    let changes = ix.take();
+    assert_eq!(changes.len(), 1, "only edge: {changes:?}");
+    let Some(RouterChange::Routes(routes)) = changes.values().next() else {
+        panic!("routes expected: {changes:?}");
+    };
+    let events: Vec<&String> = routes.keys().collect();
+    assert_eq!(events, ["a.x", "b.y"], "m2's route is untouched");
+    assert!(
+        routes
+            .values()
+            .all(|r| r.as_ref().is_some_and(|r| r.endpoints.is_empty()))
+    );
+}
+
+#[test]
+fn status_only_updates_change_nothing() {
+    let mut ix = Index::default();
+    ix.apply_router(&router("edge"));
+    let mut m = manager("m1", "edge", &["a.x"], false);
+    ix.apply_manager(Arc::new(m.clone()));
+    let mut p = pod("p1", "m1", None, "10.0.0.1", true);
+    ix.apply_pod(&p);
+    ix.take();
+    m.spec.replicas = 7;
+    m.status = Some(Default::default());
+    ix.apply_manager(Arc::new(m));
+    p.metadata.resource_version = Some("99".into());
+    p.metadata
+        .labels
+        .get_or_insert_default()
+        .insert("pod-template-hash".into(), "abc".into());
+    ix.apply_pod(&p);
+    assert!(ix.take().is_empty());
+}
+
+#[test]
+fn a_relist_drops_what_vanished_unseen() {
+    let mut ix = Index::default();
+    ix.apply_router(&router("edge"));
+    ix.apply_manager(Arc::new(manager("m1", "edge", &["a.x"], false)));
+    ix.apply_pod(&pod("p1", "m1", None, "10.0.0.1", true));
+    ix.apply_pod(&pod("p2", "m1", None, "10.0.0.2", true));
+    ix.take();
+    ix.retain_pods(&HashSet::from([("shop".to_owned(), "p2".to_owned())]));
+    let t = ix.tables();
+    let routes = t.values().next().expect("edge");
+    assert_eq!(routes[0].endpoints.len(), 1);
+    assert_eq!(routes[0].endpoints[0].pod, "p2");
+    ix.retain_routers(&HashSet::new());
+    assert_eq!(
+        ix.take().into_values().collect::<Vec<_>>(),
+        vec![RouterChange::Removed]
+    );
+}
