@@ -1,7 +1,8 @@
 //! Generates the gRPC APIs in `proto/switchyard/v1/` (the gateway, the app's Handler, the manager's
 //! local API) and their file descriptor set (for server reflection), and the operator's control-plane
-//! API (`control.proto`) into its own folder, so the gateway's reflection does not advertise a service
-//! the router does not serve. protoc comes from `protoc-bin-vendored`; no system protoc is needed.
+//! API (`control.proto`, and `identity.proto`: the certificates it issues) into its own folder, so
+//! the gateway's reflection does not advertise a service the router does not serve. protoc comes
+//! from `protoc-bin-vendored`; no system protoc is needed.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let out = std::path::PathBuf::from(std::env::var("OUT_DIR")?);
@@ -29,7 +30,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     config.protoc_executable(&protoc);
     tonic_prost_build::configure()
         .out_dir(&control)
-        .compile_with_config(config, &["proto/switchyard/v1/control.proto"], &["proto"])?;
+        .compile_with_config(
+            config,
+            &[
+                "proto/switchyard/v1/control.proto",
+                "proto/switchyard/v1/identity.proto",
+            ],
+            &["proto"],
+        )?;
     println!("cargo:rerun-if-changed=proto");
     Ok(())
 }

@@ -96,6 +96,12 @@ pub struct ManagerSpec {
     /// Scaling by event-type load.
     #[serde(default)]
     pub scaling: Scaling,
+    /// Who may send this Manager events over the mesh (mTLS identities of the frame connections
+    /// to its sidecars). Absent: its Router and every Manager of the namespace (their relays and
+    /// dead letters). A list replaces that default: list fewer to narrow it, more to widen it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub allow_from: Option<Vec<AllowFrom>>,
     /// How published events reach this Manager: `direct` (the default: in the receiving pod's
     /// memory; a killed pod loses what it had admitted) or `durable` (kept in NATS JetStream until
     /// the app answered 2xx; redelivered after a crash). Request/response is always direct.
@@ -107,6 +113,33 @@ pub struct ManagerSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 64))]
     pub event_delivery: BTreeMap<String, DeliveryMode>,
+}
+
+/// A workload allowed to open frame connections to a Manager's sidecars.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AllowFrom {
+    /// What the workload is.
+    pub kind: WorkloadKind,
+    /// Its name, or `*` for any of that kind.
+    #[schemars(
+        regex(pattern = r"^(\*|[a-z0-9]([-a-z0-9]*[a-z0-9])?)$"),
+        length(min = 1, max = 63)
+    )]
+    pub name: String,
+    /// Its namespace; the Manager's own when absent.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(regex(pattern = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"), length(max = 63))]
+    pub namespace: Option<String>,
+}
+
+/// Kinds of mesh workloads.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+pub enum WorkloadKind {
+    /// A Router's sidecars.
+    Router,
+    /// A Manager's sidecars.
+    Manager,
 }
 
 fn is_direct(mode: &DeliveryMode) -> bool {

@@ -96,10 +96,40 @@ pub struct RouterSpec {
     /// Overrides merged into the router pods (labels, annotations, scheduling).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_template: Option<PodOverrides>,
+    /// The NetworkPolicies the operator makes for this Router's pods and its Managers' pods:
+    /// frame connections to Manager pods only from the mesh's pods, the edge ports open.
+    #[serde(default, skip_serializing_if = "NetworkPolicySpec::is_default")]
+    pub network_policy: NetworkPolicySpec,
 }
 
 fn one() -> i32 {
     1
+}
+
+/// Largest event the mesh carries, in bytes (the frame's payload limit); `bodyLimit.maxBytes`
+/// and `listeners.websocket.maxMessageBytes` are capped at it.
+pub const MAX_EVENT_BYTES: i64 = 16 * 1024 * 1024;
+
+/// Whether the operator generates NetworkPolicies.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NetworkPolicySpec {
+    /// `false`: no NetworkPolicy is made (and those made before are removed), e.g. when the
+    /// cluster's own policies already cover the mesh.
+    #[serde(default = "yes")]
+    pub enabled: bool,
+}
+
+impl Default for NetworkPolicySpec {
+    fn default() -> Self {
+        NetworkPolicySpec { enabled: true }
+    }
+}
+
+impl NetworkPolicySpec {
+    fn is_default(&self) -> bool {
+        *self == NetworkPolicySpec::default()
+    }
 }
 
 /// Ports and paths the router serves.
@@ -141,9 +171,10 @@ pub struct WebSocketListener {
     #[serde(default = "default_ws_path")]
     #[schemars(regex(pattern = r"^/[A-Za-z0-9._~/-]*$"), length(max = 256))]
     pub path: String,
-    /// Largest accepted message in bytes; a larger one gets an error message.
+    /// Largest accepted message in bytes; a larger one gets an error message. At most 16 MiB,
+    /// what one event carries over the mesh.
     #[serde(default = "default_ws_max_message")]
-    #[schemars(range(min = 1, max = 67108864))]
+    #[schemars(range(min = 1, max = 16777216))]
     pub max_message_bytes: i64,
 }
 
@@ -458,8 +489,9 @@ pub enum RateLimitKey {
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct BodyLimit {
-    /// Largest body in bytes; a larger one gets 413.
-    #[schemars(range(min = 1, max = 1073741824))]
+    /// Largest body in bytes; a larger one gets 413. At most 16 MiB, what one event carries over
+    /// the mesh.
+    #[schemars(range(min = 1, max = 16777216))]
     pub max_bytes: i64,
 }
 

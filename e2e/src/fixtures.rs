@@ -25,6 +25,27 @@ spec:
     )
 }
 
+/// A Router named `name` routing each of `events` from `GET /<event>` on port 8080 (the control
+/// plane takes load reports only for event types a Router routes).
+pub fn router_routing(name: &str, events: &[&str]) -> String {
+    let routes: String = events
+        .iter()
+        .map(|e| format!("    - event: {e}\n      http: {{method: GET, path: /{e}}}\n"))
+        .collect();
+    format!(
+        r#"apiVersion: switchyard.dev/v1alpha1
+kind: Router
+metadata:
+  name: {name}
+spec:
+  listeners:
+    http:
+      port: 8080
+  routes:
+{routes}"#
+    )
+}
+
 /// A Manager of the Router `router_ref`. `events` and `extra_spec` are YAML fragments:
 /// `events` is a flow sequence such as `[noop, echo]`, `extra_spec` further lines of `spec`
 /// indented by two spaces (may be empty).

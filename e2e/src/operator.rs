@@ -75,6 +75,10 @@ pub struct OperatorOpts {
     /// Port of the control-plane gRPC server on 127.0.0.1 (`--control-plane-addr`); a free one
     /// when `None`. Fixed when a test restarts an operator that sidecars follow.
     pub control_plane_port: Option<u16>,
+    /// `--mesh-tls`. Off by default here: these operators run outside the cluster and the tests'
+    /// sidecars are local processes with no projected token to be certified with, so they dial the
+    /// control plane over h2c. (The mesh's own e2e tests are still to be written.)
+    pub mesh_tls: bool,
     /// Further arguments.
     pub extra_args: Vec<String>,
     /// Further environment (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`).
@@ -89,6 +93,7 @@ impl OperatorOpts {
             leader_election: false,
             lease_name: "switchyard-operator".into(),
             control_plane_port: None,
+            mesh_tls: false,
             extra_args: Vec::new(),
             env: Vec::new(),
         }
@@ -207,6 +212,7 @@ impl Operator {
             .args(["--lease-name", &opts.lease_name])
             .args(["--lease-namespace", SYSTEM_NAMESPACE])
             .args(["--identity", &opts.identity])
+            .arg(format!("--mesh-tls={}", opts.mesh_tls))
             .args(&opts.extra_args)
             .env("KUBECONFIG", kubeconfig)
             .env("POD_NAMESPACE", SYSTEM_NAMESPACE)

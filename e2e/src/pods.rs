@@ -1,14 +1,16 @@
 //! Real pods on the kubelet node: their state, addresses and the routers' tables, as the tests of
 //! `tests/pods.rs` look at them.
 
-use crate::client::RouterClient;
 use crate::node::Node;
 use anyhow::{Context, Result, bail, ensure};
+use bytes::Bytes;
+use http_body_util::{BodyExt, Empty};
+use hyper_util::rt::TokioIo;
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
 use kube::api::{Api, ListParams};
 use serde_json::Value;
-use std::net::{Ipv4Addr, SocketAddr};
+use std::net::Ipv4Addr;
 
 /// Ok when the pod runs on `node`, phase Running, condition Ready.
 pub fn check_running_on(pod: &Pod, node: &str) -> Result<()> {
@@ -73,15 +75,51 @@ pub async fn routed_ip(node: &Node, pod: &Pod) -> Result<Ipv4Addr> {
     Ok(ip)
 }
 
-/// The router sidecar's `/routes` (admin port 9901 of the pod at `ip`).
-pub async fn routes(ip: Ipv4Addr) -> Result<Value> {
-    let admin = RouterClient::new(SocketAddr::new(
-        ip.into(),
-        switchyard_protocol::ports::ADMIN,
-    ));
-    let a = admin.get("/routes").await?;
-    ensure!(a.status == 200, "/routes answered {}: {}", a.status, a.body);
-    serde_json::from_str(&a.body).context("/routes is not JSON")
+/// The router sidecar's `/routes`, read through a port-forward to admin port 9901 of pod `name`:
+/// the sidecar serves its table to loopback clients only, and a port-forward arrives on the pod's
+/// loopback (through the API server, the kubelet and containerd, as `kubectl port-forward` does).
+pub async fn routes(client: &kube::Client, ns: &str, name: &str) -> Result<Value> {
+    let port = switchyard_protocol::ports::ADMIN;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    let mut forward = pods
+        .portforward(name, &[port])
+        .await
+        .with_context(|| format!("port-forward to {ns}/{name}:{port}"))?;
+    let stream = forward
+        .take_stream(port)
+        .with_context(|| format!("port-forward to {ns}/{name} has no stream for {port}"))?;
+    let answer = get_over(stream, "/routes").await;
+    forward.abort();
+    let (status, body) = answer?;
+    ensure!(status == 200, "/routes answered {status}: {body}");
+    serde_json::from_str(&body).context("/routes is not JSON")
+}
+
+/// One HTTP/1.1 `GET path` over `stream`: the status and the body as text.
+async fn get_over<S>(stream: S, path: &str) -> Result<(u16, String)>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + Unpin + 'static,
+{
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .context("HTTP handshake over the port-forward")?;
+    let driver = tokio::spawn(conn);
+    let request = hyper::Request::get(path)
+        .header(hyper::header::HOST, "localhost")
+        .body(Empty::<Bytes>::new())
+        .context("request")?;
+    let answer = async {
+        let resp = sender
+            .send_request(request)
+            .await
+            .context("GET over the port-forward")?;
+        let status = resp.status().as_u16();
+        let body = resp.into_body().collect().await.context("body")?.to_bytes();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    }
+    .await;
+    driver.abort();
+    answer
 }
 
 /// The endpoints (`ip:port`) the table routes `event` to, sorted.

@@ -97,7 +97,7 @@ async fn a_load_step_scales_only_the_busy_manager_and_it_returns_to_min() -> Res
     let ops = Replicas::start(c, "e2e-scale").await?;
     let manifests = format!(
         "{}---\n{}---\n{}",
-        fixtures::router("edge"),
+        fixtures::router_routing("edge", &["noop", "echo"]),
         fixtures::manager("hot", "edge", "[noop]", &SCALING.replace("EVENT", "noop")),
         fixtures::manager("cold", "edge", "[echo]", &SCALING.replace("EVENT", "echo")),
     );
@@ -296,7 +296,7 @@ async fn per_event_type_load_scales_only_that_types_deployment() -> Result<()> {
         .replace("    targets:", "    split: perEventType\n    targets:");
     let manifests = format!(
         "{}---\n{}",
-        fixtures::router("edge"),
+        fixtures::router_routing("edge", &["noop", "echo"]),
         fixtures::manager("split", "edge", "[noop, echo]", &scaling),
     );
     c.kubectl()

@@ -151,11 +151,12 @@ async fn node_namespace(env: &Env, prefix: &str) -> Result<TestNamespace> {
     .await
 }
 
-/// The quickstart applied and answering: its namespace, the router client, the router pod's IP.
+/// The quickstart applied and answering: its namespace, the router client, the router pod.
 struct Quickstart {
     ns: TestNamespace,
     http: RouterClient,
     router_ip: std::net::Ipv4Addr,
+    router_pod: String,
     first_200: Duration,
 }
 
@@ -193,6 +194,7 @@ async fn apply_quickstart(env: &Env, prefix: &str) -> Result<Quickstart> {
         ns,
         http,
         router_ip,
+        router_pod: router.name_any(),
         first_200,
     })
 }
@@ -215,7 +217,7 @@ async fn wait_table(env: &Env, q: &Quickstart, n: usize) -> Result<Vec<String>> 
                 ready.len()
             );
             let want = pods::frame_endpoints(&ready);
-            let table = pods::routes(q.router_ip).await?;
+            let table = pods::routes(&client, &q.ns.name, &q.router_pod).await?;
             let got = route_endpoints(&table, "noop")?;
             ensure!(got == want, "table lists {got:?}, Ready pods are {want:?}");
             Ok(got)

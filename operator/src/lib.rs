@@ -10,6 +10,7 @@ pub mod context;
 pub mod control_plane;
 pub mod controller;
 pub mod error;
+pub mod identity;
 pub mod leader;
 pub mod metrics;
 pub mod render;

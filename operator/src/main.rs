@@ -7,11 +7,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use switchyard_operator::admin::{self, Admin};
 use switchyard_operator::context::Context;
+use switchyard_operator::identity::ca_secret::DEFAULT_SECRET;
+use switchyard_operator::identity::{IdentitySettings, MeshIdentity};
 use switchyard_operator::leader::store::KubeLease;
 use switchyard_operator::leader::view::LeaderView;
 use switchyard_operator::leader::{self, LeaseConfig};
 use switchyard_operator::metrics::Metrics;
 use switchyard_operator::render::RenderSettings;
+use switchyard_operator::render::identity::MeshRender;
 use switchyard_operator::settings::{self, Settings};
 use switchyard_operator::{autoscale, control_plane, controller, telemetry};
 use tokio::sync::watch;
@@ -45,7 +48,7 @@ async fn main() -> ExitCode {
 
 async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     if let Some(url) = &settings.control_plane_url {
-        settings::check_control_plane_url(url).map_err(anyhow::Error::msg)?;
+        settings::check_control_plane_url(url, settings.mesh_tls).map_err(anyhow::Error::msg)?;
     }
     let peer_url = settings.peer_url().map_err(anyhow::Error::msg)?;
     if settings.leader_election && peer_url.is_none() {
@@ -77,6 +80,38 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         .await
         .map_err(|e| anyhow::anyhow!("cannot reach the API server: {e}"))?;
     tracing::info!(server = %version.git_version, addr = %settings.metrics_addr, "connected");
+
+    // Every replica holds the CA (the first one makes the Secret, the others read it): each serves
+    // the Identity service and the control plane with a certificate of its own.
+    let mesh = if settings.mesh_tls {
+        let identity = MeshIdentity::start(
+            &client,
+            IdentitySettings {
+                trust_domain: settings.trust_domain.clone(),
+                ca_secret: match &settings.ca_secret {
+                    Some(name) => (name.clone(), true),
+                    None => (DEFAULT_SECRET.to_owned(), false),
+                },
+                namespace: settings.lease_namespace.clone(),
+                pod: settings.identity(),
+                lifetime: settings.cert_lifetime,
+            },
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("mesh identity: {e}"))?;
+        tokio::spawn(identity.clone().renew_forever());
+        if settings.control_plane_url.is_none() {
+            tracing::warn!(
+                "mesh TLS is on but --control-plane-url is unset: sidecars cannot reach the Identity service and run on plain TCP"
+            );
+        }
+        Some(identity)
+    } else {
+        tracing::warn!(
+            "mesh TLS is off (--mesh-tls=false): internal hops are plain TCP, the control plane h2c"
+        );
+        None
+    };
     ready.store(true, Ordering::Relaxed);
 
     // One shutdown signal, cloned into every task that must stop: SIGTERM or Ctrl-C.
@@ -105,6 +140,18 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         })?;
     tracing::info!(addr = %settings.control_plane_addr, "control plane listening");
     let loads = Arc::new(control_plane::load::LoadBook::default());
+    let serving = match &mesh {
+        None => None,
+        Some(m) => Some(control_plane::MeshServing {
+            config: m
+                .server_config()
+                .map_err(|e| anyhow::anyhow!("control-plane TLS: {e}"))?,
+            forward: m
+                .forward_connector()
+                .map_err(|e| anyhow::anyhow!("TLS to the leader: {e}"))?,
+            identity: m.service(client.clone(), metrics.clone()),
+        }),
+    };
     let view = Arc::new(if settings.leader_election {
         LeaderView::default()
     } else {
@@ -118,6 +165,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         loads.clone(),
         view.clone(),
         metrics.clone(),
+        serving,
         stopped(),
     ));
 
@@ -150,6 +198,13 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         RenderSettings {
             sidecar_image: settings.sidecar_image.clone(),
             control_plane_url: settings.control_plane_url.clone(),
+            mesh: mesh
+                .as_ref()
+                .zip(settings.control_plane_url.as_ref())
+                .map(|(m, url)| MeshRender {
+                    identity_url: url.clone(),
+                    trust_bundle: m.trust_pem(),
+                }),
         },
         identity,
     ));

@@ -46,13 +46,23 @@ pub struct Metrics {
     cp_forward_dropped: Counter,
     scale_decisions: Family<ScaleLabels, Counter>,
     scale_reaction: Histogram,
+    certificates: Family<KindLabels, Counter>,
+    identity_refused: Family<ReasonLabels, Counter>,
+    cp_refused: Family<ReasonLabels, Counter>,
 }
 
-/// Labels of the forwarding counter.
+/// Labels of the certificates counter and of the forwarding counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindLabels {
-    /// `report` or `activation`.
+    /// Certificates: `router`, `manager` or `operator`; forwards: `report` or `activation`.
     pub kind: &'static str,
+}
+
+/// Labels of refusal counters.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    /// Why, as a fixed word (`token`, `owner`, `spoofed`, `oversized`, ...).
+    pub reason: &'static str,
 }
 
 /// Labels of the scaling decision counter.
@@ -181,8 +191,29 @@ impl Default for Metrics {
             "Time from the first load report asking for more pods to the scale-up written",
             scale_reaction.clone(),
         );
+        let certificates = Family::<KindLabels, Counter>::default();
+        registry.register(
+            "certificates_issued",
+            "Mesh certificates issued, by workload kind",
+            certificates.clone(),
+        );
+        let identity_refused = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "identity_refused",
+            "Certificate requests refused, by reason",
+            identity_refused.clone(),
+        );
+        let cp_refused = Family::<ReasonLabels, Counter>::default();
+        registry.register(
+            "control_plane_refused",
+            "Control-plane calls and messages refused (unauthenticated, another pod's or Router's, oversized, out of bounds), by reason",
+            cp_refused.clone(),
+        );
         Metrics {
             registry,
+            certificates,
+            identity_refused,
+            cp_refused,
             scale_decisions,
             scale_reaction,
             cp_subscribers,
@@ -207,6 +238,25 @@ impl Default for Metrics {
 }
 
 impl Metrics {
+    /// Counts a certificate issued for a workload of `kind`.
+    pub fn certificate_issued(&self, kind: &'static str) {
+        self.certificates.get_or_create(&KindLabels { kind }).inc();
+    }
+
+    /// Counts a refused certificate request.
+    pub fn identity_refused(&self, reason: &'static str) {
+        self.identity_refused
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Counts a refused control-plane call or message.
+    pub fn control_plane_refused(&self, reason: &'static str) {
+        self.cp_refused
+            .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
     /// Counts a reconcile start.
     pub fn reconcile(&self, controller: &'static str) {
         self.reconciles

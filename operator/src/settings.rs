@@ -2,6 +2,7 @@
 
 use clap::{Parser, ValueEnum};
 use std::net::{IpAddr, SocketAddr};
+use std::time::Duration;
 
 /// Log output format.
 #[derive(Clone, Copy, Debug, ValueEnum, PartialEq, Eq)]
@@ -27,8 +28,8 @@ pub struct Settings {
     )]
     pub control_plane_addr: SocketAddr,
     /// URL at which sidecars reach the control plane (the chart sets
-    /// `http://<release service>.<namespace>.svc:<port>`). Unset: sidecars get no control plane and
-    /// find Manager pods by DNS of their Services.
+    /// `https://<release service>.<namespace>.svc:<port>`; `http://` with `--mesh-tls=false`).
+    /// Unset: sidecars get no control plane and find Manager pods by DNS of their Services.
     #[arg(long, env = "SWITCHYARD_CONTROL_PLANE_URL")]
     pub control_plane_url: Option<String>,
     /// Image of the sidecar the operator injects into Router and Manager pods.
@@ -60,10 +61,26 @@ pub struct Settings {
     /// Identity in the Lease (the pod name in a cluster); defaults to host name and process id.
     #[arg(long, env = "POD_NAME")]
     pub identity: Option<String>,
+    /// Mesh TLS: the operator runs the mesh CA and the Identity service, the control plane is TLS
+    /// only, and sidecars get a certificate each and talk mTLS on every internal hop. `false` runs
+    /// the mesh on plain TCP (and the control plane on h2c), as before identity existed.
+    #[arg(long, env = "SWITCHYARD_MESH_TLS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub mesh_tls: bool,
+    /// Trust domain of the mesh identities, `spiffe://<trust domain>/ns/<namespace>/<kind>/<name>`.
+    #[arg(long, env = "SWITCHYARD_TRUST_DOMAIN", default_value = switchyard_identity::DEFAULT_TRUST_DOMAIN)]
+    pub trust_domain: String,
+    /// A Secret in the operator's namespace holding the mesh CA (`tls.crt`, `tls.key`, and `ca.crt`
+    /// when the CA is an intermediate), e.g. one cert-manager keeps. Unset: the operator makes
+    /// `switchyard-ca` on first start and keeps using it.
+    #[arg(long, env = "SWITCHYARD_CA_SECRET")]
+    pub ca_secret: Option<String>,
+    /// Lifetime of the certificates issued to sidecars (renewed at two thirds), e.g. `24h`.
+    #[arg(long, env = "SWITCHYARD_CERT_LIFETIME", default_value = "24h", value_parser = lifetime)]
+    pub cert_lifetime: Duration,
     /// URL at which the other replicas reach this one's control plane. The leader writes it into
-    /// the Lease, and standbys forward load reports and activations there. Unset:
-    /// `http://<POD_IP>:<control-plane port>`, or `http://<--control-plane-addr>` when that names a
-    /// host.
+    /// the Lease, and standbys forward load reports and activations there (over mesh TLS, with the
+    /// operator's certificate, when it is on). Unset: `https://<POD_IP>:<control-plane port>`, or
+    /// `https://<--control-plane-addr>` when that names a host (`http://` with `--mesh-tls=false`).
     #[arg(long, env = "SWITCHYARD_PEER_URL")]
     pub peer_url: Option<String>,
     /// This pod's IP (the chart sets it from the downward API), for the default `--peer-url`.
@@ -71,16 +88,31 @@ pub struct Settings {
     pub pod_ip: Option<IpAddr>,
 }
 
-/// Checks a control-plane URL: `http` with a host (sidecars have no TLS client yet).
-pub fn check_control_plane_url(url: &str) -> Result<(), String> {
+/// Parses a certificate lifetime: a duration between 10 s and 30 days.
+fn lifetime(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration like 24h or 90m: {e}"))?;
+    if d < Duration::from_secs(10) || d > Duration::from_secs(30 * 24 * 3600) {
+        return Err(format!("{text:?} is not between 10s and 30d"));
+    }
+    Ok(d)
+}
+
+/// Checks a control-plane URL: `https` with a host under mesh TLS, `http` without.
+pub fn check_control_plane_url(url: &str, mesh_tls: bool) -> Result<(), String> {
     let uri: axum::http::Uri = url
         .parse()
         .map_err(|e| format!("--control-plane-url {url:?} is not a URL: {e}"))?;
-    match uri.scheme_str() {
-        Some("http") => {}
-        _ => {
+    match (uri.scheme_str(), mesh_tls) {
+        (Some("https"), true) | (Some("http"), false) => {}
+        (_, true) => {
             return Err(format!(
-                "--control-plane-url {url:?} must start with http:// (sidecars have no TLS client yet)"
+                "--control-plane-url {url:?} must start with https:// (the control plane is TLS only with mesh TLS on; --mesh-tls=false for h2c)"
+            ));
+        }
+        (_, false) => {
+            return Err(format!(
+                "--control-plane-url {url:?} must start with http:// with --mesh-tls=false"
             ));
         }
     }
@@ -94,16 +126,17 @@ impl Settings {
     /// The URL other replicas forward to (see `--peer-url`); None when nothing names a host.
     pub fn peer_url(&self) -> Result<Option<String>, String> {
         if let Some(url) = &self.peer_url {
-            check_control_plane_url(url)
+            check_control_plane_url(url, self.mesh_tls)
                 .map_err(|e| e.replace("--control-plane-url", "--peer-url"))?;
             return Ok(Some(url.clone()));
         }
+        let scheme = if self.mesh_tls { "https" } else { "http" };
         let port = self.control_plane_addr.port();
         if let Some(ip) = self.pod_ip {
-            return Ok(Some(format!("http://{}", SocketAddr::new(ip, port))));
+            return Ok(Some(format!("{scheme}://{}", SocketAddr::new(ip, port))));
         }
         let addr = self.control_plane_addr;
-        Ok((!addr.ip().is_unspecified()).then(|| format!("http://{addr}")))
+        Ok((!addr.ip().is_unspecified()).then(|| format!("{scheme}://{addr}")))
     }
 
     /// The identity to hold the Lease under.
@@ -121,14 +154,24 @@ mod tests {
     use super::*;
 
     #[test]
-    fn control_plane_urls_need_http_and_a_host() {
-        assert!(check_control_plane_url("http://switchyard.system.svc:7443").is_ok());
-        assert!(check_control_plane_url("http://10.0.0.1:7443").is_ok());
-        assert!(check_control_plane_url("https://10.0.0.1:7443").is_err());
-        let e = check_control_plane_url("switchyard:7443").expect_err("no scheme");
+    fn control_plane_urls_need_the_scheme_of_the_mode_and_a_host() {
+        assert!(check_control_plane_url("https://switchyard.system.svc:7443", true).is_ok());
+        assert!(check_control_plane_url("http://10.0.0.1:7443", false).is_ok());
+        let e = check_control_plane_url("http://10.0.0.1:7443", true).expect_err("h2c");
+        assert!(e.contains("https://"), "{e}");
+        assert!(check_control_plane_url("https://10.0.0.1:7443", false).is_err());
+        let e = check_control_plane_url("switchyard:7443", false).expect_err("no scheme");
         assert!(e.contains("http://"), "{e}");
-        assert!(check_control_plane_url("grpc://x:1").is_err());
-        assert!(check_control_plane_url("http://").is_err());
+        assert!(check_control_plane_url("grpc://x:1", true).is_err());
+        assert!(check_control_plane_url("https://", true).is_err());
+    }
+
+    #[test]
+    fn lifetimes_are_bounded() {
+        assert_eq!(lifetime("24h"), Ok(Duration::from_secs(24 * 3600)));
+        assert!(lifetime("1s").is_err());
+        assert!(lifetime("90d").is_err());
+        assert!(lifetime("soon").expect_err("text").contains("soon"));
     }
 
     fn parse(args: &[&str]) -> Settings {
@@ -139,6 +182,22 @@ mod tests {
 
     #[test]
     fn the_peer_url_comes_from_the_flag_the_pod_ip_or_a_bound_host() {
+        let s = parse(&["--peer-url", "https://10.1.2.3:7443"]);
+        assert_eq!(s.peer_url(), Ok(Some("https://10.1.2.3:7443".into())));
+        let s = parse(&["--pod-ip", "10.1.2.3"]);
+        assert_eq!(s.peer_url(), Ok(Some("https://10.1.2.3:7443".into())));
+        let s = parse(&["--peer-url", "http://10.1.2.3:7443"]);
+        assert!(
+            s.peer_url()
+                .expect_err("h2c under mesh TLS")
+                .contains("https://")
+        );
+        // Without mesh TLS the replicas talk h2c.
+        let parse = |args: &[&str]| {
+            let mut all = vec!["--mesh-tls", "false"];
+            all.extend_from_slice(args);
+            parse(&all)
+        };
         let s = parse(&["--peer-url", "http://10.1.2.3:7443"]);
         assert_eq!(s.peer_url(), Ok(Some("http://10.1.2.3:7443".into())));
         let s = parse(&["--peer-url", "10.1.2.3:7443"]);

@@ -3,6 +3,7 @@
 
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::PodSpec;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use switchyard_crds::router::HttpMethod;
 use switchyard_crds::{Manager, Router, yaml};
 use switchyard_operator::render::{self, RenderSettings, meta};
@@ -15,6 +16,7 @@ fn settings() -> RenderSettings {
     RenderSettings {
         sidecar_image: SIDECAR.into(),
         control_plane_url: None,
+        mesh: None,
     }
 }
 
@@ -89,9 +91,18 @@ fn router_children_are_owned_labelled_and_wired_to_the_config() {
         [
             ("http".into(), 8080),
             ("grpc".into(), 50051),
-            ("admin".into(), 9901)
+            ("admin".into(), 9901),
+            ("probes".into(), 9902)
         ]
     );
+    // The kubelet probes a port of their own, never the admin port.
+    for probe in [&container.liveness_probe, &container.readiness_probe] {
+        let get = probe
+            .as_ref()
+            .and_then(|p| p.http_get.as_ref())
+            .expect("an HTTP probe");
+        assert_eq!(get.port, IntOrString::String("probes".into()));
+    }
 
     let svc_ports: Vec<_> = c
         .service
@@ -478,4 +489,78 @@ fn per_event_type_deployments_take_the_autoscalers_replicas_of_their_type() {
     // Scaling on: the hot type's Deployment takes its recorded replicas, the other keeps spec's.
     m.spec.scaling.enabled = true;
     assert_eq!(replicas(&m), [Some(5), Some(2)]);
+}
+
+#[test]
+fn with_mesh_tls_every_sidecar_gets_a_projected_token_the_identity_url_and_the_trust_bundle() {
+    let (router, manager) = quickstart();
+    let url = "https://switchyard.switchyard-system.svc:7443";
+    let mesh = RenderSettings {
+        control_plane_url: Some(url.into()),
+        mesh: Some(render::identity::MeshRender {
+            identity_url: url.into(),
+            trust_bundle: "-----BEGIN CERTIFICATE-----\n".into(),
+        }),
+        ..settings()
+    };
+    let r = render::router::build(&router, std::slice::from_ref(&manager), &mesh).expect("router");
+    let m = render::manager::build(&manager, Some(&router), &mesh).expect("manager");
+    let router_pod = pod(&r.deployment);
+    let manager_pod = pod(&m.deployments[0]);
+    let router_side = &router_pod.containers[0];
+    let manager_side = &manager_pod.init_containers.as_ref().expect("init")[0];
+    for (p, side, cm) in [
+        (router_pod, router_side, &r.config_map),
+        (manager_pod, manager_side, &m.config_map),
+    ] {
+        assert_eq!(
+            p.automount_service_account_token,
+            Some(false),
+            "no default API token"
+        );
+        let token = p
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == render::identity::TOKEN_VOLUME)
+            .and_then(|v| v.projected.as_ref())
+            .and_then(|pr| pr.sources.as_ref())
+            .and_then(|s| s[0].service_account_token.as_ref())
+            .expect("the projected identity token");
+        assert_eq!(token.audience.as_deref(), Some("switchyard-identity"));
+        assert!(
+            side.volume_mounts
+                .iter()
+                .flatten()
+                .any(|vm| vm.name == render::identity::TOKEN_VOLUME && vm.read_only == Some(true))
+        );
+        assert_eq!(
+            env_of(side, "SWITCHYARD_IDENTITY").as_deref(),
+            Some(url),
+            "{side:?}"
+        );
+        assert!(
+            cm.data
+                .as_ref()
+                .is_some_and(|d| d.get("ca.crt").is_some_and(|c| c.contains("BEGIN"))),
+            "the trust bundle next to the config"
+        );
+    }
+    // Without mesh TLS none of it.
+    let plain = render::router::build(&router, std::slice::from_ref(&manager), &settings())
+        .expect("router");
+    assert!(
+        pod(&plain.deployment)
+            .volumes
+            .iter()
+            .flatten()
+            .all(|v| v.name != render::identity::TOKEN_VOLUME)
+    );
+    assert!(
+        plain
+            .config_map
+            .data
+            .as_ref()
+            .is_some_and(|d| !d.contains_key("ca.crt"))
+    );
 }

@@ -3,7 +3,7 @@
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use switchyard_crds::EventType;
-use switchyard_crds::manager::{App, Split, Workers};
+use switchyard_crds::manager::{AllowFrom, App, Split, Workers};
 use switchyard_crds::router::{RouterSpec, Tracing};
 
 use crate::durable::{DurableRoute, JetStreamConfig};
@@ -81,6 +81,10 @@ pub struct ManagerConfig {
     /// The Router's tracing settings, so manager hops join the same traces.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tracing: Option<Tracing>,
+    /// Who may open frame connections to this Manager's sidecars (`spec.allowFrom`); absent: its
+    /// Router and every Manager of the namespace.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub allow_from: Option<Vec<AllowFrom>>,
     /// This Manager's event types that are delivered durably: the sidecar pulls them from JetStream.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub durable_events: Vec<EventType>,

@@ -13,3 +13,12 @@ pub const RUNTIME_THREADS: &str = "SWITCHYARD_RUNTIME_THREADS";
 pub const POD_NAME: &str = "POD_NAME";
 /// The pod's namespace (downward API).
 pub const POD_NAMESPACE: &str = "POD_NAMESPACE";
+/// URL of the Identity service that certifies this sidecar (`https://...`: the operator's control
+/// plane, or `switchyard up`'s own). Set: every internal hop is mTLS. Unset: plain TCP (a warning
+/// says so).
+pub const IDENTITY: &str = "SWITCHYARD_IDENTITY";
+/// File holding the token the sidecar proves itself with (default: the projected ServiceAccount
+/// token the operator mounts, `/var/run/secrets/switchyard/token`); read again at every renewal.
+pub const IDENTITY_TOKEN_FILE: &str = "SWITCHYARD_IDENTITY_TOKEN_FILE";
+/// File holding the mesh's trust bundle, PEM (default `/etc/switchyard/ca.crt`, from the config map).
+pub const IDENTITY_TRUST_FILE: &str = "SWITCHYARD_IDENTITY_TRUST_FILE";

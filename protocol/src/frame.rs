@@ -34,8 +34,10 @@ use std::fmt;
 
 /// Size of `kind`, `flags` and `id`, the fixed part after the length.
 const FIXED: usize = 1 + 1 + 8;
-/// Default largest frame: 16 MiB of payload plus headers.
-pub const DEFAULT_MAX_FRAME: usize = 16 * 1024 * 1024 + 1024;
+/// Largest payload the mesh carries: request bodies, answers and WebSocket messages are capped at it.
+pub const MAX_PAYLOAD: usize = 16 * 1024 * 1024;
+/// Default largest frame: [`MAX_PAYLOAD`] plus the largest headers of any frame.
+pub const DEFAULT_MAX_FRAME: usize = MAX_PAYLOAD + 2048;
 
 /// Flag on a REQUEST: fire-and-forget; the manager sends no RESPONSE.
 pub const FLAG_NO_REPLY: u8 = 0x01;
@@ -271,9 +273,87 @@ fn need(src: &Bytes, n: usize, field: &'static str) -> Result<(), FrameError> {
     }
 }
 
-/// Appends the encoding of `frame` to `dst`.
+/// Largest payload a REQUEST can carry within a frame of `max` bytes, with its string fields as
+/// long as they may be: what an edge may admit without the frame being refused later.
+pub fn max_payload(max: usize) -> usize {
+    max.saturating_sub(FIXED + 4 + 4 * 256)
+}
+
+/// Checks that `frame` encodes, and within `max` bytes (what the peer's decoder accepts), without
+/// encoding it: a sender checks each frame before queuing it on a shared connection, so one frame
+/// too large (or with a string field over 255 bytes) fails alone instead of tearing the connection
+/// down under every other request on it.
+pub fn check(frame: &Frame, max: usize) -> Result<(), FrameError> {
+    let body = match frame {
+        Frame::Request(r) => r.body_len()?,
+        Frame::Response(r) => r.body_len()?,
+        Frame::Push(p) => {
+            str8_len(&p.event, "event")?
+                + str8_len(&p.traceparent, "traceparent")?
+                + str8_len(&p.content_type, "content_type")?
+                + p.payload.len()
+        }
+        Frame::GoAway { reason } => reason.len(),
+        Frame::Cancel { .. } | Frame::Hello { .. } => 0,
+        Frame::Credit { .. } | Frame::Reclaim { .. } | Frame::Release { .. } => 4,
+        Frame::Ping { .. } | Frame::Pong { .. } => 8,
+    };
+    within(body, max)
+}
+
+fn within(body: usize, max: usize) -> Result<(), FrameError> {
+    let len = FIXED + body;
+    if len > max {
+        return Err(FrameError::TooLarge { len, max });
+    }
+    Ok(())
+}
+
+fn str8_len(s: &str, field: &'static str) -> Result<usize, FrameError> {
+    if s.len() > 255 {
+        Err(FrameError::FieldTooLong(field))
+    } else {
+        Ok(1 + s.len())
+    }
+}
+
+impl Request {
+    fn body_len(&self) -> Result<usize, FrameError> {
+        Ok(4 + str8_len(&self.event, "event")?
+            + str8_len(&self.ce_id, "ce_id")?
+            + str8_len(&self.traceparent, "traceparent")?
+            + str8_len(&self.content_type, "content_type")?
+            + self.payload.len())
+    }
+
+    /// [`check`] for this request's frame.
+    pub fn check(&self, max: usize) -> Result<(), FrameError> {
+        within(self.body_len()?, max)
+    }
+}
+
+impl Response {
+    fn body_len(&self) -> Result<usize, FrameError> {
+        Ok(2 + 4 + 4 + str8_len(&self.content_type, "content_type")? + self.payload.len())
+    }
+
+    /// [`check`] for this answer's frame.
+    pub fn check(&self, max: usize) -> Result<(), FrameError> {
+        within(self.body_len()?, max)
+    }
+}
+
+/// Appends the encoding of `frame` to `dst`; on an error `dst` is left as it was.
 pub fn encode(frame: &Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
     let start = dst.len();
+    let result = encode_at(frame, dst, start);
+    if result.is_err() {
+        dst.truncate(start);
+    }
+    result
+}
+
+fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), FrameError> {
     dst.put_u32(0); // patched below
     match frame {
         Frame::Request(r) => {
@@ -523,7 +603,9 @@ impl tokio_util::codec::Decoder for FrameCodec {
 impl tokio_util::codec::Encoder<Frame> for FrameCodec {
     type Error = std::io::Error;
 
+    /// Frames over the limit are refused here too, so the peer never gets one it must refuse.
     fn encode(&mut self, frame: Frame, dst: &mut BytesMut) -> Result<(), std::io::Error> {
+        check(&frame, self.max)?;
         encode(&frame, dst).map_err(Into::into)
     }
 }
@@ -531,6 +613,14 @@ impl tokio_util::codec::Encoder<Frame> for FrameCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_crds_cap_events_at_what_a_frame_carries() {
+        assert_eq!(
+            usize::try_from(switchyard_crds::router::MAX_EVENT_BYTES).ok(),
+            Some(MAX_PAYLOAD)
+        );
+    }
 
     fn roundtrip(f: Frame) {
         let mut buf = BytesMut::new();
@@ -719,5 +809,67 @@ mod tests {
             encode(&Frame::Request(r), &mut BytesMut::new()),
             Err(FrameError::FieldTooLong("event"))
         );
+    }
+
+    #[test]
+    fn check_agrees_with_encode_and_a_failed_encode_leaves_nothing() {
+        let frames = [
+            request(b"{}"),
+            Frame::Response(Response {
+                id: 3,
+                status: 200,
+                queue_us: 1,
+                app_us: 2,
+                content_type: "application/json".into(),
+                payload: Bytes::from_static(b"{}"),
+                returns_credit: true,
+                from_mesh: false,
+            }),
+            Frame::GoAway {
+                reason: "bye".into(),
+            },
+            Frame::Credit { credits: 5 },
+            Frame::Reclaim { credits: 3 },
+            Frame::Release { credits: 0 },
+            Frame::Ping { nonce: 1 },
+            Frame::Cancel { id: 1 },
+            Frame::Hello {
+                takes_pushes: true,
+                implicit_credit: true,
+                releases_credit: true,
+            },
+        ];
+        for f in frames {
+            let mut buf = BytesMut::new();
+            encode(&f, &mut buf).expect("encodes");
+            let len = buf.len() - 4;
+            assert_eq!(check(&f, len), Ok(()), "{f:?}");
+            assert!(
+                matches!(check(&f, len - 1), Err(FrameError::TooLarge { .. })),
+                "{f:?} one byte over"
+            );
+        }
+        let Frame::Request(mut r) = request(b"{}") else {
+            unreachable!()
+        };
+        r.content_type = "x".repeat(256);
+        let long = Frame::Request(r);
+        assert_eq!(
+            check(&long, DEFAULT_MAX_FRAME),
+            Err(FrameError::FieldTooLong("content_type"))
+        );
+        let mut buf = BytesMut::from(&b"kept"[..]);
+        assert!(encode(&long, &mut buf).is_err());
+        assert_eq!(&buf[..], b"kept", "nothing half-written");
+        // The largest payload the edge may admit always fits.
+        let Frame::Request(mut r) = request(b"") else {
+            unreachable!()
+        };
+        r.payload = Bytes::from(vec![b'x'; max_payload(4096)]);
+        r.event = "e".repeat(255);
+        r.ce_id = "c".repeat(255);
+        r.traceparent = "t".repeat(255);
+        r.content_type = "j".repeat(255);
+        assert_eq!(check(&Frame::Request(r), 4096), Ok(()));
     }
 }

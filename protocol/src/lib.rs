@@ -27,7 +27,8 @@ pub mod gateway {
 }
 
 /// The operator's control-plane API (`proto/switchyard/v1/control.proto`): routing tables streamed to
-/// sidecars, load reports streamed back.
+/// sidecars, load reports streamed back; and workload identity (`identity.proto`): certificates for
+/// tokens.
 pub mod control {
     /// Package `switchyard.v1` (control-plane half).
     pub mod v1 {

@@ -1,5 +1,7 @@
-//! The admin server of both roles: `/healthz`, `/readyz`, `/metrics`, `/routes` (the current routing
-//! table as JSON); the manager role adds `/drain` (see [`DrainHook`]).
+//! The admin server of both roles: `/healthz`, `/readyz`, `/metrics`, and `/routes` (the routing
+//! table as JSON, to loopback clients only); the manager role adds `/drain` (see [`DrainHook`]).
+//! And the probe server (`/healthz`, `/readyz` on a port of their own). `/metrics` carries no
+//! secrets and no addresses: its labels are event types, statuses and fixed reasons.
 
 use crate::metrics::Metrics;
 use crate::upstream::Upstream;
@@ -26,6 +28,50 @@ impl Readiness {
     /// Whether it is ready.
     pub fn get(&self) -> bool {
         self.0.load(Ordering::Acquire)
+    }
+}
+
+/// Serves the kubelet's probes on `listener` forever: `/healthz` (200 while the process runs) and
+/// `/readyz` (200 while ready). A port of their own, started before anything else, so probes
+/// answer while the certificate is fetched and however busy or flooded the serving ports are.
+pub async fn serve_probes(listener: TcpListener, ready: Readiness) {
+    let limit = Arc::new(tokio::sync::Semaphore::new(64));
+    loop {
+        let (stream, _) = match listener.accept().await {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::debug!(error = %e, "probe accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(permit) = limit.clone().try_acquire_owned() else {
+            continue;
+        };
+        let ready = ready.clone();
+        tokio::spawn(async move {
+            let svc = service_fn(move |req: Request<Incoming>| {
+                let (status, body): (StatusCode, &'static [u8]) = match req.uri().path() {
+                    "/healthz" => (StatusCode::OK, b"ok\n"),
+                    "/readyz" if ready.get() => (StatusCode::OK, b"ready\n"),
+                    "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, b"not ready\n"),
+                    _ => (StatusCode::NOT_FOUND, b"not found\n"),
+                };
+                let mut resp = Response::new(Full::new(Bytes::from_static(body)));
+                *resp.status_mut() = status;
+                async move { Ok::<_, std::convert::Infallible>(resp) }
+            });
+            let _ = tokio::time::timeout(
+                Duration::from_secs(10),
+                hyper::server::conn::http1::Builder::new()
+                    .timer(TokioTimer::new())
+                    .header_read_timeout(Duration::from_secs(5))
+                    .keep_alive(false)
+                    .serve_connection(TokioIo::new(stream), svc),
+            )
+            .await;
+            drop(permit);
+        });
     }
 }
 
@@ -93,7 +139,7 @@ async fn serve_with(
     // Probes and scrapes are few; a small bound keeps a flood of admin connections from costing memory.
     let limit = Arc::new(tokio::sync::Semaphore::new(64));
     loop {
-        let (stream, _) = match listener.accept().await {
+        let (stream, client) = match listener.accept().await {
             Ok(c) => c,
             Err(e) => {
                 tracing::debug!(error = %e, "admin accept failed");
@@ -111,7 +157,18 @@ async fn serve_with(
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
                 let drain = (req.uri().path() == "/drain").then(|| drain.clone());
-                let resp = answer(req.uri().path(), &metrics, &ready, upstream.as_deref());
+                // The topology (endpoints, pod addresses) is for someone inside the pod or behind
+                // `kubectl port-forward`, not for whatever reaches the admin port.
+                let resp = if req.uri().path() == "/routes" && !client.ip().is_loopback() {
+                    text(
+                        StatusCode::FORBIDDEN,
+                        Bytes::from_static(
+                            b"/routes is served to loopback clients only (kubectl port-forward, or exec in the pod)\n",
+                        ),
+                    )
+                } else {
+                    answer(req.uri().path(), &metrics, &ready, upstream.as_deref())
+                };
                 async move {
                     let resp = match drain {
                         Some(Some(hook)) => {

@@ -39,11 +39,16 @@ enum Role {
         /// Admin server address (/healthz, /readyz, /metrics, /routes).
         #[arg(long, default_value = "0.0.0.0:9901")]
         admin_addr: SocketAddr,
+        /// Probe server address (/healthz, /readyz only), started first; unset: the admin port
+        /// answers probes.
+        #[arg(long)]
+        probe_addr: Option<SocketAddr>,
         /// Folder of mounted Secrets: keys and TLS files are read from `<dir>/<secret>/<key>`.
         #[arg(long, default_value = crate::secrets::DEFAULT_DIR)]
         secrets_dir: PathBuf,
-        /// Operator control plane (`http://host:port`) to follow for the routing table; unset: the
-        /// config's static endpoints or the Managers' Service DNS names.
+        /// Operator control plane (`https://host:port`, or `http://` with mesh TLS off) to follow
+        /// for the routing table; unset: the config's static endpoints or the Managers' Service DNS
+        /// names.
         #[arg(long, env = switchyard_protocol::env::CONTROL_PLANE)]
         control_plane: Option<String>,
         /// Once ready, write the addresses actually bound (`http`, `grpc`, `admin`) to this file as
@@ -59,9 +64,13 @@ enum Role {
         /// Frame listener address for router connections.
         #[arg(long, default_value = "0.0.0.0:7070")]
         listen: SocketAddr,
-        /// Admin server address (/healthz, /readyz, /metrics).
+        /// Admin server address (/healthz, /readyz, /metrics, /routes).
         #[arg(long, default_value = "0.0.0.0:9901")]
         admin_addr: SocketAddr,
+        /// Probe server address (/healthz, /readyz only), started first; unset: the admin port
+        /// answers probes.
+        #[arg(long)]
+        probe_addr: Option<SocketAddr>,
         /// The app's address; default 127.0.0.1:<app.port>.
         #[arg(long)]
         app_addr: Option<SocketAddr>,
@@ -91,6 +100,7 @@ pub fn run() -> ExitCode {
                 config,
                 bind,
                 admin_addr,
+                probe_addr,
                 secrets_dir,
                 control_plane,
                 ready_file,
@@ -99,6 +109,7 @@ pub fn run() -> ExitCode {
                     config,
                     *bind,
                     *admin_addr,
+                    *probe_addr,
                     secrets_dir,
                     control_plane.as_deref(),
                     ready_file.as_deref(),
@@ -109,6 +120,7 @@ pub fn run() -> ExitCode {
                 config,
                 listen,
                 admin_addr,
+                probe_addr,
                 app_addr,
                 local_api_addr,
                 event_types,
@@ -117,6 +129,7 @@ pub fn run() -> ExitCode {
                     config,
                     *listen,
                     *admin_addr,
+                    *probe_addr,
                     *app_addr,
                     *local_api_addr,
                     event_types.as_deref(),
@@ -129,6 +142,10 @@ pub fn run() -> ExitCode {
     runtime.shutdown_timeout(std::time::Duration::from_millis(100));
     match result {
         Ok(()) => ExitCode::SUCCESS,
+        Err(RunError::Stopped) => {
+            tracing::info!("stopped before start-up finished");
+            ExitCode::SUCCESS
+        }
         Err(RunError::Config(e)) => {
             tracing::error!(error = %e, "invalid config");
             eprintln!("{e}");

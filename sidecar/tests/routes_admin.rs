@@ -123,7 +123,7 @@ async fn a_control_plane_url_without_http_is_refused_at_start() {
     let code = router.wait_exit(Duration::from_secs(20)).await;
     assert_eq!(code, Some(1), "{}", router.log_text());
     assert!(
-        router.log_text().contains("must start with http://"),
+        router.log_text().contains("must start with https://"),
         "{}",
         router.log_text()
     );

@@ -107,6 +107,6 @@ URL of the control plane as sidecars see it: controlPlane.url, or the Service's 
 {{- if .Values.controlPlane.url }}
 {{- .Values.controlPlane.url }}
 {{- else }}
-{{- printf "http://%s.%s.svc:%d" (include "switchyard.controlPlaneServiceName" .) .Release.Namespace (int .Values.controlPlane.port) }}
+{{- printf "%s://%s.%s.svc:%d" (ternary "https" "http" .Values.meshTLS.enabled) (include "switchyard.controlPlaneServiceName" .) .Release.Namespace (int .Values.controlPlane.port) }}
 {{- end }}
 {{- end }}

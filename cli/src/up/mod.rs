@@ -11,6 +11,7 @@
 mod child;
 mod config;
 mod edge;
+mod identity;
 mod locate;
 mod plan;
 mod ports;
@@ -40,6 +41,10 @@ pub struct Args {
     /// Write each process's output to DIR/<name>.log instead of prefixing it on this terminal.
     #[arg(long, value_name = "DIR")]
     logs: Option<PathBuf>,
+    /// Run the mesh's internal hops on plain TCP. By default they are mTLS, certified by an
+    /// ephemeral CA made for this run, as the operator's CA certifies sidecars in a cluster.
+    #[arg(long)]
+    plaintext: bool,
 }
 
 /// Writes a Secret file readable by this user only, creating its folders (0700) as needed.
@@ -79,7 +84,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .prefix("switchyard-up-")
         .tempdir()
         .context("creating a state directory")?;
-    let plan = plan::plan(
+    let mut plan = plan::plan(
         &objs,
         &plan::Options {
             state_dir: state.path(),
@@ -96,6 +101,14 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     for (path, bytes) in &plan.secret_files {
         write_private(path, bytes).with_context(|| path.display().to_string())?;
     }
+    let local_identity = if args.plaintext {
+        None
+    } else {
+        Some(identity::prepare(
+            &mut plan.procs,
+            &state.path().join("identity"),
+        )?)
+    };
     // For `switchyard top -f FILE`; removed when the run ends.
     let registration = registry::Registration::write(&args.file, &plan)
         .context("writing the run's state for `switchyard top`")?;
@@ -114,6 +127,20 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         .build()
         .context("starting the async runtime")?;
     let code = runtime.block_on(async {
+        let identity_service = match local_identity {
+            Some(local) => {
+                let running = identity::serve(local, &mut plan.procs).await?;
+                println!(
+                    "mesh mTLS on: ephemeral CA, identity service {} (--plaintext turns it off)",
+                    running.url
+                );
+                Some(running)
+            }
+            None => {
+                println!("mesh mTLS off (--plaintext): internal hops are plain TCP");
+                None
+            }
+        };
         println!("configs in {}", state.path().display());
         if let Some(dir) = &args.logs {
             println!("logs in {}", dir.display());
@@ -159,6 +186,9 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             }
         };
         sup.shutdown().await;
+        if let Some(s) = identity_service {
+            s.task.abort();
+        }
         anyhow::Ok(code)
     })?;
     // Dropping the runtime drops the watcher tasks, whose kill_on_drop ends anything that somehow survived.

@@ -73,6 +73,19 @@ pub struct ProcSpec {
     /// For a Router's sidecar, its listeners: once it is ready they are printed with the ports it reports
     /// having bound instead of `listening`.
     pub edge: Option<Edge>,
+    /// The mesh identity a sidecar is certified as; `None` for apps.
+    pub identity: Option<Workload>,
+}
+
+/// A sidecar's mesh identity: its Router or Manager.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Workload {
+    /// Router or Manager.
+    pub kind: switchyard_identity::Kind,
+    /// The namespace its config names.
+    pub namespace: String,
+    /// The Router's or Manager's name.
+    pub name: String,
 }
 
 /// Everything a run needs.
@@ -173,6 +186,7 @@ pub fn plan(
                 },
                 listening: format!("nats://{LOCALHOST}:{port} (monitor :{monitor})"),
                 edge: None,
+                identity: None,
             });
             Some(switchyard_protocol::durable::JetStreamConfig {
                 url: format!("nats://{LOCALHOST}:{port}"),
@@ -237,11 +251,13 @@ pub fn plan(
             let listen = ports.ephemeral()?;
             let admin = ports.ephemeral()?;
             let config_path = opts.state_dir.join(format!("manager-{id}.json"));
-            manager_configs.push((
-                m,
-                config_path.clone(),
-                config::manager_config(m, router_of(&objs.routers, m), app_port)?,
-            ));
+            let manager_config = config::manager_config(m, router_of(&objs.routers, m), app_port)?;
+            let identity = Workload {
+                kind: switchyard_identity::Kind::Manager,
+                namespace: manager_config.namespace.clone(),
+                name: manager_config.name.clone(),
+            };
+            manager_configs.push((m, config_path.clone(), manager_config));
             endpoints
                 .entry(name.clone())
                 .or_default()
@@ -273,6 +289,7 @@ pub fn plan(
                 },
                 listening: format!("on {LOCALHOST}:{listen} (admin :{admin})"),
                 edge: None,
+                identity: Some(identity),
             });
         }
     }
@@ -350,6 +367,11 @@ pub fn plan(
             },
             listening: edge.listening(),
             edge: Some(edge),
+            identity: Some(Workload {
+                kind: switchyard_identity::Kind::Router,
+                namespace: config.namespace.clone(),
+                name: config.name.clone(),
+            }),
         });
     }
     Ok(plan)
@@ -459,6 +481,7 @@ fn app_proc(
         probe,
         listening: format!("on {addr}"),
         edge: None,
+        identity: None,
     })
 }
 

@@ -8,11 +8,16 @@
 //! dropped and counted, never buffered, since the autoscaler wants the current load. Forwarded
 //! calls carry [`FORWARDED`], and a replica never forwards a forwarded call again, so two replicas
 //! that briefly disagree on the leader cannot bounce reports between them.
+//!
+//! With mesh TLS the leader is dialed over TLS with this replica's certificate, and checked to be
+//! the operator; the leader takes a forwarded call only from an operator's certificate, since the
+//! standby checked the original caller before passing it on (`caller`).
 
 use crate::leader::view::{Leader, LeaderView};
 use crate::metrics::Metrics;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchyard_identity::connect::MeshConnector;
 use switchyard_protocol::control::v1::control_plane_client::ControlPlaneClient;
 use switchyard_protocol::control::v1::{ActivateRequest, LoadReport};
 use tokio::sync::mpsc;
@@ -55,19 +60,26 @@ pub struct Forwarder {
     view: Arc<LeaderView>,
     metrics: Arc<Metrics>,
     activate: Mutex<Option<(String, ControlPlaneClient<Channel>)>>,
+    /// Mesh TLS to the leader; `None`: h2c.
+    tls: Option<MeshConnector>,
 }
 
 impl Forwarder {
-    /// A forwarder following `view`; its background task stops when the returned forwarder and every
-    /// clone of its queue are dropped.
-    pub fn start(view: Arc<LeaderView>, metrics: Arc<Metrics>) -> Arc<Forwarder> {
+    /// A forwarder following `view`, dialing through `tls` when given; its background task stops
+    /// when the returned forwarder and every clone of its queue are dropped.
+    pub fn start(
+        view: Arc<LeaderView>,
+        metrics: Arc<Metrics>,
+        tls: Option<MeshConnector>,
+    ) -> Arc<Forwarder> {
         let (tx, rx) = mpsc::channel(QUEUE);
-        tokio::spawn(pump(rx, view.clone(), metrics.clone()));
+        tokio::spawn(pump(rx, view.clone(), metrics.clone(), tls.clone()));
         Arc::new(Forwarder {
             reports: tx,
             view,
             metrics,
             activate: Mutex::new(None),
+            tls,
         })
     }
 
@@ -111,7 +123,12 @@ impl Forwarder {
         {
             return Ok(c.clone());
         }
-        let client = ControlPlaneClient::new(endpoint(url)?.connect_lazy());
+        let ep = endpoint(url)?;
+        let channel = match &self.tls {
+            Some(c) => ep.connect_with_connector_lazy(c.clone()),
+            None => ep.connect_lazy(),
+        };
+        let client = ControlPlaneClient::new(channel);
         *cached = Some((url.to_owned(), client.clone()));
         Ok(client)
     }
@@ -123,8 +140,23 @@ fn endpoint(url: &str) -> Result<Endpoint, ForwardError> {
         .connect_timeout(CONNECT_TIMEOUT))
 }
 
+async fn connect(
+    ep: &Endpoint,
+    tls: Option<&MeshConnector>,
+) -> Result<Channel, tonic::transport::Error> {
+    match tls {
+        Some(c) => ep.connect_with_connector(c.clone()).await,
+        None => ep.connect().await,
+    }
+}
+
 /// Keeps one report stream open to the current leader and feeds it from `rx`.
-async fn pump(mut rx: mpsc::Receiver<LoadReport>, view: Arc<LeaderView>, metrics: Arc<Metrics>) {
+async fn pump(
+    mut rx: mpsc::Receiver<LoadReport>,
+    view: Arc<LeaderView>,
+    metrics: Arc<Metrics>,
+    tls: Option<MeshConnector>,
+) {
     let mut changes = view.watch();
     loop {
         let target = changes.borrow_and_update().clone();
@@ -139,7 +171,7 @@ async fn pump(mut rx: mpsc::Receiver<LoadReport>, view: Arc<LeaderView>, metrics
                 c = changes.changed() => if c.is_err() { return } else { continue },
             }
         };
-        let ended = stream_to(&url, &mut rx, &mut changes, &metrics).await;
+        let ended = stream_to(&url, tls.as_ref(), &mut rx, &mut changes, &metrics).await;
         match ended {
             Ended::Closed => return,
             Ended::LeaderChanged => {}
@@ -163,12 +195,13 @@ enum Ended {
 
 async fn stream_to(
     url: &str,
+    tls: Option<&MeshConnector>,
     rx: &mut mpsc::Receiver<LoadReport>,
     changes: &mut tokio::sync::watch::Receiver<Leader>,
     metrics: &Metrics,
 ) -> Ended {
     let channel = match endpoint(url) {
-        Ok(ep) => match ep.connect().await {
+        Ok(ep) => match connect(&ep, tls).await {
             Ok(c) => c,
             Err(e) => return Ended::Failed(format!("cannot connect: {e}")),
         },

@@ -7,11 +7,17 @@
 //! `index` is the pure core (Routers, Managers, Pods -> routing tables, one object at a time, with
 //! `table` as its from-scratch reference); `delta` is one table as versions and deltas; `hub` holds
 //! every Router's table and its watchers; `observe` feeds the index from the watches and shares the
-//! Router and Manager caches; `server` is the tonic shell; `caller` is where a call's origin is read.
+//! Router and Manager caches; `server` is the tonic shell; `caller` is where a call's origin is read
+//! and what it may ask is decided (pure), from `directory` (who is who).
+//!
+//! With mesh TLS the server is TLS only, with the operator's certificate, and serves the
+//! `Identity` service next to the control plane: a sidecar without a certificate may only ask for
+//! one; everything else needs the certificate it got.
 
 pub mod activation;
 pub mod caller;
 pub mod delta;
+pub mod directory;
 pub mod forward;
 pub mod hub;
 pub mod index;
@@ -25,30 +31,52 @@ use crate::metrics::Metrics;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use switchyard_identity::connect::MeshConnector;
+use switchyard_identity::service::IdentityService;
 use switchyard_protocol::control::v1::control_plane_server::ControlPlaneServer;
+use switchyard_protocol::control::v1::identity_server::IdentityServer;
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 
+/// What the control plane needs to serve mesh TLS.
+pub struct MeshServing {
+    /// TLS with the operator's certificate (client certificates optional, checked when sent).
+    pub config: rustls::ServerConfig,
+    /// How a standby dials the leader (the operator's certificate presented).
+    pub forward: MeshConnector,
+    /// The Identity service.
+    pub identity: IdentityService<crate::identity::review::KubeAuthenticator>,
+}
+
 /// Serves the control plane on `listener` until `shutdown` resolves, then ends every stream. Load
 /// reports and activations go into `loads` (which the autoscaler reads) while `leader` says this
-/// replica leads, and to the leader otherwise.
+/// replica leads, and to the leader otherwise. With `mesh`, over TLS with the Identity service
+/// beside it; without, plain h2c and callers unchecked.
 pub async fn serve(
     observer: observe::Observer,
     listener: TcpListener,
     loads: Arc<load::LoadBook>,
     leader: Arc<LeaderView>,
     metrics: Arc<Metrics>,
+    mesh: Option<MeshServing>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<(), tonic::transport::Error> {
     let hub = Arc::new(Hub::default());
+    let directory = Arc::new(directory::Current::default());
     let service = server::Service {
         hub: hub.clone(),
         loads: loads.clone(),
         metrics: metrics.clone(),
-        forward: forward::Forwarder::start(leader.clone(), metrics.clone()),
+        forward: forward::Forwarder::start(
+            leader.clone(),
+            metrics.clone(),
+            mesh.as_ref().map(|m| m.forward.clone()),
+        ),
         leader,
+        directory: directory.clone(),
+        mesh: mesh.is_some(),
     };
-    let observer = tokio::spawn(observer.run(hub.clone(), metrics));
+    let observer = tokio::spawn(observer.run(hub.clone(), directory, metrics.clone()));
     let closing = {
         let hub = hub.clone();
         let loads = loads.clone();
@@ -59,13 +87,36 @@ pub async fn serve(
             hub.close();
         }
     };
-    let result = tonic::transport::Server::builder()
+    let router = tonic::transport::Server::builder()
         // Finds sidecars that vanished without closing their stream (node loss, partitions).
         .http2_keepalive_interval(Some(Duration::from_secs(20)))
         .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        .add_service(ControlPlaneServer::new(service))
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), closing)
-        .await;
+        .add_service(
+            ControlPlaneServer::new(service).max_decoding_message_size(caller::MAX_MESSAGE),
+        );
+    let result = match mesh {
+        None => {
+            router
+                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), closing)
+                .await
+        }
+        Some(m) => {
+            // A plain-TCP client, another CA's certificate or a stalled handshake never reaches
+            // a handler: counted here.
+            let incoming = switchyard_identity::incoming::incoming(
+                listener,
+                tokio_rustls::TlsAcceptor::from(Arc::new(m.config)),
+                move || metrics.control_plane_refused("handshake"),
+            );
+            router
+                .add_service(
+                    IdentityServer::new(m.identity)
+                        .max_decoding_message_size(switchyard_identity::service::MAX_MESSAGE),
+                )
+                .serve_with_incoming_shutdown(incoming, closing)
+                .await
+        }
+    };
     observer.abort();
     result
 }

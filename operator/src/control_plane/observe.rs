@@ -6,8 +6,10 @@
 //! autoscaler reads the same Managers; the index holds the stores' own `Arc`s, not copies). Pods are
 //! not cached as objects at all: the index keeps their selector labels, IP and readiness. Events
 //! that arrive together (a rollout moves many pods) are folded into one publish, without waiting
-//! for more to come.
+//! for more to come. The `directory` the control plane authorizes callers by is rebuilt from the
+//! same stores after a batch that changed a Router or a Manager (pods do not enter it).
 
+use super::directory::{self, Directory};
 use super::hub::Hub;
 use super::index::{Index, ObjKey};
 use super::table::RouterKey;
@@ -99,13 +101,19 @@ impl Observer {
         self.caches.clone()
     }
 
-    /// Keeps `hub` up to date until the future is dropped.
-    pub async fn run(mut self, hub: Arc<Hub>, metrics: Arc<Metrics>) {
+    /// Keeps `hub` and `directory` up to date until the future is dropped.
+    pub async fn run(
+        mut self,
+        hub: Arc<Hub>,
+        directory: Arc<directory::Current>,
+        metrics: Arc<Metrics>,
+    ) {
         let mut state = State {
             index: Index::default(),
             managers: self.caches.managers.clone(),
             relist: Relist::default(),
             listed: [false; 3],
+            owners_changed: true,
         };
         while let Some(ev) = self.events.next().await {
             state.handle(ev);
@@ -119,6 +127,15 @@ impl Observer {
             // Until all three are listed, a missing Manager or pod could be a false absence.
             if !state.listed.iter().all(|l| *l) {
                 continue;
+            }
+            if std::mem::take(&mut state.owners_changed) {
+                // Before the tables: a sidecar seeing its new table is then also allowed what it
+                // lists.
+                let routers = self.caches.routers.state();
+                let managers = self.caches.managers.state();
+                let r: Vec<&Router> = routers.iter().map(AsRef::as_ref).collect();
+                let m: Vec<&Manager> = managers.iter().map(AsRef::as_ref).collect();
+                directory.set(Directory::build(&r, &m));
             }
             let started = Instant::now();
             let changes = state.index.take();
@@ -153,6 +170,8 @@ struct State {
     relist: Relist,
     /// Routers, Managers, Pods listed at least once.
     listed: [bool; 3],
+    /// A Router or Manager event came since the directory was last built.
+    owners_changed: bool,
 }
 
 fn obj_key<K: ResourceExt>(k: &K) -> ObjKey {
@@ -162,6 +181,9 @@ fn obj_key<K: ResourceExt>(k: &K) -> ObjKey {
 impl State {
     fn handle(&mut self, ev: Ev) {
         use watcher::Event as E;
+        if !matches!(ev, Ev::Pod(_)) {
+            self.owners_changed = true;
+        }
         match ev {
             Ev::Router(e) => match e {
                 E::Init => self.relist.routers = Some(HashSet::new()),

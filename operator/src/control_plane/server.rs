@@ -1,9 +1,12 @@
 //! The tonic service: `WatchRoutes` streams a Router's table from the hub (any replica); `ReportLoad`
 //! and `Activate` feed the autoscaler, which runs on the leader only, so a standby forwards them to
-//! the leader (`forward`) and only the leader keeps them.
+//! the leader (`forward`) and only the leader keeps them. Each call is first checked against its
+//! caller (`caller`: with mesh TLS, the workload of the client certificate), on the replica it
+//! reached, before any forward; refusals are counted by reason.
 
 use super::activation::Activation;
-use super::caller::Caller;
+use super::caller::{self, Caller, Refusal};
+use super::directory;
 use super::forward::Forwarder;
 use super::hub::{Hub, SubscribeError};
 use super::load::LoadBook;
@@ -32,6 +35,36 @@ pub struct Service {
     pub leader: Arc<LeaderView>,
     /// Passes reports and activations on to the leader when this replica does not lead.
     pub forward: Arc<Forwarder>,
+    /// Who is who, for the checks.
+    pub directory: Arc<directory::Current>,
+    /// Whether callers are known by their client certificates (mesh TLS on).
+    pub mesh: bool,
+}
+
+impl Service {
+    /// Who sent `request`.
+    fn caller<T>(&self, request: &Request<T>) -> Caller {
+        Caller::of(request, self.mesh)
+    }
+
+    /// Counts and logs a refusal, and turns it into the caller's status.
+    fn refuse(&self, caller: &Caller, call: &'static str, r: Refusal) -> Status {
+        self.metrics.control_plane_refused(r.reason);
+        tracing::warn!(call, caller = %caller.shown(), reason = r.reason, message = %r.message, "control-plane call refused");
+        r.status()
+    }
+
+    /// Fails until the directory has been built from synced caches: before that every caller would
+    /// look unknown.
+    fn synced(&self) -> Result<(), Status> {
+        if self.hub.is_synced() {
+            Ok(())
+        } else {
+            Err(Status::unavailable(
+                "the control plane has not synced its caches yet; retry shortly",
+            ))
+        }
+    }
 }
 
 /// Counts a subscriber for as long as its stream lives.
@@ -76,8 +109,13 @@ impl ControlPlane for Service {
         &self,
         request: Request<WatchRoutesRequest>,
     ) -> Result<Response<Self::WatchRoutesStream>, Status> {
-        let _caller = Caller::of(&request);
+        let caller = self.caller(&request);
         let req = request.into_inner();
+        if self.mesh {
+            self.synced()?;
+        }
+        caller::watch(&caller, &req, &self.directory.get())
+            .map_err(|r| self.refuse(&caller, "WatchRoutes", r))?;
         let key = RouterKey {
             namespace: required(&req.namespace, "namespace")?,
             name: required(&req.router, "router")?,
@@ -104,7 +142,8 @@ impl ControlPlane for Service {
         &self,
         request: Request<Streaming<LoadReport>>,
     ) -> Result<Response<LoadAck>, Status> {
-        let caller = Caller::of(&request);
+        let caller = self.caller(&request);
+        self.synced()?;
         let mut stream = request.into_inner();
         let mut received = 0u64;
         // The pod whose stream this is, forgotten when it ends (a forwarded stream carries many pods;
@@ -118,11 +157,23 @@ impl ControlPlane for Service {
                 }
             };
             match next {
-                Ok(Some(report)) => {
+                Ok(Some(mut report)) => {
                     if let Err(s) = required(&report.pod, "pod")
                         .and_then(|_| required(&report.namespace, "namespace"))
                     {
                         break Err(s);
+                    }
+                    match caller::report(&caller, &mut report, &self.directory.get()) {
+                        Err(r) => break Err(self.refuse(&caller, "ReportLoad", r)),
+                        Ok(checked) if checked.unknown_events > 0 => {
+                            // Dropped, not refused: a pod of the previous spec may still report a
+                            // type removed since; it cannot scale anything through it.
+                            for _ in 0..checked.unknown_events {
+                                self.metrics.control_plane_refused("unknown_event");
+                            }
+                            tracing::debug!(pod = %report.pod, dropped = checked.unknown_events, "load entries for event types the owner does not have dropped");
+                        }
+                        Ok(_) => {}
                     }
                     received += 1;
                     self.metrics.load_report();
@@ -147,7 +198,10 @@ impl ControlPlane for Service {
                     }
                 }
                 Ok(None) => break Ok(()),
-                Err(s) => break Err(s),
+                Err(s) => match caller::oversized(&s) {
+                    Some(r) => break Err(self.refuse(&caller, "ReportLoad", r)),
+                    None => break Err(s),
+                },
             }
         };
         if let Some((ns, pod)) = last {
@@ -160,8 +214,11 @@ impl ControlPlane for Service {
         &self,
         request: Request<ActivateRequest>,
     ) -> Result<Response<ActivateAck>, Status> {
-        let caller = Caller::of(&request);
+        let caller = self.caller(&request);
+        self.synced()?;
         let req = request.into_inner();
+        caller::activate(&caller, &req, &self.directory.get())
+            .map_err(|r| self.refuse(&caller, "Activate", r))?;
         let activation = Activation {
             namespace: required(&req.namespace, "namespace")?,
             event_type: required(&req.event_type, "event_type")?,

@@ -9,6 +9,7 @@ use crate::validate;
 use crate::{Error, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -117,6 +118,16 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
         let children = render::manager::build(manager, router.as_ref(), &ctx.render)?;
         apply(&ctx.client, &children.config_map).await?;
         apply(&ctx.client, &children.service).await?;
+        let selector = meta::selector_string(&meta::selector(meta::MANAGER, &name));
+        match &children.network_policy {
+            Some(np) => {
+                apply(&ctx.client, np).await?;
+            }
+            // Turned off on the Router: the one made before goes.
+            None => {
+                prune::<NetworkPolicy>(&ctx.client, &ns, &selector, &uid, &[]).await?;
+            }
+        }
         let mut rollouts = Vec::new();
         let mut names = Vec::new();
         for d in &children.deployments {
@@ -137,7 +148,6 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
             rollouts.push(r);
             names.push(dep_name);
         }
-        let selector = meta::selector_string(&meta::selector(meta::MANAGER, &name));
         let pruned = prune::<Deployment>(&ctx.client, &ns, &selector, &uid, &names).await?;
         if !pruned.is_empty() {
             let note = format!(

@@ -2,7 +2,7 @@
 
 use super::events;
 use super::manager_cache::ManagerCache;
-use crate::apply::apply;
+use crate::apply::{apply, prune};
 use crate::conditions::{self, Problem, Rollout};
 use crate::context::Context;
 use crate::render::{self, meta};
@@ -10,6 +10,7 @@ use crate::validate;
 use crate::{Error, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
@@ -112,6 +113,17 @@ async fn reconcile_inner(router: &Router, ctx: &Context, cache: &ManagerCache) -
         let children = render::router::build(router, &managers, &ctx.render)?;
         apply(&ctx.client, &children.config_map).await?;
         apply(&ctx.client, &children.service).await?;
+        match &children.network_policy {
+            Some(np) => {
+                apply(&ctx.client, np).await?;
+            }
+            // Turned off: the one made before goes.
+            None => {
+                let uid = router.uid().ok_or(Error::MissingMetadata("uid"))?;
+                let selector = meta::selector_string(&meta::selector(meta::ROUTER, &name));
+                prune::<NetworkPolicy>(&ctx.client, &ns, &selector, &uid, &[]).await?;
+            }
+        }
         let deployment = apply(&ctx.client, &children.deployment).await?;
         rollout = Some(Rollout::total(&[Rollout::of(&deployment)]));
         applied = format!(

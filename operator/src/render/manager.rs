@@ -8,6 +8,7 @@ use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
     ConfigMap, EnvVar, PodTemplateSpec, Service, ServicePort, ServiceSpec,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
@@ -31,6 +32,8 @@ pub struct ManagerChildren {
     pub deployments: Vec<Deployment>,
     /// Service whose endpoints are all the Manager's pods.
     pub service: Service,
+    /// What may reach the Manager's pods; `None` when its Router's `networkPolicy.enabled` is false.
+    pub network_policy: Option<NetworkPolicy>,
 }
 
 /// Name of the Manager's Service (and of its Deployment with `split: shared`).
@@ -67,6 +70,7 @@ pub fn render_config(manager: &Manager, router: Option<&Router>) -> Result<Manag
         destinations: Default::default(),
         static_endpoints: Default::default(),
         tracing: router.and_then(|r| r.spec.tracing.clone()),
+        allow_from: spec.allow_from.clone(),
         durable_events: spec.durable_events(),
         // Set from the operator's settings (the chart's JetStream URL) by the caller that has them.
         jetstream: None,
@@ -117,7 +121,12 @@ pub fn build(
 
     let config_map = ConfigMap {
         metadata: meta::child_meta(manager, config_map_name(&name), labels.clone())?,
-        data: Some(BTreeMap::from([(config::FILE_NAME.to_owned(), rendered)])),
+        data: Some(
+            [(config::FILE_NAME.to_owned(), rendered)]
+                .into_iter()
+                .chain(super::identity::trust_entry(settings))
+                .collect(),
+        ),
         ..ConfigMap::default()
     };
 
@@ -173,10 +182,12 @@ pub fn build(
         ..Service::default()
     };
 
+    let network_policy = super::network_policy::manager(manager, router)?;
     Ok(ManagerChildren {
         config_map,
         deployments,
         service,
+        network_policy,
     })
 }
 
@@ -220,6 +231,8 @@ fn pod_template(
         }],
     );
     side.restart_policy = Some("Always".into());
+    super::identity::apply(settings, &mut pod, &mut side);
+    super::identity::no_default_token(&mut pod);
     let mut init = vec![side];
     init.extend(pod.init_containers.take().unwrap_or_default());
     pod.init_containers = Some(init);

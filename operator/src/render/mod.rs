@@ -1,8 +1,10 @@
 //! Pure builders: from a custom resource (plus observed facts) to the desired child objects.
 //! No I/O here; everything is unit-tested from YAML fixtures.
 
+pub mod identity;
 pub mod manager;
 pub mod meta;
+pub mod network_policy;
 pub mod pod_security;
 pub mod router;
 pub mod secrets;
@@ -17,4 +19,7 @@ pub struct RenderSettings {
     /// URL of the operator's control plane, given to every sidecar (env [`sidecar::CONTROL_PLANE_ENV`]);
     /// `None` leaves sidecars on DNS discovery.
     pub control_plane_url: Option<String>,
+    /// Mesh TLS: the Identity service and the trust bundle every sidecar gets; `None` leaves the
+    /// mesh on plain TCP.
+    pub mesh: Option<identity::MeshRender>,
 }

@@ -10,6 +10,7 @@ use k8s_openapi::api::apps::v1::{
 use k8s_openapi::api::core::v1::{
     ConfigMap, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
 };
+use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
@@ -28,6 +29,8 @@ pub struct RouterChildren {
     pub deployment: Deployment,
     /// Service in front of the router pods.
     pub service: Service,
+    /// What may reach the router pods; `None` when `networkPolicy.enabled` is false.
+    pub network_policy: Option<NetworkPolicy>,
 }
 
 /// Name of the router Deployment and Service.
@@ -114,7 +117,12 @@ pub fn build(
 
     let config_map = ConfigMap {
         metadata: meta::child_meta(router, config_map_name(&name), labels.clone())?,
-        data: Some(BTreeMap::from([(config::FILE_NAME.to_owned(), rendered)])),
+        data: Some(
+            [(config::FILE_NAME.to_owned(), rendered)]
+                .into_iter()
+                .chain(super::identity::trust_entry(settings))
+                .collect(),
+        ),
         ..ConfigMap::default()
     };
 
@@ -138,6 +146,9 @@ pub fn build(
         .extend(secret_mounts);
     let mut volumes = vec![sidecar::config_volume(&config_map_name(&name))];
     volumes.extend(secret_volumes);
+    let mut identity_pod = PodSpec::default();
+    super::identity::apply(settings, &mut identity_pod, &mut container);
+    volumes.extend(identity_pod.volumes.unwrap_or_default());
 
     let overrides = router.spec.pod_template.clone().unwrap_or_default();
     let mut pod_labels = overrides.labels.clone();
@@ -157,6 +168,8 @@ pub fn build(
             .then_some(overrides.image_pull_secrets),
         // Drain on SIGTERM needs time to finish in-flight requests: the drain limit and the exit.
         termination_grace_period_seconds: Some(super::stop_order::TERMINATION_GRACE_SECONDS),
+        // The router talks to no API server: only the projected identity token.
+        automount_service_account_token: Some(false),
         ..PodSpec::default()
     };
     super::pod_security::restrict(&mut router_pod);
@@ -220,10 +233,12 @@ pub fn build(
         ..Service::default()
     };
 
+    let network_policy = super::network_policy::router(router, &serving)?;
     Ok(RouterChildren {
         config_map,
         deployment,
         service,
+        network_policy,
     })
 }
 

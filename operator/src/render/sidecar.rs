@@ -15,6 +15,8 @@ use switchyard_protocol::{config, env, ports};
 pub const CONTAINER: &str = "switchyard-sidecar";
 /// Name of the config volume; reserved in Manager templates.
 pub const CONFIG_VOLUME: &str = "switchyard-config";
+/// Name of the sidecar's probe port.
+pub const PROBE_PORT: &str = "probes";
 
 /// Environment variable carrying the control-plane URL (the sidecar's `--control-plane`).
 pub use switchyard_protocol::env::CONTROL_PLANE as CONTROL_PLANE_ENV;
@@ -37,7 +39,8 @@ impl Role {
     }
 }
 
-/// The sidecar container. `ports` are the role's serving ports (name, port); the admin port is added.
+/// The sidecar container. `ports` are the role's serving ports (name, port); the admin and probe
+/// ports are added. The kubelet probes the probe port, which serves nothing else.
 pub fn container(
     settings: &RenderSettings,
     role: Role,
@@ -60,10 +63,16 @@ pub fn container(
         protocol: Some("TCP".into()),
         ..ContainerPort::default()
     });
+    container_ports.push(ContainerPort {
+        name: Some(PROBE_PORT.into()),
+        container_port: i32::from(ports::PROBES),
+        protocol: Some("TCP".into()),
+        ..ContainerPort::default()
+    });
     let probe = |path: &str| Probe {
         http_get: Some(HTTPGetAction {
             path: Some(path.to_owned()),
-            port: IntOrString::String("admin".into()),
+            port: IntOrString::String(PROBE_PORT.into()),
             ..HTTPGetAction::default()
         }),
         period_seconds: Some(5),
@@ -90,6 +99,8 @@ pub fn container(
             role.arg().into(),
             "--config".into(),
             format!("{}/{}", config::MOUNT_DIR, config::FILE_NAME),
+            "--probe-addr".into(),
+            format!("0.0.0.0:{}", ports::PROBES),
         ]),
         env: Some(env),
         ports: Some(container_ports),

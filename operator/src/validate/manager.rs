@@ -61,6 +61,15 @@ pub fn validate(name: &str, spec: &ManagerSpec) -> Vec<FieldError> {
                 ),
             ));
         }
+        if v.name == crate::render::identity::TOKEN_VOLUME {
+            out.push(FieldError::new(
+                format!("spec.template.spec.volumes[{i}].name"),
+                format!(
+                    "{:?} is reserved for the sidecar's identity token",
+                    crate::render::identity::TOKEN_VOLUME
+                ),
+            ));
+        }
     }
     out
 }

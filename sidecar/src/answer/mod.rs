@@ -40,6 +40,11 @@ pub(crate) enum Failure {
     Timeout,
     /// The connection failed after the event was written: it may have been handled.
     Lost,
+    /// The event is larger than the mesh carries; nothing was sent.
+    TooLarge {
+        /// Its size in bytes.
+        bytes: usize,
+    },
     /// The event store (JetStream) did not confirm a durable publish: it may or may not be kept,
     /// so a retry with the same ce-id is safe (the stream drops the duplicate).
     NotKept,
@@ -63,6 +68,7 @@ impl Failure {
             Failure::NoCredit => "no_credit",
             Failure::Timeout => "timeout",
             Failure::Lost => "lost",
+            Failure::TooLarge { .. } => "too_large",
             Failure::NotKept => "not_kept",
             Failure::Manager { .. } => "manager",
         }
@@ -119,6 +125,13 @@ impl Answer {
             Failure::Lost => Answer::refusal(
                 502,
                 "the connection to the Manager failed after the request was sent; it may have been handled",
+            ),
+            Failure::TooLarge { bytes } => Answer::refusal(
+                413,
+                format!(
+                    "the event is {bytes} bytes; the mesh carries at most {} bytes",
+                    switchyard_protocol::frame::MAX_PAYLOAD
+                ),
             ),
             Failure::NotKept => retry(
                 503,

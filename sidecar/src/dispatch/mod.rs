@@ -36,6 +36,7 @@ impl From<CallError> for Failure {
             CallError::NoCredit => Failure::NoCredit,
             CallError::Timeout => Failure::Timeout,
             CallError::Lost => Failure::Lost,
+            CallError::TooLarge { bytes } => Failure::TooLarge { bytes },
         }
     }
 }

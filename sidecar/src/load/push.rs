@@ -5,13 +5,14 @@
 use super::meter::LoadMeters;
 use super::report::{self, Reporter};
 use crate::backoff;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use switchyard_protocol::control::v1::LoadReport;
 use switchyard_protocol::control::v1::control_plane_client::ControlPlaneClient;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::transport::Endpoint;
+use tonic::transport::Channel;
 
 /// How often a report is taken.
 pub const PERIOD: Duration = Duration::from_secs(1);
@@ -24,13 +25,17 @@ fn now_ms() -> u64 {
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
-/// Reports `meters` to the control plane at `endpoint` forever (the task is dropped at shutdown).
-pub async fn run(endpoint: Endpoint, meters: Arc<LoadMeters>, who: Reporter) {
-    let url = endpoint.uri().to_string();
+/// Reports `meters` to the control plane at `url` forever, over the channels `dial` opens (plain
+/// or mesh TLS: the caller decides; the task is dropped at shutdown).
+pub async fn run<D, F>(url: String, dial: D, meters: Arc<LoadMeters>, who: Reporter)
+where
+    D: Fn() -> F,
+    F: Future<Output = Result<Channel, tonic::transport::Error>>,
+{
     let mut retry = backoff::StreamRetry::control_plane();
     loop {
         let started = Instant::now();
-        let ended = stream(&endpoint, &meters, &who).await;
+        let ended = stream(dial().await, &meters, &who).await;
         let next = retry.ended(started.elapsed(), fastrand::f64());
         if next.first {
             tracing::warn!(control_plane = %url, reason = %ended, "load-report stream ended; reconnecting");
@@ -42,8 +47,12 @@ pub async fn run(endpoint: Endpoint, meters: Arc<LoadMeters>, who: Reporter) {
 }
 
 /// One report stream, until it fails; returns why it ended.
-async fn stream(endpoint: &Endpoint, meters: &LoadMeters, who: &Reporter) -> String {
-    let channel = match endpoint.connect().await {
+async fn stream(
+    channel: Result<Channel, tonic::transport::Error>,
+    meters: &LoadMeters,
+    who: &Reporter,
+) -> String {
+    let channel = match channel {
         Ok(c) => c,
         Err(e) => return format!("cannot connect: {e}"),
     };

@@ -111,9 +111,16 @@ impl CreditBank {
     }
 
     /// Connection `id` spent a credit on an event (admitted or not: a refusal is finished at once).
-    pub(crate) fn spent(&self, id: ConnId) {
-        if let Some(share) = self.state().conns.get_mut(&id) {
-            share.busy += 1;
+    /// `false` when it held no unused credit: the sender is over what it was granted (grants are
+    /// counted here before their frame is sent, so a well-behaved sender never is), and the caller
+    /// closes its connection rather than let it grow the pod's queue past its bound.
+    pub(crate) fn spent(&self, id: ConnId) -> bool {
+        match self.state().conns.get_mut(&id) {
+            Some(share) if share.busy < share.held => {
+                share.busy += 1;
+                true
+            }
+            _ => false,
         }
     }
 
@@ -152,7 +159,8 @@ impl CreditBank {
         self.rebalance(&mut st, None)
     }
 
-    /// Connection `id` gave back `credits` it held unused (its answer to a RECLAIM).
+    /// Connection `id` gave back `credits` it held unused (its answer to a RECLAIM). They are no
+    /// longer its own: a request on them afterwards is beyond its credit ([`CreditBank::spent`]).
     pub(crate) fn released(&self, id: ConnId, credits: u32) -> Orders {
         let mut st = self.state();
         let Some(share) = st.conns.get_mut(&id) else {
@@ -262,7 +270,7 @@ mod tests {
             vec![(a, 5)],
             "the other half waits for a second sender"
         );
-        bank.spent(a);
+        assert!(bank.spent(a));
         assert_eq!(
             bank.finished(a),
             Returned {
@@ -274,11 +282,44 @@ mod tests {
     }
 
     #[test]
+    fn spending_beyond_what_is_held_is_refused() {
+        let bank = CreditBank::new(4);
+        let (a, grants) = bank.join();
+        assert_eq!(grants.grants, vec![(a, 2)]);
+        assert!(bank.spent(a));
+        assert!(bank.spent(a));
+        assert!(!bank.spent(a), "a third request on two credits");
+        assert!(bank.finished(a).own);
+        assert!(bank.spent(a), "a returned credit may be spent again");
+        assert!(!bank.spent(99), "an unknown connection holds nothing");
+    }
+
+    #[test]
+    fn a_released_credit_is_no_longer_the_senders() {
+        let bank = CreditBank::new(10);
+        let (a, _) = bank.join();
+        bank.releases(a);
+        let (_b, _) = bank.join();
+        // Shares drop to 3: c gets the one free credit, and a is asked for the 2 it holds over.
+        let (c, orders) = bank.join();
+        assert_eq!(orders.grants, vec![(c, 1)]);
+        assert_eq!(orders.reclaims, vec![(a, 2)]);
+        assert_eq!(bank.released(a, 2).grants, vec![(c, 2)]);
+        for _ in 0..3 {
+            assert!(bank.spent(a));
+        }
+        assert!(
+            !bank.spent(a),
+            "the 2 it gave back went to c: a request on them is over what a holds"
+        );
+    }
+
+    #[test]
     fn a_second_sender_gets_the_reserve_at_once_and_the_first_shrinks_as_it_finishes() {
         let bank = CreditBank::new(10);
         let (a, _) = bank.join();
         for _ in 0..5 {
-            bank.spent(a);
+            assert!(bank.spent(a));
         }
         // Shares are now ceil(10 / 3) = 4: b gets its share from the reserve although a is busy.
         let (b, grants) = bank.join();
@@ -317,7 +358,7 @@ mod tests {
                     let can = s.held > s.busy;
                     drop(st);
                     if can {
-                        bank.spent(id);
+                        assert!(bank.spent(id));
                         busy.push(id);
                     }
                 }
@@ -341,7 +382,7 @@ mod tests {
         let bank = CreditBank::new(6);
         let (a, _) = bank.join();
         let (b, _) = bank.join();
-        bank.spent(a);
+        assert!(bank.spent(a));
         // a holds 3 (it joined alone), 1 busy; b got its share of 2. a's 2 unused come back at
         // once and b rises to its new share, 3; a's busy one comes back to the bank when it finishes.
         let grants = bank.leave(a);

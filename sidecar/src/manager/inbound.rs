@@ -1,17 +1,31 @@
 //! Inbound frame connections from router sidecars: grant credit out of the pod's credit bank,
 //! admit requests to the workers in arrival order (acknowledging a publish once admitted), send
 //! answers back, return credit as work completes, and drain with GOAWAY.
+//!
+//! With mesh TLS each connection is mTLS: a client without a certificate of the mesh's CA fails the
+//! handshake, and one whose identity `access` does not allow gets a GOAWAY saying so and is closed.
+//! A hostile peer cannot make this sidecar hold more than it granted: a request beyond the credit
+//! it holds closes the connection, and an answer the peer does not read within [`WRITE_TIMEOUT`]
+//! closes it too.
 
+use super::access::Access;
 use super::credit::{ConnId, CreditBank, Orders};
 use super::routers::Routers;
 use super::worker::Worker;
+use crate::metrics::Metrics;
+use crate::net::io::SplitIo;
+use crate::net::mesh::MeshTls;
+use crate::problem;
 use futures::{SinkExt, StreamExt};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use switchyard_protocol::frame::{FLAG_ACK, FLAG_NO_REPLY, Frame, FrameCodec, Response};
-use tokio::net::tcp::OwnedWriteHalf;
+use switchyard_identity::{Kind, Peer};
+use switchyard_protocol::frame::{
+    self, DEFAULT_MAX_FRAME, FLAG_ACK, FLAG_NO_REPLY, Frame, FrameCodec, Response,
+};
+use tokio::io::AsyncWrite;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_util::codec::{FramedRead, FramedWrite};
@@ -24,6 +38,9 @@ const DEAD_AFTER: Duration = Duration::from_secs(15);
 const MAX_CONNECTIONS: usize = 4096;
 /// Frames written before a flush.
 const WRITE_BATCH: usize = 64;
+/// A write (or flush) to a router that takes longer than this closes the connection: a peer that
+/// stops reading cannot hold this sidecar's answers, and the memory behind them, for ever.
+pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 type Active = Arc<Mutex<HashMap<u64, CancellationToken>>>;
 
@@ -31,21 +48,37 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
 }
 
-/// The pod's workers, its credit bank and each connection's write queue (to send grants).
+/// The pod's workers, its credit bank, each connection's write queue (to send grants), and who
+/// may connect.
 pub struct Inbound {
     worker: Arc<Worker>,
     bank: CreditBank,
     outlets: Mutex<HashMap<ConnId, mpsc::Sender<Frame>>>,
+    /// Mesh TLS; `None`: plain TCP.
+    mesh: Option<Arc<MeshTls>>,
+    /// Who may connect (with mesh TLS).
+    access: Access,
+    /// Refusals are counted here.
+    metrics: Arc<Metrics>,
 }
 
 impl Inbound {
-    /// The inbound side of `worker`: its capacity is the credit shared by every sender.
-    pub fn new(worker: Arc<Worker>) -> Arc<Inbound> {
+    /// The inbound side of `worker`: its capacity is the credit shared by every sender. With `mesh`
+    /// every connection is mTLS and its identity must be one `access` allows.
+    pub(crate) fn new(
+        worker: Arc<Worker>,
+        mesh: Option<Arc<MeshTls>>,
+        access: Access,
+        metrics: Arc<Metrics>,
+    ) -> Arc<Inbound> {
         let total = u32::try_from(worker.capacity()).unwrap_or(u32::MAX);
         Arc::new(Inbound {
             worker,
             bank: CreditBank::new(total),
             outlets: Mutex::default(),
+            mesh,
+            access,
+            metrics,
         })
     }
 
@@ -132,7 +165,7 @@ pub async fn serve(
             continue;
         }
         let _ = stream.set_nodelay(true);
-        tracker.spawn(connection(
+        tracker.spawn(admit(
             stream,
             peer,
             inbound.clone(),
@@ -141,6 +174,87 @@ pub async fn serve(
         ));
     }
     tracing::info!("frame listener closed");
+}
+
+/// Runs the handshake (with mesh TLS) and the authorization, then the connection.
+async fn admit(
+    stream: TcpStream,
+    peer: SocketAddr,
+    inbound: Arc<Inbound>,
+    routers: Arc<Routers>,
+    drain: CancellationToken,
+) {
+    let Some(mesh) = &inbound.mesh else {
+        connection(stream, peer, inbound.clone(), routers, drain, None).await;
+        return;
+    };
+    let (tls, who) = match mesh.accept(stream).await {
+        Ok(s) => s,
+        Err(e) => {
+            // Plain frames, a certificate of another CA, or none: no TLS session, nothing read.
+            tracing::debug!(%peer, error = %e, "mTLS handshake failed; connection refused");
+            return;
+        }
+    };
+    let mine = mesh.identity();
+    let allowed = match (&who, &mine) {
+        (Some(w), Some(me)) => inbound.access.allows(&w.id, &me.trust_domain),
+        _ => false,
+    };
+    if !allowed {
+        let shown = who.as_ref().map_or_else(
+            || "a certificate with no mesh identity".to_owned(),
+            |w| w.id.uri(),
+        );
+        tracing::warn!(%peer, identity = %shown, "frame connection refused: identity not allowed");
+        inbound.metrics.mesh.refuse("identity");
+        let reason = format!("{shown} may not send events to this Manager");
+        refuse(tls, reason).await;
+        return;
+    }
+    connection(tls, peer, inbound.clone(), routers, drain, who).await;
+}
+
+/// Tells a refused peer why, then closes.
+async fn refuse<S: SplitIo>(stream: S, reason: String) {
+    let (_read, write) = stream.split_io();
+    let mut sink = FramedWrite::new(write, FrameCodec::default());
+    let _ = tokio::time::timeout(WRITE_TIMEOUT, async {
+        let _ = sink.send(Frame::GoAway { reason }).await;
+        let _ = sink.close().await;
+    })
+    .await;
+}
+
+/// An answer the frame cannot carry (content type over 255 bytes, payload over the frame limit)
+/// becomes the mesh's 502 for that one request, instead of a write error that would close the
+/// connection under every other request on it.
+fn carriable(r: Response) -> Response {
+    let Err(e) = r.check(DEFAULT_MAX_FRAME) else {
+        return r;
+    };
+    let what = match e {
+        frame::FrameError::FieldTooLong(_) => format!(
+            "the app's answer has a Content-Type of {} bytes; the mesh carries at most 255",
+            r.content_type.len()
+        ),
+        _ => format!(
+            "the app's answer of {} bytes is larger than the mesh carries ({} bytes)",
+            r.payload.len(),
+            frame::MAX_PAYLOAD
+        ),
+    };
+    tracing::warn!(id = r.id, status = r.status, "{what}; answered 502");
+    Response {
+        id: r.id,
+        status: 502,
+        queue_us: r.queue_us,
+        app_us: r.app_us,
+        content_type: problem::CONTENT_TYPE.to_owned(),
+        payload: problem::body(502, problem::title(502), &what),
+        returns_credit: r.returns_credit,
+        from_mesh: true,
+    }
 }
 
 /// The acknowledgement of a publish: admitted to the queue. Its credit comes with the outcome.
@@ -163,23 +277,24 @@ async fn answer(tx: &mpsc::Sender<Frame>, resp: Option<Response>, own: bool, imp
     if let Some(mut r) = resp {
         r.returns_credit = own && implicit;
         credit_sent = r.returns_credit;
-        let _ = tx.send(Frame::Response(r)).await;
+        let _ = tx.send(Frame::Response(carriable(r))).await;
     }
     if own && !credit_sent {
         let _ = tx.send(Frame::Credit { credits: 1 }).await;
     }
 }
 
-async fn connection(
-    stream: TcpStream,
+async fn connection<S: SplitIo>(
+    stream: S,
     peer: SocketAddr,
     inbound: Arc<Inbound>,
     routers: Arc<Routers>,
     drain: CancellationToken,
+    who: Option<Peer>,
 ) {
     let total = inbound.bank.total();
-    // Owned halves, not `Framed::split`: reader and writer never contend on a shared lock.
-    let (read, write) = stream.into_split();
+    // Separate halves, not `Framed::split`: reader and writer never contend on a shared lock.
+    let (read, write) = stream.split_io();
     let mut frames = FramedRead::new(read, FrameCodec::default());
     let sink = FramedWrite::new(write, FrameCodec::default());
     // Credits bound the requests on this connection, so acknowledgements, answers and credit frames
@@ -190,14 +305,18 @@ async fn connection(
             .saturating_add(64)
             .min(1 << 20),
     );
-    let writer = tokio::spawn(write_loop(sink, rx));
+    let dead = CancellationToken::new();
+    let writer = tokio::spawn(write_loop(sink, rx, dead.clone()));
     let conn_id = inbound.join(tx.clone());
     // Registered for pushes once its HELLO says it is a router (a manager's outbound path is not).
     let mut registered = None;
     // Set by the router's HELLO: answers then carry their credit, and no CREDIT frame follows them.
     // The HELLO precedes the router's requests on the connection, so every answer sees it.
     let mut implicit_credit = false;
-    tracing::info!(%peer, total, "router connected");
+    // With mesh TLS only a Router's identity may take pushes; without, the HELLO is believed.
+    let may_take_pushes = who.as_ref().is_none_or(|w| w.id.kind == Kind::Router);
+    let shown = who.as_ref().map(|w| w.id.uri()).unwrap_or_default();
+    tracing::info!(%peer, identity = %shown, total, "router connected");
     let active: Active = Arc::default();
     let deliveries = TaskTracker::new();
     let mut goaway_sent = false;
@@ -207,6 +326,10 @@ async fn connection(
                 goaway_sent = true;
                 let _ = tx.send(Frame::GoAway { reason: "manager draining".into() }).await;
                 continue;
+            }
+            () = dead.cancelled() => {
+                tracing::warn!(%peer, "answers not read for {}s; closing", WRITE_TIMEOUT.as_secs());
+                break;
             }
             r = tokio::time::timeout(DEAD_AFTER, frames.next()) => r,
         };
@@ -227,7 +350,11 @@ async fn connection(
                 let id = req.id;
                 let no_reply = req.flags & FLAG_NO_REPLY != 0;
                 let ack = req.flags & FLAG_ACK != 0;
-                inbound.bank.spent(conn_id);
+                if !inbound.bank.spent(conn_id) {
+                    tracing::warn!(%peer, identity = %shown, "router sent a request beyond the credit it holds; closing the connection");
+                    inbound.metrics.mesh.refuse("credit");
+                    break;
+                }
                 // Admitted or refused here, in arrival order, before any delivery task runs: an
                 // acknowledgement then means the event is in this pod's queue.
                 let admission = match inbound.worker.admit(&req) {
@@ -300,7 +427,7 @@ async fn connection(
                 if releases_credit {
                     inbound.releases(conn_id);
                 }
-                if takes_pushes && registered.is_none() {
+                if takes_pushes && may_take_pushes && registered.is_none() {
                     registered = Some(routers.register(tx.clone()));
                 }
             }
@@ -331,23 +458,68 @@ fn cancelled(id: u64) -> Response {
     }
 }
 
-async fn write_loop(
-    mut sink: FramedWrite<OwnedWriteHalf, FrameCodec>,
+/// Writes queued frames in batches; a write that does not finish within [`WRITE_TIMEOUT`] (the
+/// peer stopped reading) ends it and fires `dead`.
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut sink: FramedWrite<W, FrameCodec>,
     mut rx: mpsc::Receiver<Frame>,
+    dead: CancellationToken,
 ) {
     while let Some(first) = rx.recv().await {
-        let mut ok = sink.feed(first).await.is_ok();
-        let mut n = 1;
-        while ok && n < WRITE_BATCH {
-            let Ok(f) = rx.try_recv() else { break };
-            ok = sink.feed(f).await.is_ok();
-            n += 1;
-        }
-        if !ok || sink.flush().await.is_err() {
+        let batch = async {
+            let mut ok = sink.feed(first).await.is_ok();
+            let mut n = 1;
+            while ok && n < WRITE_BATCH {
+                let Ok(f) = rx.try_recv() else { break };
+                ok = sink.feed(f).await.is_ok();
+                n += 1;
+            }
+            ok && sink.flush().await.is_ok()
+        };
+        let written = tokio::time::timeout(WRITE_TIMEOUT, batch).await;
+        if !matches!(written, Ok(true)) {
+            dead.cancel();
             // Keep draining the channel so senders never wait on a dead socket.
             while rx.recv().await.is_some() {}
             return;
         }
     }
     let _ = sink.close().await;
+}
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_answer_the_frame_cannot_carry_becomes_the_meshs_502() {
+        let ok = Response {
+            id: 9,
+            status: 201,
+            queue_us: 1,
+            app_us: 2,
+            content_type: "application/json".into(),
+            payload: bytes::Bytes::from_static(b"{}"),
+            returns_credit: true,
+            from_mesh: false,
+        };
+        assert_eq!(carriable(ok.clone()), ok);
+        let long = Response {
+            content_type: format!("application/json; x={}", "y".repeat(300)),
+            ..ok.clone()
+        };
+        let r = carriable(long);
+        assert_eq!(
+            (r.id, r.status, r.from_mesh, r.returns_credit),
+            (9, 502, true, true)
+        );
+        let body = String::from_utf8_lossy(&r.payload).into_owned();
+        assert!(body.contains("Content-Type of 320 bytes"), "{body}");
+        let big = Response {
+            payload: bytes::Bytes::from(vec![b'x'; frame::MAX_PAYLOAD + 4096]),
+            ..ok
+        };
+        let r = carriable(big);
+        assert_eq!(r.status, 502);
+        assert!(String::from_utf8_lossy(&r.payload).contains("larger than the mesh carries"));
+    }
 }

@@ -1,6 +1,7 @@
 //! Prometheus metrics of one sidecar process (either role), served on the admin port.
 
 pub(crate) mod labels;
+pub(crate) mod mesh;
 pub(crate) mod ws;
 
 use crate::load::{LoadMeters, Underway};
@@ -48,6 +49,8 @@ pub struct Metrics {
     pub dead_letter_unrouted: Family<EventLabels, Counter>,
     /// WebSocket connections, messages and pushes (router).
     pub ws: ws::WsMetrics,
+    /// Mesh TLS: handshakes, the certificate, refused peers.
+    pub mesh: mesh::MeshMetrics,
     /// `switchyard_middleware_rejections_total{middleware,reason}`: requests refused at the edge.
     pub rejections: Family<RejectLabels, Counter>,
     /// `switchyard_dead_letter_published_total{event}`: events whose delivery failed for good,
@@ -124,6 +127,7 @@ impl Metrics {
             dead_letter_unrouted.clone(),
         );
         let ws = ws::WsMetrics::register(&mut registry);
+        let mesh = mesh::MeshMetrics::register(&mut registry);
         let rejections = Family::<RejectLabels, Counter>::default();
         registry.register(
             "switchyard_middleware_rejections",
@@ -167,6 +171,7 @@ impl Metrics {
         );
         Arc::new(Metrics {
             ws,
+            mesh,
             registry,
             requests,
             duration,

@@ -6,20 +6,24 @@ use crate::admin::{self, DrainHook, Readiness};
 use crate::durable::{Route, Store};
 use crate::load::LoadMeters;
 use crate::load::report::Reporter;
+use crate::manager::access::Access;
 use crate::manager::delivery::grpc::GrpcDelivery;
 use crate::manager::delivery::http::HttpDelivery;
 use crate::manager::durable;
-use crate::manager::inbound;
+use crate::manager::inbound::{self, Inbound};
 use crate::manager::local_api::{self, LocalApi};
 use crate::manager::routers::Routers;
 use crate::manager::worker::{Delivery, Settings, Worker};
 use crate::metrics::Metrics;
+use crate::net::control_plane::ControlPlane;
+use crate::net::identity::IdentitySettings;
 use crate::shutdown::DRAIN_LIMIT;
 use crate::upstream::{Upstream, follow};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use switchyard_crds::manager::AppProtocol;
+use switchyard_identity::Kind;
 use switchyard_protocol::env;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -29,6 +33,7 @@ pub(crate) async fn run(
     config_file: &Path,
     listen: SocketAddr,
     admin_addr: SocketAddr,
+    probe_addr: Option<SocketAddr>,
     app_addr: Option<SocketAddr>,
     local_api_addr: SocketAddr,
     event_types: Option<&str>,
@@ -64,10 +69,22 @@ pub(crate) async fn run(
     // The app's outgoing events and dead letters leave through the same router stage as client requests.
     // In a cluster the table comes from the operator's control plane (the operator sets the variable on
     // both sidecars); locally `switchyard up` puts the Router's table in the config.
-    let control_plane = std::env::var(env::CONTROL_PLANE)
+    let control_plane_url = std::env::var(env::CONTROL_PLANE)
         .ok()
-        .filter(|u| !u.is_empty())
-        .map(|url| follow::endpoint(&url).map(|ep| (url, ep)))
+        .filter(|u| !u.is_empty());
+    if let Some(url) = &control_plane_url {
+        ControlPlane::precheck(url, IdentitySettings::from_env().is_some())?;
+    }
+    let ready = Readiness::default();
+    // Probes answer from the start (live, not ready), while the certificate is being fetched.
+    if let Some(addr) = probe_addr {
+        let probes = bind("probe listener", addr).await?;
+        tokio::spawn(admin::serve_probes(probes, ready.clone()));
+    }
+    let identity = super::identity::start(Kind::Manager, &c.namespace, &c.name, &metrics).await?;
+    let mesh = identity.as_ref().map(|i| i.mesh.clone());
+    let control_plane = control_plane_url
+        .map(|url| ControlPlane::new(&url, mesh.as_deref()))
         .transpose()?;
     let pod = std::env::var(env::POD_NAME).unwrap_or_default();
     // No WebSocket clients here: these connections take no pushes.
@@ -77,13 +94,14 @@ pub(crate) async fn run(
         &c.destinations,
         &c.static_endpoints,
         None,
+        mesh.clone(),
         metrics.clone(),
     );
-    if let Some((url, _)) = &control_plane {
-        upstream = upstream.with_control_plane(url.clone());
+    if let Some(cp) = &control_plane {
+        upstream = upstream.with_control_plane(cp.url());
     }
     let upstream = Arc::new(upstream);
-    let reporter = control_plane.as_ref().map(|(_, ep)| {
+    let reporter = control_plane.as_ref().map(|cp| {
         let meters = Arc::new(LoadMeters::new(
             events.iter().map(|e| Arc::<str>::from(e.as_str())),
         ));
@@ -94,10 +112,18 @@ pub(crate) async fn run(
             role: "manager",
             owner: c.name.clone(),
         };
-        tokio::spawn(crate::load::push::run(ep.clone(), meters, who))
+        let dial = cp.clone();
+        tokio::spawn(crate::load::push::run(
+            cp.url(),
+            move || {
+                let dial = dial.clone();
+                async move { dial.connect().await }
+            },
+            meters,
+            who,
+        ))
     });
-    let follower =
-        control_plane.map(|(_, ep)| tokio::spawn(follow::run(ep, upstream.clone(), pod)));
+    let follower = control_plane.map(|cp| tokio::spawn(follow::run(cp, upstream.clone(), pod)));
     if let Some(dl) = &c.workers.dead_letter
         && upstream.pool_of(dl.as_str()).is_none()
     {
@@ -126,7 +152,6 @@ pub(crate) async fn run(
     }
     let worker = Arc::new(worker);
     let routers = Arc::new(Routers::default());
-    let ready = Readiness::default();
     let admin = bind("admin", admin_addr).await?;
     let admin_addr = local_addr(&admin, admin_addr);
     // `/routes` shows the outbound table the app's events and dead letters use.
@@ -208,16 +233,28 @@ pub(crate) async fn run(
             &pulls,
         );
     }
-    let local = LocalApi::new(upstream, store, routers.clone(), metrics, otel.clone());
+    let local = LocalApi::new(
+        upstream,
+        store,
+        routers.clone(),
+        metrics.clone(),
+        otel.clone(),
+    );
     let local_server = tokio::spawn(local_api::serve(
         local_listener,
         Arc::new(local),
         local_drain.clone(),
     ));
     let connections = TaskTracker::new();
+    let inbound = Inbound::new(
+        worker,
+        mesh,
+        Access::new(&c.namespace, &c.router, c.allow_from.as_deref()),
+        metrics,
+    );
     let acceptor = tokio::spawn(inbound::serve(
         listener,
-        inbound::Inbound::new(worker),
+        inbound,
         routers,
         drain.clone(),
         connections.clone(),
@@ -259,6 +296,9 @@ pub(crate) async fn run(
     }
     if let Some(r) = reporter {
         r.abort();
+    }
+    if let Some(i) = identity {
+        i.renewal.abort();
     }
     tracing::info!("manager drained");
     if let Some(o) = &otel {

@@ -1,5 +1,6 @@
 //! Wiring of each role: bind, serve, drain. The top of the stack: everything below is composed here.
 
+mod identity;
 pub(crate) mod manager;
 pub(crate) mod router;
 
@@ -33,7 +34,14 @@ pub enum RunError {
     },
     /// The control-plane URL is unusable (exit 1).
     #[error(transparent)]
-    ControlPlane(#[from] crate::upstream::follow::EndpointError),
+    ControlPlane(#[from] crate::net::control_plane::EndpointError),
+    /// Mesh TLS cannot start: its trust bundle or its identity service is unusable (exit 2, a
+    /// setting to fix).
+    #[error(transparent)]
+    Identity(#[from] crate::net::identity::IdentityError),
+    /// A signal came before the sidecar was ready (exit 0).
+    #[error("stopped before start-up finished")]
+    Stopped,
     /// Trace export could not start (exit 1).
     #[error(transparent)]
     Tracing(OtelError),
@@ -46,7 +54,8 @@ impl RunError {
     /// The exit status: 2 for a config the user must fix, 1 for other start-up failures.
     pub fn exit_code(&self) -> u8 {
         match self {
-            RunError::Config(_) => 2,
+            RunError::Config(_) | RunError::Identity(_) => 2,
+            RunError::Stopped => 0,
             _ => 1,
         }
     }

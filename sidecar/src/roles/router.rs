@@ -12,6 +12,8 @@ use crate::load::LoadMeters;
 use crate::load::report::Reporter;
 use crate::metrics::{EventLabel, Metrics};
 use crate::middleware::Stack;
+use crate::net::control_plane::ControlPlane;
+use crate::net::identity::IdentitySettings;
 use crate::routes::grpc::GrpcRoutes;
 use crate::routes::http::RouteTable;
 use crate::routes::ws::WsRoutes;
@@ -23,6 +25,7 @@ use crate::upstream::{Upstream, follow};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
+use switchyard_identity::Kind;
 use switchyard_protocol::env;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -32,14 +35,15 @@ pub(crate) async fn run(
     config_file: &Path,
     bind_ip: IpAddr,
     admin_addr: SocketAddr,
+    probe_addr: Option<SocketAddr>,
     secrets_dir: &Path,
     control_plane: Option<&str>,
     ready_file: Option<&Path>,
 ) -> Result<(), RunError> {
     let settings = crate::config::load_router(config_file)?;
-    let control_plane = control_plane
-        .map(|url| follow::endpoint(url).map(|ep| (url.to_owned(), ep)))
-        .transpose()?;
+    if let Some(url) = control_plane {
+        ControlPlane::precheck(url, IdentitySettings::from_env().is_some())?;
+    }
     let secrets = Secrets {
         dir: secrets_dir.to_owned(),
         config_file: config_file.to_owned(),
@@ -157,6 +161,22 @@ pub(crate) async fn run(
     }
     let metrics = Metrics::new();
     let ready = Readiness::default();
+    // Probes answer from the start (live, not ready), while the certificate is being fetched.
+    if let Some(addr) = probe_addr {
+        let probes = bind("probe listener", addr).await?;
+        tokio::spawn(admin::serve_probes(probes, ready.clone()));
+    }
+    let identity = super::identity::start(
+        Kind::Router,
+        &settings.config.namespace,
+        &settings.config.name,
+        &metrics,
+    )
+    .await?;
+    let mesh = identity.as_ref().map(|i| i.mesh.clone());
+    let control_plane = control_plane
+        .map(|url| ControlPlane::new(url, mesh.as_deref()))
+        .transpose()?;
     let pod = std::env::var(env::POD_NAME).unwrap_or_default();
     // PUSH frames from managers go to this process's WebSocket subscribers.
     let hub = Arc::new(Hub::new(metrics.clone()));
@@ -166,18 +186,19 @@ pub(crate) async fn run(
         &settings.config.destinations,
         &settings.config.static_endpoints,
         Some(hub.clone() as Arc<dyn PushSink>),
+        mesh,
         metrics.clone(),
     );
-    if let Some((url, ep)) = &control_plane {
+    if let Some(cp) = &control_plane {
         let activator = Activator::new(
-            ep,
+            cp,
             &settings.config.name,
             &settings.config.namespace,
             &pod,
             settings.config.spec.broker.activation_timeout.into(),
         );
         upstream = upstream
-            .with_control_plane(url.clone())
+            .with_control_plane(cp.url())
             .with_activation(activator);
     }
     let upstream = Arc::new(upstream);
@@ -191,7 +212,7 @@ pub(crate) async fn run(
     ));
     // Until the first table arrives (and whenever the operator is away) the config's table or the
     // last streamed one serves.
-    let reporter = control_plane.as_ref().map(|(_, ep)| {
+    let reporter = control_plane.as_ref().map(|cp| {
         let events = table
             .routes()
             .iter()
@@ -210,10 +231,19 @@ pub(crate) async fn run(
             role: "router",
             owner: settings.config.name.clone(),
         };
-        tokio::spawn(crate::load::push::run(ep.clone(), meters, who))
+        let dial = cp.clone();
+        tokio::spawn(crate::load::push::run(
+            cp.url(),
+            move || {
+                let dial = dial.clone();
+                async move { dial.connect().await }
+            },
+            meters,
+            who,
+        ))
     });
     let follower =
-        control_plane.map(|(_, ep)| tokio::spawn(follow::run(ep, upstream.clone(), pod.clone())));
+        control_plane.map(|cp| tokio::spawn(follow::run(cp, upstream.clone(), pod.clone())));
 
     let http_addr = SocketAddr::new(bind_ip, settings.http_port);
     let listener = bind("HTTP listener", http_addr).await?;
@@ -327,6 +357,9 @@ pub(crate) async fn run(
     }
     if let Some(r) = reporter {
         r.abort();
+    }
+    if let Some(i) = identity {
+        i.renewal.abort();
     }
     tracing::info!("router drained");
     if let Some(o) = &otel {

@@ -5,12 +5,13 @@
 //! alone.
 
 use super::hold::{Held, HeldCounts};
+use crate::net::control_plane::ControlPlane;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 use switchyard_protocol::control::v1::ActivateRequest;
 use switchyard_protocol::control::v1::control_plane_client::ControlPlaneClient;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::Channel;
 
 /// How often an activation is repeated while requests of its event type are held.
 pub const REPEAT: Duration = Duration::from_secs(1);
@@ -28,17 +29,17 @@ pub struct Activator {
 }
 
 impl Activator {
-    /// An activator for Router `namespace/router` (pod `pod`) calling the control plane at
-    /// `endpoint` (connected on first use), holding requests up to `timeout`.
+    /// An activator for Router `namespace/router` (pod `pod`) calling the control plane `cp`
+    /// (connected on first use), holding requests up to `timeout`.
     pub fn new(
-        endpoint: &Endpoint,
+        cp: &ControlPlane,
         router: &str,
         namespace: &str,
         pod: &str,
         timeout: Duration,
     ) -> Activator {
         Activator {
-            client: ControlPlaneClient::new(endpoint.connect_lazy()),
+            client: ControlPlaneClient::new(cp.connect_lazy()),
             router: router.to_owned(),
             namespace: namespace.to_owned(),
             pod: pod.to_owned(),

@@ -7,14 +7,13 @@
 //! or may have lost: [`run`] returns them.
 
 use super::pushes::Pushes;
+use crate::net::io::SplitIo;
 use futures::{SinkExt, StreamExt};
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use switchyard_protocol::frame::{Frame, FrameCodec, Response};
-use tokio::net::TcpStream;
-use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
@@ -276,8 +275,8 @@ impl Conn {
 /// Runs a connection on `stream` until it dies or drains; `on_open` receives it once it is usable.
 /// PUSH frames go to `pushes` (this router process's WebSocket subscribers), if it takes them.
 /// Returns the publishes the manager admitted and never reported done: lost if its pod died.
-pub async fn run(
-    stream: TcpStream,
+pub async fn run<S: SplitIo>(
+    stream: S,
     peer: &str,
     pushes: &Pushes,
     on_open: impl FnOnce(Arc<Conn>),
@@ -292,8 +291,8 @@ pub async fn run(
         implicit_credit: true,
         releases_credit: true,
     });
-    // Owned halves, not `Framed::split`: reader and writer never contend on a shared lock.
-    let (read, write) = stream.into_split();
+    // Halves the reader and writer own, not `Framed::split`: on TCP they never share a lock.
+    let (read, write) = stream.split_io();
     let mut frames = FramedRead::new(read, FrameCodec::default());
     let sink = FramedWrite::new(write, FrameCodec::default());
     let writer = tokio::spawn(write_loop(sink, rx, conn.clone()));
@@ -362,9 +361,13 @@ pub async fn run(
     unconfirmed
 }
 
-type Sink = FramedWrite<OwnedWriteHalf, FrameCodec>;
+type Sink<W> = FramedWrite<W, FrameCodec>;
 
-async fn write_loop(mut sink: Sink, mut rx: mpsc::Receiver<Frame>, conn: Arc<Conn>) {
+async fn write_loop<W: tokio::io::AsyncWrite + Unpin>(
+    mut sink: Sink<W>,
+    mut rx: mpsc::Receiver<Frame>,
+    conn: Arc<Conn>,
+) {
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut nonce = 0u64;
@@ -397,7 +400,11 @@ async fn write_loop(mut sink: Sink, mut rx: mpsc::Receiver<Frame>, conn: Arc<Con
     let _ = sink.close().await;
 }
 
-async fn feed(sink: &mut Sink, frame: Frame, conn: &Conn) -> bool {
+async fn feed<W: tokio::io::AsyncWrite + Unpin>(
+    sink: &mut Sink<W>,
+    frame: Frame,
+    conn: &Conn,
+) -> bool {
     let request_id = match &frame {
         Frame::Request(r) => Some(r.id),
         _ => None,

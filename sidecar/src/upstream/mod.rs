@@ -20,13 +20,14 @@ pub(crate) mod snapshot;
 mod table;
 
 use crate::metrics::Metrics;
+use crate::net::mesh::MeshTls;
 use activate::Activator;
 use arc_swap::ArcSwap;
 use bytes::Bytes;
 use changes::Changes;
 use conn::Conn;
 use discovery::Source;
-use peer::Peer;
+use peer::{Peer, PeerTls};
 pub(crate) use pool::Pool;
 use pushes::Pushes;
 use snapshot::{ControlPlaneView, RouteInfo, RoutesView, Table, TableSource};
@@ -35,9 +36,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use switchyard_crds::EventType;
+use switchyard_identity::Expect;
 use switchyard_protocol::config::Destination;
 use switchyard_protocol::control::v1::RoutingTable;
-use switchyard_protocol::frame::{FLAG_ACK, FLAG_NO_REPLY, Frame, Request, Response};
+use switchyard_protocol::frame::{
+    DEFAULT_MAX_FRAME, FLAG_ACK, FLAG_NO_REPLY, Frame, MAX_PAYLOAD, Request, Response,
+};
 use tokio::time::timeout_at;
 
 /// Endpoints tried for one request when connections fail before the request was written.
@@ -54,6 +58,12 @@ pub enum CallError {
     Timeout,
     /// The connection failed after the request was written; it may have been handled (502).
     Lost,
+    /// The event does not fit in a frame (its payload is over the mesh's limit): refused before it
+    /// took an endpoint or credit, so the shared connection carries on (413).
+    TooLarge {
+        /// The payload's size in bytes.
+        bytes: usize,
+    },
 }
 
 /// An event ready to send.
@@ -87,6 +97,14 @@ enum Attempt {
     Failed(CallError),
 }
 
+/// The mTLS settings of a pool of Manager `manager` in `namespace`.
+fn peer_tls(mesh: Option<&Arc<MeshTls>>, namespace: &str, manager: &str) -> Option<PeerTls> {
+    mesh.map(|m| PeerTls {
+        mesh: m.clone(),
+        expect: Expect::manager(namespace, manager),
+    })
+}
+
 /// The routing table (swapped whole, read without locks) and the manager connections.
 pub struct Upstream {
     table: ArcSwap<Table>,
@@ -97,6 +115,8 @@ pub struct Upstream {
     control: Option<Control>,
     metrics: Arc<Metrics>,
     pushes: Pushes,
+    /// Mesh TLS of the connections to managers; `None`: plain TCP.
+    mesh: Option<Arc<MeshTls>>,
     /// Bumped at each table and each new endpoint connection; held requests wait on it.
     changes: Arc<Changes>,
     /// Set when following the control plane: requests with no ready endpoint are held and the
@@ -116,12 +136,14 @@ impl Upstream {
     /// `static_endpoints` uses that list, any other is found through `<service>.<namespace>.svc` DNS.
     /// Both roles use it (the router role for clients, the manager role for its app's outgoing events);
     /// PUSH frames go to `pushes` (the router role's WebSocket subscribers; `None` takes none).
+    /// With `mesh`, connections are mTLS and each endpoint must be a pod of its Manager.
     pub fn start(
         name: &str,
         namespace: &str,
         destinations: &BTreeMap<EventType, Destination>,
         static_endpoints: &BTreeMap<String, Vec<String>>,
         pushes: Pushes,
+        mesh: Option<Arc<MeshTls>>,
         metrics: Arc<Metrics>,
     ) -> Upstream {
         let changes = Arc::new(Changes::default());
@@ -145,6 +167,7 @@ impl Upstream {
                         pushes.clone(),
                         changes.clone(),
                         metrics.clone(),
+                        peer_tls(mesh.as_ref(), namespace, &dest.manager),
                     ));
                     discovery::start(pool.clone(), source);
                     pool
@@ -171,6 +194,7 @@ impl Upstream {
             control: None,
             metrics,
             pushes,
+            mesh,
             changes,
             activator: None,
         }
@@ -227,6 +251,7 @@ impl Upstream {
                         self.pushes.clone(),
                         self.changes.clone(),
                         self.metrics.clone(),
+                        peer_tls(self.mesh.as_ref(), &self.namespace, &p.manager),
                     ))
                 });
             pool.update(p.addrs);
@@ -369,6 +394,7 @@ impl Upstream {
         deadline: Instant,
         times: &mut CallTimes,
     ) -> Result<Response, CallError> {
+        fits(out)?;
         let mut tried: Vec<Arc<Peer>> = Vec::new();
         let mut refused = None;
         for _ in 0..MAX_TRIES {
@@ -491,6 +517,29 @@ impl Upstream {
             }
         }
     }
+}
+
+/// Whether `out` fits in a REQUEST frame the managers accept. Small events always do (their string
+/// fields are bounded far below the limit), so only large ones pay for the exact check.
+fn fits(out: &Outgoing) -> Result<(), CallError> {
+    if out.payload.len() <= MAX_PAYLOAD - 4096 {
+        return Ok(());
+    }
+    let probe = Request {
+        id: 0,
+        flags: 0,
+        deadline_ms: 0,
+        event: out.event.to_string(),
+        ce_id: out.ce_id.clone(),
+        traceparent: out.traceparent.clone(),
+        content_type: crate::edge::JSON.to_owned(),
+        payload: out.payload.clone(),
+    };
+    probe
+        .check(DEFAULT_MAX_FRAME)
+        .map_err(|_| CallError::TooLarge {
+            bytes: out.payload.len(),
+        })
 }
 
 /// Ends a held request's count in `switchyard_held_requests`.

@@ -1,13 +1,17 @@
-//! One manager endpoint: keeps a connection to it open, reconnecting with backoff.
+//! One manager endpoint: keeps a connection to it open, reconnecting with backoff. With mesh TLS
+//! the connection is mTLS, and the handshake checks the endpoint is a pod of the Manager the table
+//! says it is (an address reused by another workload, or a spoofed endpoint, is refused).
 
 use super::changes::Changes;
 use super::conn::{self, Conn};
 use super::pushes::Pushes;
 use crate::backoff;
 use crate::metrics::{EventLabel, EventLabels, Metrics};
+use crate::net::mesh::MeshTls;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use switchyard_identity::Expect;
 use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 
@@ -16,6 +20,15 @@ const RECONNECT_BASE: Duration = Duration::from_millis(100);
 const RECONNECT_MAX: Duration = Duration::from_secs(5);
 /// A connection that lived this long resets the backoff.
 const STABLE_AFTER: Duration = Duration::from_secs(5);
+
+/// How a pool's endpoints are reached over mTLS: this sidecar's TLS and the Manager expected.
+#[derive(Clone)]
+pub struct PeerTls {
+    /// This sidecar's mesh TLS.
+    pub(crate) mesh: Arc<MeshTls>,
+    /// The Manager whose pods the endpoints must be.
+    pub(crate) expect: Expect,
+}
 
 /// A manager endpoint and its connection.
 pub struct Peer {
@@ -27,17 +40,19 @@ pub struct Peer {
     pushes: Pushes,
     changes: Arc<Changes>,
     metrics: Arc<Metrics>,
+    tls: Option<PeerTls>,
 }
 
 impl Peer {
     /// Creates the peer and starts its connection loop; its PUSH frames go to `pushes`, and each
     /// connection it opens bumps `changes` (held requests wait for that); admitted publishes a lost
-    /// connection never confirmed are counted in `metrics`.
+    /// connection never confirmed are counted in `metrics`. With `tls` it connects with mTLS.
     pub fn spawn(
         addr: String,
         pushes: Pushes,
         changes: Arc<Changes>,
         metrics: Arc<Metrics>,
+        tls: Option<PeerTls>,
     ) -> Arc<Peer> {
         let peer = Arc::new(Peer {
             addr,
@@ -47,6 +62,7 @@ impl Peer {
             pushes,
             changes,
             metrics,
+            tls,
         });
         tokio::spawn(peer.clone().run());
         peer
@@ -103,6 +119,16 @@ impl Peer {
         }
     }
 
+    /// Runs one connection on `stream` (TCP or mTLS) until it ends.
+    async fn serve<S: crate::net::io::SplitIo>(&self, stream: S) {
+        let unconfirmed = conn::run(stream, &self.addr, &self.pushes, |c| {
+            *self.slot() = Some(c);
+            self.changes.bump();
+        })
+        .await;
+        self.unconfirmed(unconfirmed);
+    }
+
     async fn run(self: Arc<Self>) {
         let mut failures = 0u32;
         while !self.stop.is_cancelled() {
@@ -114,15 +140,28 @@ impl Peer {
                 Ok(Ok(stream)) => {
                     let _ = stream.set_nodelay(true);
                     let opened = Instant::now();
-                    tracing::info!(peer = %self.addr, "connected to manager");
-                    let unconfirmed = conn::run(stream, &self.addr, &self.pushes, |c| {
-                        *self.slot() = Some(c);
-                        self.changes.bump();
-                    })
-                    .await;
-                    self.unconfirmed(unconfirmed);
+                    let ran = match &self.tls {
+                        None => {
+                            tracing::info!(peer = %self.addr, "connected to manager");
+                            self.serve(stream).await;
+                            true
+                        }
+                        Some(t) => match t.mesh.connect(stream, &t.expect).await {
+                            Ok(tls) => {
+                                tracing::info!(peer = %self.addr, manager = %t.expect, "connected to manager (mTLS)");
+                                self.serve(tls).await;
+                                true
+                            }
+                            Err(e) => {
+                                if failures == 0 {
+                                    tracing::warn!(peer = %self.addr, expected = %t.expect, error = %e, "mTLS handshake with manager failed; retrying with backoff");
+                                }
+                                false
+                            }
+                        },
+                    };
                     *self.slot() = None;
-                    failures = if opened.elapsed() >= STABLE_AFTER {
+                    failures = if ran && opened.elapsed() >= STABLE_AFTER {
                         0
                     } else {
                         failures.saturating_add(1)

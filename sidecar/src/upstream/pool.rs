@@ -1,7 +1,7 @@
 //! The endpoints of one Manager (or one per-event-type Deployment): a snapshot list of peers.
 
 use super::changes::Changes;
-use super::peer::Peer;
+use super::peer::{Peer, PeerTls};
 use super::pushes::Pushes;
 use crate::metrics::Metrics;
 use std::collections::BTreeSet;
@@ -16,19 +16,28 @@ pub struct Pool {
     pushes: Pushes,
     changes: Arc<Changes>,
     metrics: Arc<Metrics>,
+    tls: Option<PeerTls>,
     retired: AtomicBool,
 }
 
 impl Pool {
     /// An empty pool whose endpoints' PUSH frames go to `pushes` and whose new connections bump
-    /// `changes`; publishes its endpoints lost are counted in `metrics`.
-    pub fn new(name: String, pushes: Pushes, changes: Arc<Changes>, metrics: Arc<Metrics>) -> Pool {
+    /// `changes`; publishes its endpoints lost are counted in `metrics`. Its endpoints connect with
+    /// mTLS expecting the Manager in `tls` (plain TCP with `None`).
+    pub fn new(
+        name: String,
+        pushes: Pushes,
+        changes: Arc<Changes>,
+        metrics: Arc<Metrics>,
+        tls: Option<PeerTls>,
+    ) -> Pool {
         Pool {
             name,
             peers: RwLock::new(Arc::new(Vec::new())),
             pushes,
             changes,
             metrics,
+            tls,
             retired: AtomicBool::new(false),
         }
     }
@@ -86,6 +95,7 @@ impl Pool {
                     self.pushes.clone(),
                     self.changes.clone(),
                     self.metrics.clone(),
+                    self.tls.clone(),
                 ));
             }
         }

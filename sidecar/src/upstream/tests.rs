@@ -31,6 +31,7 @@ fn start() -> Upstream {
         &c.destinations,
         &c.static_endpoints,
         None,
+        None,
         Metrics::new(),
     )
 }

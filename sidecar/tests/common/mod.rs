@@ -3,6 +3,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod identity;
 pub mod nats;
 pub mod otlp;
 pub mod pusher;
@@ -180,8 +181,9 @@ impl Drop for Handling {
 }
 
 /// A CloudEvents echo app: `noop` -> `{}`, `echo` and `audit` -> the body, `slow` sleeps 3 s,
-/// `slowish` 200 ms, `fail` -> 500, `ordered` records `{key, seq}` and takes 30 ms. Every event is
-/// recorded in `events`, and tracked in `active` while it is handled.
+/// `slowish` 200 ms, `fail` -> 500, `ordered` records `{key, seq}` and takes 30 ms, `longtype`
+/// answers with a 326-byte Content-Type. Every event is recorded in `events`, and tracked in
+/// `active` while it is handled.
 pub struct TestApp {
     pub port: u16,
     pub state: Arc<AppState>,
@@ -297,8 +299,14 @@ async fn app_handle(
     drop(handling);
     let mut resp = Response::new(Full::new(out));
     *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+    // `longtype` answers with a Content-Type longer than a frame's 255-byte field.
+    let content_type = if ce_type == "longtype" {
+        format!("application/json; padding={}", "x".repeat(300))
+    } else {
+        "application/json".to_owned()
+    };
     resp.headers_mut()
-        .insert("content-type", "application/json".parse().unwrap());
+        .insert("content-type", content_type.parse().unwrap());
     Ok(resp)
 }
 
@@ -539,6 +547,10 @@ pub struct Opts {
     pub router_args: Vec<String>,
     /// Wait until plain `GET /noop` answers 200; off when middleware or TLS would refuse it.
     pub wait_connected: bool,
+    /// Extra environment of the router sidecar only (after `env`), e.g. its mesh identity.
+    pub router_env: Vec<(String, String)>,
+    /// Extra environment of the manager sidecar only (after `env`).
+    pub manager_env: Vec<(String, String)>,
 }
 
 impl Default for Opts {
@@ -553,6 +565,8 @@ impl Default for Opts {
             env: Vec::new(),
             router_args: Vec::new(),
             wait_connected: true,
+            router_env: Vec::new(),
+            manager_env: Vec::new(),
         }
     }
 }
@@ -611,6 +625,17 @@ pub fn write_json(dir: &Path, name: &str, v: &Value) -> PathBuf {
 
 // ---------------------------------------------------------------- the mesh
 
+/// `env` followed by `extra` (which then wins).
+fn with_env<'a>(
+    env: &[(&'a str, &'a str)],
+    extra: &'a [(String, String)],
+) -> Vec<(&'a str, &'a str)> {
+    env.iter()
+        .copied()
+        .chain(extra.iter().map(|(k, v)| (k.as_str(), v.as_str())))
+        .collect()
+}
+
 pub struct Mesh {
     pub dir: tempfile::TempDir,
     pub app: Arc<TestApp>,
@@ -644,10 +669,12 @@ impl Mesh {
             env.push(("OTEL_BSP_SCHEDULE_DELAY", "100"));
         }
         env.extend(opts.env.iter().copied());
+        let manager_env = with_env(&env, &opts.manager_env);
+        let router_env = with_env(&env, &opts.router_env);
         let mcfg = write_json(dir.path(), "manager.json", &mcfg);
         // The manager first: the router's config names the port it bound.
         let (manager, manager_ports, absent) = if opts.start_manager {
-            let (p, ports) = start_manager(dir.path(), &mcfg, &env).await;
+            let (p, ports) = start_manager(dir.path(), &mcfg, &manager_env).await;
             (Some(p), Some(ports), None)
         } else {
             (None, None, Some(ClosedPort::new()))
@@ -663,7 +690,7 @@ impl Mesh {
         patch(&mut rcfg);
         let rcfg = write_json(dir.path(), "router.json", &rcfg);
         let args: Vec<&str> = opts.router_args.iter().map(String::as_str).collect();
-        let (router, router_ports) = start_router(dir.path(), &rcfg, &args, &env).await;
+        let (router, router_ports) = start_router(dir.path(), &rcfg, &args, &router_env).await;
         let http_port = router_ports.http;
         let client = Http::new();
         if opts.start_manager && opts.wait_connected {

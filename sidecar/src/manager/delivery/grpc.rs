@@ -14,7 +14,7 @@ use tonic::metadata::MetadataValue;
 use tonic::transport::{Channel, Endpoint};
 
 /// Largest reply taken from the app: what fits in one frame.
-const MAX_REPLY: usize = switchyard_protocol::frame::DEFAULT_MAX_FRAME - 1024;
+const MAX_REPLY: usize = switchyard_protocol::frame::MAX_PAYLOAD;
 
 /// A Handler client bound to the app.
 pub struct GrpcDelivery {

@@ -7,10 +7,10 @@ use hyper::Uri;
 use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue};
 use std::net::SocketAddr;
 use std::time::Duration;
-use switchyard_protocol::frame::{DEFAULT_MAX_FRAME, Request};
+use switchyard_protocol::frame::{MAX_PAYLOAD, Request};
 
 /// Largest reply body taken from the app: what fits in one frame.
-const MAX_REPLY: usize = DEFAULT_MAX_FRAME - 1024;
+const MAX_REPLY: usize = MAX_PAYLOAD;
 
 static CE_ID: HeaderName = HeaderName::from_static("ce-id");
 static CE_TYPE: HeaderName = HeaderName::from_static("ce-type");

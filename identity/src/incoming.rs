@@ -1,0 +1,142 @@
+//! TLS connections for a tonic server, each carrying who the client is: the accept loop hands
+//! every handshake to its own task (bounded in number and time, so slow or silent clients never hold
+//! the loop), and a finished connection reaches the service with its [`PeerInfo`] as the requests'
+//! connect info.
+
+use crate::peer::Peer;
+use crate::tls;
+use std::io;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Semaphore, mpsc};
+use tokio_rustls::TlsAcceptor;
+use tokio_rustls::server::TlsStream;
+use tokio_stream::wrappers::ReceiverStream;
+
+/// Time a client has to finish its handshake.
+pub const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Handshakes in progress at once; more connections wait in the kernel's backlog.
+pub const MAX_HANDSHAKES: usize = 256;
+
+/// Who is on the other end of a connection.
+#[derive(Clone, Debug)]
+pub struct PeerInfo {
+    /// The TCP peer.
+    pub remote: SocketAddr,
+    /// The verified client certificate's identity; `None` when the client sent none.
+    pub peer: Option<Peer>,
+}
+
+/// A handshaken TLS connection and its peer.
+pub struct Authenticated {
+    inner: TlsStream<TcpStream>,
+    info: PeerInfo,
+}
+
+impl tonic::transport::server::Connected for Authenticated {
+    type ConnectInfo = PeerInfo;
+
+    fn connect_info(&self) -> PeerInfo {
+        self.info.clone()
+    }
+}
+
+impl AsyncRead for Authenticated {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_read(cx, buf)
+    }
+}
+
+impl AsyncWrite for Authenticated {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+}
+
+/// Accepts on `listener` and yields handshaken connections, until the stream is dropped. Failed
+/// handshakes are logged at debug and counted by `on_failed`.
+pub fn incoming(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    on_failed: impl Fn() + Send + Sync + 'static,
+) -> ReceiverStream<Result<Authenticated, io::Error>> {
+    let (tx, rx) = mpsc::channel(64);
+    let on_failed = Arc::new(on_failed);
+    tokio::spawn(async move {
+        let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
+        loop {
+            let Ok(permit) = slots.clone().acquire_owned().await else {
+                return;
+            };
+            let (stream, remote) = tokio::select! {
+                r = listener.accept() => match r {
+                    Ok(s) => s,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "accept failed");
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                },
+                () = tx.closed() => return,
+            };
+            let _ = stream.set_nodelay(true);
+            let (acceptor, tx, on_failed) = (acceptor.clone(), tx.clone(), on_failed.clone());
+            tokio::spawn(async move {
+                let result = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
+                drop(permit);
+                match result {
+                    Ok(Ok(inner)) => {
+                        let peer = tls::peer_of(inner.get_ref().1.peer_certificates());
+                        let conn = Authenticated {
+                            inner,
+                            info: PeerInfo { remote, peer },
+                        };
+                        let _ = tx.send(Ok(conn)).await;
+                    }
+                    Ok(Err(e)) => {
+                        on_failed();
+                        tracing::debug!(%remote, error = %e, "TLS handshake failed");
+                    }
+                    Err(_) => {
+                        on_failed();
+                        tracing::debug!(%remote, "TLS handshake timed out");
+                    }
+                }
+            });
+        }
+    });
+    ReceiverStream::new(rx)
+}

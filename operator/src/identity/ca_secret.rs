@@ -1,0 +1,136 @@
+//! The mesh CA's key material in a Secret: one the user names (for instance cert-manager's, with
+//! `tls.crt`, `tls.key` and `ca.crt`), or `switchyard-ca` in the operator's namespace, made on first
+//! start. Replicas racing to make it converge on the first one written.
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::Client;
+use kube::api::{Api, PostParams};
+use std::collections::BTreeMap;
+use std::time::SystemTime;
+use switchyard_identity::Ca;
+
+/// Name of the Secret the operator makes when none is given.
+pub const DEFAULT_SECRET: &str = "switchyard-ca";
+
+/// Why the CA cannot be had.
+#[derive(Debug, thiserror::Error)]
+pub enum CaSecretError {
+    /// The API call failed.
+    #[error("CA Secret {namespace}/{name}: {source}")]
+    Api {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// The error.
+        source: kube::Error,
+    },
+    /// A given Secret does not exist.
+    #[error(
+        "CA Secret {namespace}/{name} (--ca-secret) does not exist; create it (e.g. with cert-manager) or leave --ca-secret unset to have one made"
+    )]
+    Missing {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+    },
+    /// The Secret's content is unusable.
+    #[error("CA Secret {namespace}/{name}: {why}")]
+    Content {
+        /// Its namespace.
+        namespace: String,
+        /// Its name.
+        name: String,
+        /// What is wrong.
+        why: String,
+    },
+}
+
+fn text(secret: &Secret, key: &str) -> Option<String> {
+    secret
+        .data
+        .as_ref()?
+        .get(key)
+        .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+}
+
+fn load(secret: &Secret, namespace: &str, name: &str) -> Result<Ca, CaSecretError> {
+    let bad = |why: String| CaSecretError::Content {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        why,
+    };
+    let cert = text(secret, "tls.crt").ok_or_else(|| bad("it has no tls.crt".into()))?;
+    let key = text(secret, "tls.key").ok_or_else(|| bad("it has no tls.key".into()))?;
+    let trust = text(secret, "ca.crt");
+    Ca::from_pem(&cert, &key, trust.as_deref()).map_err(|e| bad(e.to_string()))
+}
+
+/// Loads the CA from Secret `namespace/name`; when `given` is false and it does not exist, makes
+/// a root for `trust_domain` and stores it there first.
+pub async fn load_or_create(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    given: bool,
+    trust_domain: &str,
+) -> Result<Ca, CaSecretError> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let api_err = |source| CaSecretError::Api {
+        namespace: namespace.to_owned(),
+        name: name.to_owned(),
+        source,
+    };
+    if let Some(s) = api.get_opt(name).await.map_err(api_err)? {
+        return load(&s, namespace, name);
+    }
+    if given {
+        return Err(CaSecretError::Missing {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+        });
+    }
+    let (ca, pem) =
+        Ca::generate(trust_domain, SystemTime::now()).map_err(|e| CaSecretError::Content {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            why: e.to_string(),
+        })?;
+    let secret = Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                switchyard_protocol::labels::MANAGED_BY.to_owned(),
+                crate::FIELD_MANAGER.to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(BTreeMap::from([
+            ("tls.crt".to_owned(), ByteString(pem.cert.into_bytes())),
+            ("tls.key".to_owned(), ByteString(pem.key.into_bytes())),
+        ])),
+        ..Secret::default()
+    };
+    match api.create(&PostParams::default(), &secret).await {
+        Ok(_) => {
+            tracing::info!(secret = %format!("{namespace}/{name}"), "mesh CA made and stored");
+            Ok(ca)
+        }
+        // Another replica stored one first: everyone uses that one.
+        Err(kube::Error::Api(e)) if e.code == 409 => {
+            let s = api.get_opt(name).await.map_err(api_err)?.ok_or_else(|| {
+                CaSecretError::Missing {
+                    namespace: namespace.to_owned(),
+                    name: name.to_owned(),
+                }
+            })?;
+            load(&s, namespace, name)
+        }
+        Err(e) => Err(api_err(e)),
+    }
+}

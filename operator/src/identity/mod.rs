@@ -1,0 +1,198 @@
+//! Workload identity in the operator: the mesh CA (from a Secret, made on first start or given by
+//! the user), the `Identity` service next to the control plane (a TokenReview of the sidecar's
+//! projected token, then its pod and owner), and the operator's own serving certificate, renewed at
+//! two thirds of its life without a restart.
+//!
+//! `owner` is the pure core (review status, pod, owners -> who), `review` the API shell,
+//! `ca_secret` the CA's storage.
+
+pub mod ca_secret;
+pub mod owner;
+pub mod review;
+
+use crate::metrics::Metrics;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+use switchyard_identity::connect::MeshConnector;
+use switchyard_identity::service::{IdentityService, Observer, Refusal};
+use switchyard_identity::tls::{self, ClientAuth, Expect, TlsError};
+use switchyard_identity::{Ca, CertStore, Kind, SpiffeId, Subject};
+
+/// Name of the operator in its own identity, `spiffe://<td>/ns/<namespace>/operator/switchyard`.
+pub const OPERATOR_NAME: &str = "switchyard";
+
+/// A refusal of a certificate request.
+pub(crate) fn service_refusal(
+    code: tonic::Code,
+    reason: &'static str,
+    message: impl Into<String>,
+) -> Refusal {
+    Refusal {
+        code,
+        reason,
+        message: message.into(),
+    }
+}
+
+impl Observer for Metrics {
+    fn issued(&self, id: &SpiffeId) {
+        self.certificate_issued(id.kind.as_str());
+    }
+
+    fn refused(&self, reason: &'static str) {
+        self.identity_refused(reason);
+    }
+}
+
+/// Why identity cannot start.
+#[derive(Debug, thiserror::Error)]
+pub enum IdentityError {
+    /// The CA Secret.
+    #[error(transparent)]
+    Ca(#[from] ca_secret::CaSecretError),
+    /// The operator's own identity is not valid.
+    #[error("the operator's identity: {0}")]
+    Id(#[from] switchyard_identity::spiffe::ParseError),
+    /// Its certificate could not be made.
+    #[error("the operator's certificate: {0}")]
+    Issue(#[from] switchyard_identity::ca::IssueError),
+    /// TLS setup failed.
+    #[error(transparent)]
+    Tls(#[from] TlsError),
+}
+
+/// Where the CA is and what certificates say.
+#[derive(Clone, Debug)]
+pub struct IdentitySettings {
+    /// Trust domain of every identity.
+    pub trust_domain: String,
+    /// The CA Secret's name, and whether the user gave it (then it is never made here).
+    pub ca_secret: (String, bool),
+    /// The operator's namespace (the CA Secret's, and the operator's own identity).
+    pub namespace: String,
+    /// The operator's pod name (its certificate's common name).
+    pub pod: String,
+    /// Lifetime of the certificates issued.
+    pub lifetime: Duration,
+}
+
+/// The operator's identity state.
+pub struct MeshIdentity {
+    /// The CA.
+    pub ca: Arc<Ca>,
+    /// The operator's own certificate, served by the control plane.
+    pub store: Arc<CertStore>,
+    /// Settings.
+    pub settings: IdentitySettings,
+    subject: Subject,
+}
+
+impl MeshIdentity {
+    /// Loads (or makes) the CA and certifies the operator itself.
+    pub async fn start(
+        client: &kube::Client,
+        settings: IdentitySettings,
+    ) -> Result<Arc<MeshIdentity>, IdentityError> {
+        let (secret, given) = &settings.ca_secret;
+        let ca = ca_secret::load_or_create(
+            client,
+            &settings.namespace,
+            secret,
+            *given,
+            &settings.trust_domain,
+        )
+        .await?;
+        let subject = Subject {
+            id: SpiffeId::new(
+                &settings.trust_domain,
+                &settings.namespace,
+                Kind::Operator,
+                OPERATOR_NAME,
+            )?,
+            pod: settings.pod.clone(),
+        };
+        let me = MeshIdentity {
+            ca: Arc::new(ca),
+            store: Arc::new(CertStore::default()),
+            settings,
+            subject,
+        };
+        me.certify_self()?;
+        Ok(Arc::new(me))
+    }
+
+    fn certify_self(&self) -> Result<SystemTime, IdentityError> {
+        let (issued, key) =
+            self.ca
+                .issue_with_new_key(&self.subject, self.settings.lifetime, SystemTime::now())?;
+        let not_after = issued.not_after;
+        self.store.install(
+            issued.chain,
+            rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+            not_after,
+        )?;
+        Ok(not_after)
+    }
+
+    /// Renews the operator's own certificate at two thirds of what is left, forever.
+    pub async fn renew_forever(self: Arc<Self>) {
+        let mut not_after = self
+            .store
+            .current()
+            .map_or_else(SystemTime::now, |c| c.not_after);
+        loop {
+            tokio::time::sleep(switchyard_identity::renew_in(SystemTime::now(), not_after)).await;
+            match self.certify_self() {
+                Ok(t) => {
+                    not_after = t;
+                    tracing::info!("control-plane certificate renewed");
+                }
+                Err(e) => tracing::error!(error = %e, "control-plane certificate renewal failed"),
+            }
+        }
+    }
+
+    /// The roots the mesh trusts, PEM (rendered into every sidecar's config map).
+    pub fn trust_pem(&self) -> String {
+        switchyard_identity::pem::certs(self.ca.trust())
+    }
+
+    /// The control plane's TLS: the operator's certificate; client certificates optional (a
+    /// sidecar asking for its first certificate has none), checked against the CA when sent.
+    pub fn server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
+        tls::server_config(
+            self.store.clone(),
+            tls::roots(self.ca.trust())?,
+            ClientAuth::Optional,
+            &[tls::H2_ALPN],
+        )
+    }
+
+    /// How a standby dials the leader's control plane: this replica's certificate presented, the
+    /// other end checked to be the operator.
+    pub fn forward_connector(&self) -> Result<MeshConnector, TlsError> {
+        let config = tls::client_config(
+            Some(self.store.clone()),
+            tls::roots(self.ca.trust())?,
+            &[tls::H2_ALPN],
+        )?;
+        Ok(MeshConnector::new(Arc::new(config), Expect::Operator))
+    }
+
+    /// The Identity service, reviewing tokens with `client`.
+    pub fn service(
+        &self,
+        client: kube::Client,
+        metrics: Arc<Metrics>,
+    ) -> IdentityService<review::KubeAuthenticator> {
+        IdentityService::new(
+            self.ca.clone(),
+            review::KubeAuthenticator {
+                client,
+                trust_domain: self.settings.trust_domain.clone(),
+            },
+            self.settings.lifetime,
+            metrics,
+        )
+    }
+}

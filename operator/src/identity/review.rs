@@ -1,0 +1,131 @@
+//! The cluster's [`Authenticator`]: a TokenReview of the sidecar's projected token (audience
+//! `switchyard-identity`), then the pod it is bound to and its controller chain, read from the API
+//! server (not a cache: a certificate must not be issued on a stale view of who owns a pod).
+
+use super::owner::{self, BoundPod};
+use super::service_refusal;
+use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
+use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, PostParams};
+use kube::{Client, Resource};
+use switchyard_crds::{Manager, Router};
+use switchyard_identity::service::{Authenticator, Refusal};
+use switchyard_identity::{Kind, SpiffeId, Subject, TOKEN_AUDIENCE};
+use tonic::Code;
+
+/// Reviews tokens with the API server.
+pub struct KubeAuthenticator {
+    /// The operator's client (RBAC: create tokenreviews; get pods, replicasets, deployments,
+    /// routers, managers).
+    pub client: Client,
+    /// Trust domain of the identities issued.
+    pub trust_domain: String,
+}
+
+fn unavailable(e: kube::Error) -> Refusal {
+    service_refusal(
+        Code::Unavailable,
+        "api",
+        format!("the token could not be checked now: {e}"),
+    )
+}
+
+async fn get<K>(api: Api<K>, name: &str, uid: Option<&str>, what: &str) -> Result<K, Refusal>
+where
+    K: Resource + Clone + serde::de::DeserializeOwned + std::fmt::Debug,
+{
+    let obj = api
+        .get_opt(name)
+        .await
+        .map_err(unavailable)?
+        .ok_or_else(|| {
+            service_refusal(
+                Code::PermissionDenied,
+                "gone",
+                format!("{what} {name} does not exist"),
+            )
+        })?;
+    if let Some(uid) = uid
+        && obj.meta().uid.as_deref() != Some(uid)
+    {
+        return Err(service_refusal(
+            Code::PermissionDenied,
+            "owner",
+            format!("{what} {name} is not the one the chain names (uid differs)"),
+        ));
+    }
+    Ok(obj)
+}
+
+#[tonic::async_trait]
+impl Authenticator for KubeAuthenticator {
+    async fn authenticate(&self, token: &str) -> Result<Subject, Refusal> {
+        let review = TokenReview {
+            spec: TokenReviewSpec {
+                token: Some(token.to_owned()),
+                audiences: Some(vec![TOKEN_AUDIENCE.to_owned()]),
+            },
+            ..TokenReview::default()
+        };
+        let reviewed = Api::<TokenReview>::all(self.client.clone())
+            .create(&PostParams::default(), &review)
+            .await
+            .map_err(unavailable)?;
+        let status = reviewed.status.unwrap_or_default();
+        let bound: BoundPod = owner::bound_pod(&status, TOKEN_AUDIENCE)?;
+        let ns = &bound.namespace;
+        let pod: Pod = get(
+            Api::namespaced(self.client.clone(), ns),
+            &bound.name,
+            None,
+            "pod",
+        )
+        .await?;
+        let rs_ref = owner::pod_owner(&bound, &pod.metadata)?;
+        let rs: ReplicaSet = get(
+            Api::namespaced(self.client.clone(), ns),
+            &rs_ref.name,
+            Some(&rs_ref.uid),
+            "ReplicaSet",
+        )
+        .await?;
+        let what = format!("ReplicaSet {}", rs_ref.name);
+        let dep_ref = owner::owner_of_kind(&what, &rs.metadata, "Deployment")?;
+        let dep: Deployment = get(
+            Api::namespaced(self.client.clone(), ns),
+            &dep_ref.name,
+            Some(&dep_ref.uid),
+            "Deployment",
+        )
+        .await?;
+        let (kind, name, uid) = owner::workload(&dep_ref.name, &dep.metadata)?;
+        match kind {
+            Kind::Router => {
+                get::<Router>(
+                    Api::namespaced(self.client.clone(), ns),
+                    &name,
+                    Some(&uid),
+                    "Router",
+                )
+                .await?;
+            }
+            _ => {
+                get::<Manager>(
+                    Api::namespaced(self.client.clone(), ns),
+                    &name,
+                    Some(&uid),
+                    "Manager",
+                )
+                .await?;
+            }
+        }
+        let id = SpiffeId::new(&self.trust_domain, ns, kind, &name)
+            .map_err(|e| service_refusal(Code::PermissionDenied, "name", e.to_string()))?;
+        tracing::debug!(identity = %id, pod = %bound.name, service_account = %bound.service_account, "token reviewed");
+        Ok(Subject {
+            id,
+            pod: bound.name,
+        })
+    }
+}

@@ -1,0 +1,79 @@
+//! A pod's mesh identity (pure): the projected ServiceAccount token the sidecar proves itself with
+//! (audience `switchyard-identity`, an hour long, rotated by the kubelet), the Identity service's
+//! URL, and the mesh's trust bundle next to the sidecar's config. The pod mounts no default API
+//! token: nothing in it needs the API server unless the user's template says so.
+
+use super::RenderSettings;
+use k8s_openapi::api::core::v1::{
+    Container, EnvVar, PodSpec, ProjectedVolumeSource, ServiceAccountTokenProjection, Volume,
+    VolumeMount, VolumeProjection,
+};
+use switchyard_identity::{TOKEN_AUDIENCE, TOKEN_DIR, TOKEN_FILE};
+use switchyard_protocol::env;
+
+/// Name of the token volume; reserved in Manager templates.
+pub const TOKEN_VOLUME: &str = "switchyard-identity";
+/// Lifetime of the projected token; the kubelet rotates it at 80 %.
+pub const TOKEN_SECONDS: i64 = 3600;
+
+/// What the operator's mesh TLS gives every sidecar.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct MeshRender {
+    /// The Identity service (the control plane's URL).
+    pub identity_url: String,
+    /// The roots the mesh trusts, PEM: `ca.crt` in each sidecar's ConfigMap.
+    pub trust_bundle: String,
+}
+
+/// Makes `pod` mount no default ServiceAccount token unless its template asks for one.
+pub fn no_default_token(pod: &mut PodSpec) {
+    pod.automount_service_account_token.get_or_insert(false);
+}
+
+/// Adds the token volume to `pod`, and its mount and the identity environment to `sidecar`, when
+/// mesh TLS is on.
+pub fn apply(settings: &RenderSettings, pod: &mut PodSpec, sidecar: &mut Container) {
+    let Some(mesh) = &settings.mesh else {
+        return;
+    };
+    pod.volumes.get_or_insert_with(Vec::new).push(Volume {
+        name: TOKEN_VOLUME.into(),
+        projected: Some(ProjectedVolumeSource {
+            sources: Some(vec![VolumeProjection {
+                service_account_token: Some(ServiceAccountTokenProjection {
+                    audience: Some(TOKEN_AUDIENCE.into()),
+                    expiration_seconds: Some(TOKEN_SECONDS),
+                    path: TOKEN_FILE.into(),
+                }),
+                ..VolumeProjection::default()
+            }]),
+            ..ProjectedVolumeSource::default()
+        }),
+        ..Volume::default()
+    });
+    sidecar
+        .volume_mounts
+        .get_or_insert_with(Vec::new)
+        .push(VolumeMount {
+            name: TOKEN_VOLUME.into(),
+            mount_path: TOKEN_DIR.into(),
+            read_only: Some(true),
+            ..VolumeMount::default()
+        });
+    // The token and trust files are where the sidecar looks by default.
+    sidecar.env.get_or_insert_with(Vec::new).push(EnvVar {
+        name: env::IDENTITY.into(),
+        value: Some(mesh.identity_url.clone()),
+        ..EnvVar::default()
+    });
+}
+
+/// The trust bundle entry of a sidecar ConfigMap, when mesh TLS is on.
+pub fn trust_entry(settings: &RenderSettings) -> Option<(String, String)> {
+    settings.mesh.as_ref().map(|m| {
+        (
+            switchyard_identity::TRUST_FILE.to_owned(),
+            m.trust_bundle.clone(),
+        )
+    })
+}
