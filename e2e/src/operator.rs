@@ -47,8 +47,7 @@ pub fn target_dir() -> PathBuf {
 }
 
 async fn build_operator() -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    Cmd::new(cargo)
+    Cmd::cargo()
         .args(["build", "-p", OPERATOR_PACKAGE, "--bin", OPERATOR_PACKAGE])
         .timeout(Duration::from_secs(60 * 60))
         .ok()
