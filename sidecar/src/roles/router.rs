@@ -63,6 +63,17 @@ pub(crate) async fn run(
         .transpose()?;
     let table = RouteTable::build(&settings.config.spec)
         .map_err(|e| crate::config::field_error(config_file, e.field, e.message))?;
+    if settings.body_budget < table.body_limit {
+        return Err(crate::config::field_error(
+            config_file,
+            "spec.broker.bodyBudgetBytes",
+            format!(
+                "{} is less than one body of the largest size accepted ({} bytes, bodyLimit.maxBytes): no such body could ever be read",
+                settings.body_budget, table.body_limit
+            ),
+        )
+        .into());
+    }
     for route in table.routes() {
         if !settings
             .config
