@@ -2,7 +2,9 @@
 //! in spec order around the HTTP service (the first entry is the outermost).
 
 use super::cors::Decision;
-use super::{Denial, Head, Stack, Step};
+use super::gate::{Denial, Head};
+use super::grant::Grant;
+use super::{Stack, Step};
 use crate::answer::http::Reply;
 use crate::metrics::Metrics;
 use crate::timing::StageTimes;
@@ -88,7 +90,7 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let inner = self.inner.clone();
         let metrics = &self.layer.metrics;
         match &self.layer.step {
@@ -97,10 +99,17 @@ where
                     headers: req.headers(),
                     peer: self.layer.peer,
                 };
-                if let Err(d) = gate.check(&head) {
-                    metrics.rejected(d.middleware, d.reason);
-                    let resp = refused(&req, denial_response(&d));
-                    return Box::pin(async move { Ok(resp) });
+                let grant = match gate.check(&head) {
+                    Err(d) => {
+                        metrics.rejected(d.middleware, d.reason);
+                        let resp = refused(&req, denial_response(&d));
+                        return Box::pin(async move { Ok(resp) });
+                    }
+                    Ok(token) => Grant::of(gate, &head, token),
+                };
+                // A WebSocket session takes it over, to end when the credential lapses.
+                if let Some(g) = grant {
+                    req.extensions_mut().insert(g);
                 }
                 Box::pin(inner.oneshot(req))
             }
