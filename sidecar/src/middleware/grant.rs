@@ -112,8 +112,8 @@ impl Grant {
                 }
             };
             tokio::select! {
-                // Not re-checked: the library counts whole seconds, so at the instant itself the
-                // token could still pass.
+                // Not re-checked: at the instant itself the timer and the wall clock may differ
+                // by a hair, and the token is over either way.
                 _ = expired => return jwt::expired(),
                 _ = changed => {
                     if let Err(d) = self.recheck() {

@@ -208,15 +208,22 @@ impl JwtGate {
     /// Verifies a token; its claims and when it stops being accepted.
     pub fn verify(&self, token: &str) -> Result<Token, Denial> {
         let key = self.key.load();
-        jsonwebtoken::decode::<Map<String, Value>>(token, &key, &self.validation)
-            .map(|data| Token {
-                expires: expires(&data.claims, self.validation.leeway),
-                claims: data.claims,
-            })
+        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &self.validation)
             .map_err(|e| {
                 let (reason, detail) = describe(e.kind());
                 deny(reason, detail)
-            })
+            })?;
+        let token = Token {
+            expires: expires(&data.claims, self.validation.leeway),
+            claims: data.claims,
+        };
+        // The library counts whole seconds and still takes a token during the second of its
+        // `exp`; RFC 7519 wants now before `exp`. Checked to the instant, a request is refused
+        // from the moment a session opened with the same token is closed.
+        if SystemTime::now() >= token.expires {
+            return Err(expired());
+        }
+        Ok(token)
     }
 }
 
