@@ -243,7 +243,10 @@ async fn a_websocket_session_closes_with_1008_when_its_token_expires() {
         "the token has expired; reconnect with a fresh token"
     );
     // Closed at the expiry, not before it (the leeway is 0s).
-    assert!(at >= Duration::from_secs(exp), "closed at {at:?}, exp {exp}");
+    assert!(
+        at >= Duration::from_secs(exp),
+        "closed at {at:?}, exp {exp}"
+    );
     wait_metric(
         &mesh,
         r#"switchyard_sessions_lapsed_total{protocol="websocket",reason="expired"}"#,
@@ -256,7 +259,9 @@ async fn a_websocket_session_closes_with_1008_when_its_token_expires() {
         .unwrap();
     req.headers_mut()
         .insert("authorization", token.parse().unwrap());
-    let refused = tokio_tungstenite::connect_async(req).await.expect_err("refused");
+    let refused = tokio_tungstenite::connect_async(req)
+        .await
+        .expect_err("refused");
     let tokio_tungstenite::tungstenite::Error::Http(resp) = refused else {
         panic!("expected an HTTP refusal, got {refused:?}")
     };
@@ -280,7 +285,10 @@ async fn refresh_carries_a_session_past_its_first_token() {
     .await;
     assert_eq!(r["status"], 403, "{r}");
     assert!(
-        r["error"]["detail"].as_str().unwrap().contains("another subject"),
+        r["error"]["detail"]
+            .as_str()
+            .unwrap()
+            .contains("another subject"),
         "{r}"
     );
     let forged = jwt(json!({"sub": "u1", "exp": now() + 600}), b"not-the-key");
@@ -542,14 +550,20 @@ async fn rotated_api_keys_are_taken_and_sessions_of_a_removed_key_end() {
     )
     .await;
     wait_status(&mesh, ("x-api-key", "key-one"), 200, "router connected").await;
-    assert_eq!(http_get(&mesh, "/noop", ("x-api-key", "key-two")).await, 401);
+    assert_eq!(
+        http_get(&mesh, "/noop", ("x-api-key", "key-two")).await,
+        401
+    );
     let mut one = ws_connect(&mesh, ("x-api-key", "key-one")).await;
     let r = ask(&mut one, json!({"command": "noop", "id": 1})).await;
     assert_eq!(r["status"], 200, "{r}");
 
     kubelet_write(secrets.path(), "api-keys", &[("keys", b"key-two\n")], 2);
     wait_status(&mesh, ("x-api-key", "key-two"), 200, "the new key accepted").await;
-    assert_eq!(http_get(&mesh, "/noop", ("x-api-key", "key-one")).await, 401);
+    assert_eq!(
+        http_get(&mesh, "/noop", ("x-api-key", "key-one")).await,
+        401
+    );
     let f = close_frame(&mut one, WAIT).await;
     assert_eq!(f.code, CloseCode::Policy, "{f:?}");
     assert_eq!(
@@ -564,7 +578,13 @@ async fn rotated_api_keys_are_taken_and_sessions_of_a_removed_key_end() {
         &[("keys", b"key-two\nkey-three\n")],
         3,
     );
-    wait_status(&mesh, ("x-api-key", "key-three"), 200, "a third key accepted").await;
+    wait_status(
+        &mesh,
+        ("x-api-key", "key-three"),
+        200,
+        "a third key accepted",
+    )
+    .await;
     let r = ask(&mut two, json!({"command": "noop", "id": 2})).await;
     assert_eq!(r["status"], 200, "{r}");
 
@@ -576,8 +596,14 @@ async fn rotated_api_keys_are_taken_and_sessions_of_a_removed_key_end() {
         1.0,
     )
     .await;
-    assert_eq!(http_get(&mesh, "/noop", ("x-api-key", "key-two")).await, 200);
-    assert_eq!(http_get(&mesh, "/noop", ("x-api-key", "key-three")).await, 200);
+    assert_eq!(
+        http_get(&mesh, "/noop", ("x-api-key", "key-two")).await,
+        200
+    );
+    assert_eq!(
+        http_get(&mesh, "/noop", ("x-api-key", "key-three")).await,
+        200
+    );
     let r = ask(&mut two, json!({"command": "noop", "id": 3})).await;
     assert_eq!(r["status"], 200, "{r}");
     let text = mesh.router_metrics().await;
@@ -645,7 +671,10 @@ async fn https_noop(port: u16, trusted: &Pair) -> Result<u16, String> {
         .unwrap();
     let resp = send.send_request(req).await.map_err(|e| e.to_string())?;
     let status = resp.status().as_u16();
-    resp.into_body().collect().await.map_err(|e| e.to_string())?;
+    resp.into_body()
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?;
     Ok(status)
 }
 
@@ -688,7 +717,9 @@ async fn a_rotated_tls_certificate_is_served_without_a_restart_and_a_bad_pair_ke
         (https_noop(port, &b).await == Ok(200)).then_some(())
     })
     .await;
-    let refused = https_noop(port, &a).await.expect_err("the old certificate is gone");
+    let refused = https_noop(port, &a)
+        .await
+        .expect_err("the old certificate is gone");
     assert!(refused.contains("certificate"), "{refused}");
     wait_metric(
         &mesh,
@@ -717,7 +748,10 @@ async fn a_rotated_tls_certificate_is_served_without_a_restart_and_a_bad_pair_ke
         .log_line("key material reload failed; the material loaded before stays in use")
         .await;
     let files = line["files"].as_str().unwrap();
-    assert!(files.contains("edge-tls/tls.crt") && files.contains("edge-tls/tls.key"), "{line}");
+    assert!(
+        files.contains("edge-tls/tls.crt") && files.contains("edge-tls/tls.key"),
+        "{line}"
+    );
     assert!(
         line["error"]
             .as_str()

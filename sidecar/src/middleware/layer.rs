@@ -11,7 +11,9 @@ use crate::timing::StageTimes;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http_body_util::Full;
-use hyper::header::{CONNECTION, CONTENT_LENGTH, HeaderValue, TRANSFER_ENCODING, WWW_AUTHENTICATE};
+use hyper::header::{
+    CONNECTION, CONTENT_LENGTH, HeaderValue, TRANSFER_ENCODING, UPGRADE, WWW_AUTHENTICATE,
+};
 use hyper::{Request, Response, StatusCode, Version};
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -105,7 +107,11 @@ where
                         let resp = refused(&req, denial_response(&d));
                         return Box::pin(async move { Ok(resp) });
                     }
-                    Ok(token) => Grant::of(gate, &head, token),
+                    // Only an upgrade can become a session; other requests need no grant.
+                    Ok(token) if req.headers().contains_key(UPGRADE) => {
+                        Grant::of(gate, &head, token)
+                    }
+                    Ok(_) => None,
                 };
                 // A WebSocket session takes it over, to end when the credential lapses.
                 if let Some(g) = grant {
