@@ -195,6 +195,7 @@ async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
         ("Service", "switchyard-metrics"),
         ("Service", "switchyard-control-plane"),
         ("Deployment", "switchyard"),
+        ("NetworkPolicy", "switchyard"),
     ];
     for (kind, name) in expected {
         let doc = find(&docs, kind, name)?;
@@ -290,6 +291,15 @@ async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
             .any(|r| strings(&r["apiGroups"]) == ["coordination.k8s.io"]
                 && strings(&r["resources"]) == ["leases"])),
         "leader-election Role does not cover leases: {role}"
+    );
+    // The operator's own NetworkPolicy: the control plane only from the mesh's pods.
+    let policy = find(&docs, "NetworkPolicy", "switchyard")?;
+    let control = &policy["spec"]["ingress"][0];
+    ensure!(
+        control["ports"][0]["port"] == "control-plane"
+            && strings(&control["from"][0]["podSelector"]["matchExpressions"][0]["values"])
+                == ["switchyard-router", "switchyard-manager"],
+        "operator NetworkPolicy: {policy}"
     );
     // The CA Secret, and only it, may be read; the Role grants nothing else but creating it.
     let identity = find(&docs, "Role", "switchyard-identity")?;
