@@ -1,5 +1,6 @@
 //! Prometheus metrics of one sidecar process (either role), served on the admin port.
 
+pub(crate) mod conns;
 pub(crate) mod labels;
 pub(crate) mod mesh;
 pub(crate) mod ws;
@@ -51,6 +52,8 @@ pub struct Metrics {
     pub ws: ws::WsMetrics,
     /// Mesh TLS: handshakes, the certificate, refused peers.
     pub mesh: mesh::MeshMetrics,
+    /// Client connections: open, refused, ended by their timers.
+    pub conns: conns::ConnMetrics,
     /// `switchyard_middleware_rejections_total{middleware,reason}`: requests refused at the edge.
     pub rejections: Family<RejectLabels, Counter>,
     /// `switchyard_dead_letter_published_total{event}`: events whose delivery failed for good,
@@ -128,6 +131,7 @@ impl Metrics {
         );
         let ws = ws::WsMetrics::register(&mut registry);
         let mesh = mesh::MeshMetrics::register(&mut registry);
+        let conns = conns::ConnMetrics::register(&mut registry);
         let rejections = Family::<RejectLabels, Counter>::default();
         registry.register(
             "switchyard_middleware_rejections",
@@ -172,6 +176,7 @@ impl Metrics {
         Arc::new(Metrics {
             ws,
             mesh,
+            conns,
             registry,
             requests,
             duration,
