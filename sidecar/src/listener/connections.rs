@@ -2,8 +2,10 @@
 //! and timers the HTTP and gRPC listeners share. Errors name the field.
 
 use crate::config::{ConfigError, field_error};
+use crate::metrics::Metrics;
 use crate::net::conn::fd_limit;
 use crate::net::conn::limits::Caps;
+use crate::net::conn::meters::Meters;
 use crate::net::conn::timers::Timeouts;
 use std::path::Path;
 use std::time::Duration;
@@ -21,6 +23,17 @@ pub struct Resolved {
     pub timeouts: Timeouts,
     /// `spec.listeners.connections.maxConnections` when the file limit lowered it.
     pub lowered_from: Option<usize>,
+}
+
+/// The connection metrics of `listener` (`http`, `grpc`).
+pub fn meters(metrics: &Metrics, listener: &'static str) -> Meters {
+    let c = &metrics.conns;
+    Meters::new(
+        c.open(listener),
+        c.accept_errors(listener),
+        |reason| c.refused(listener, reason),
+        |reason| c.closed(listener, reason),
+    )
 }
 
 /// Resolves `c` for a process whose soft open-file limit is `fd_limit` (`None`: unlimited).

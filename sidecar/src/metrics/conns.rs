@@ -1,8 +1,6 @@
-//! Metrics of client connections, per listener: open connections, refusals by cap, connections
-//! asked to end or closed by their timers, failed accepts.
+//! Metric families of client connections, per listener: open connections, refusals by cap,
+//! connections ended by a timer, failed accepts (`net::conn::meters` holds one listener's handles).
 
-use crate::net::conn::limits::Refusal;
-use crate::net::conn::timers::Due;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -65,58 +63,31 @@ impl ConnMetrics {
         m
     }
 
-    /// The handles of `listener`, resolved once so the accept path looks nothing up.
-    pub fn meters(&self, listener: &'static str) -> Meters {
-        let reason = |family: &Family<ReasonLabels, Counter>, reason: &'static str| {
-            family
-                .get_or_create(&ReasonLabels { listener, reason })
-                .clone()
-        };
-        Meters {
-            open: self
-                .open
-                .get_or_create(&ListenerLabels { listener })
-                .clone(),
-            refused_total: reason(&self.refused, Refusal::Total.label()),
-            refused_per_client: reason(&self.refused, Refusal::PerClient.label()),
-            closed: [Due::FirstByte, Due::Idle, Due::MaxAge, Due::Grace]
-                .map(|d| reason(&self.closed, d.label())),
-            accept_errors: self
-                .accept_errors
-                .get_or_create(&ListenerLabels { listener })
-                .clone(),
-        }
-    }
-}
-
-/// One listener's connection metrics.
-#[derive(Clone, Debug)]
-pub struct Meters {
-    /// Open connections.
-    pub open: Gauge,
-    refused_total: Counter,
-    refused_per_client: Counter,
-    closed: [Counter; 4],
-    /// Failed accepts.
-    pub accept_errors: Counter,
-}
-
-impl Meters {
-    /// The refusal counter of `r`.
-    pub fn refused(&self, r: Refusal) -> &Counter {
-        match r {
-            Refusal::Total => &self.refused_total,
-            Refusal::PerClient => &self.refused_per_client,
-        }
+    /// `switchyard_connections{listener}`.
+    pub fn open(&self, listener: &'static str) -> Gauge {
+        self.open
+            .get_or_create(&ListenerLabels { listener })
+            .clone()
     }
 
-    /// The counter of connections `due` ended.
-    pub fn closed(&self, due: Due) -> &Counter {
-        &self.closed[match due {
-            Due::FirstByte => 0,
-            Due::Idle => 1,
-            Due::MaxAge => 2,
-            Due::Grace => 3,
-        }]
+    /// `switchyard_accept_errors_total{listener}`.
+    pub fn accept_errors(&self, listener: &'static str) -> Counter {
+        self.accept_errors
+            .get_or_create(&ListenerLabels { listener })
+            .clone()
+    }
+
+    /// `switchyard_connections_refused_total{listener,reason}`.
+    pub fn refused(&self, listener: &'static str, reason: &'static str) -> Counter {
+        self.refused
+            .get_or_create(&ReasonLabels { listener, reason })
+            .clone()
+    }
+
+    /// `switchyard_connections_closed_total{listener,reason}`.
+    pub fn closed(&self, listener: &'static str, reason: &'static str) -> Counter {
+        self.closed
+            .get_or_create(&ReasonLabels { listener, reason })
+            .clone()
     }
 }

@@ -5,9 +5,9 @@
 //! finish.
 
 use super::conn::limits::Tracker;
+use super::conn::meters::Meters;
 use super::conn::timers::{self, Due, Timeouts};
 use super::conn::tracked::Conn;
-use crate::metrics::conns::Meters;
 use crate::shutdown::DRAIN_LIMIT;
 use hyper_util::server::graceful::GracefulConnection;
 use std::fmt::Display;

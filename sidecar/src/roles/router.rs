@@ -326,7 +326,7 @@ pub(crate) async fn run(
     let policy = |listener: &'static str| Policy {
         tracker: tracker.clone(),
         timeouts: limits.timeouts,
-        meters: edge.metrics.conns.meters(listener),
+        meters: crate::listener::connections::meters(&edge.metrics, listener),
     };
     let grpc_server = match grpc_listener {
         None => None,

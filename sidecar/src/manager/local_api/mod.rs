@@ -227,7 +227,12 @@ pub async fn serve(listener: TcpListener, api: Arc<LocalApi>, drain: Cancellatio
             per_client: MAX_CONNECTIONS,
         }),
         timeouts: crate::net::conn::timers::Timeouts::NONE,
-        meters: api.metrics.conns.meters("local-api"),
+        meters: crate::net::conn::meters::Meters::new(
+            api.metrics.conns.open("local-api"),
+            api.metrics.conns.accept_errors("local-api"),
+            |reason| api.metrics.conns.refused("local-api", reason),
+            |reason| api.metrics.conns.closed("local-api", reason),
+        ),
     };
     crate::net::accept::accept_loop(
         listener,
