@@ -630,6 +630,16 @@ pub struct Broker {
     #[serde(default = "default_activation_timeout")]
     #[schemars(schema_with = "schema::duration")]
     pub activation_timeout: Duration,
+    /// Bytes of request bodies a router pod holds at once (bodies being read, waiting and in
+    /// flight); a body that does not fit now gets 503 with Retry-After, unread. At least
+    /// `bodyLimit.maxBytes` (1 MiB when unset), at most 64 GiB; default 256 MiB.
+    #[serde(default = "default_body_budget_bytes")]
+    #[schemars(range(min = 1048576, max = 68719476736_i64))]
+    pub body_budget_bytes: i64,
+}
+
+fn default_body_budget_bytes() -> i64 {
+    256 << 20
 }
 
 fn default_activation_timeout() -> Duration {
@@ -650,6 +660,7 @@ impl Default for Broker {
             queue_capacity: default_queue_capacity(),
             response_timeout: default_response_timeout(),
             activation_timeout: default_activation_timeout(),
+            body_budget_bytes: default_body_budget_bytes(),
         }
     }
 }

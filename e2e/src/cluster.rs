@@ -194,16 +194,23 @@ impl Cluster {
     }
 
     async fn make_operator_kubeconfig(&self) -> Result<PathBuf> {
+        self.token_kubeconfig(SYSTEM_NAMESPACE, RELEASE, "operator.kubeconfig")
+            .await
+    }
+
+    /// A kubeconfig that authenticates as ServiceAccount `namespace/name` (another release of the
+    /// operator chart, say) with a 2-hour token, server and CA taken from the admin kubeconfig.
+    /// Made anew at each call.
+    pub async fn service_account_kubeconfig(&self, namespace: &str, name: &str) -> Result<PathBuf> {
+        self.token_kubeconfig(namespace, name, &format!("{namespace}.{name}.kubeconfig"))
+            .await
+            .with_context(|| format!("a token kubeconfig of ServiceAccount {namespace}/{name}"))
+    }
+
+    async fn token_kubeconfig(&self, namespace: &str, name: &str, file: &str) -> Result<PathBuf> {
         let token = self
             .kubectl()
-            .args([
-                "-n",
-                SYSTEM_NAMESPACE,
-                "create",
-                "token",
-                RELEASE,
-                "--duration=2h",
-            ])
+            .args(["-n", namespace, "create", "token", name, "--duration=2h"])
             .ok()
             .await?
             .stdout
@@ -227,10 +234,10 @@ impl Cluster {
             "apiVersion": "v1",
             "kind": "Config",
             "clusters": [{"name": "switchyard-e2e", "cluster": cluster}],
-            "users": [{"name": "switchyard-operator", "user": {"token": token}}],
+            "users": [{"name": name, "user": {"token": token}}],
             "contexts": [{"name": "operator", "context": {
                 "cluster": "switchyard-e2e",
-                "user": "switchyard-operator",
+                "user": name,
             }}],
             "current-context": "operator",
         });
@@ -239,8 +246,8 @@ impl Cluster {
         // scratch one: tests against another cluster (another SWITCHYARD_CLUSTER_DIR) must not
         // hand their operators this cluster's server. JSON is YAML: kubectl and kube-rs read it.
         let dir = crate::cluster_dir();
-        let path = dir.join("operator.kubeconfig");
-        let tmp = dir.join(format!("operator.kubeconfig.{}", std::process::id()));
+        let path = dir.join(file);
+        let tmp = dir.join(format!("{file}.{}", std::process::id()));
         std::fs::write(&tmp, serde_json::to_vec_pretty(&config)?)
             .with_context(|| format!("writing {}", tmp.display()))?;
         std::fs::rename(&tmp, &path).with_context(|| format!("writing {}", path.display()))?;

@@ -13,6 +13,7 @@ pub struct Cmd {
     program: OsString,
     args: Vec<OsString>,
     envs: Vec<(OsString, OsString)>,
+    removed: Vec<OsString>,
     cwd: Option<PathBuf>,
     stdin: Option<Vec<u8>>,
     timeout: Duration,
@@ -61,10 +62,38 @@ impl Cmd {
             program: program.into(),
             args: Vec::new(),
             envs: Vec::new(),
+            removed: Vec::new(),
             cwd: None,
             stdin: None,
             timeout: Duration::from_secs(120),
         }
+    }
+
+    /// `$CARGO` (or `cargo`), for building the binaries the tests run. Without the variables cargo
+    /// sets for a test process (`CARGO_PKG_*`, `CARGO_MANIFEST_DIR`, ...): build scripts such as
+    /// ring's watch them (`rerun-if-env-changed`), so inherited they would differ from the outer
+    /// `cargo test`'s and rebuild ring and everything above it twice per run.
+    pub fn cargo() -> Self {
+        let mut cmd = Cmd::new(std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into()));
+        for (key, _) in std::env::vars_os() {
+            let name = key.to_string_lossy();
+            let set_by_cargo = name.starts_with("CARGO_PKG_")
+                || name.starts_with("CARGO_BIN_EXE_")
+                || matches!(
+                    &*name,
+                    "CARGO_MANIFEST_DIR"
+                        | "CARGO_MANIFEST_PATH"
+                        | "CARGO_MANIFEST_LINKS"
+                        | "CARGO_CRATE_NAME"
+                        | "CARGO_PRIMARY_PACKAGE"
+                        | "CARGO_TARGET_TMPDIR"
+                        | "OUT_DIR"
+                );
+            if set_by_cargo {
+                cmd.removed.push(key);
+            }
+        }
+        cmd
     }
 
     /// kubectl with the given kubeconfig (never the ambient one).
@@ -142,6 +171,9 @@ impl Cmd {
     pub async fn output(self) -> Result<Output> {
         let command = self.display();
         let mut cmd = tokio::process::Command::new(&self.program);
+        for key in &self.removed {
+            cmd.env_remove(key);
+        }
         cmd.args(&self.args)
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
             .current_dir(self.cwd.clone().unwrap_or_else(crate::repo_root))

@@ -1,10 +1,10 @@
 //! The operator as a local process: built with cargo, run with the chart ServiceAccount's token,
 //! probed over its metrics port, stopped with SIGTERM (or killed) at the end.
 
-use crate::SYSTEM_NAMESPACE;
 use crate::cluster::Cluster;
 use crate::cmd::Cmd;
 use crate::lock::FileLock;
+use crate::{RELEASE, SYSTEM_NAMESPACE};
 use anyhow::{Context, Result, anyhow, bail};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -47,8 +47,7 @@ pub fn target_dir() -> PathBuf {
 }
 
 async fn build_operator() -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    Cmd::new(cargo)
+    Cmd::cargo()
         .args(["build", "-p", OPERATOR_PACKAGE, "--bin", OPERATOR_PACKAGE])
         .timeout(Duration::from_secs(60 * 60))
         .ok()
@@ -77,8 +76,11 @@ pub struct OperatorOpts {
     pub control_plane_port: Option<u16>,
     /// `--mesh-tls`. Off by default here: these operators run outside the cluster and the tests'
     /// sidecars are local processes with no projected token to be certified with, so they dial the
-    /// control plane over h2c. (The mesh's own e2e tests are still to be written.)
+    /// control plane over h2c. `tests/control_plane_mtls.rs` turns it on, under a release whose
+    /// ServiceAccount may certify (see [`crate::mesh_release`]).
     pub mesh_tls: bool,
+    /// Whose ServiceAccount it runs as, and in which namespace.
+    pub run_as: RunAs,
     /// Further arguments.
     pub extra_args: Vec<String>,
     /// Further environment (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`).
@@ -94,6 +96,7 @@ impl OperatorOpts {
             lease_name: "switchyard-operator".into(),
             control_plane_port: None,
             mesh_tls: false,
+            run_as: RunAs::default(),
             extra_args: Vec::new(),
             env: Vec::new(),
         }
@@ -104,6 +107,27 @@ impl OperatorOpts {
         self.leader_election = true;
         self.lease_name = lease_name.into();
         self
+    }
+}
+
+/// The chart release an operator runs under: the namespace it runs in (POD_NAMESPACE, where it keeps
+/// its Lease and, with mesh TLS, the CA Secret) and the ServiceAccount whose token it holds, so its
+/// permissions are exactly what that release's chart values grant.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunAs {
+    /// The release namespace.
+    pub namespace: String,
+    /// The release's ServiceAccount (in `namespace`).
+    pub service_account: String,
+}
+
+impl Default for RunAs {
+    /// The shared release `switchyard` in switchyard-system.
+    fn default() -> Self {
+        RunAs {
+            namespace: SYSTEM_NAMESPACE.into(),
+            service_account: RELEASE.into(),
+        }
     }
 }
 
@@ -170,6 +194,8 @@ pub struct Operator {
     pub port: u16,
     /// Port of the control-plane gRPC server on 127.0.0.1.
     pub control_plane_port: u16,
+    /// Whether it runs with `--mesh-tls` (its control plane is then TLS only).
+    pub mesh_tls: bool,
     /// `--identity`.
     pub identity: String,
     /// File receiving its stdout and stderr.
@@ -183,7 +209,13 @@ impl Operator {
     pub async fn start(cluster: &Cluster, opts: OperatorOpts) -> Result<Operator> {
         refuse_foreign_operator(cluster).await?;
         let bin = operator_binary().await?;
-        let kubeconfig = cluster.operator_kubeconfig().await?;
+        let kubeconfig = if opts.run_as == RunAs::default() {
+            cluster.operator_kubeconfig().await?.to_path_buf()
+        } else {
+            cluster
+                .service_account_kubeconfig(&opts.run_as.namespace, &opts.run_as.service_account)
+                .await?
+        };
         let port = free_port()?;
         let control_plane_port = match opts.control_plane_port {
             Some(p) => p,
@@ -210,12 +242,12 @@ impl Operator {
             .args(["--log-format", "text", "--log-level", "info"])
             .arg(format!("--leader-election={}", opts.leader_election))
             .args(["--lease-name", &opts.lease_name])
-            .args(["--lease-namespace", SYSTEM_NAMESPACE])
+            .args(["--lease-namespace", &opts.run_as.namespace])
             .args(["--identity", &opts.identity])
             .arg(format!("--mesh-tls={}", opts.mesh_tls))
             .args(&opts.extra_args)
             .env("KUBECONFIG", kubeconfig)
-            .env("POD_NAMESPACE", SYSTEM_NAMESPACE)
+            .env("POD_NAMESPACE", &opts.run_as.namespace)
             .env("POD_NAME", &opts.identity)
             .envs(opts.env.iter().map(|(k, v)| (k, v)))
             .current_dir(crate::work_dir())
@@ -234,6 +266,7 @@ impl Operator {
             pid,
             port,
             control_plane_port,
+            mesh_tls: opts.mesh_tls,
             identity: opts.identity,
             log,
             pid_file,
@@ -268,6 +301,12 @@ impl Operator {
             }
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
+    }
+
+    /// The URL of its control plane: `https://` with mesh TLS, `http://` (h2c) without.
+    pub fn control_plane_url(&self) -> String {
+        let scheme = if self.mesh_tls { "https" } else { "http" };
+        format!("{scheme}://127.0.0.1:{}", self.control_plane_port)
     }
 
     /// Process id.

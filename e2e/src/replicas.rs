@@ -30,12 +30,24 @@ pub async fn leader_gauge(op: &Operator) -> Result<f64> {
 impl Replicas {
     /// Starts `<name>-a`, waits until it leads, then starts `<name>-b` as the standby.
     pub async fn start(cluster: &Cluster, name: &str) -> Result<Replicas> {
+        Replicas::start_with(cluster, name, OperatorOpts::new(name)).await
+    }
+
+    /// [`Replicas::start`] with further options for both replicas (mesh TLS, the release they run
+    /// under, arguments, environment); their identities and the Lease are set here. A
+    /// `control_plane_port` in `base` is the leader's (so a `--control-plane-url` in `base` can
+    /// name it, as the chart's Service would); the standby gets a free one.
+    pub async fn start_with(cluster: &Cluster, name: &str, base: OperatorOpts) -> Result<Replicas> {
         let lease = format!("e2e-{name}-{}", unique_suffix());
-        let leader = Operator::start(
-            cluster,
-            OperatorOpts::new(format!("{name}-a")).leader_election(&lease),
-        )
-        .await?;
+        let replica = |suffix: &str, port: Option<u16>| {
+            OperatorOpts {
+                identity: format!("{name}-{suffix}"),
+                control_plane_port: port,
+                ..base.clone()
+            }
+            .leader_election(&lease)
+        };
+        let leader = Operator::start(cluster, replica("a", base.control_plane_port)).await?;
         let led = eventually("the first replica to lead", timeout(), || async {
             let l = leader_gauge(&leader).await?;
             ensure!(l == 1.0, "switchyard_operator_leader is {l}");
@@ -45,11 +57,7 @@ impl Replicas {
         if let Err(e) = led {
             bail!("{e:#}\n--- leader log ---\n{}", leader.log_tail(40));
         }
-        let standby = Operator::start(
-            cluster,
-            OperatorOpts::new(format!("{name}-b")).leader_election(&lease),
-        )
-        .await?;
+        let standby = Operator::start(cluster, replica("b", None)).await?;
         Ok(Replicas {
             leader,
             standby,
@@ -59,7 +67,7 @@ impl Replicas {
 
     /// The standby's control-plane URL, for sidecars and report pushers.
     pub fn standby_url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.standby.control_plane_port)
+        self.standby.control_plane_url()
     }
 
     /// Both logs' tails, for failure messages.

@@ -52,8 +52,7 @@ pub async fn app_binary() -> Result<PathBuf> {
 }
 
 async fn build(package: &str) -> Result<PathBuf> {
-    let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    Cmd::new(cargo)
+    Cmd::cargo()
         .args(["build", "-p", package, "--bin", package])
         .timeout(Duration::from_secs(60 * 60))
         .ok()

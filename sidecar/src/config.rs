@@ -125,6 +125,8 @@ pub struct RouterSettings {
     pub http_port: u16,
     /// Broker admission bound.
     pub queue_capacity: usize,
+    /// Bytes of request bodies held at once.
+    pub body_budget: usize,
 }
 
 /// Reads and checks a router config.
@@ -140,6 +142,7 @@ pub fn load_router(file: &Path) -> Result<RouterSettings, ConfigError> {
         "spec.broker.queueCapacity",
         config.spec.broker.queue_capacity,
     )?;
+    let body_budget = body_budget(file, &config)?;
     for (manager, list) in &config.static_endpoints {
         for (i, ep) in list.iter().enumerate() {
             let ok = ep
@@ -158,7 +161,29 @@ pub fn load_router(file: &Path) -> Result<RouterSettings, ConfigError> {
         config,
         http_port,
         queue_capacity,
+        body_budget,
     })
+}
+
+/// `broker.bodyBudgetBytes`, which must hold at least one body of the largest size accepted.
+fn body_budget(file: &Path, config: &RouterConfig) -> Result<usize, ConfigError> {
+    let field = "spec.broker.bodyBudgetBytes";
+    let value = config.spec.broker.body_budget_bytes;
+    let budget = usize::try_from(value)
+        .ok()
+        .filter(|v| *v > 0)
+        .ok_or_else(|| field_error(file, field, format!("{value} must be at least 1")))?;
+    let largest = crate::routes::body_limit(&config.spec, crate::routes::http::DEFAULT_BODY_LIMIT);
+    if budget < largest {
+        return Err(field_error(
+            file,
+            field,
+            format!(
+                "{budget} is less than one body of the largest size accepted ({largest} bytes, bodyLimit.maxBytes): no such body could ever be read"
+            ),
+        ));
+    }
+    Ok(budget)
 }
 
 /// A manager config, checked, with the event types of this pod.

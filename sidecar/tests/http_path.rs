@@ -5,6 +5,7 @@
 
 mod common;
 
+use bytes::Bytes;
 use common::*;
 use std::time::{Duration, Instant};
 
@@ -209,5 +210,79 @@ async fn bad_config_names_file_and_field_and_exits_2() {
     assert!(
         err.contains("router.json") && err.contains("spec.listeners.http.port"),
         "{err}"
+    );
+}
+
+/// The router's byte budget: a body that does not fit beside those already held is refused with
+/// 503 and Retry-After before it is read; when the held one is answered its bytes are free again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_body_over_the_byte_budget_is_shed_unread_and_the_budget_frees_when_answered() {
+    const BUDGET: usize = 1 << 20;
+    let mesh = Mesh::start_with(Opts::default(), |cfg| {
+        cfg["spec"]["broker"]["bodyBudgetBytes"] = BUDGET.into();
+        // `slow` (3 s in the app) taking a body, so the first request holds its bytes a while.
+        cfg["spec"]["routes"]
+            .as_array_mut()
+            .unwrap()
+            .push(serde_json::json!({
+                "event": "slow", "http": {"method": "POST", "path": "/hold"}, "timeout": "10s"
+            }));
+    })
+    .await;
+    let body = || Bytes::from(format!("{{\"pad\":\"{}\"}}", "x".repeat(BUDGET * 3 / 5)));
+    let (client, url) = (mesh.client.clone(), mesh.url("/hold"));
+    let held = tokio::spawn(async move { client.post(&url, "application/json", body()).await });
+    poll(
+        Duration::from_secs(10),
+        "the first body to reach the app",
+        || async { (!mesh.app.state.active("slow").is_empty()).then_some(()) },
+    )
+    .await;
+
+    // 0.6 MiB held, 0.6 MiB more does not fit in 1 MiB.
+    let r = mesh
+        .client
+        .post(&mesh.url("/hold"), "application/json", body())
+        .await
+        .unwrap();
+    assert_problem(&r, 503, "bodyBudgetBytes");
+    assert_eq!(r.header("retry-after"), Some("1"));
+    assert_eq!(
+        mesh.app.state.seen("slow").len(),
+        1,
+        "the shed body never reached the app"
+    );
+    // A request without a body does not need the budget.
+    assert_eq!(
+        mesh.client.get(&mesh.url("/noop")).await.unwrap().status,
+        200
+    );
+
+    let first = held.await.unwrap().unwrap();
+    assert_eq!(first.status, 200, "body: {:?}", first.body);
+    let r = mesh
+        .client
+        .post(&mesh.url("/hold"), "application/json", body())
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "the budget is free again: {:?}", r.body);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_byte_budget_smaller_than_one_body_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = router_config(1, "5s");
+    cfg["spec"]["broker"]["bodyBudgetBytes"] = 1000.into();
+    let file = write_json(dir.path(), "router.json", &cfg);
+    let mut p = spawn_router(dir.path(), &file, &[], &[]);
+    let code = p.wait_exit(Duration::from_secs(10)).await;
+    assert!(
+        code.is_some_and(|c| c != 0),
+        "the router started with a budget below one body (exit {code:?})"
+    );
+    let log = p.log_text();
+    assert!(
+        log.contains("spec.broker.bodyBudgetBytes") && log.contains("1048576"),
+        "{log}"
     );
 }

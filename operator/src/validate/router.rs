@@ -88,5 +88,23 @@ pub fn validate(name: &str, spec: &RouterSpec) -> Vec<FieldError> {
             ));
         }
     }
+    // The sidecar refuses this at start too; here it is a status condition instead of a crash loop.
+    let largest = spec
+        .middleware
+        .iter()
+        .find_map(|m| m.body_limit.as_ref())
+        .map_or(DEFAULT_BODY_LIMIT, |b| b.max_bytes);
+    if spec.broker.body_budget_bytes < largest {
+        out.push(FieldError::new(
+            "spec.broker.bodyBudgetBytes",
+            format!(
+                "{} is less than one body of the largest size accepted ({largest} bytes, bodyLimit.maxBytes): no such body could ever be read",
+                spec.broker.body_budget_bytes
+            ),
+        ));
+    }
     out
 }
+
+/// The sidecar's body limit when no `bodyLimit` middleware sets one.
+const DEFAULT_BODY_LIMIT: i64 = 1 << 20;

@@ -159,6 +159,7 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
         t.matched(Some((parts.method.as_str(), &route.template)), &route.event);
     }
 
+    let mut body_bytes = crate::net::budget::Held::default();
     let payload = if route.has_body() {
         let content_type = parts
             .headers
@@ -180,8 +181,26 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
                 label,
             );
         }
-        let raw = match tokio::time::timeout_at(deadline.into(), read_limited(body, limit)).await {
-            Ok(Ok(c)) => c,
+        let read = read_limited(body, limit, declared_len, &edge.body_budget);
+        let raw = match tokio::time::timeout_at(deadline.into(), read).await {
+            Ok(Ok((raw, held))) => {
+                // Held until this request is answered: its bytes live as long as it does.
+                body_bytes = held;
+                raw
+            }
+            Ok(Err(Unread::NoRoom(rest))) => {
+                linger(rest);
+                edge.metrics.shed.inc();
+                let mut r = Reply::problem(
+                    503,
+                    &format!(
+                        "this router holds {} bytes of request bodies at most (broker.bodyBudgetBytes) and has no room for this one now",
+                        edge.body_budget.total()
+                    ),
+                );
+                r.retry_after = Some(1);
+                return (r, label);
+            }
             Ok(Err(Unread::TooLarge(rest))) => {
                 linger(rest);
                 return (
@@ -238,5 +257,6 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
         Ok(resp) => Reply::app(resp.status, &resp.content_type, resp.payload),
         Err(f) => Reply::answer(&Answer::of(&f, &route.event, route.timeout)),
     };
+    drop(body_bytes);
     (reply, label)
 }

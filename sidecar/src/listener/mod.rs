@@ -31,4 +31,6 @@ pub(crate) struct Edge {
     pub middleware: Stack,
     /// `Timing-Allow-Origin` of every HTTP answer, from the timing middleware's `allowOrigins`.
     pub timing_allow_origin: Option<hyper::header::HeaderValue>,
+    /// Bytes of request bodies this process holds at once (`broker.bodyBudgetBytes`).
+    pub body_budget: crate::net::budget::ByteBudget,
 }

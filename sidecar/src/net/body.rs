@@ -1,5 +1,6 @@
 //! Reading a request body within a limit, and refusing one without losing the answer.
 
+use super::budget::{ByteBudget, Held};
 use bytes::{Bytes, BytesMut};
 use http_body_util::BodyExt;
 use hyper::body::Incoming;
@@ -32,13 +33,28 @@ pub(crate) fn linger(mut body: Incoming) {
 pub(crate) enum Unread {
     /// Over the limit: the rest, to linger on.
     TooLarge(Incoming),
+    /// The process's byte budget has no room for it now: the rest, to linger on.
+    NoRoom(Incoming),
     /// The client's stream failed.
     Failed,
 }
 
-/// The body, if it is at most `limit` bytes. A body in one frame (the common small one) is not
-/// copied.
-pub(crate) async fn read_limited(mut body: Incoming, limit: usize) -> Result<Bytes, Unread> {
+/// The body, if it is at most `limit` bytes and fits in `budget`, with the bytes it holds there
+/// (keep them until the request is done). A declared length is taken from the budget before any
+/// byte is read; a body without one takes its bytes frame by frame. A body in one frame (the
+/// common small one) is not copied.
+pub(crate) async fn read_limited(
+    mut body: Incoming,
+    limit: usize,
+    declared: Option<u64>,
+    budget: &ByteBudget,
+) -> Result<(Bytes, Held), Unread> {
+    let mut held = Held::default();
+    // A declared length over the limit is the caller's 413; here it is at most `limit`.
+    let upfront = declared.map_or(0, |n| usize::try_from(n).unwrap_or(usize::MAX).min(limit));
+    if !budget.grow(&mut held, upfront) {
+        return Err(Unread::NoRoom(body));
+    }
     let mut first: Option<Bytes> = None;
     let mut more = BytesMut::new();
     let mut len = 0usize;
@@ -50,6 +66,11 @@ pub(crate) async fn read_limited(mut body: Incoming, limit: usize) -> Result<Byt
         if len > limit {
             return Err(Unread::TooLarge(body));
         }
+        // Past what was declared (or with nothing declared): this frame's bytes first.
+        let short = len.saturating_sub(held.bytes());
+        if !budget.grow(&mut held, short) {
+            return Err(Unread::NoRoom(body));
+        }
         match first.take() {
             None if more.is_empty() => first = Some(data),
             Some(f) => {
@@ -59,5 +80,5 @@ pub(crate) async fn read_limited(mut body: Incoming, limit: usize) -> Result<Byt
             None => more.extend_from_slice(&data),
         }
     }
-    Ok(first.unwrap_or_else(|| more.freeze()))
+    Ok((first.unwrap_or_else(|| more.freeze()), held))
 }

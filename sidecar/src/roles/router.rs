@@ -317,6 +317,7 @@ pub(crate) async fn run(
         },
         metrics,
         unmatched: EventLabel(Arc::from("unmatched")),
+        body_budget: crate::net::budget::ByteBudget::new(settings.body_budget),
         otel: otel.clone(),
         ws,
         middleware,

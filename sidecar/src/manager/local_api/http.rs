@@ -72,8 +72,20 @@ async fn serve(api: &LocalApi, req: Request<Incoming>) -> Result<Done, Answer> {
         }
         (id, key) => id.or(key),
     };
-    let raw = match tokio::time::timeout(BODY_TIMEOUT, read_limited(body, MAX_BODY)).await {
-        Ok(Ok(raw)) => raw,
+    let read = read_limited(body, MAX_BODY, declared_len, &api.body_budget);
+    // `_held` keeps the body's bytes counted until the call is done.
+    let (raw, _held) = match tokio::time::timeout(BODY_TIMEOUT, read).await {
+        Ok(Ok(read)) => read,
+        Ok(Err(Unread::NoRoom(rest))) => {
+            linger(rest);
+            return Err(Answer::refusal(
+                503,
+                format!(
+                    "the sidecar holds {} bytes of request bodies at most and has no room for this one now",
+                    api.body_budget.total()
+                ),
+            ));
+        }
         Ok(Err(Unread::TooLarge(rest))) => {
             // Read on and dropped, so the app still sending reads its 413 (see `linger`).
             linger(rest);

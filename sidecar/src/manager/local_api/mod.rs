@@ -11,6 +11,7 @@ use crate::answer::http::app_status;
 use crate::dispatch::{Broker, Clock, Dispatch, new_ce_id};
 use crate::durable::Store;
 use crate::metrics::{LocalApiLabels, Metrics};
+use crate::net::budget::{ByteBudget, DEFAULT_BODY_BUDGET};
 use crate::otel::Otel;
 use crate::otel::produce::Produce;
 use crate::otel::request::RequestTrace;
@@ -82,6 +83,8 @@ pub enum Done {
 /// The shared core of both protocols: the app's events take the dispatch stage, as a client's do.
 pub struct LocalApi {
     dispatch: Dispatch,
+    /// Bytes of the app's request bodies held at once.
+    pub(crate) body_budget: ByteBudget,
     routers: Arc<Routers>,
     metrics: Arc<Metrics>,
     otel: Option<Arc<Otel>>,
@@ -103,6 +106,7 @@ impl LocalApi {
                 upstream,
                 durable,
             },
+            body_budget: ByteBudget::new(DEFAULT_BODY_BUDGET),
             routers,
             metrics,
             otel,
