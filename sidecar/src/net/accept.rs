@@ -21,8 +21,9 @@ use tokio_util::either::Either;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// A client connection: plain TCP, or TLS over it when the listener has TLS.
-pub type Io = Either<TcpStream, TlsStream<TcpStream>>;
+/// A client connection: plain TCP, or TLS over it when the listener has TLS (boxed: a TLS
+/// session's state is large, and every plain connection would carry its room).
+pub type Io = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// Longest a client has to finish the TLS handshake (the first-byte timeout, when shorter, wins).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -55,11 +56,14 @@ pub async fn accept_loop<C, F>(
     policy: Policy,
     serve: F,
 ) where
-    F: Fn(Io, SocketAddr, Arc<Conn>) -> C + Clone + Send + 'static,
+    F: Fn(Io, SocketAddr, Arc<Conn>) -> C + Send + Sync + 'static,
     C: GracefulConnection + Send + 'static,
     C::Error: Display,
 {
     let tasks = TaskTracker::new();
+    // Shared, not cloned per connection: every idle connection's task stays small (the closure
+    // holds the protocol builders).
+    let serve = Arc::new(serve);
     let mut backoff = ACCEPT_BACKOFF.0;
     loop {
         let (stream, peer) = tokio::select! {
@@ -111,11 +115,13 @@ pub async fn accept_loop<C, F>(
                         .first_byte
                         .map_or(HANDSHAKE_TIMEOUT, |f| f.min(HANDSHAKE_TIMEOUT));
                     let handshake = tokio::select! {
-                        r = tokio::time::timeout(limit, acceptor.accept(stream)) => r,
+                        // Boxed: the handshake's state is large, and a plain connection's task
+                        // would carry its room for as long as it lives.
+                        r = tokio::time::timeout(limit, Box::pin(acceptor.accept(stream))) => r,
                         _ = drain.cancelled() => return,
                     };
                     match handshake {
-                        Ok(Ok(tls)) => Either::Right(tls),
+                        Ok(Ok(tls)) => Either::Right(Box::new(tls)),
                         Ok(Err(e)) => {
                             tracing::debug!(listener = what, %peer, error = %e, "TLS handshake failed");
                             return;
@@ -128,7 +134,9 @@ pub async fn accept_loop<C, F>(
                     }
                 }
             };
-            let served = serve(io, peer, conn.clone());
+            // Boxed once: moved by value through this task and `watch`, the connection's state
+            // would be laid out in the task more than once.
+            let served = Box::pin(serve(io, peer, conn.clone()));
             watch(served, &conn, timeouts, &drain, &meters, what).await;
         });
     }
@@ -154,7 +162,7 @@ pub async fn accept_loop<C, F>(
 /// Drives `served` until it ends, asking it to end (HTTP/2 GOAWAY, HTTP/1.1 close once idle) when
 /// a timer is due or the drain starts, and closing it when its grace is over.
 async fn watch<C>(
-    served: C,
+    mut served: std::pin::Pin<Box<C>>,
     conn: &Conn,
     t: Timeouts,
     drain: &CancellationToken,
@@ -164,7 +172,6 @@ async fn watch<C>(
     C: GracefulConnection,
     C::Error: Display,
 {
-    let mut served = std::pin::pin!(served);
     let mut closing: Option<Instant> = None;
     let mut draining = false;
     loop {

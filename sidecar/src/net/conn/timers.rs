@@ -70,8 +70,9 @@ impl Activity {
     pub fn end_at(&self, now: Instant) {
         if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             let nanos = now.saturating_duration_since(self.started).as_nanos();
+            // The latest end wins even when two requests' ends race here.
             self.idle_since
-                .store(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::Release);
+                .fetch_max(u64::try_from(nanos).unwrap_or(u64::MAX), Ordering::AcqRel);
         }
     }
 
