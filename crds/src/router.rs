@@ -152,6 +152,104 @@ pub struct Listeners {
     /// TLS for the HTTP and gRPC listeners. Plain text when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls: Option<Tls>,
+    /// Limits on client connections of the HTTP and gRPC listeners (timeouts and caps).
+    #[serde(default, skip_serializing_if = "Connections::is_default")]
+    pub connections: Connections,
+}
+
+/// How long client connections may stay and how many a router pod holds, for the HTTP (with
+/// WebSocket) and gRPC listeners together. Every field has a default; a refused or closed
+/// connection is counted in `switchyard_edge_connections_refused_total` and
+/// `switchyard_edge_connections_closed_total`.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "duration(self.firstByteTimeout) > duration('0s')",
+        "message": "firstByteTimeout must be longer than 0s (it cannot be turned off)",
+        "fieldPath": ".firstByteTimeout",
+    },
+    {
+        "rule": "!has(self.maxConnections) || self.maxConnectionsPerClient <= self.maxConnections",
+        "message": "maxConnectionsPerClient must not exceed maxConnections",
+        "fieldPath": ".maxConnectionsPerClient",
+    },
+]))]
+pub struct Connections {
+    /// Time a new connection has to deliver its first request (HTTP/1.1: the whole request head;
+    /// HTTP/2: the preface, SETTINGS and the first HEADERS). Then it is closed (HTTP/2: GOAWAY), so
+    /// sockets that send nothing cannot pile up. An HTTP/2 client that connects long before its
+    /// first call gets a GOAWAY and reconnects for the call.
+    #[serde(default = "default_first_byte_timeout")]
+    #[schemars(schema_with = "schema::duration")]
+    pub first_byte_timeout: Duration,
+    /// A connection with no request in flight for this long, after its first request, is closed
+    /// (HTTP/2: GOAWAY). `0s` keeps idle connections open. A WebSocket session is not idle.
+    #[serde(default = "default_idle_timeout")]
+    #[schemars(schema_with = "schema::duration")]
+    pub idle_timeout: Duration,
+    /// Age at which a connection is asked to end (HTTP/2: GOAWAY; HTTP/1.1: `Connection: close`
+    /// on the next answer), with up to 10 % jitter, so long-lived clients spread over new router
+    /// pods. `0s` never ends a connection for its age.
+    #[serde(default = "default_max_connection_age")]
+    #[schemars(schema_with = "schema::duration")]
+    pub max_connection_age: Duration,
+    /// How long requests in flight get after `maxConnectionAge` before the connection is closed.
+    #[serde(default = "default_max_connection_age_grace")]
+    #[schemars(schema_with = "schema::duration")]
+    pub max_connection_age_grace: Duration,
+    /// Most client connections one router pod holds (HTTP, gRPC and WebSocket together); past it a
+    /// new connection is accepted and closed at once, so accepting never stops. Absent: the
+    /// process's open-file limit less a reserve (a tenth of it, at most 1024) kept for probes, the
+    /// admin port and the connections to managers; a larger value is lowered to that too.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 1, max = 10000000))]
+    pub max_connections: Option<i32>,
+    /// Most connections from one client address (IPv6: one /64) at once; past it a new one from
+    /// that client is closed at once. Behind a proxy or SNAT every client shares its address:
+    /// raise it there.
+    #[serde(default = "default_max_connections_per_client")]
+    #[schemars(range(min = 1, max = 10000000))]
+    pub max_connections_per_client: i32,
+}
+
+fn default_first_byte_timeout() -> Duration {
+    Duration::from(std::time::Duration::from_secs(10))
+}
+
+fn default_idle_timeout() -> Duration {
+    Duration::from(std::time::Duration::from_secs(75))
+}
+
+fn default_max_connection_age() -> Duration {
+    Duration::from(std::time::Duration::from_secs(3600))
+}
+
+fn default_max_connection_age_grace() -> Duration {
+    Duration::from(std::time::Duration::from_secs(30))
+}
+
+fn default_max_connections_per_client() -> i32 {
+    1024
+}
+
+impl Default for Connections {
+    fn default() -> Self {
+        Connections {
+            first_byte_timeout: default_first_byte_timeout(),
+            idle_timeout: default_idle_timeout(),
+            max_connection_age: default_max_connection_age(),
+            max_connection_age_grace: default_max_connection_age_grace(),
+            max_connections: None,
+            max_connections_per_client: default_max_connections_per_client(),
+        }
+    }
+}
+
+impl Connections {
+    fn is_default(&self) -> bool {
+        *self == Connections::default()
+    }
 }
 
 /// The HTTP listener.

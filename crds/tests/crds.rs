@@ -255,6 +255,30 @@ fn grpc_and_http_ports_must_differ() {
 }
 
 #[test]
+fn connection_limits_are_checked_by_cel() {
+    let ok = router(serde_json::json!({"spec": {"listeners": {"connections": {
+        "firstByteTimeout": "250ms", "idleTimeout": "0s", "maxConnections": 100, "maxConnectionsPerClient": 100,
+    }}}}));
+    assert_eq!(cel_errors(&ok), "");
+    let zero = router(
+        serde_json::json!({"spec": {"listeners": {"connections": {"firstByteTimeout": "0s"}}}}),
+    );
+    assert!(
+        cel_errors(&zero).contains("firstByteTimeout must be longer than 0s"),
+        "{}",
+        cel_errors(&zero)
+    );
+    let over = router(serde_json::json!({"spec": {"listeners": {"connections": {
+        "maxConnections": 10, "maxConnectionsPerClient": 11,
+    }}}}));
+    assert!(
+        cel_errors(&over).contains("maxConnectionsPerClient must not exceed maxConnections"),
+        "{}",
+        cel_errors(&over)
+    );
+}
+
+#[test]
 fn a_route_has_exactly_one_kind() {
     let mut r = router(serde_json::json!({}));
     r.spec.routes[0].websocket = Some(switchyard_crds::router::WebSocketRoute {

@@ -755,6 +755,33 @@ spec:
     }
 
     #[test]
+    fn connection_limits_reach_the_router_sidecar() -> anyhow::Result<()> {
+        let yaml = TWO_MANAGERS.replace(
+            "  listeners: {http: {port: 8080}, websocket: {path: /ws}}\n",
+            "  listeners:\n    http: {port: 8080}\n    websocket: {path: /ws}\n    connections: {idleTimeout: 5s, maxConnectionsPerClient: 64}\n",
+        );
+        let p = plan_of(&yaml, true)?;
+        let (_, text) = p
+            .files
+            .iter()
+            .find(|(path, _)| path.ends_with("router-edge.json"))
+            .context("router config")?;
+        let cfg: switchyard_protocol::config::RouterConfig = serde_json::from_str(text)?;
+        let c = &cfg.spec.listeners.connections;
+        assert_eq!(
+            std::time::Duration::from(c.idle_timeout),
+            std::time::Duration::from_secs(5)
+        );
+        assert_eq!(c.max_connections_per_client, 64);
+        // What is not set keeps its default.
+        assert_eq!(
+            std::time::Duration::from(c.first_byte_timeout),
+            std::time::Duration::from_secs(10)
+        );
+        Ok(())
+    }
+
+    #[test]
     fn managers_get_their_routers_tracing() -> anyhow::Result<()> {
         let yaml = TWO_MANAGERS.replace(
             "  listeners: {http: {port: 8080}, websocket: {path: /ws}}\n",

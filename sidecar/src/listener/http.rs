@@ -6,7 +6,9 @@ use crate::answer::http::{Reply, TIMING_ALLOW_ORIGIN};
 use crate::dispatch::{Clock, new_ce_id};
 use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
+use crate::net::accept::Policy;
 use crate::net::body::{Unread, linger, read_limited};
+use crate::net::conn::tracked::track;
 use crate::otel::request::RequestTrace;
 use crate::routes::http::Lookup;
 use crate::traceparent;
@@ -28,23 +30,23 @@ use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tower::ServiceExt as _;
 
-/// Time a client has to send its request head.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
-
 /// Accepts connections until `drain` fires, then lets open ones finish (up to the drain limit).
 /// With `tls` it serves HTTPS (h2 or HTTP/1.1 by ALPN). Middleware, when the spec has any, wraps
-/// the service of each connection; without it requests go straight to `handle`.
+/// the service of each connection; without it requests go straight to `handle`. `policy` caps the
+/// connections and times them (first byte, idle, age); hyper's own header timeout is off, since the
+/// first-byte and idle timers cover a slow request head on every connection and protocol alike.
 pub(crate) async fn serve(
     listener: TcpListener,
     edge: Arc<Edge>,
     drain: CancellationToken,
     tls: Option<TlsAcceptor>,
+    policy: Policy,
 ) {
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder
         .http1()
         .timer(TokioTimer::new())
-        .header_read_timeout(HEADER_TIMEOUT)
+        .header_read_timeout(None)
         .max_buf_size(64 * 1024);
     builder
         .http2()
@@ -52,14 +54,21 @@ pub(crate) async fn serve(
         .max_concurrent_streams(256)
         .keep_alive_interval(Duration::from_secs(20));
     if edge.middleware.is_empty() {
-        crate::net::accept::accept_loop(listener, drain, "http", tls, move |io, _peer| {
-            let edge = edge.clone();
-            let svc = service_fn(move |req| handle(edge.clone(), req));
-            // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
-            builder
-                .serve_connection_with_upgrades(TokioIo::new(io), svc)
-                .into_owned()
-        })
+        crate::net::accept::accept_loop(
+            listener,
+            drain,
+            "http",
+            tls,
+            policy,
+            move |io, _peer, conn| {
+                let edge = edge.clone();
+                let svc = track(conn, service_fn(move |req| handle(edge.clone(), req)));
+                // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
+                builder
+                    .serve_connection_with_upgrades(TokioIo::new(io), svc)
+                    .into_owned()
+            },
+        )
         .await;
     } else {
         crate::net::accept::accept_loop(
@@ -67,11 +76,12 @@ pub(crate) async fn serve(
             drain,
             "http",
             tls,
-            move |io, peer: SocketAddr| {
+            policy,
+            move |io, peer: SocketAddr, conn| {
                 let e = edge.clone();
                 let inner = tower::service_fn(move |req| handle(e.clone(), req));
                 let stack = edge.middleware.wrap(inner, peer.ip(), &edge.metrics);
-                let svc = service_fn(move |req| stack.clone().oneshot(req));
+                let svc = track(conn, service_fn(move |req| stack.clone().oneshot(req)));
                 // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
                 builder
                     .serve_connection_with_upgrades(TokioIo::new(io), svc)

@@ -1,6 +1,7 @@
 //! Listeners: where client requests enter: HTTP (`http.rs`), WebSocket (`ws/`, on the HTTP port)
 //! and gRPC (`grpc/`), sharing the route table and the dispatch stage through [`Edge`].
 
+pub(crate) mod connections;
 pub(crate) mod grpc;
 pub(crate) mod http;
 pub(crate) mod tls;

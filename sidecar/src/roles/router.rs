@@ -12,6 +12,8 @@ use crate::load::LoadMeters;
 use crate::load::report::Reporter;
 use crate::metrics::{EventLabel, Metrics};
 use crate::middleware::Stack;
+use crate::net::accept::Policy;
+use crate::net::conn::limits::Tracker;
 use crate::net::control_plane::ControlPlane;
 use crate::net::identity::IdentitySettings;
 use crate::routes::grpc::GrpcRoutes;
@@ -188,14 +190,32 @@ pub(crate) async fn run(
             }
         }
     }
+    // Every client connection is a descriptor: take the whole hard limit, then cap connections
+    // below it so the probes, the admin port and the managers always find one.
+    let fd_limit = crate::net::conn::fd_limit::raise();
+    let limits = crate::listener::connections::resolve(
+        &settings.config.spec.listeners.connections,
+        fd_limit,
+        config_file,
+    )?;
+    if let Some(asked) = limits.lowered_from {
+        tracing::warn!(
+            asked,
+            cap = limits.caps.total,
+            fd_limit,
+            "spec.listeners.connections.maxConnections is above what the open-file limit leaves room for; lowered"
+        );
+    }
     let metrics = Metrics::new();
     reloads
         .spawn(metrics.sessions.reloads.clone())
         .map_err(RunError::Reload)?;
     let ready = Readiness::default();
     // Probes answer from the start (live, not ready), while the certificate is being fetched.
+    let mut probe_shown = "off".to_owned();
     if let Some(addr) = probe_addr {
         let probes = bind("probe listener", addr).await?;
+        probe_shown = local_addr(&probes, addr).to_string();
         tokio::spawn(admin::serve_probes(probes, ready.clone()));
     }
     let identity = super::identity::start(
@@ -334,6 +354,13 @@ pub(crate) async fn run(
         ws,
         middleware,
     });
+    // One tracker: the caps count the HTTP, WebSocket and gRPC connections together.
+    let tracker = Tracker::new(limits.caps);
+    let policy = |listener: &'static str| Policy {
+        tracker: tracker.clone(),
+        timeouts: limits.timeouts,
+        meters: crate::listener::connections::meters(&edge.metrics, listener),
+    };
     let grpc_server = match grpc_listener {
         None => None,
         Some(l) => {
@@ -344,10 +371,17 @@ pub(crate) async fn run(
                 edge.clone(),
                 drain.clone(),
                 grpc_tls,
+                policy("grpc"),
             )))
         }
     };
-    let server = tokio::spawn(http::serve(listener, edge.clone(), drain.clone(), http_tls));
+    let server = tokio::spawn(http::serve(
+        listener,
+        edge.clone(),
+        drain.clone(),
+        http_tls,
+        policy("http"),
+    ));
     // Written before readiness, so whoever sees `/readyz` answer 200 finds the file complete.
     if let Some(path) = ready_file {
         let bound = serde_json::json!({
@@ -366,7 +400,7 @@ pub(crate) async fn run(
         .unwrap_or_else(|| "off".to_owned());
     let ws_shown = ws_path.unwrap_or_else(|| "off".to_owned());
     let tls_shown = settings.config.spec.listeners.tls.is_some();
-    tracing::info!(http = %http_addr, ws = %ws_shown, grpc = %grpc_shown, tls = tls_shown, admin = %admin_addr, router = %settings.config.name, "router ready");
+    tracing::info!(http = %http_addr, ws = %ws_shown, grpc = %grpc_shown, tls = tls_shown, admin = %admin_addr, probe = %probe_shown, router = %settings.config.name, max_connections = limits.caps.total, max_connections_per_client = limits.caps.per_client, fd_limit, "router ready");
 
     crate::shutdown::signal().await;
     ready.set(false);

@@ -6,6 +6,8 @@ use super::message::client_deadline;
 use crate::answer::grpc::status;
 use crate::listener::Edge;
 use crate::middleware::Head;
+use crate::net::accept::Policy;
+use crate::net::conn::tracked::track;
 use crate::net::grpc_timeout::parse_grpc_timeout;
 use hyper::body::Incoming;
 use hyper::service::service_fn;
@@ -25,58 +27,67 @@ const MAX_STREAMS: u32 = 1024;
 /// Accepts HTTP/2 connections (h2c, or TLS with ALPN h2 when `tls` is set) until `drain` fires, then
 /// lets open calls finish (up to the drain limit). `Connect` streams stop reading at the drain and end
 /// once their replies are out. The auth and rate-limit middleware of `edge` refuse calls before tonic
-/// reads them.
+/// reads them. `policy` caps the connections and times them (first byte, idle, age: a `Connect`
+/// stream is in flight until it ends, so it is never idle).
 pub(crate) async fn serve(
     listener: TcpListener,
     routes: Routes,
     edge: Arc<Edge>,
     drain: CancellationToken,
     tls: Option<TlsAcceptor>,
+    policy: Policy,
 ) {
     let mut builder = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     builder
         .timer(TokioTimer::new())
         .max_concurrent_streams(MAX_STREAMS)
         .keep_alive_interval(Duration::from_secs(20));
-    crate::net::accept::accept_loop(listener, drain, "grpc", tls, move |io, peer: SocketAddr| {
-        let routes = routes.clone();
-        let edge = edge.clone();
-        let svc = service_fn(move |mut req: hyper::Request<Incoming>| {
-            let at = Instant::now();
-            let refused = if edge.middleware.gates.is_empty() {
-                None
-            } else {
-                let head = Head {
-                    headers: req.headers(),
-                    peer: peer.ip(),
-                };
-                match edge.middleware.admit(&head, &edge.metrics) {
-                    Err(d) => Some(d),
-                    Ok(grant) => {
-                        // A `Connect` stream keeps it, to end when the credential lapses.
-                        if let Some(g) = grant {
-                            req.extensions_mut().insert(g);
+    crate::net::accept::accept_loop(
+        listener,
+        drain,
+        "grpc",
+        tls,
+        policy,
+        move |io, peer: SocketAddr, conn| {
+            let routes = routes.clone();
+            let edge = edge.clone();
+            let svc = service_fn(move |mut req: hyper::Request<Incoming>| {
+                let at = Instant::now();
+                let refused = if edge.middleware.gates.is_empty() {
+                    None
+                } else {
+                    let head = Head {
+                        headers: req.headers(),
+                        peer: peer.ip(),
+                    };
+                    match edge.middleware.admit(&head, &edge.metrics) {
+                        Err(d) => Some(d),
+                        Ok(grant) => {
+                            // A `Connect` stream keeps it, to end when the credential lapses.
+                            if let Some(g) = grant {
+                                req.extensions_mut().insert(g);
+                            }
+                            None
                         }
-                        None
+                    }
+                };
+                let deadline = req
+                    .headers()
+                    .get("grpc-timeout")
+                    .and_then(|v| v.to_str().ok())
+                    .and_then(parse_grpc_timeout)
+                    .map(|t| client_deadline(at, t));
+                req.extensions_mut().insert(Arrival { at, deadline });
+                let mut routes = routes.clone();
+                async move {
+                    match refused {
+                        Some(d) => Ok(status(&d.answer(), None).into_http()),
+                        None => routes.call(req).await,
                     }
                 }
-            };
-            let deadline = req
-                .headers()
-                .get("grpc-timeout")
-                .and_then(|v| v.to_str().ok())
-                .and_then(parse_grpc_timeout)
-                .map(|t| client_deadline(at, t));
-            req.extensions_mut().insert(Arrival { at, deadline });
-            let mut routes = routes.clone();
-            async move {
-                match refused {
-                    Some(d) => Ok(status(&d.answer(), None).into_http()),
-                    None => routes.call(req).await,
-                }
-            }
-        });
-        builder.serve_connection(TokioIo::new(io), svc)
-    })
+            });
+            builder.serve_connection(TokioIo::new(io), track(conn, svc))
+        },
+    )
     .await;
 }

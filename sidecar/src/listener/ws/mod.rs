@@ -83,7 +83,12 @@ pub(crate) fn upgrade(edge: &Arc<Edge>, mut req: Request<Incoming>) -> Response<
     // The credential the auth middleware admitted: the session ends when it lapses.
     let grant = req.extensions_mut().remove::<Grant>();
     let edge = edge.clone();
+    // The session keeps the connection's place under the connection caps until it ends.
+    let held = req
+        .extensions_mut()
+        .remove::<crate::net::conn::tracked::Held>();
     ws.sessions.spawn(async move {
+        let _held = held;
         match on_upgrade.await {
             Ok(upgraded) => session::run(edge, upgraded, traceparent, grant).await,
             Err(e) => tracing::debug!(error = %e, "WebSocket upgrade failed"),

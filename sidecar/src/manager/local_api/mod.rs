@@ -35,6 +35,9 @@ pub const MAX_BODY: usize = 1 << 20;
 /// Time the app has to send a request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// Most connections of the app at once; past it a new one is closed at once.
+const MAX_CONNECTIONS: usize = 16 * 1024;
+
 /// One call of the app, checked.
 pub struct Call<'a> {
     /// What to do.
@@ -220,22 +223,43 @@ pub async fn serve(listener: TcpListener, api: Arc<LocalApi>, drain: Cancellatio
         .http2()
         .timer(TokioTimer::new())
         .max_concurrent_streams(256);
-    // Loopback only, so no TLS.
-    crate::net::accept::accept_loop(listener, drain, "local-api", None, move |stream, _peer| {
-        let (api, grpc) = (api.clone(), grpc.clone());
-        let svc = service_fn(move |req: hyper::Request<Incoming>| {
+    // Loopback only (the app), so no TLS, no timers of the edge's (hyper's header timeout
+    // stays) and one cap: as many connections as the listener ever held.
+    let policy = crate::net::accept::Policy {
+        tracker: crate::net::conn::limits::Tracker::new(crate::net::conn::limits::Caps {
+            total: MAX_CONNECTIONS,
+            per_client: MAX_CONNECTIONS,
+        }),
+        timeouts: crate::net::conn::timers::Timeouts::NONE,
+        meters: crate::net::conn::meters::Meters::new(
+            api.metrics.conns.open("local-api"),
+            api.metrics.conns.accept_errors("local-api"),
+            |reason| api.metrics.conns.refused("local-api", reason),
+            |reason| api.metrics.conns.closed("local-api", reason),
+        ),
+    };
+    crate::net::accept::accept_loop(
+        listener,
+        drain,
+        "local-api",
+        None,
+        policy,
+        move |stream, _peer, _conn| {
             let (api, grpc) = (api.clone(), grpc.clone());
-            async move {
-                if grpc::is_grpc(&req) {
-                    grpc::call(grpc, req).await
-                } else {
-                    Ok(http::handle(api, req).await.map(tonic::body::Body::new))
+            let svc = service_fn(move |req: hyper::Request<Incoming>| {
+                let (api, grpc) = (api.clone(), grpc.clone());
+                async move {
+                    if grpc::is_grpc(&req) {
+                        grpc::call(grpc, req).await
+                    } else {
+                        Ok(http::handle(api, req).await.map(tonic::body::Body::new))
+                    }
                 }
-            }
-        });
-        builder
-            .serve_connection(TokioIo::new(stream), svc)
-            .into_owned()
-    })
+            });
+            builder
+                .serve_connection(TokioIo::new(stream), svc)
+                .into_owned()
+        },
+    )
     .await;
 }
