@@ -22,17 +22,29 @@ use std::time::{Duration, Instant};
 
 /// Runs both controllers until `shutdown` resolves. The Router controller reads Managers from a
 /// reflector cache instead of listing them on every reconcile.
+///
+/// With `--watch-namespaces`, each controller runs once per namespace, joined: a `Controller` reads
+/// its objects from one reflector store, and one store can be fed by one watcher only (see
+/// [`crate::scope`]), so a single controller cannot watch a list of namespaces. Each namespace's
+/// controllers then have their own queue; a reconcile only ever touches its own namespace.
 pub async fn run(
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
     use futures::StreamExt;
-    let (managers, fill) = manager_cache::ManagerCache::start(ctx.client.clone());
+    let (managers, fill) = manager_cache::ManagerCache::start(ctx.client.clone(), &ctx.scope);
     let fill = fill.take_until(shutdown.clone()).for_each(|()| async {});
+    let targets = ctx.scope.targets();
+    let routers = targets
+        .iter()
+        .map(|t| router::run(ctx.clone(), t, managers.clone(), shutdown.clone()));
+    let managers = targets
+        .iter()
+        .map(|t| manager::run(ctx.clone(), t, shutdown.clone()));
     futures::join!(
         fill,
-        router::run(ctx.clone(), managers, shutdown.clone()),
-        manager::run(ctx, shutdown)
+        futures::future::join_all(routers),
+        futures::future::join_all(managers)
     );
 }
 
