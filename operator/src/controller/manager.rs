@@ -29,7 +29,7 @@ const NAME: &str = "manager";
 pub async fn run(
     ctx: Arc<Context>,
     target: &Target,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
     let client = ctx.client.clone();
     let controller = Controller::new(
@@ -57,9 +57,9 @@ pub async fn run(
                     .collect::<Vec<_>>()
             },
         )
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx);
-    super::drain(stream, NAME).await;
+    super::drain(stream, NAME, shutdown).await;
 }
 
 /// One reconcile, a span of its own (exported when the operator's tracing is on).

@@ -140,17 +140,36 @@ where
     Ok(())
 }
 
-/// Logs what the controller stream yields besides successful reconciles (already counted).
+/// How long a controller may take to stop once shutdown is asked for.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Logs what the controller stream yields besides successful reconciles (already counted), until
+/// it ends or [`SHUTDOWN_GRACE`] after `shutdown`.
+///
+/// The bound is needed: kube-runtime holds a controller's runner until its store has listed once,
+/// also through a graceful shutdown, so a watch that never lists (RBAC refuses it, e.g. a namespace
+/// in `--watch-namespaces` without the chart's Role) would keep the operator from ever exiting.
 async fn drain<T, E: std::fmt::Display>(
     stream: impl futures::Stream<Item = std::result::Result<T, E>>,
     controller: &str,
+    shutdown: impl Future<Output = ()>,
 ) {
     use futures::StreamExt;
-    stream
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(controller, error = %e, "controller event");
-            }
-        })
-        .await;
+    let run = stream.for_each(|res| async move {
+        if let Err(e) = res {
+            tracing::debug!(controller, error = %e, "controller event");
+        }
+    });
+    tokio::pin!(run);
+    tokio::select! {
+        () = &mut run => return,
+        () = shutdown => {}
+    }
+    if tokio::time::timeout(SHUTDOWN_GRACE, run).await.is_err() {
+        tracing::warn!(
+            controller,
+            grace = ?SHUTDOWN_GRACE,
+            "controller did not stop in time (a watch never listed?); dropped"
+        );
+    }
 }

@@ -37,7 +37,7 @@ pub(super) async fn run(
     ctx: Arc<Context>,
     target: &Target,
     managers: ManagerCache,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
     let client = ctx.client.clone();
     let owned = super::owned_children();
@@ -57,9 +57,9 @@ pub(super) async fn run(
                 .map(|ns| ObjectRef::<Router>::new(&m.spec.router_ref.name).within(&ns))
         },
     )
-    .graceful_shutdown_on(shutdown)
+    .graceful_shutdown_on(shutdown.clone())
     .run(reconcile, error_policy, Arc::new(Shared { ctx, managers }));
-    super::drain(stream, NAME).await;
+    super::drain(stream, NAME, shutdown).await;
 }
 
 /// One reconcile, a span of its own (exported when the operator's tracing is on).
