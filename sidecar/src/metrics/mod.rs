@@ -2,6 +2,7 @@
 
 pub(crate) mod labels;
 pub(crate) mod mesh;
+pub(crate) mod sessions;
 pub(crate) mod ws;
 
 use crate::load::{LoadMeters, Underway};
@@ -51,6 +52,8 @@ pub struct Metrics {
     pub ws: ws::WsMetrics,
     /// Mesh TLS: handshakes, the certificate, refused peers.
     pub mesh: mesh::MeshMetrics,
+    /// Key material reloads and sessions ended by a lapsed credential (router).
+    pub sessions: sessions::SessionMetrics,
     /// `switchyard_middleware_rejections_total{middleware,reason}`: requests refused at the edge.
     pub rejections: Family<RejectLabels, Counter>,
     /// `switchyard_dead_letter_published_total{event}`: events whose delivery failed for good,
@@ -128,6 +131,7 @@ impl Metrics {
         );
         let ws = ws::WsMetrics::register(&mut registry);
         let mesh = mesh::MeshMetrics::register(&mut registry);
+        let sessions = sessions::SessionMetrics::register(&mut registry);
         let rejections = Family::<RejectLabels, Counter>::default();
         registry.register(
             "switchyard_middleware_rejections",
@@ -172,6 +176,7 @@ impl Metrics {
         Arc::new(Metrics {
             ws,
             mesh,
+            sessions,
             registry,
             requests,
             duration,

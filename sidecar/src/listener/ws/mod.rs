@@ -9,6 +9,7 @@ mod session;
 
 use super::Edge;
 use crate::answer::http::Reply;
+use crate::middleware::Grant;
 use crate::routes::ws::WsRoutes;
 use crate::timing::StageTimes;
 use bytes::Bytes;
@@ -79,10 +80,12 @@ pub(crate) fn upgrade(edge: &Arc<Edge>, mut req: Request<Incoming>) -> Response<
         .headers()
         .get(crate::traceparent::HEADER)
         .map(|v| v.as_bytes().to_vec());
+    // The credential the auth middleware admitted: the session ends when it lapses.
+    let grant = req.extensions_mut().remove::<Grant>();
     let edge = edge.clone();
     ws.sessions.spawn(async move {
         match on_upgrade.await {
-            Ok(upgraded) => session::run(edge, upgraded, traceparent).await,
+            Ok(upgraded) => session::run(edge, upgraded, traceparent, grant).await,
             Err(e) => tracing::debug!(error = %e, "WebSocket upgrade failed"),
         }
     });
