@@ -530,7 +530,11 @@ async fn operator_chart_renders_namespaced_rbac_with_watch_namespaces() -> Resul
     );
 
     // Without mesh TLS nothing cluster-scoped is needed: no ClusterRole, no binding.
-    let plain = template("switchyard", &["--set", &list]).await?;
+    let plain = template(
+        "switchyard",
+        &["--set", "meshTLS.enabled=false", "--set", &list],
+    )
+    .await?;
     let kinds: Vec<&str> = plain.iter().filter_map(|d| d["kind"].as_str()).collect();
     ensure!(
         !kinds.iter().any(|k| k.starts_with("ClusterRole")),

@@ -3,7 +3,7 @@
 //!
 //! A release of the chart with `watchNamespaces: [<watched>]` and no operator pods
 //! (`replicaCount=0`) gives its ServiceAccount a Role in the watched namespace and nothing
-//! cluster-wide (mesh TLS is off, so not even TokenReview). A real operator process runs as that
+//! cluster-wide (`meshTLS.enabled=false`, so not even TokenReview). A real operator process runs as that
 //! ServiceAccount with `--watch-namespaces=<watched>`: the quickstart's Router and Manager in the
 //! watched namespace are reconciled (Deployments, Ready in status), the same objects in a second,
 //! unwatched namespace are left alone (no children, no status, no Events), and the operator's log
@@ -28,7 +28,10 @@ async fn helm_install(c: &Cluster, watched: &str) -> Result<()> {
         .args(["upgrade", "--install", RELEASE])
         .arg(switchyard_e2e::charts_dir().join("switchyard"))
         .args(["--namespace", NAMESPACE, "--create-namespace"])
-        .args(["--set", "replicaCount=0", "--set"])
+        // Mesh TLS off: the operator runs outside the cluster with no sidecar to certify, so the
+        // release has nothing cluster-wide at all (the TokenReview ClusterRole of a namespaced
+        // install with mesh TLS is checked by tests/cluster.rs).
+        .args(["--set", "replicaCount=0,meshTLS.enabled=false", "--set"])
         .arg(format!("watchNamespaces={{{watched}}}"))
         .args(["--wait=false"])
         .timeout(Duration::from_secs(180))
