@@ -9,20 +9,7 @@ pub fn quickstart() -> PathBuf {
 
 /// A minimal valid Router with one HTTP route.
 pub fn router(name: &str) -> String {
-    format!(
-        r#"apiVersion: switchyard.dev/v1alpha1
-kind: Router
-metadata:
-  name: {name}
-spec:
-  listeners:
-    http:
-      port: 8080
-  routes:
-    - event: noop
-      http: {{method: GET, path: /noop}}
-"#
-    )
+    router_routing(name, &["noop"])
 }
 
 /// A Router named `name` routing each of `events` from `GET /<event>` on port 8080 (the control

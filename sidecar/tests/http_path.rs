@@ -142,6 +142,22 @@ async fn echo_and_edge_checks() {
             "larger than",
         );
     }
+    // The same for refusals given on the head alone (no route, wrong type), whatever their body.
+    let huge = "x".repeat(8 << 20);
+    for _ in 0..3 {
+        assert_problem(
+            &c.post(&mesh.url("/nope"), "application/json", huge.clone())
+                .await
+                .unwrap(),
+            404,
+            "/nope",
+        );
+        assert_problem(
+            &c.post(&url, "text/plain", huge.clone()).await.unwrap(),
+            415,
+            "text/plain",
+        );
+    }
     assert_problem(
         &c.post(&url, "text/plain", "{\"value\":1}").await.unwrap(),
         415,

@@ -153,7 +153,7 @@ async fn bad_calls_and_missing_managers_get_problems() {
     assert_eq!(r.header("allow"), Some("POST"));
     // Refused while the app is still sending: the sidecar reads on and drops the rest, so the app
     // reads its 413 rather than a reset connection, every time.
-    let big = format!("[{}1]", "1,".repeat(600_000));
+    let big = format!("[{}1]", "1,".repeat(4_000_000));
     for _ in 0..10 {
         let r = post(&mesh, "/v1/publish/audit", &[], &big).await;
         assert_eq!(r.status, 413);

@@ -7,7 +7,7 @@ use crate::dispatch::{Clock, new_ce_id};
 use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
 use crate::net::accept::Policy;
-use crate::net::body::{Unread, linger, read_limited};
+use crate::net::body::{Unconsumed, Unread, linger, read_limited};
 use crate::net::conn::tracked::track;
 use crate::otel::request::RequestTrace;
 use crate::routes::http::Lookup;
@@ -133,6 +133,8 @@ fn rejected(r: Rejection) -> Reply {
 
 async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Reply, EventLabel) {
     let (parts, body) = req.into_parts();
+    // Any refusal below, before the body is read, lingers on it (see `Unconsumed`).
+    let body = Unconsumed::new(body);
     let (route, params) = match edge.table.lookup(parts.method.as_str(), parts.uri.path()) {
         Lookup::Found { route, params } => (route, params),
         Lookup::NotFound => {
@@ -175,13 +177,12 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
         }
         let limit = edge.table.body_limit;
         if declared_len.is_some_and(|n| n > limit as u64) {
-            linger(body);
             return (
                 Reply::problem(413, &format!("body is larger than {limit} bytes")),
                 label,
             );
         }
-        let read = read_limited(body, limit, declared_len, &edge.body_budget);
+        let read = read_limited(body.into_inner(), limit, declared_len, &edge.body_budget);
         let raw = match tokio::time::timeout_at(deadline.into(), read).await {
             Ok(Ok((raw, held))) => {
                 // Held until this request is answered: its bytes live as long as it does.

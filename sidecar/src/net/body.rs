@@ -29,6 +29,36 @@ pub(crate) fn linger(mut body: Incoming) {
     });
 }
 
+/// A request body that is lingered on (see `linger`) if it is dropped unread, so every refusal
+/// given on a request's head (no route, wrong method, a declared length over the limit) reaches a
+/// client that is still sending, whichever early return gives it.
+pub(crate) struct Unconsumed(Option<Incoming>);
+
+impl Unconsumed {
+    pub(crate) fn new(body: Incoming) -> Self {
+        Self(Some(body))
+    }
+
+    /// The body, to be read now.
+    pub(crate) fn into_inner(mut self) -> Incoming {
+        match self.0.take() {
+            Some(body) => body,
+            // `new` holds a body and only this, consuming the guard, takes it.
+            None => unreachable!("an Unconsumed body is taken once"),
+        }
+    }
+}
+
+impl Drop for Unconsumed {
+    fn drop(&mut self) {
+        if let Some(body) = self.0.take()
+            && !hyper::body::Body::is_end_stream(&body)
+        {
+            linger(body);
+        }
+    }
+}
+
 /// Why a body was not read whole.
 pub(crate) enum Unread {
     /// Over the limit: the rest, to linger on.

@@ -112,16 +112,7 @@ pub(crate) async fn run(
             role: "manager",
             owner: c.name.clone(),
         };
-        let dial = cp.clone();
-        tokio::spawn(crate::load::push::run(
-            cp.url(),
-            move || {
-                let dial = dial.clone();
-                async move { dial.connect().await }
-            },
-            meters,
-            who,
-        ))
+        super::push_load(cp, meters, who)
     });
     let follower = control_plane.map(|cp| tokio::spawn(follow::run(cp, upstream.clone(), pod)));
     if let Some(dl) = &c.workers.dead_letter

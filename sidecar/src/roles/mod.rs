@@ -104,3 +104,22 @@ pub(crate) async fn bind(
 pub(crate) fn local_addr(listener: &tokio::net::TcpListener, asked: SocketAddr) -> SocketAddr {
     listener.local_addr().unwrap_or(asked)
 }
+
+/// Reports `meters` as `who` to the control plane `cp` for as long as the task lives, each
+/// report stream over a fresh connection (both roles report the same way).
+pub(crate) fn push_load(
+    cp: &crate::net::control_plane::ControlPlane,
+    meters: std::sync::Arc<crate::load::meter::LoadMeters>,
+    who: crate::load::report::Reporter,
+) -> tokio::task::JoinHandle<()> {
+    let dial = cp.clone();
+    tokio::spawn(crate::load::push::run(
+        cp.url(),
+        move || {
+            let dial = dial.clone();
+            async move { dial.connect().await }
+        },
+        meters,
+        who,
+    ))
+}

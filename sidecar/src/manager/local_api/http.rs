@@ -5,7 +5,7 @@ use super::{Call, Done, LocalApi, MAX_BODY};
 use crate::answer::Answer;
 use crate::answer::http::Reply;
 use crate::edge;
-use crate::net::body::{Unread, linger, read_limited};
+use crate::net::body::{Unconsumed, Unread, linger, read_limited};
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::body::Incoming;
@@ -34,6 +34,8 @@ pub(crate) async fn handle(api: Arc<LocalApi>, req: Request<Incoming>) -> Respon
 
 async fn serve(api: &LocalApi, req: Request<Incoming>) -> Result<Done, Answer> {
     let (parts, body) = req.into_parts();
+    // Any refusal below, before the body is read, lingers on it (see `Unconsumed`).
+    let body = Unconsumed::new(body);
     let (op, event) = parse::route(parts.uri.path())?;
     if parts.method != Method::POST {
         return Err(Answer::refusal(
@@ -72,7 +74,7 @@ async fn serve(api: &LocalApi, req: Request<Incoming>) -> Result<Done, Answer> {
         }
         (id, key) => id.or(key),
     };
-    let read = read_limited(body, MAX_BODY, declared_len, &api.body_budget);
+    let read = read_limited(body.into_inner(), MAX_BODY, declared_len, &api.body_budget);
     // `_held` keeps the body's bytes counted until the call is done.
     let (raw, _held) = match tokio::time::timeout(BODY_TIMEOUT, read).await {
         Ok(Ok(read)) => read,
