@@ -1,5 +1,6 @@
 //! Switchyard's benchmarks: the load generator's drivers and report, the in-process routing loop the
-//! criterion benches time, and the pure check of a run's results against the targets of issues 5 and 14.
+//! criterion benches time, and the pure check of a run's results against the targets of issues 5, 12
+//! and 14.
 
 #![forbid(unsafe_code)]
 
@@ -8,6 +9,7 @@ pub mod cost;
 pub mod hop;
 pub mod lapin;
 pub mod load;
+pub mod mesh;
 pub mod plateau;
 pub mod plots;
 pub mod procs;

@@ -2,6 +2,7 @@
 //! look-ups the targets, the summary and the plots share. Pure: loading lives in the report binary.
 
 use crate::lapin::Lapinbeam;
+use crate::mesh::Handshakes;
 use crate::procs::{Sample, Usage};
 use crate::report::Summary;
 use serde::{Deserialize, Serialize};
@@ -22,6 +23,10 @@ pub struct Results {
     pub samples: BTreeMap<String, Vec<Sample>>,
     /// lapinbeam's figures from its runner, when it ran.
     pub lapinbeam: Option<Lapinbeam>,
+    /// Mesh TLS handshake counters of a system's sidecars by snapshot name (`noop_switchyard_before`,
+    /// `noop_switchyard_after`, `noop_plaintext_after`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub handshakes: BTreeMap<String, Handshakes>,
     /// Flat CPU profiles by name (`perf report` text: share, process, symbol per line).
     pub profiles: BTreeMap<String, String>,
     /// `section system: why` for every peer or step that did not run.

@@ -2,15 +2,26 @@
 //! ratios, then what did not run. Pure.
 
 use crate::cost::PairCost;
+use crate::mesh::Handshakes;
 use crate::plateau;
 use crate::report::Summary;
 use crate::results::{Results, ratio, rps_vs};
-use crate::targets::Check;
+use crate::targets::{Check, mtls_added_p50, mtls_load_handshakes};
 use std::fmt::Write as _;
 
 /// Systems of the `/noop` table in this order; others follow as recorded. `app` is the example app driven
-/// directly (the handler both Switchyard and Dapr deliver to), `dapr` two daprd sidecars in front of it.
-const NOOP_ORDER: [&str; 6] = ["bare", "app", "switchyard", "dapr", "edri", "fastapi"];
+/// directly (the handler both Switchyard and Dapr deliver to), `plaintext` Switchyard's full path with mesh
+/// mTLS off (`switchyard up --plaintext`; `switchyard` has it on, the default), `dapr` two daprd sidecars
+/// in front of the app.
+const NOOP_ORDER: [&str; 7] = [
+    "bare",
+    "app",
+    "plaintext",
+    "switchyard",
+    "dapr",
+    "edri",
+    "fastapi",
+];
 
 fn pct(x: Option<f64>) -> String {
     x.map(|v| format!("{:.1} %", 100.0 * v))
@@ -42,7 +53,7 @@ fn head(out: &mut String, title: &str, cols: &[&str]) {
 }
 
 fn targets(out: &mut String, checks: &[Check]) {
-    let _ = writeln!(out, "## Targets (issues 5 and 14)\n");
+    let _ = writeln!(out, "## Targets (issues 5, 12 and 14)\n");
     let _ = writeln!(out, "| target | measured | bound | verdict |");
     let _ = writeln!(out, "|---|---:|---|---|");
     for c in checks {
@@ -173,6 +184,106 @@ fn side_by_side(out: &mut String, r: &Results) {
     }
     if let Some(v) = r.meta.get("dapr").and_then(|v| v.as_str()) {
         let _ = writeln!(out, "\nDapr: {v}.");
+    }
+}
+
+/// `side result count` pairs of a handshake reading, e.g. `client ok 1, server ok 1`.
+fn by_side(h: &Handshakes) -> String {
+    if h.by.is_empty() {
+        return "none".to_owned();
+    }
+    h.by.iter()
+        .map(|(k, v)| format!("{k} {v:.0}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Switchyard's full path with mesh mTLS (the default) next to the same path in plaintext and bare hyper,
+/// and the frame handshakes around the mTLS load: the figures of issue 12's cost bar.
+fn mtls(out: &mut String, r: &Results) {
+    if r.systems("noop").iter().all(|s| s != "plaintext") {
+        return;
+    }
+    let _ = writeln!(
+        out,
+        "\n## mTLS cost: Switchyard with mesh mTLS next to plaintext (same run)\n"
+    );
+    let _ = writeln!(
+        out,
+        "| system | p50 µs c=1 | added p50 µs over plaintext | req/s c=32 | vs plaintext | vs bare |"
+    );
+    let _ = writeln!(out, "|---|---:|---:|---:|---:|---:|");
+    let plain1 = r.find("noop", "plaintext", None, Some(1));
+    let plain32 = r.find("noop", "plaintext", None, Some(32));
+    let bare32 = r.find("noop", "bare", None, Some(32));
+    for (sys, label) in [
+        ("bare", "bare hyper"),
+        ("plaintext", "Switchyard, plaintext"),
+        ("switchyard", "Switchyard, mTLS"),
+    ] {
+        let one = r.find("noop", sys, None, Some(1));
+        let many = r.find("noop", sys, None, Some(32));
+        if one.is_none() && many.is_none() {
+            continue;
+        }
+        let added = match sys {
+            "switchyard" => mtls_added_p50(r),
+            "plaintext" => same(one, plain1).map(|_| 0.0),
+            _ => None,
+        };
+        let _ = writeln!(
+            out,
+            "| {label} | {} | {} | {} | {} | {} |",
+            opt(one.map(|s| s.p50_us), 0),
+            opt(added, 0),
+            opt(many.map(|s| s.rps), 0),
+            pct(same(many, plain32).and_then(|(s, p)| rps_vs(s, p))),
+            pct(same(many, bare32).and_then(|(s, b)| rps_vs(s, b))),
+        );
+    }
+    let before = r.handshakes.get("noop_switchyard_before");
+    let after = r.handshakes.get("noop_switchyard_after");
+    if let (Some(b), Some(a)) = (before, after) {
+        let requests: u64 = r
+            .section("noop")
+            .filter(|s| s.system.as_deref() == Some("switchyard"))
+            .map(|s| s.requests)
+            .sum();
+        let _ = writeln!(
+            out,
+            "\nFrame handshakes (`switchyard_mesh_handshakes_total`) of the mTLS system's {} sidecars: {:.0} \
+             before its `/noop` runs ({}), {:.0} after ({}).",
+            b.sidecars,
+            b.total(),
+            by_side(b),
+            a.total(),
+            by_side(a),
+        );
+        match mtls_load_handshakes(r) {
+            Some(h) => {
+                let _ = writeln!(
+                    out,
+                    "The runs ({requests} measured requests, warm-ups not counted) added {:.0} ({:.0} failed).",
+                    h.added, h.added_failed
+                );
+            }
+            None => {
+                let _ = writeln!(
+                    out,
+                    "The two readings are of different sidecars ({} and {}): not compared.",
+                    b.sidecars, a.sidecars
+                );
+            }
+        }
+    }
+    if let Some(p) = r.handshakes.get("noop_plaintext_after") {
+        let _ = writeln!(
+            out,
+            "The plaintext system's {} sidecars after its runs: {:.0} handshakes ({}).",
+            p.sidecars,
+            p.total(),
+            by_side(p)
+        );
     }
 }
 
@@ -562,6 +673,7 @@ pub fn render(r: &Results, checks: &[Check], cost: &PairCost) -> String {
     generators(&mut out, r, "noop");
     noop_procs(&mut out, r);
     side_by_side(&mut out, r);
+    mtls(&mut out, r);
     compared(
         &mut out,
         r,
@@ -698,5 +810,75 @@ mod tests {
         );
         assert!(text.contains("Load from: wrk 4.1.0 -t1."), "{text}");
         assert!(text.contains("median of 2 interleaved rounds"), "{text}");
+    }
+
+    #[test]
+    fn mtls_next_to_plaintext_with_the_handshakes_around_the_load() {
+        let at = |sys: &str, c: usize, rps: f64, p50: f64| {
+            let mut s = run("noop", sys, None, c, rps);
+            s.p50_us = p50;
+            s
+        };
+        let reading = |client_ok: u32| {
+            crate::mesh::parse(&format!(
+                "# sidecar router\nswitchyard_mesh_handshakes_total{{side=\"client\",result=\"ok\"}} {client_ok}\n\
+                 # sidecar manager\nswitchyard_mesh_handshakes_total{{side=\"server\",result=\"ok\"}} 1\n"
+            ))
+        };
+        let mut r = Results {
+            runs: vec![
+                at("bare", 1, 20_000.0, 40.0),
+                at("plaintext", 1, 6_000.0, 150.0),
+                at("switchyard", 1, 5_800.0, 162.0),
+                at("bare", 32, 100_000.0, 300.0),
+                at("plaintext", 32, 30_000.0, 900.0),
+                at("switchyard", 32, 28_500.0, 950.0),
+            ],
+            ..Results::default()
+        };
+        r.handshakes
+            .insert("noop_switchyard_before".into(), reading(1));
+        r.handshakes
+            .insert("noop_switchyard_after".into(), reading(1));
+        r.handshakes.insert(
+            "noop_plaintext_after".into(),
+            crate::mesh::parse("# sidecar router\n# sidecar manager\n"),
+        );
+        let cost = pair_cost(&r);
+        let text = render(&r, &evaluate(&r, &cost), &cost);
+        let plain = text.find("| plaintext | 32").expect("plaintext row");
+        let tls = text.find("| switchyard | 32").expect("switchyard row");
+        assert!(
+            plain < tls,
+            "plaintext comes before mTLS in the /noop table"
+        );
+        assert!(
+            text.contains("| Switchyard, mTLS | 162 | 12 | 28500 | 95.0 % | 28.5 % |"),
+            "{text}"
+        );
+        assert!(
+            text.contains("| Switchyard, plaintext | 150 | 0 | 30000 | 100.0 % | 30.0 % |"),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "| /noop c=32: Switchyard mTLS / plaintext req/s | 0.950 | >= 0.9 | PASS |"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "2 sidecars: 2 before its `/noop` runs (client ok 1, server ok 1), 2 after"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains("(34300 measured requests, warm-ups not counted) added 0 (0 failed)"),
+            "{text}"
+        );
+        assert!(
+            text.contains("plaintext system's 2 sidecars after its runs: 0 handshakes (none)"),
+            "{text}"
+        );
     }
 }

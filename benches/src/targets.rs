@@ -1,8 +1,9 @@
-//! The targets of issues 5 and 14 that one run checks, as pure functions of the run's results: one line
+//! The targets of issues 5, 12 and 14 that one run checks, as pure functions of the run's results: one line
 //! each, pass, fail, or not measured (a peer or step that did not run, or two runs that different load
 //! generators drove, which no ratio may compare).
 
 use crate::cost::PairCost;
+use crate::mesh::{self, Added};
 use crate::plateau;
 use crate::results::{Results, ratio, rps_vs};
 use serde::{Deserialize, Serialize};
@@ -72,6 +73,22 @@ fn added_p50_vs_dapr(r: &Results) -> Option<f64> {
     (dapr_added > 0.0).then(|| (sy - bare) / dapr_added)
 }
 
+/// The mTLS system's (`switchyard`) p50 at c=1 minus the plaintext one's (`switchyard up --plaintext`),
+/// when one generator drove both: what mesh mTLS adds to a request's latency.
+pub fn mtls_added_p50(r: &Results) -> Option<f64> {
+    let tls = r.find("noop", "switchyard", None, Some(1))?;
+    let plain = r.find("noop", "plaintext", None, Some(1))?;
+    (tls.generator == plain.generator).then_some(tls.p50_us - plain.p50_us)
+}
+
+/// The mesh handshakes the mTLS system's `/noop` runs added, from the counters read before and after them.
+pub fn mtls_load_handshakes(r: &Results) -> Option<Added> {
+    mesh::added(
+        r.handshakes.get("noop_switchyard_before")?,
+        r.handshakes.get("noop_switchyard_after")?,
+    )
+}
+
 /// Highest of the present values.
 fn max_of(xs: impl Iterator<Item = Option<f64>>) -> Option<f64> {
     xs.flatten().reduce(f64::max)
@@ -106,9 +123,11 @@ fn levelled(r: &Results, name: &str) -> Option<f64> {
     Some(if all { 1.0 } else { 0.0 })
 }
 
-/// Every target line of issue 5 item 5, the memory plateau of its item 3, and the `/noop` bars of issue 14
-/// (against bare hyper and Dapr's service invocation).
+/// Every target line of issue 5 item 5, the memory plateau of its item 3, the `/noop` bars of issue 14
+/// (against bare hyper and Dapr's service invocation), and the mTLS cost of issue 12 (against the same
+/// path in plaintext).
 pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
+    let handshakes = mtls_load_handshakes(r);
     let fire = r.find("frames", "switchyard", Some("fire"), None);
     let frames_rate = fire.map(|f| f.rps);
     let frames_lost = fire.and_then(|f| f.extra.get("lost").copied());
@@ -135,6 +154,29 @@ pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
             1.0 / 3.0,
             "<= 1/3",
         ),
+        at_least(
+            "/noop c=32: Switchyard mTLS / plaintext req/s",
+            rps_ratio(
+                r,
+                "noop",
+                ("switchyard", None),
+                ("plaintext", None),
+                Some(32),
+            ),
+            0.9,
+        ),
+        at_most(
+            "/noop c=1: mTLS added p50 over plaintext (µs)",
+            mtls_added_p50(r),
+            20.0,
+        ),
+        Check {
+            name: "mTLS: frame handshakes the /noop load added (one per pod pair, at start)"
+                .to_owned(),
+            value: handshakes.as_ref().map(|h| h.added),
+            target: "= 0 (and > 0 before it: mTLS on)".to_owned(),
+            pass: handshakes.map(|h| h.added == 0.0 && h.before_ok > 0.0),
+        },
         at_least(
             "/noop c=32: Switchyard / EDRI req/s",
             rps_ratio(r, "noop", ("switchyard", None), ("edri", None), Some(32)),
@@ -299,6 +341,85 @@ mod tests {
             Some(false)
         );
         assert_eq!(named(&c, "Memory levels off under sustained").pass, None);
+    }
+
+    /// A run with the mTLS and the plaintext system at c=1 and c=32, and handshake readings around the load.
+    fn mtls_run(rps_32: (f64, f64), p50_1: (f64, f64), handshakes: (&str, &str)) -> Results {
+        let at = |sys: &str, c: usize, rps: f64, p50: f64| {
+            let mut s = run("noop", sys, None, c, rps);
+            s.p50_us = p50;
+            s
+        };
+        let mut r = Results {
+            runs: vec![
+                at("switchyard", 1, 8_000.0, p50_1.0),
+                at("plaintext", 1, 9_000.0, p50_1.1),
+                at("switchyard", 32, rps_32.0, 900.0),
+                at("plaintext", 32, rps_32.1, 800.0),
+            ],
+            ..Results::default()
+        };
+        r.handshakes
+            .insert("noop_switchyard_before".into(), mesh::parse(handshakes.0));
+        r.handshakes
+            .insert("noop_switchyard_after".into(), mesh::parse(handshakes.1));
+        r
+    }
+
+    const AT_START: &str = "# sidecar router\nswitchyard_mesh_handshakes_total{side=\"client\",result=\"ok\"} 2\n\
+                            # sidecar manager\nswitchyard_mesh_handshakes_total{side=\"server\",result=\"ok\"} 2\n";
+
+    #[test]
+    fn mtls_costs_are_taken_against_plaintext() {
+        let r = mtls_run((9_200.0, 10_000.0), (115.0, 100.0), (AT_START, AT_START));
+        let c = evaluate(&r, &cost::pair_cost(&r));
+        let ratio = named(&c, "/noop c=32: Switchyard mTLS / plaintext");
+        assert_eq!((ratio.value, ratio.pass), (Some(0.92), Some(true)));
+        let added = named(&c, "/noop c=1: mTLS added p50");
+        assert_eq!((added.value, added.pass), (Some(15.0), Some(true)));
+        let hs = named(&c, "mTLS: frame handshakes");
+        assert_eq!((hs.value, hs.pass), (Some(0.0), Some(true)));
+
+        let r = mtls_run((8_500.0, 10_000.0), (130.0, 100.0), (AT_START, AT_START));
+        let c = evaluate(&r, &cost::pair_cost(&r));
+        assert_eq!(
+            named(&c, "/noop c=32: Switchyard mTLS").pass,
+            Some(false),
+            "85 %"
+        );
+        assert_eq!(
+            named(&c, "/noop c=1: mTLS added p50").pass,
+            Some(false),
+            "30 µs added"
+        );
+    }
+
+    #[test]
+    fn handshakes_during_the_load_or_none_at_all_fail() {
+        // The router made 32 more connections during the load (one per request would be thousands).
+        let later = AT_START.replace("} 2\n#", "} 34\n#");
+        let r = mtls_run((1.0, 1.0), (1.0, 1.0), (AT_START, &later));
+        let c = evaluate(&r, &cost::pair_cost(&r));
+        let hs = named(&c, "mTLS: frame handshakes");
+        assert_eq!((hs.value, hs.pass), (Some(32.0), Some(false)));
+
+        let none = "# sidecar router\n# sidecar manager\n";
+        let r = mtls_run((1.0, 1.0), (1.0, 1.0), (none, none));
+        let c = evaluate(&r, &cost::pair_cost(&r));
+        let hs = named(&c, "mTLS: frame handshakes");
+        assert_eq!(
+            (hs.value, hs.pass),
+            (Some(0.0), Some(false)),
+            "no handshake at all: the mesh was not on mTLS"
+        );
+    }
+
+    #[test]
+    fn mtls_latency_is_not_compared_across_generators() {
+        let mut r = mtls_run((1.0, 1.0), (115.0, 100.0), (AT_START, AT_START));
+        r.runs[0].generator = Some("wrk 4.1.0 -t1".into());
+        let c = evaluate(&r, &cost::pair_cost(&r));
+        assert_eq!(named(&c, "/noop c=1: mTLS added p50").pass, None);
     }
 
     #[test]

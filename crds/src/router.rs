@@ -65,6 +65,11 @@ use std::collections::BTreeMap;
         "fieldPath": ".listeners",
     },
     {
+        "rule": "!has(self.listeners.websocket) || !has(self.listeners.websocket.subscribe) || self.listeners.websocket.subscribe.all(r, (!has(r.scopes) || size(r.scopes) == 0) && (!has(r.claims) || size(r.claims) == 0)) || self.middleware.exists(m, has(m.auth) && has(m.auth.jwt))",
+        "message": "a subscribe rule with scopes or claims needs an auth middleware with jwt (the scopes and claims are the token's)",
+        "fieldPath": ".listeners.websocket.subscribe",
+    },
+    {
         "rule": "!self.routes.exists(r, has(r.grpc)) || has(self.listeners.grpc)",
         "message": "a route with `grpc` needs listeners.grpc",
         "fieldPath": ".listeners",
@@ -274,6 +279,49 @@ pub struct WebSocketListener {
     #[serde(default = "default_ws_max_message")]
     #[schemars(range(min = 1, max = 16777216))]
     pub max_message_bytes: i64,
+    /// Who may subscribe to the pushes of which event types. Rules are checked in order and the
+    /// first whose `events` cover the type decides: the subscription is allowed when the
+    /// session's token has every scope and claim the rule asks for. Absent: any connection may
+    /// subscribe to any event type. Present: a type no rule covers is refused (end with a rule
+    /// for `*` to open the rest). A refused subscribe gets an error reply naming the event type
+    /// and why; the connection stays open.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 64))]
+    pub subscribe: Option<Vec<SubscribeRule>>,
+}
+
+/// Pattern of a subscribe rule's event-type entry: an event type, a prefix ending in `.*`, or `*`.
+pub const SUBSCRIBE_EVENTS_PATTERN: &str = r"^(\*|[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*(\.\*)?)$";
+
+/// One subscribe rule: which event types it covers, and what the token must carry.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscribeRule {
+    /// Event types this rule covers: a name (`prices.tick`), a prefix ending in `.*`
+    /// (`prices.*` covers `prices.tick` and `prices.eu.tick`, not `prices`), or `*` (every type).
+    #[schemars(
+        length(min = 1, max = 64),
+        inner(
+            regex(pattern = r"^(\*|[a-z][a-z0-9_-]*(\.[a-z][a-z0-9_-]*)*(\.\*)?)$"),
+            length(min = 1, max = 65)
+        )
+    )]
+    pub events: Vec<String>,
+    /// OAuth scopes the token must all have, in its `scope` claim (space-separated, RFC 8693) or
+    /// `scp` (an array or a space-separated string). Needs `auth.jwt` middleware.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 16),
+        inner(regex(pattern = r"^[!#-\[\]-~]+$"), length(min = 1, max = 256))
+    )]
+    pub scopes: Vec<String>,
+    /// Claims the token must carry, each with the value given: a string claim equal to it, an
+    /// array claim holding it, or a number or boolean claim written that way (`"true"`, `"3"`).
+    /// A name is a top-level claim (`https://example.com/roles` included); one that is not, with
+    /// dots, is a path into nested objects (`realm_access.roles`). Needs `auth.jwt` middleware.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    #[schemars(extend("maxProperties" = 16))]
+    pub claims: BTreeMap<String, String>,
 }
 
 fn default_ws_path() -> String {
@@ -504,6 +552,11 @@ pub struct Auth {
 /// JWT verification.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "duration(self.leeway) <= duration('5m')",
+    "message": "leeway is at most 5m",
+    "fieldPath": ".leeway",
+}]))]
 pub struct Jwt {
     /// Signature algorithm.
     pub algorithm: JwtAlgorithm,
@@ -515,6 +568,20 @@ pub struct Jwt {
     /// Required `aud` claim, when set.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub audience: Option<String>,
+    /// Clock skew allowed on `exp` and `nbf`, at most 5m. A WebSocket session or gRPC `Connect`
+    /// stream opened with a token is closed when the token's `exp` plus this has passed.
+    #[serde(default = "default_jwt_leeway")]
+    #[schemars(schema_with = "schema::duration")]
+    pub leeway: Duration,
+}
+
+/// Default of `auth.jwt.leeway`.
+pub const DEFAULT_JWT_LEEWAY: std::time::Duration = std::time::Duration::from_secs(30);
+/// Largest `auth.jwt.leeway`.
+pub const MAX_JWT_LEEWAY: std::time::Duration = std::time::Duration::from_secs(300);
+
+fn default_jwt_leeway() -> Duration {
+    Duration::from(DEFAULT_JWT_LEEWAY)
 }
 
 /// JWT signature algorithms.

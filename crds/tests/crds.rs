@@ -310,3 +310,76 @@ fn yaml_errors_name_the_document_and_field() {
         "{err}"
     );
 }
+
+#[test]
+fn subscribe_rules_with_scopes_or_claims_need_jwt_auth() {
+    let rules = serde_json::json!([
+        {"events": ["prices.*"], "scopes": ["prices:read"]},
+        {"events": ["*"]},
+    ]);
+    let r = router(serde_json::json!({"spec": {"listeners": {"websocket": {"subscribe": rules}}}}));
+    let err = cel_errors(&r);
+    assert!(
+        err.contains("a subscribe rule with scopes or claims needs an auth middleware with jwt"),
+        "{err}"
+    );
+    let jwt = serde_json::json!({"auth": {"jwt": {"algorithm": "HS256",
+        "keySecretRef": {"name": "jwt", "key": "hmac"}}}});
+    let r = router(serde_json::json!({"spec": {
+        "listeners": {"websocket": {"subscribe": rules}},
+        "middleware": [jwt],
+    }}));
+    assert_eq!(cel_errors(&r), "");
+    // Rules that ask nothing of the token need no JWT: they only open or close event types.
+    let open = serde_json::json!([{"events": ["news"]}, {"events": ["public.*"], "claims": {}}]);
+    let r = router(serde_json::json!({"spec": {"listeners": {"websocket": {"subscribe": open}}}}));
+    assert_eq!(cel_errors(&r), "");
+}
+
+#[test]
+fn jwt_leeway_is_at_most_five_minutes() {
+    let jwt = |leeway: &str| {
+        serde_json::json!({"spec": {"middleware": [{"auth": {"jwt": {"algorithm": "HS256",
+            "keySecretRef": {"name": "jwt", "key": "hmac"}, "leeway": leeway}}}]}})
+    };
+    assert!(
+        cel_errors(&router(jwt("6m"))).contains("leeway is at most 5m"),
+        "{}",
+        cel_errors(&router(jwt("6m")))
+    );
+    assert_eq!(cel_errors(&router(jwt("5m"))), "");
+    assert_eq!(cel_errors(&router(jwt("0s"))), "");
+    // Absent, it is 30s.
+    let r = router(
+        serde_json::json!({"spec": {"middleware": [{"auth": {"jwt": {"algorithm": "HS256",
+        "keySecretRef": {"name": "jwt", "key": "hmac"}}}}]}}),
+    );
+    let jwt = r.spec.middleware[0]
+        .auth
+        .as_ref()
+        .and_then(|a| a.jwt.as_ref());
+    assert_eq!(
+        jwt.map(|j| std::time::Duration::from(j.leeway)),
+        Some(switchyard_crds::router::DEFAULT_JWT_LEEWAY)
+    );
+}
+
+#[test]
+fn subscribe_event_pattern_takes_names_prefixes_and_star() {
+    let re =
+        regex::Regex::new(switchyard_crds::router::SUBSCRIBE_EVENTS_PATTERN).expect("compiles");
+    for ok in ["*", "prices", "prices.tick", "prices.*", "a.b-c.d_e.*"] {
+        assert!(re.is_match(ok), "{ok}");
+    }
+    for bad in [
+        "",
+        "prices*",
+        "*.tick",
+        "Prices",
+        "prices.",
+        "prices.*.x",
+        "**",
+    ] {
+        assert!(!re.is_match(bad), "{bad}");
+    }
+}

@@ -56,12 +56,11 @@ fn values(node: &Node, images: &Images) -> serde_json::Value {
         "logFormat": "text",
         "nodeSelector": {node.label.0.clone(): node.label.1.clone()},
         "tolerations": [{"key": node.taint_key, "operator": "Exists", "effect": "NoSchedule"}],
-        // Off until the pod tests certify their sidecars (TokenReview on this cluster is untried):
-        // the chart's default is on.
-        "meshTLS": {"enabled": false},
+        // The chart's default, spelled out: every pod test runs over the certified mesh.
+        "meshTLS": {"enabled": true},
         "controlPlane": {
             "clusterIP": CONTROL_PLANE_IP,
-            "url": format!("http://{CONTROL_PLANE_IP}:7443"),
+            "url": format!("https://{CONTROL_PLANE_IP}:7443"),
             "port": 7443,
         },
     })

@@ -189,9 +189,13 @@ async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
         ("ClusterRoleBinding", "switchyard"),
         ("Role", "switchyard-leader-election"),
         ("RoleBinding", "switchyard-leader-election"),
+        // Mesh TLS is on by default: the CA Secret's Role.
+        ("Role", "switchyard-identity"),
+        ("RoleBinding", "switchyard-identity"),
         ("Service", "switchyard-metrics"),
         ("Service", "switchyard-control-plane"),
         ("Deployment", "switchyard"),
+        ("NetworkPolicy", "switchyard"),
     ];
     for (kind, name) in expected {
         let doc = find(&docs, kind, name)?;
@@ -269,6 +273,11 @@ async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
         ("events.k8s.io", "events", "create"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
+        // Certifying a sidecar (mesh TLS, on by default): its token reviewed, then its pod and
+        // the pod's owners read by name.
+        ("authentication.k8s.io", "tokenreviews", "create"),
+        ("", "pods", "get"),
+        ("apps", "replicasets", "get"),
     ] {
         ensure!(
             grants(group, resource, verb),
@@ -282,6 +291,27 @@ async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
             .any(|r| strings(&r["apiGroups"]) == ["coordination.k8s.io"]
                 && strings(&r["resources"]) == ["leases"])),
         "leader-election Role does not cover leases: {role}"
+    );
+    // The operator's own NetworkPolicy: the control plane only from the mesh's pods.
+    let policy = find(&docs, "NetworkPolicy", "switchyard")?;
+    let control = &policy["spec"]["ingress"][0];
+    ensure!(
+        control["ports"][0]["port"] == "control-plane"
+            && strings(&control["from"][0]["podSelector"]["matchExpressions"][0]["values"])
+                == ["switchyard-router", "switchyard-manager"],
+        "operator NetworkPolicy: {policy}"
+    );
+    // The CA Secret, and only it, may be read; the Role grants nothing else but creating it.
+    let identity = find(&docs, "Role", "switchyard-identity")?;
+    let rules = identity["rules"]
+        .as_array()
+        .context("identity Role without rules")?;
+    ensure!(
+        rules.iter().all(|r| strings(&r["resources"]) == ["secrets"]
+            && (strings(&r["verbs"]) == ["create"]
+                || (strings(&r["verbs"]) == ["get"]
+                    && strings(&r["resourceNames"]) == ["switchyard-ca"]))),
+        "identity Role grants more than get/create of the CA Secret: {identity}"
     );
 
     let crb = find(&docs, "ClusterRoleBinding", "switchyard")?;
@@ -466,7 +496,14 @@ async fn operator_token_has_no_more_rights_than_needed() -> Result<()> {
             "yes",
         ),
         (&["watch", "pods", "--all-namespaces"][..], "yes"),
-        (&["get", "pods", "-n", "default"][..], "no"),
+        // Mesh TLS (on by default) reads a certifying sidecar's pod by name; it can list and watch
+        // pods anyway.
+        (&["get", "pods", "-n", "default"][..], "yes"),
+        (&["create", "tokenreviews.authentication.k8s.io"][..], "yes"),
+        (
+            &["get", "secrets/switchyard-ca", "-n", SYSTEM_NAMESPACE][..],
+            "yes",
+        ),
         (&["delete", "pods", "-n", "default"][..], "no"),
         (&["list", "secrets", "--all-namespaces"][..], "no"),
         (&["get", "secrets", "-n", SYSTEM_NAMESPACE][..], "no"),

@@ -103,6 +103,10 @@ fn main() -> ExitCode {
         ("scaling_moves_real_pods_in_and_out_of_the_table", |e| {
             Box::pin(scaling_moves_real_pods(e))
         }),
+        (
+            "the_mesh_is_certified_in_real_pods_and_plain_frames_are_refused",
+            |e| Box::pin(mesh_is_certified(e)),
+        ),
     ];
     let trials = tests
         .into_iter()
@@ -675,4 +679,198 @@ async fn scaling_moves_real_pods(env: &'static Env) -> Result<()> {
         describe(&failures(&outcomes))
     );
     Ok(())
+}
+
+/// The chart's mesh TLS in real pods: every sidecar was certified by the operator pod (a TokenReview
+/// of its projected token, matched to its pod and owner), the Router reaches the Manager over one
+/// mTLS connection, and plain frames sent to a manager pod's frame port, as anything on the pod
+/// network could send them, get no answer.
+async fn mesh_is_certified(env: &'static Env) -> Result<()> {
+    let q = apply_quickstart(env, "mesh").await?;
+    let client = env.cluster.client().await?;
+    let manager = live_pods(&client, &q.ns.name, MANAGER_PODS).await?;
+    ensure!(manager.len() == 1, "{} manager pods", manager.len());
+    let manager_ip = routed_ip(&env.node, &manager[0]).await?;
+
+    // Identity is the projected token alone: no default API token in the pod.
+    let spec = manager[0].spec.clone().unwrap_or_default();
+    ensure!(
+        spec.automount_service_account_token == Some(false),
+        "the manager pod mounts the default API token: {:?}",
+        spec.automount_service_account_token
+    );
+    let projected = spec
+        .volumes
+        .iter()
+        .flatten()
+        .filter_map(|v| v.projected.as_ref())
+        .flat_map(|p| p.sources.iter().flatten())
+        .filter_map(|s| s.service_account_token.as_ref())
+        .map(|t| t.audience.clone().unwrap_or_default())
+        .collect::<Vec<_>>();
+    ensure!(
+        projected == ["switchyard-identity"],
+        "projected token audiences {projected:?}"
+    );
+
+    // Each sidecar holds a certificate (asked for once, no failure), and the frame connection
+    // from the Router to the Manager was one mTLS handshake on each side.
+    let admin = switchyard_protocol::ports::ADMIN;
+    let router_metrics = pod_metrics(q.router_ip, admin).await?;
+    let manager_metrics = pod_metrics(manager_ip, admin).await?;
+    for (who, m) in [("router", &router_metrics), ("manager", &manager_metrics)] {
+        let ok = sample(
+            m,
+            "switchyard_mesh_certifications_total",
+            &[("result", "ok")],
+        );
+        ensure!(ok >= 1.0, "the {who} sidecar was never certified: {ok}");
+        let expiry = sample(m, "switchyard_mesh_certificate_expiry_seconds", &[]);
+        ensure!(
+            expiry > 0.0,
+            "the {who} sidecar shows no certificate expiry"
+        );
+    }
+    let client_ok = sample(
+        &router_metrics,
+        "switchyard_mesh_handshakes_total",
+        &[("side", "client"), ("result", "ok")],
+    );
+    ensure!(client_ok >= 1.0, "the router made no mTLS handshake");
+    let op = env
+        .operator
+        .lock()
+        .ok()
+        .and_then(|o| o.as_ref().map(|o| o.pod_ip))
+        .context("no operator pod")?;
+    let op_metrics = pod_metrics(op, pod_operator::METRICS_PORT).await?;
+    for kind in ["router", "manager"] {
+        let n = sample(
+            &op_metrics,
+            "switchyard_operator_certificates_issued_total",
+            &[("kind", kind)],
+        );
+        ensure!(n >= 1.0, "the operator issued no {kind} certificate ({n})");
+    }
+
+    // Plain frames to the manager pod: a HELLO and a REQUEST, as before the mesh had TLS.
+    let failed_before = sample(
+        &manager_metrics,
+        "switchyard_mesh_handshakes_total",
+        &[("side", "server"), ("result", "failed")],
+    );
+    let frames_port = switchyard_protocol::ports::MANAGER_INBOUND;
+    let answered = plain_frames(SocketAddr::new(manager_ip.into(), frames_port)).await?;
+    ensure!(
+        answered.is_empty(),
+        "plain frames to the manager pod were answered: {answered:?}"
+    );
+    eventually(
+        "the manager to count the refused plain-text handshake",
+        timeout(),
+        || async {
+            let m = pod_metrics(manager_ip, admin).await?;
+            let failed = sample(
+                &m,
+                "switchyard_mesh_handshakes_total",
+                &[("side", "server"), ("result", "failed")],
+            );
+            ensure!(
+                failed > failed_before,
+                "failed handshakes {failed}, before {failed_before}"
+            );
+            Ok(())
+        },
+    )
+    .await?;
+    eprintln!(
+        "[e2e] mesh in real pods: router and manager certified by the operator pod, plain frames to {manager_ip}:{frames_port} refused"
+    );
+
+    // And the mesh still serves.
+    let a = q.http.get("/noop").await?;
+    ensure!(
+        a.status == 200,
+        "GET /noop after the refusal: {} {}",
+        a.status,
+        a.body
+    );
+    Ok(())
+}
+
+/// `/metrics` of the pod at `ip` on `port`.
+async fn pod_metrics(ip: std::net::Ipv4Addr, port: u16) -> Result<String> {
+    let a = RouterClient::new(SocketAddr::new(ip.into(), port))
+        .get("/metrics")
+        .await?;
+    ensure!(
+        a.status == 200,
+        "{ip}:{port}/metrics: {} {}",
+        a.status,
+        a.body
+    );
+    Ok(a.body)
+}
+
+/// The value of the sample of `name` carrying `labels` (0 when absent).
+fn sample(text: &str, name: &str, labels: &[(&str, &str)]) -> f64 {
+    switchyard_e2e::operator::Metrics(text.to_owned())
+        .samples(name)
+        .into_iter()
+        .filter(|(l, _)| {
+            labels
+                .iter()
+                .all(|(k, v)| l.get(*k).map(String::as_str) == Some(*v))
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+/// Sends a plain HELLO and REQUEST to `addr` and reads until the server closes (at most 10 s):
+/// the frames it answered with.
+async fn plain_frames(addr: SocketAddr) -> Result<Vec<String>> {
+    use switchyard_protocol::frame::{self, Frame, Request};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut out = bytes::BytesMut::new();
+    let hello = Frame::Hello {
+        takes_pushes: false,
+        implicit_credit: true,
+        releases_credit: false,
+    };
+    let request = Frame::Request(Request {
+        id: 1,
+        flags: 0,
+        deadline_ms: 5_000,
+        event: "noop".into(),
+        ce_id: "e2e-plain-1".into(),
+        traceparent: String::new(),
+        content_type: "application/json".into(),
+        payload: bytes::Bytes::from_static(b"{}"),
+    });
+    frame::encode(&hello, &mut out).context("encode HELLO")?;
+    frame::encode(&request, &mut out).context("encode REQUEST")?;
+    let mut tcp = tokio::net::TcpStream::connect(addr)
+        .await
+        .with_context(|| format!("connect {addr}"))?;
+    tcp.write_all(&out).await.context("send plain frames")?;
+    let mut got = bytes::BytesMut::new();
+    let read = tokio::time::timeout(Duration::from_secs(10), async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match tcp.read(&mut buf).await {
+                Ok(0) | Err(_) => return,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await;
+    ensure!(
+        read.is_ok(),
+        "{addr} kept the plain connection open for 10 s"
+    );
+    let mut answered = Vec::new();
+    while let Ok(Some(f)) = frame::decode(&mut got, 1 << 20) {
+        answered.push(format!("{f:?}"));
+    }
+    Ok(answered)
 }

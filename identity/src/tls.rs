@@ -344,6 +344,11 @@ pub fn server_config(
         .with_client_cert_verifier(verifier)
         .with_cert_resolver(store);
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+    // No resumption: a resumed session keeps the client identity of the session it resumes, so a
+    // sidecar that asked for its first certificate over one connection would be anonymous on the
+    // next. Mesh connections live long (one per pod pair), so a full handshake costs nothing.
+    config.session_storage = Arc::new(rustls::server::NoServerSessionStorage {});
+    config.send_tls13_tickets = 0;
     Ok(config)
 }
 
@@ -371,6 +376,8 @@ pub fn client_config(
     };
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     config.enable_sni = false;
+    // Never resume (see `server_config`): every connection shows the certificate installed now.
+    config.resumption = rustls::client::Resumption::disabled();
     Ok(config)
 }
 

@@ -25,11 +25,17 @@ fn subject(kind: Kind, name: &str) -> Subject {
 
 /// A store certified directly by `ca` for `subject`.
 fn certified(ca: &Ca, subject: &Subject) -> Arc<CertStore> {
+    let store = Arc::new(CertStore::default());
+    certify(ca, subject, &store);
+    store
+}
+
+/// Installs a certificate of `ca` for `subject` in `store`.
+fn certify(ca: &Ca, subject: &Subject, store: &CertStore) {
     let (key, csr) = key_and_request().expect("csr");
     let issued = ca
         .issue(&csr, subject, Duration::from_secs(3600), SystemTime::now())
         .expect("issued");
-    let store = Arc::new(CertStore::default());
     store
         .install(
             issued.chain,
@@ -37,7 +43,6 @@ fn certified(ca: &Ca, subject: &Subject) -> Arc<CertStore> {
             issued.not_after,
         )
         .expect("install");
-    store
 }
 
 #[tokio::test]
@@ -254,5 +259,68 @@ async fn mtls_lets_the_expected_peers_in_and_refuses_the_rest() {
     assert!(
         err.contains("BadSignature") || err.contains("UnknownIssuer"),
         "{err}"
+    );
+}
+
+/// A sidecar's first connection to the operator has no client certificate (it is asking for one);
+/// the next, once certified, must present it. A resumed TLS 1.3 session would carry the first
+/// connection's (absent) client identity instead: seen in real pods, where the Identity service
+/// and the control plane are one address, as every control-plane call refused UNAUTHENTICATED.
+#[tokio::test]
+async fn a_connection_after_certification_presents_the_certificate_not_a_resumed_session() {
+    let (ca, _) = Ca::generate("test.local", SystemTime::now()).expect("ca");
+    let roots = tls::roots(ca.trust()).expect("roots");
+    let operator = certified(&ca, &subject(Kind::Operator, "switchyard"));
+    let acceptor = TlsAcceptor::from(Arc::new(
+        tls::server_config(
+            operator,
+            roots.clone(),
+            ClientAuth::Optional,
+            &[tls::H2_ALPN],
+        )
+        .expect("server"),
+    ));
+    // One client config for the sidecar's whole life, its store empty until certified.
+    let store = Arc::new(CertStore::default());
+    let connector = TlsConnector::from(Arc::new(
+        tls::client_config(Some(store.clone()), roots, &[tls::H2_ALPN]).expect("client"),
+    ));
+    let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let addr = listener.local_addr().expect("addr");
+    let server = tokio::spawn(async move {
+        let mut seen = Vec::new();
+        for _ in 0..2 {
+            let (tcp, _) = listener.accept().await.expect("accept");
+            let mut s = acceptor.accept(tcp).await.expect("server handshake");
+            seen.push(tls::peer_of(s.get_ref().1.peer_certificates()).map(|p| p.id));
+            let _ = s.write_all(b"ok").await;
+            let _ = s.flush().await;
+            // Read until the client closes, so session tickets reach it.
+            let mut rest = Vec::new();
+            let _ = s.read_to_end(&mut rest).await;
+        }
+        seen
+    });
+    let dial = |connector: TlsConnector| async move {
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let name = Expect::Operator.server_name().expect("name");
+        let mut s = connector
+            .connect(name, tcp)
+            .await
+            .expect("client handshake");
+        let mut buf = [0u8; 2];
+        s.read_exact(&mut buf).await.expect("read");
+        s.shutdown().await.expect("close");
+    };
+    dial(connector.clone()).await;
+    // Certified now (as the Identity service's answer would install it).
+    certify(&ca, &subject(Kind::Router, "edge"), &store);
+    dial(connector).await;
+    let seen = server.await.expect("server task");
+    assert_eq!(seen[0], None, "the first connection had no certificate");
+    assert_eq!(
+        seen[1].as_ref().map(|id| id.uri()),
+        Some("spiffe://test.local/ns/shop/router/edge".to_owned()),
+        "the second connection must present the new certificate"
     );
 }

@@ -2,7 +2,8 @@
 //! - `procs PID...` prints CPU seconds, RSS and command of processes as JSON;
 //! - `sample --every 1s --for 60s PID...` prints their RSS each period as a JSON series;
 //! - `summarize DIR` reads a results folder (`runs/`, `procs/`, `samples/`, `peers/lapinbeam.txt`,
-//!   `missing.txt`, `meta*.json`, `profiles/*.txt`) and writes `results.json`, `summary.md` and `plots/*.svg`.
+//!   `missing.txt`, `meta*.json`, `profiles/*.txt`, `mesh/*.prom`) and writes `results.json`,
+//!   `summary.md` and `plots/*.svg`.
 
 #![forbid(unsafe_code)]
 
@@ -13,7 +14,7 @@ use std::time::{Duration, Instant};
 use switchyard_benches::procs::{self, Sample, Usage};
 use switchyard_benches::report::Summary;
 use switchyard_benches::results::Results;
-use switchyard_benches::{cost, lapin, plots, rounds, summary, targets};
+use switchyard_benches::{cost, lapin, mesh, plots, rounds, summary, targets};
 
 #[derive(Parser)]
 #[command(name = "switchyard-bench-report")]
@@ -146,6 +147,17 @@ fn load(dir: &Path) -> anyhow::Result<Results> {
             let p = e?.path();
             if p.extension().is_some_and(|x| x == "txt") {
                 r.profiles.insert(stem(&p), std::fs::read_to_string(&p)?);
+            }
+        }
+    }
+    // The sidecars' /metrics around the mTLS runs, concatenated per system and moment.
+    let readings = dir.join("mesh");
+    if readings.is_dir() {
+        for e in std::fs::read_dir(&readings)? {
+            let p = e?.path();
+            if p.extension().is_some_and(|x| x == "prom") {
+                r.handshakes
+                    .insert(stem(&p), mesh::parse(&std::fs::read_to_string(&p)?));
             }
         }
     }

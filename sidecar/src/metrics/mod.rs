@@ -3,6 +3,7 @@
 pub(crate) mod conns;
 pub(crate) mod labels;
 pub(crate) mod mesh;
+pub(crate) mod sessions;
 pub(crate) mod ws;
 
 use crate::load::{LoadMeters, Underway};
@@ -54,6 +55,8 @@ pub struct Metrics {
     pub mesh: mesh::MeshMetrics,
     /// Client connections: open, refused, ended by their timers.
     pub conns: conns::ConnMetrics,
+    /// Key material reloads and sessions ended by a lapsed credential (router).
+    pub sessions: sessions::SessionMetrics,
     /// `switchyard_middleware_rejections_total{middleware,reason}`: requests refused at the edge.
     pub rejections: Family<RejectLabels, Counter>,
     /// `switchyard_dead_letter_published_total{event}`: events whose delivery failed for good,
@@ -132,6 +135,7 @@ impl Metrics {
         let ws = ws::WsMetrics::register(&mut registry);
         let mesh = mesh::MeshMetrics::register(&mut registry);
         let conns = conns::ConnMetrics::register(&mut registry);
+        let sessions = sessions::SessionMetrics::register(&mut registry);
         let rejections = Family::<RejectLabels, Counter>::default();
         registry.register(
             "switchyard_middleware_rejections",
@@ -177,6 +181,7 @@ impl Metrics {
             ws,
             mesh,
             conns,
+            sessions,
             registry,
             requests,
             duration,

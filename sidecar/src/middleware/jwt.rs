@@ -1,58 +1,126 @@
 //! JWT auth: a Bearer token signed with HS256 (shared secret) or RS256 (public key, PEM), with
-//! `exp`/`nbf` checked with a small leeway and `iss`/`aud` when the spec sets them.
+//! `exp`/`nbf` checked with the spec's leeway and `iss`/`aud` when the spec sets them. The key is
+//! reloaded when its file changes (`secrets::reload`); a reload bumps [`Gate::changes`], so long
+//! sessions re-check their token against the new key.
 
-use super::{Denial, Gate, Head};
+use super::gate::{Denial, Gate, Head, Token};
 use crate::config::{ConfigError, field_error};
+use crate::secrets::reload::{Reloads, Source};
 use crate::secrets::{Secrets, trim_end};
-use hyper::header::{AUTHORIZATION, HeaderValue};
+use arc_swap::ArcSwap;
+use hyper::header::{AUTHORIZATION, HeaderName, HeaderValue};
 use jsonwebtoken::errors::ErrorKind;
 use jsonwebtoken::{Algorithm, DecodingKey, Validation};
-use switchyard_crds::router::{Jwt, JwtAlgorithm};
-
-/// Clock skew allowed on `exp` and `nbf`.
-pub const LEEWAY_SECS: u64 = 30;
+use serde_json::{Map, Value};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use switchyard_crds::router::{Jwt, JwtAlgorithm, MAX_JWT_LEEWAY};
+use tokio::sync::watch;
 
 /// The JWT gate.
 pub struct JwtGate {
-    key: DecodingKey,
+    algorithm: JwtAlgorithm,
+    key: ArcSwap<DecodingKey>,
     validation: Validation,
+    /// `Authorization`, where the token is.
+    header: HeaderName,
+    /// Counts key reloads, for sessions to re-check at.
+    changes: watch::Sender<u64>,
 }
 
-impl JwtGate {
-    /// Reads the key; `field` is the spec path of `keySecretRef`, for errors.
-    pub fn build(spec: &Jwt, secrets: &Secrets, field: &str) -> Result<JwtGate, ConfigError> {
-        let r = &spec.key_secret_ref;
-        let raw = secrets.read(field, &r.name, &r.key)?;
-        let bad = |msg: String| field_error(&secrets.config_file, field, msg);
-        let (key, alg) = match spec.algorithm {
-            JwtAlgorithm::HS256 => {
-                let secret = trim_end(&raw);
-                if secret.is_empty() {
-                    return Err(bad(format!("Secret {:?} key {:?} is blank", r.name, r.key)));
-                }
-                (DecodingKey::from_secret(secret), Algorithm::HS256)
+/// The key of `algorithm` in a key file's bytes, or why it is not one.
+pub fn parse_key(algorithm: JwtAlgorithm, raw: &[u8]) -> Result<DecodingKey, String> {
+    match algorithm {
+        JwtAlgorithm::HS256 => {
+            let secret = trim_end(raw);
+            if secret.is_empty() {
+                return Err("the HS256 secret is blank".into());
             }
-            JwtAlgorithm::RS256 => (
-                DecodingKey::from_rsa_pem(&raw).map_err(|e| {
-                    bad(format!(
-                        "Secret {:?} key {:?} is not an RSA public key in PEM: {e}",
-                        r.name, r.key
-                    ))
-                })?,
-                Algorithm::RS256,
-            ),
-        };
-        Ok(JwtGate {
-            key,
-            validation: validation(alg, spec.issuer.as_deref(), spec.audience.as_deref()),
-        })
+            Ok(DecodingKey::from_secret(secret))
+        }
+        JwtAlgorithm::RS256 => {
+            DecodingKey::from_rsa_pem(raw).map_err(|e| format!("not an RSA public key in PEM: {e}"))
+        }
     }
 }
 
-/// The checks: the one algorithm, `exp` required, `nbf` when present, `iss`/`aud` when configured.
-pub fn validation(alg: Algorithm, issuer: Option<&str>, audience: Option<&str>) -> Validation {
+impl JwtGate {
+    /// Reads the key and registers its file for reloads; `field` is the spec path of the `jwt`
+    /// entry, for errors.
+    pub fn build(
+        spec: &Jwt,
+        secrets: &Secrets,
+        field: &str,
+        reloads: &mut Reloads,
+    ) -> Result<Arc<JwtGate>, ConfigError> {
+        let key_field = format!("{field}.keySecretRef");
+        let r = &spec.key_secret_ref;
+        let (path, raw) = secrets.file(&key_field, &r.name, &r.key)?;
+        let key = parse_key(spec.algorithm, &raw).map_err(|why| {
+            field_error(
+                &secrets.config_file,
+                &key_field,
+                format!("Secret {:?} key {:?}: {why}", r.name, r.key),
+            )
+        })?;
+        let leeway: Duration = spec.leeway.into();
+        if leeway > MAX_JWT_LEEWAY {
+            return Err(field_error(
+                &secrets.config_file,
+                format!("{field}.leeway"),
+                format!(
+                    "{} is more than the most allowed, {}",
+                    humantime::format_duration(leeway),
+                    humantime::format_duration(MAX_JWT_LEEWAY)
+                ),
+            ));
+        }
+        let alg = match spec.algorithm {
+            JwtAlgorithm::HS256 => Algorithm::HS256,
+            JwtAlgorithm::RS256 => Algorithm::RS256,
+        };
+        let gate = Arc::new(JwtGate {
+            algorithm: spec.algorithm,
+            key: ArcSwap::from_pointee(key),
+            validation: validation(
+                alg,
+                spec.issuer.as_deref(),
+                spec.audience.as_deref(),
+                leeway,
+            ),
+            header: AUTHORIZATION,
+            changes: watch::Sender::new(0),
+        });
+        let g = gate.clone();
+        reloads.add(Source {
+            secret: r.name.clone(),
+            field: key_field,
+            files: vec![path],
+            loaded: vec![raw],
+            load: Box::new(move |contents| g.reload(&contents[0])),
+        });
+        Ok(gate)
+    }
+
+    /// Installs a new key from its file's bytes, or says why it is not one (the old key stays).
+    pub fn reload(&self, raw: &[u8]) -> Result<(), String> {
+        let key = parse_key(self.algorithm, raw)?;
+        self.key.store(Arc::new(key));
+        self.changes.send_modify(|n| *n += 1);
+        Ok(())
+    }
+}
+
+/// The checks: the one algorithm, `exp` required, `nbf` when present, `iss`/`aud` when configured,
+/// `leeway` (whole seconds) on `exp` and `nbf`.
+pub fn validation(
+    alg: Algorithm,
+    issuer: Option<&str>,
+    audience: Option<&str>,
+    leeway: Duration,
+) -> Validation {
     let mut v = Validation::new(alg);
-    v.leeway = LEEWAY_SECS;
+    v.leeway = leeway.as_secs();
     v.validate_nbf = true;
     match issuer {
         Some(i) => v.set_issuer(&[i]),
@@ -72,6 +140,19 @@ pub fn bearer(value: &[u8]) -> Option<&str> {
     let (scheme, token) = s.split_once(' ')?;
     let token = token.trim();
     (scheme.eq_ignore_ascii_case("bearer") && !token.is_empty()).then_some(token)
+}
+
+/// When a token whose claims passed validation stops being accepted: `exp` plus the leeway (the
+/// validation required `exp` and checked it is a number).
+pub fn expires(claims: &Map<String, Value>, leeway_secs: u64) -> SystemTime {
+    let exp = match claims.get("exp") {
+        Some(Value::Number(n)) => n
+            .as_u64()
+            .or_else(|| n.as_f64().filter(|f| *f >= 0.0).map(|f| f as u64))
+            .unwrap_or(0),
+        _ => 0,
+    };
+    UNIX_EPOCH + Duration::from_secs(exp.saturating_add(leeway_secs))
 }
 
 /// The metric reason and the client-facing description of a verification error.
@@ -101,6 +182,12 @@ pub fn describe(kind: &ErrorKind) -> (&'static str, String) {
     }
 }
 
+/// The refusal of a token that expired while its session was open.
+pub fn expired() -> Denial {
+    let (reason, detail) = describe(&ErrorKind::ExpiredSignature);
+    deny(reason, detail)
+}
+
 fn deny(reason: &'static str, detail: String) -> Denial {
     // Quotes and backslashes cannot appear in our descriptions, so the quoted-string needs no escaping.
     let challenge = HeaderValue::from_str(&format!(
@@ -117,8 +204,31 @@ fn deny(reason: &'static str, detail: String) -> Denial {
     }
 }
 
+impl JwtGate {
+    /// Verifies a token; its claims and when it stops being accepted.
+    pub fn verify(&self, token: &str) -> Result<Token, Denial> {
+        let key = self.key.load();
+        let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &self.validation)
+            .map_err(|e| {
+                let (reason, detail) = describe(e.kind());
+                deny(reason, detail)
+            })?;
+        let token = Token {
+            expires: expires(&data.claims, self.validation.leeway),
+            claims: data.claims,
+        };
+        // The library counts whole seconds and still takes a token during the second of its
+        // `exp`; RFC 7519 wants now before `exp`. Checked to the instant, a request is refused
+        // from the moment a session opened with the same token is closed.
+        if SystemTime::now() >= token.expires {
+            return Err(expired());
+        }
+        Ok(token)
+    }
+}
+
 impl Gate for JwtGate {
-    fn check(&self, head: &Head<'_>) -> Result<(), Denial> {
+    fn check(&self, head: &Head<'_>) -> Result<Option<Token>, Denial> {
         let Some(token) = head
             .headers
             .get(AUTHORIZATION)
@@ -129,12 +239,15 @@ impl Gate for JwtGate {
                 "the Authorization header with a Bearer token is missing".into(),
             ));
         };
-        jsonwebtoken::decode::<serde::de::IgnoredAny>(token, &self.key, &self.validation)
-            .map(|_| ())
-            .map_err(|e| {
-                let (reason, detail) = describe(e.kind());
-                deny(reason, detail)
-            })
+        self.verify(token).map(Some)
+    }
+
+    fn credential(&self) -> Option<&HeaderName> {
+        Some(&self.header)
+    }
+
+    fn changes(&self) -> Option<watch::Receiver<u64>> {
+        Some(self.changes.subscribe())
     }
 }
 
@@ -154,8 +267,16 @@ mod tests {
 
     fn gate(aud: Option<&str>) -> JwtGate {
         JwtGate {
-            key: DecodingKey::from_secret(b"s3cret"),
-            validation: validation(Algorithm::HS256, Some("me"), aud),
+            algorithm: JwtAlgorithm::HS256,
+            key: ArcSwap::from_pointee(DecodingKey::from_secret(b"s3cret")),
+            validation: validation(
+                Algorithm::HS256,
+                Some("me"),
+                aud,
+                switchyard_crds::router::DEFAULT_JWT_LEEWAY,
+            ),
+            header: AUTHORIZATION,
+            changes: watch::Sender::new(0),
         }
     }
 
@@ -168,7 +289,7 @@ mod tests {
         .expect("encode")
     }
 
-    fn check(g: &JwtGate, auth: Option<String>) -> Result<(), Denial> {
+    fn check(g: &JwtGate, auth: Option<String>) -> Result<Option<Token>, Denial> {
         let mut headers = HeaderMap::new();
         if let Some(a) = auth {
             headers.insert(AUTHORIZATION, a.parse().expect("value"));
@@ -233,7 +354,7 @@ mod tests {
         );
     }
 
-    fn build(alg: JwtAlgorithm, key: &[u8]) -> Result<JwtGate, ConfigError> {
+    fn build(alg: JwtAlgorithm, key: &[u8]) -> Result<Arc<JwtGate>, ConfigError> {
         let dir = tempfile::tempdir().expect("dir");
         std::fs::create_dir(dir.path().join("jwt")).expect("mkdir");
         std::fs::write(dir.path().join("jwt/key"), key).expect("write");
@@ -249,8 +370,14 @@ mod tests {
             },
             issuer: None,
             audience: Some("api".into()),
+            leeway: switchyard_crds::router::DEFAULT_JWT_LEEWAY.into(),
         };
-        JwtGate::build(&spec, &secrets, "spec.middleware[0].auth.jwt.keySecretRef")
+        JwtGate::build(
+            &spec,
+            &secrets,
+            "spec.middleware[0].auth.jwt",
+            &mut Reloads::default(),
+        )
     }
 
     #[test]
@@ -297,6 +424,86 @@ mod tests {
             b"s3cret",
         );
         assert!(check(&g, Some(format!("Bearer {t}"))).is_ok());
+    }
+
+    #[test]
+    fn a_token_carries_its_claims_and_expires_at_exp_plus_leeway() {
+        let g = gate(None);
+        let exp = now() + 60;
+        let t = token(
+            json!({"iss": "me", "exp": exp, "scope": "a b", "sub": "u1"}),
+            b"s3cret",
+        );
+        let got = check(&g, Some(format!("Bearer {t}")))
+            .expect("admitted")
+            .expect("a token");
+        assert_eq!(got.claims["sub"], "u1");
+        assert_eq!(got.expires, UNIX_EPOCH + Duration::from_secs(exp + 30));
+        let strict = JwtGate {
+            validation: validation(Algorithm::HS256, Some("me"), None, Duration::ZERO),
+            ..gate(None)
+        };
+        let got = strict.verify(&t).expect("admitted");
+        assert_eq!(got.expires, UNIX_EPOCH + Duration::from_secs(exp));
+        // A just-expired token is refused without leeway.
+        let old = token(json!({"iss": "me", "exp": now() - 2}), b"s3cret");
+        assert_eq!(strict.verify(&old).expect_err("expired").reason, "expired");
+    }
+
+    #[test]
+    fn a_reloaded_key_is_used_at_once_and_a_bad_one_is_refused() {
+        let g = gate(None);
+        let mut changes = g.changes().expect("changes");
+        let claims = json!({"iss": "me", "exp": now() + 60});
+        let old = format!("Bearer {}", token(claims.clone(), b"s3cret"));
+        let new = format!("Bearer {}", token(claims, b"rotated"));
+        assert!(check(&g, Some(old.clone())).is_ok());
+        assert!(g.reload(b"rotated\n").is_ok());
+        assert!(changes.has_changed().expect("open"));
+        changes.mark_unchanged();
+        assert!(check(&g, Some(new.clone())).is_ok());
+        assert_eq!(
+            check(&g, Some(old)).expect_err("old key").reason,
+            "bad_signature"
+        );
+        assert_eq!(
+            g.reload(b" \n").err().as_deref(),
+            Some("the HS256 secret is blank")
+        );
+        assert!(!changes.has_changed().expect("open"));
+        assert!(check(&g, Some(new)).is_ok());
+    }
+
+    #[test]
+    fn a_leeway_over_five_minutes_is_a_config_error() {
+        let dir = tempfile::tempdir().expect("dir");
+        std::fs::create_dir(dir.path().join("jwt")).expect("mkdir");
+        std::fs::write(dir.path().join("jwt/key"), b"k").expect("write");
+        let secrets = Secrets {
+            dir: dir.path().to_owned(),
+            config_file: "r.json".into(),
+        };
+        let spec = Jwt {
+            algorithm: JwtAlgorithm::HS256,
+            key_secret_ref: switchyard_crds::common::SecretKeyRef {
+                name: "jwt".into(),
+                key: "key".into(),
+            },
+            issuer: None,
+            audience: None,
+            leeway: Duration::from_secs(301).into(),
+        };
+        let err = JwtGate::build(
+            &spec,
+            &secrets,
+            "spec.middleware[0].auth.jwt",
+            &mut Reloads::default(),
+        )
+        .err()
+        .map(|e| e.to_string())
+        .unwrap_or_default();
+        assert!(err.contains("spec.middleware[0].auth.jwt.leeway"), "{err}");
+        assert!(err.contains("5m"), "{err}");
     }
 
     #[test]

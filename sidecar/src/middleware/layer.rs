@@ -2,14 +2,18 @@
 //! in spec order around the HTTP service (the first entry is the outermost).
 
 use super::cors::Decision;
-use super::{Denial, Head, Stack, Step};
+use super::gate::{Denial, Head};
+use super::grant::Grant;
+use super::{Stack, Step};
 use crate::answer::http::Reply;
 use crate::metrics::Metrics;
 use crate::timing::StageTimes;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http_body_util::Full;
-use hyper::header::{CONNECTION, CONTENT_LENGTH, HeaderValue, TRANSFER_ENCODING, WWW_AUTHENTICATE};
+use hyper::header::{
+    CONNECTION, CONTENT_LENGTH, HeaderValue, TRANSFER_ENCODING, UPGRADE, WWW_AUTHENTICATE,
+};
 use hyper::{Request, Response, StatusCode, Version};
 use std::convert::Infallible;
 use std::net::IpAddr;
@@ -88,7 +92,7 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, mut req: Request<B>) -> Self::Future {
         let inner = self.inner.clone();
         let metrics = &self.layer.metrics;
         match &self.layer.step {
@@ -97,10 +101,21 @@ where
                     headers: req.headers(),
                     peer: self.layer.peer,
                 };
-                if let Err(d) = gate.check(&head) {
-                    metrics.rejected(d.middleware, d.reason);
-                    let resp = refused(&req, denial_response(&d));
-                    return Box::pin(async move { Ok(resp) });
+                let grant = match gate.check(&head) {
+                    Err(d) => {
+                        metrics.rejected(d.middleware, d.reason);
+                        let resp = refused(&req, denial_response(&d));
+                        return Box::pin(async move { Ok(resp) });
+                    }
+                    // Only an upgrade can become a session; other requests need no grant.
+                    Ok(token) if req.headers().contains_key(UPGRADE) => {
+                        Grant::of(gate, &head, token)
+                    }
+                    Ok(_) => None,
+                };
+                // A WebSocket session takes it over, to end when the credential lapses.
+                if let Some(g) = grant {
+                    req.extensions_mut().insert(g);
                 }
                 Box::pin(inner.oneshot(req))
             }

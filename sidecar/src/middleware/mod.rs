@@ -4,66 +4,28 @@
 //! auth and rate limit also guard gRPC calls. `timing` and `bodyLimit` are applied by the listeners
 //! themselves. Decisions are pure ([`Gate::check`], [`cors::Policy::decide`]); `layer.rs` is the
 //! tower shell. With no middleware configured nothing here runs per request.
+//!
+//! An auth gate that admits a request leaves a [`Grant`] in its extensions: what a long session
+//! (a WebSocket, a gRPC `Connect` stream) keeps of its credential, to end when it lapses.
 
 mod api_key;
 mod bucket;
 pub(crate) mod cors;
+mod gate;
+mod grant;
 mod jwt;
 mod layer;
 mod rate_limit;
 
-use crate::answer::Answer;
+pub(crate) use gate::{Denial, Gate, Head};
+pub(crate) use grant::Grant;
+
 use crate::config::{ConfigError, field_error};
 use crate::metrics::Metrics;
 use crate::secrets::Secrets;
-use hyper::HeaderMap;
-use hyper::header::HeaderValue;
-use std::net::IpAddr;
+use crate::secrets::reload::Reloads;
 use std::sync::Arc;
 use switchyard_crds::router::RouterSpec;
-
-/// What a gate sees of a request.
-pub struct Head<'a> {
-    /// Request headers.
-    pub headers: &'a HeaderMap,
-    /// The client's address (the TCP peer).
-    pub peer: IpAddr,
-}
-
-/// A refused request: which middleware, why (a metric label), and what the client is told.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Denial {
-    /// Middleware name (metric label).
-    pub middleware: &'static str,
-    /// Short reason (metric label).
-    pub reason: &'static str,
-    /// HTTP status (401, 403, 429).
-    pub status: u16,
-    /// Problem detail naming the problem.
-    pub detail: String,
-    /// `WWW-Authenticate` value (401).
-    pub challenge: Option<HeaderValue>,
-    /// `Retry-After` seconds (429).
-    pub retry_after: Option<u64>,
-}
-
-impl Denial {
-    /// The answer every protocol renders: the status's gRPC code (UNAUTHENTICATED, RESOURCE_EXHAUSTED,
-    /// PERMISSION_DENIED), the detail, and Retry-After when the limiter gave one.
-    pub(crate) fn answer(&self) -> Answer {
-        let a = Answer::refusal(self.status, self.detail.clone());
-        match self.retry_after {
-            Some(secs) => a.retry_after(secs),
-            None => a,
-        }
-    }
-}
-
-/// A check on the request head that admits or refuses it.
-pub trait Gate: Send + Sync {
-    /// Admits the request, or says why not.
-    fn check(&self, head: &Head<'_>) -> Result<(), Denial>;
-}
 
 /// One configured middleware step.
 #[derive(Clone)]
@@ -81,11 +43,18 @@ pub struct Stack {
     pub steps: Vec<Step>,
     /// The gates only, for gRPC (CORS means nothing there).
     pub gates: Vec<Arc<dyn Gate>>,
+    /// Whether one of them is the JWT gate.
+    jwt: bool,
 }
 
 impl Stack {
-    /// Builds the steps of `spec.middleware`, reading keys through `secrets`.
-    pub fn build(spec: &RouterSpec, secrets: &Secrets) -> Result<Stack, ConfigError> {
+    /// Builds the steps of `spec.middleware`, reading keys through `secrets`; their files are
+    /// added to `reloads`.
+    pub fn build(
+        spec: &RouterSpec,
+        secrets: &Secrets,
+        reloads: &mut Reloads,
+    ) -> Result<Stack, ConfigError> {
         let mut stack = Stack::default();
         for (i, m) in spec.middleware.iter().enumerate() {
             let field = format!("spec.middleware[{i}]");
@@ -98,17 +67,20 @@ impl Stack {
             let mut gate: Option<Arc<dyn Gate>> = None;
             if let Some(auth) = &m.auth {
                 if let Some(j) = &auth.jwt {
-                    gate = Some(Arc::new(jwt::JwtGate::build(
+                    stack.jwt = true;
+                    gate = Some(jwt::JwtGate::build(
                         j,
                         secrets,
-                        &format!("{field}.auth.jwt.keySecretRef"),
-                    )?));
+                        &format!("{field}.auth.jwt"),
+                        reloads,
+                    )?);
                 } else if let Some(k) = &auth.api_key {
-                    gate = Some(Arc::new(api_key::ApiKeyGate::build(
+                    gate = Some(api_key::ApiKeyGate::build(
                         k,
                         secrets,
                         &format!("{field}.auth.apiKey"),
-                    )?));
+                        reloads,
+                    )?);
                 }
             }
             if let Some(r) = &m.rate_limit {
@@ -125,14 +97,28 @@ impl Stack {
         Ok(stack)
     }
 
-    /// Runs the gates in order (gRPC); the first refusal is counted and returned.
-    pub fn admit(&self, head: &Head<'_>, metrics: &Metrics) -> Result<(), Denial> {
+    /// Runs the gates in order (gRPC); the first refusal is counted and returned. Admitted, the
+    /// credential's grant when an auth gate checked one.
+    pub fn admit(&self, head: &Head<'_>, metrics: &Metrics) -> Result<Option<Grant>, Denial> {
+        let mut grant = None;
         for g in &self.gates {
-            if let Err(d) = g.check(head) {
-                metrics.rejected(d.middleware, d.reason);
-                return Err(d);
+            match g.check(head) {
+                Err(d) => {
+                    metrics.rejected(d.middleware, d.reason);
+                    return Err(d);
+                }
+                Ok(token) => {
+                    if let Some(gr) = Grant::of(g, head, token) {
+                        grant = Some(gr);
+                    }
+                }
             }
         }
-        Ok(())
+        Ok(grant)
+    }
+
+    /// Whether an auth gate checks JWTs (subscribe rules with scopes or claims need one).
+    pub fn has_jwt(&self) -> bool {
+        self.jwt
     }
 }

@@ -5,7 +5,7 @@
 //! bucket comes back full, which only ever errs toward admitting.
 
 use super::bucket::{Bucket, Rate, retry_after_secs};
-use super::{Denial, Gate, Head};
+use super::gate::{Denial, Gate, Head, Token};
 use hyper::header::HeaderName;
 use lru::LruCache;
 use std::hash::{BuildHasher, RandomState};
@@ -110,8 +110,9 @@ impl Limiter {
 }
 
 impl Gate for Limiter {
-    fn check(&self, head: &Head<'_>) -> Result<(), Denial> {
+    fn check(&self, head: &Head<'_>) -> Result<Option<Token>, Denial> {
         self.take(self.key(head), Instant::now())
+            .map(|()| None)
             .map_err(|secs| Denial {
                 middleware: "rateLimit",
                 reason: "exhausted",

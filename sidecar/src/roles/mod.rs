@@ -45,6 +45,9 @@ pub enum RunError {
     /// Trace export could not start (exit 1).
     #[error(transparent)]
     Tracing(OtelError),
+    /// The thread that reloads key files could not start (exit 1).
+    #[error("key file reloads: {0}")]
+    Reload(std::io::Error),
     /// gRPC reflection could not be built (exit 1).
     #[error(transparent)]
     Reflection(#[from] crate::listener::grpc::ReflectionError),

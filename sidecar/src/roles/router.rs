@@ -4,7 +4,7 @@
 use super::{RunError, bind, local_addr};
 use crate::admin::{self, Readiness};
 use crate::dispatch::{Broker, Dispatch};
-use crate::listener::tls::{self, TlsFiles};
+use crate::listener::tls::{self, EdgeCert};
 use crate::listener::ws::WsEdge;
 use crate::listener::ws::push::Hub;
 use crate::listener::{Edge, grpc, http};
@@ -20,6 +20,7 @@ use crate::routes::grpc::GrpcRoutes;
 use crate::routes::http::RouteTable;
 use crate::routes::ws::WsRoutes;
 use crate::secrets::Secrets;
+use crate::secrets::reload::Reloads;
 use crate::shutdown::DRAIN_LIMIT;
 use crate::upstream::activate::Activator;
 use crate::upstream::pushes::PushSink;
@@ -50,10 +51,12 @@ pub(crate) async fn run(
         dir: secrets_dir.to_owned(),
         config_file: config_file.to_owned(),
     };
-    let middleware = Stack::build(&settings.config.spec, &secrets)?;
+    // Every key file read here is polled afterwards and reloaded when it changes.
+    let mut reloads = Reloads::default();
+    let middleware = Stack::build(&settings.config.spec, &secrets, &mut reloads)?;
     let tls = match &settings.config.spec.listeners.tls {
         None => None,
-        Some(t) => Some(TlsFiles::read(&secrets, &t.secret_name)?),
+        Some(t) => Some(EdgeCert::read(&secrets, &t.secret_name, &mut reloads)?),
     };
     let http_tls = tls
         .as_ref()
@@ -65,6 +68,17 @@ pub(crate) async fn run(
         .transpose()?;
     let table = RouteTable::build(&settings.config.spec)
         .map_err(|e| crate::config::field_error(config_file, e.field, e.message))?;
+    if settings.body_budget < table.body_limit {
+        return Err(crate::config::field_error(
+            config_file,
+            "spec.broker.bodyBudgetBytes",
+            format!(
+                "{} is less than one body of the largest size accepted ({} bytes, bodyLimit.maxBytes): no such body could ever be read",
+                settings.body_budget, table.body_limit
+            ),
+        )
+        .into());
+    }
     for route in table.routes() {
         if !settings
             .config
@@ -133,8 +147,23 @@ pub(crate) async fn run(
             .any(|m| m.timing.as_ref().is_some_and(|t| !t.trace_id));
     }
     let otel = otel.map(Arc::new);
-    let ws_routes = WsRoutes::build(&settings.config.spec)
+    let mut ws_routes = WsRoutes::build(&settings.config.spec)
         .map_err(|e| crate::config::field_error(config_file, e.field, e.message))?;
+    if let Some(w) = ws_routes.as_mut() {
+        if w.subscribe.as_ref().is_some_and(|p| p.needs_token()) && !middleware.has_jwt() {
+            return Err(crate::config::field_error(
+                config_file,
+                "spec.listeners.websocket.subscribe",
+                "a subscribe rule with scopes or claims needs an auth middleware with jwt (the scopes and claims are the token's)",
+            )
+            .into());
+        }
+        if middleware.has_jwt() && !w.enable_refresh() {
+            tracing::warn!(
+                "a WebSocket route names the command `refresh`, so the built-in token refresh is off; sessions end when their token expires"
+            );
+        }
+    }
     match &ws_routes {
         None if settings
             .config
@@ -178,6 +207,9 @@ pub(crate) async fn run(
         );
     }
     let metrics = Metrics::new();
+    reloads
+        .spawn(metrics.sessions.reloads.clone())
+        .map_err(RunError::Reload)?;
     let ready = Readiness::default();
     // Probes answer from the start (live, not ready), while the certificate is being fetched.
     let mut probe_shown = "off".to_owned();

@@ -1,9 +1,11 @@
 //! The route tables of the three front doors, side by side: HTTP (method and path template), WebSocket
-//! (command) and gRPC (method), each mapping a request to an event type, its deadline and its schema.
+//! (command) and gRPC (method), each mapping a request to an event type, its deadline and its schema,
+//! and who may subscribe to the WebSocket pushes of which event type (`subscribe.rs`).
 //! Built once at start-up from the Router spec; pure.
 
 pub(crate) mod grpc;
 pub(crate) mod http;
+pub(crate) mod subscribe;
 pub(crate) mod ws;
 
 use std::sync::Arc;

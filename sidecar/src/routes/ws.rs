@@ -1,7 +1,10 @@
 //! The WebSocket routes of a Router spec: a message's `command` -> event type, compiled once.
 //!
-//! Pure. `subscribe` and `unsubscribe` are built in, so a route may not claim them.
+//! Pure. `subscribe` and `unsubscribe` are built in, so a route may not claim them. `refresh` (a
+//! new token for a session opened with a JWT) is built in when the Router has JWT auth, unless a
+//! route already names it: that route keeps it, as it did before the built-in existed.
 
+use super::subscribe::SubscribePolicy;
 use super::{RouteError, compile_schema};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -10,6 +13,8 @@ use switchyard_crds::router::RouterSpec;
 
 /// Commands the listener answers itself.
 pub const BUILT_IN: [&str; 2] = ["subscribe", "unsubscribe"];
+/// The built-in command that gives a session a new token (with JWT auth).
+pub const REFRESH: &str = "refresh";
 
 /// A compiled WebSocket route.
 pub struct WsRoute {
@@ -32,6 +37,10 @@ pub struct WsRoutes {
     by_command: HashMap<String, Arc<WsRoute>>,
     /// Every command a client may send, sorted, for the unknown-command error.
     known: String,
+    /// Who may subscribe to which event type; `None`: anyone to any.
+    pub subscribe: Option<SubscribePolicy>,
+    /// Whether `refresh` is the built-in command.
+    pub refresh: bool,
 }
 
 impl WsRoutes {
@@ -86,12 +95,33 @@ impl WsRoutes {
         names.extend(BUILT_IN);
         names.sort_unstable();
         let known = names.join(", ");
+        let subscribe = listener
+            .subscribe
+            .as_deref()
+            .map(SubscribePolicy::build)
+            .transpose()?;
         Ok(Some(WsRoutes {
             path: listener.path.clone(),
             max_message,
             by_command,
             known,
+            subscribe,
+            refresh: false,
         }))
+    }
+
+    /// Makes `refresh` the built-in token refresh (the Router has JWT auth); false when a route
+    /// names that command, which then stays the route's.
+    pub fn enable_refresh(&mut self) -> bool {
+        if self.by_command.contains_key(REFRESH) {
+            return false;
+        }
+        self.refresh = true;
+        let mut names: Vec<&str> = self.known.split(", ").collect();
+        names.push(REFRESH);
+        names.sort_unstable();
+        self.known = names.join(", ");
+        true
     }
 
     /// The route of `command`.
@@ -174,5 +204,28 @@ mod tests {
             WsRoutes::build(&s).err().expect("schema").field,
             "spec.routes[0].schema"
         );
+    }
+
+    #[test]
+    fn refresh_is_built_in_unless_a_route_names_it() {
+        let listeners = serde_json::json!({"http": {"port": 8080}, "websocket": {}});
+        let mut w = WsRoutes::build(&spec(
+            listeners.clone(),
+            serde_json::json!([{"event": "a", "websocket": {"command": "noop"}}]),
+        ))
+        .expect("built")
+        .expect("ws");
+        assert!(!w.refresh);
+        assert!(w.enable_refresh());
+        assert_eq!(w.known(), "noop, refresh, subscribe, unsubscribe");
+        let mut w = WsRoutes::build(&spec(
+            listeners,
+            serde_json::json!([{"event": "a", "websocket": {"command": "refresh"}}]),
+        ))
+        .expect("built")
+        .expect("ws");
+        assert!(!w.enable_refresh());
+        assert!(!w.refresh);
+        assert!(w.get("refresh").is_some());
     }
 }

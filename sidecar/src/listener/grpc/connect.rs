@@ -3,6 +3,7 @@
 use super::message::{Message, Outcome, handle};
 use crate::answer::grpc::code_name;
 use crate::listener::Edge;
+use crate::middleware::{Denial, Grant};
 use crate::routes::grpc::GrpcRoutes;
 use bytes::Bytes;
 use std::sync::Arc;
@@ -34,6 +35,7 @@ pub(super) async fn read_stream(
     tx: mpsc::Sender<Result<ConnectReply, Status>>,
     traceparent: Option<Arc<[u8]>>,
     stream_deadline: Option<Instant>,
+    grant: Option<Grant>,
 ) {
     let slots = Arc::new(Semaphore::new(CONNECT_IN_FLIGHT));
     let past_deadline = async {
@@ -43,18 +45,29 @@ pub(super) async fn read_stream(
         }
     };
     tokio::pin!(past_deadline);
+    // The stream was admitted with a credential: it ends when that lapses (the token expires, or
+    // a key reload no longer admits it).
+    let lapsed = async {
+        match &grant {
+            Some(g) => g.lapsed().await,
+            None => std::future::pending().await,
+        }
+    };
+    tokio::pin!(lapsed);
     loop {
         let permit = tokio::select! {
             p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
             _ = tx.closed() => return,
             _ = gw.drain.cancelled() => break,
             _ = &mut past_deadline => break,
+            d = &mut lapsed => return end_unauthenticated(&gw, &tx, d).await,
         };
         let next = tokio::select! {
             m = inbound.message() => m,
             _ = tx.closed() => return,
             _ = gw.drain.cancelled() => break,
             _ = &mut past_deadline => break,
+            d = &mut lapsed => return end_unauthenticated(&gw, &tx, d).await,
         };
         let msg = match next {
             Ok(Some(m)) => m,
@@ -90,6 +103,29 @@ pub(super) async fn read_stream(
             let _ = tx.send(Ok(connect_reply(msg.id, outcome))).await;
             drop(permit);
         });
+    }
+}
+
+/// Ends the stream with UNAUTHENTICATED naming why (its replies still in flight are dropped, and
+/// their requests cancelled as the stream goes).
+async fn end_unauthenticated(
+    gw: &Shared,
+    tx: &mpsc::Sender<Result<ConnectReply, Status>>,
+    d: Denial,
+) {
+    gw.edge.metrics.sessions.lapse("grpc", d.reason);
+    let detail = if d.reason == "expired" {
+        format!("{}; open a new stream with a fresh token", d.detail)
+    } else {
+        format!("no longer authorized: {}", d.detail)
+    };
+    tracing::debug!(
+        reason = d.reason,
+        "Connect stream ended: its credential lapsed"
+    );
+    tokio::select! {
+        _ = tx.send(Err(Status::unauthenticated(detail))) => {}
+        _ = tx.closed() => {}
     }
 }
 

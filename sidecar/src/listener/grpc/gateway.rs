@@ -4,6 +4,7 @@ use super::connect;
 use super::message::{Message, handle};
 use crate::answer::grpc::{status, timing_metadata};
 use crate::listener::Edge;
+use crate::middleware::Grant;
 use crate::routes::grpc::GrpcRoutes;
 use crate::traceparent;
 use bytes::Bytes;
@@ -88,6 +89,7 @@ impl gateway_server::Gateway for Gateway {
         request: tonic::Request<Streaming<ConnectRequest>>,
     ) -> Result<tonic::Response<Self::ConnectStream>, Status> {
         let arrival = arrival_of(&request);
+        let grant = request.extensions().get::<Grant>().cloned();
         let (meta, _, inbound) = request.into_parts();
         let tp: Option<Arc<[u8]>> = meta.get(traceparent::HEADER).map(|v| v.as_bytes().into());
         let (tx, rx) = mpsc::channel(connect::CONNECT_IN_FLIGHT);
@@ -102,6 +104,7 @@ impl gateway_server::Gateway for Gateway {
             tx,
             tp,
             arrival.deadline,
+            grant,
         ));
         Ok(tonic::Response::new(ReceiverStream::new(rx)))
     }

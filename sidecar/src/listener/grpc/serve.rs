@@ -60,7 +60,16 @@ pub(crate) async fn serve(
                         headers: req.headers(),
                         peer: peer.ip(),
                     };
-                    edge.middleware.admit(&head, &edge.metrics).err()
+                    match edge.middleware.admit(&head, &edge.metrics) {
+                        Err(d) => Some(d),
+                        Ok(grant) => {
+                            // A `Connect` stream keeps it, to end when the credential lapses.
+                            if let Some(g) = grant {
+                                req.extensions_mut().insert(g);
+                            }
+                            None
+                        }
+                    }
                 };
                 let deadline = req
                     .headers()

@@ -6,13 +6,15 @@
 //! rejection names the problem and keeps the `id` when the message had a usable one.
 
 use super::push::filter::Filter;
-use crate::routes::ws::{WsRoute, WsRoutes};
+use crate::routes::ws::{REFRESH, WsRoute, WsRoutes};
 use bytes::Bytes;
 use serde_json::{Map, Value};
 use std::sync::Arc;
 
 /// Longest event type a subscription may name (the PUSH frame's limit).
 pub const MAX_EVENT_LEN: usize = 255;
+/// Longest token a `refresh` may carry (what an `Authorization` header would take).
+pub const MAX_TOKEN_LEN: usize = 8192;
 /// Metric label of messages that named no usable command.
 pub const INVALID: &str = "invalid";
 
@@ -37,6 +39,11 @@ pub enum Command {
     Unsubscribe {
         /// Subscription id from the subscribe reply.
         subscription: u64,
+    },
+    /// Carry on with a new token (JWT auth): the session then lapses at its expiry.
+    Refresh {
+        /// The new JWT.
+        token: String,
     },
 }
 
@@ -130,6 +137,10 @@ pub fn parse<'a>(text: &str, routes: &'a WsRoutes) -> Parsed<'a> {
             parsed.label = "unsubscribe";
             parsed.command = unsubscribe(obj);
         }
+        REFRESH if routes.refresh => {
+            parsed.label = REFRESH;
+            parsed.command = refresh(obj);
+        }
         _ => match routes.get(&command) {
             None => {
                 parsed.command = Err(bad(
@@ -221,6 +232,22 @@ fn unsubscribe(mut obj: Map<String, Value>) -> Result<Command, Bad> {
     };
     no_other_members(&obj, "unsubscribe", "`subscription`")?;
     Ok(Command::Unsubscribe { subscription })
+}
+
+fn refresh(mut obj: Map<String, Value>) -> Result<Command, Bad> {
+    let token = match obj.remove("token") {
+        Some(Value::String(t)) if !t.is_empty() && t.len() <= MAX_TOKEN_LEN => t,
+        Some(Value::String(_)) => {
+            return Err(bad(
+                400,
+                format!("`token` must be 1 to {MAX_TOKEN_LEN} bytes long"),
+            ));
+        }
+        Some(_) => return Err(bad(400, "`token` must be a string (a JWT)")),
+        None => return Err(bad(400, "refresh needs `token` (the new JWT)")),
+    };
+    no_other_members(&obj, "refresh", "`token`")?;
+    Ok(Command::Refresh { token })
 }
 
 #[cfg(test)]
@@ -390,6 +417,27 @@ mod tests {
                 .1
                 .detail
                 .contains("subscribe reply")
+        );
+    }
+
+    #[test]
+    fn refresh_is_a_command_only_when_built_in() {
+        let mut t = routes();
+        let p = parse(r#"{"command":"refresh","token":"a.b.c"}"#, &t);
+        assert_eq!(p.command.expect_err("unknown").status, 404);
+        assert!(t.enable_refresh());
+        let p = parse(r#"{"command":"refresh","id":3,"token":"a.b.c"}"#, &t);
+        assert_eq!(p.label, "refresh");
+        let Ok(Command::Refresh { token }) = p.command else {
+            panic!("refresh")
+        };
+        assert_eq!(token, "a.b.c");
+        let no = |text: &str| parse(text, &t).command.expect_err("refused").detail;
+        assert!(no(r#"{"command":"refresh"}"#).contains("needs `token`"));
+        assert!(no(r#"{"command":"refresh","token":""}"#).contains("1 to 8192"));
+        assert!(no(r#"{"command":"refresh","token":5}"#).contains("a string"));
+        assert!(
+            no(r#"{"command":"refresh","token":"x","sub":"y"}"#).contains("unknown member `sub`")
         );
     }
 }

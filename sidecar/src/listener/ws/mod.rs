@@ -9,6 +9,7 @@ mod session;
 
 use super::Edge;
 use crate::answer::http::Reply;
+use crate::middleware::Grant;
 use crate::routes::ws::WsRoutes;
 use crate::timing::StageTimes;
 use bytes::Bytes;
@@ -79,6 +80,8 @@ pub(crate) fn upgrade(edge: &Arc<Edge>, mut req: Request<Incoming>) -> Response<
         .headers()
         .get(crate::traceparent::HEADER)
         .map(|v| v.as_bytes().to_vec());
+    // The credential the auth middleware admitted: the session ends when it lapses.
+    let grant = req.extensions_mut().remove::<Grant>();
     let edge = edge.clone();
     // The session keeps the connection's place under the connection caps until it ends.
     let held = req
@@ -87,7 +90,7 @@ pub(crate) fn upgrade(edge: &Arc<Edge>, mut req: Request<Incoming>) -> Response<
     ws.sessions.spawn(async move {
         let _held = held;
         match on_upgrade.await {
-            Ok(upgraded) => session::run(edge, upgraded, traceparent).await,
+            Ok(upgraded) => session::run(edge, upgraded, traceparent, grant).await,
             Err(e) => tracing::debug!(error = %e, "WebSocket upgrade failed"),
         }
     });

@@ -7,6 +7,7 @@
 //! {"type":"reply","id":2,"status":400,"error":{"title":"Bad Request","detail":"field `/value` is required"},"timing":".."}
 //! {"type":"reply","id":3,"status":503,"error":{..},"retryAfter":1,"timing":".."}
 //! {"type":"reply","id":4,"status":200,"subscription":1,"timing":".."}
+//! {"type":"reply","id":5,"status":200,"expires":1767225600,"unsubscribed":[2],"timing":".."}
 //! {"type":"push","subscription":1,"event":"prices.tick","data":{..},"dropped":3}
 //! ```
 
@@ -99,6 +100,17 @@ pub fn refusal(id: &Value, answer: &Answer, timing: &str) -> String {
 pub fn subscription(id: &Value, subscription: u64, timing: &str) -> String {
     let mut obj = reply_head(id, 200);
     obj.insert("subscription".into(), Value::from(subscription));
+    finish(obj, timing)
+}
+
+/// A `refresh` accepted: when the new token expires (seconds since the Unix epoch, its `exp`
+/// plus the leeway), and the subscriptions the new token no longer allows, which ended.
+pub fn refreshed(id: &Value, expires: u64, ended: &[u64], timing: &str) -> String {
+    let mut obj = reply_head(id, 200);
+    obj.insert("expires".into(), Value::from(expires));
+    if !ended.is_empty() {
+        obj.insert("unsubscribed".into(), Value::from(ended.to_vec()));
+    }
     finish(obj, timing)
 }
 

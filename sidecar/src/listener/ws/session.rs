@@ -5,6 +5,10 @@
 //! being queued; at the bound the connection is not read (TCP holds the client back), so a reply is
 //! never dropped. Pushes take whatever room the outbox has left and are dropped (counted, announced)
 //! when it is full. A client that sends nothing, not even a pong, for [`DEAD_AFTER`] is closed.
+//!
+//! A session opened with a credential (auth middleware) lives while that credential would still
+//! admit a new request: it is closed with 1008 when the token expires, or when a key reload no
+//! longer admits it; `refresh` (JWT auth) carries it on with a new token of the same subject.
 
 use super::incoming::{self, Command};
 use super::outgoing;
@@ -14,6 +18,7 @@ use crate::answer::http::app_status;
 use crate::dispatch::{Clock, new_ce_id};
 use crate::listener::Edge;
 use crate::metrics::EventLabel;
+use crate::middleware::{Denial, Grant};
 use crate::otel::produce::Session;
 use crate::otel::request::RequestTrace;
 use crate::routes::ws::WsRoute;
@@ -28,6 +33,8 @@ use hyper_util::rt::TokioIo;
 use opentelemetry::trace::SpanContext;
 use serde_json::Value;
 use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -67,7 +74,6 @@ static NEXT_CONN: AtomicU64 = AtomicU64::new(1);
 type Ws = WebSocketStream<TokioIo<Upgraded>>;
 
 /// Why the read loop ended.
-#[derive(Clone, Copy)]
 enum End {
     /// The router drains: finish replies, close with 1001.
     Drain,
@@ -77,18 +83,61 @@ enum End {
     ClientClosed,
     /// The client vanished, broke the protocol, or stopped answering pings.
     Gone,
+    /// The session's credential lapsed: close with 1008 naming why, drop the pending work.
+    Lapsed(Denial),
 }
 
 impl End {
     /// How the session closed, for its span.
-    fn name(self) -> &'static str {
+    fn name(&self) -> &'static str {
         match self {
             End::Drain => "drain",
             End::TooBig => "too_big",
             End::ClientClosed => "client",
             End::Gone => "gone",
+            End::Lapsed(_) => "lapsed",
         }
     }
+}
+
+/// Resolves when the session's credential lapses.
+type Lapse = Pin<Box<dyn Future<Output = Denial> + Send>>;
+
+/// The session's credential and the wait for its lapse.
+struct Auth {
+    grant: Option<Grant>,
+    lapse: Lapse,
+}
+
+impl Auth {
+    fn new(grant: Option<Grant>) -> Auth {
+        let lapse: Lapse = match grant.clone() {
+            Some(g) => Box::pin(async move { g.lapsed().await }),
+            None => Box::pin(std::future::pending()),
+        };
+        Auth { grant, lapse }
+    }
+}
+
+/// Longest close reason a close frame carries (RFC 6455: 125 bytes of payload, 2 for the code).
+const MAX_CLOSE_REASON: usize = 123;
+
+/// The close reason of a lapsed credential: the expiry said as such, a refusal after a key reload
+/// as no longer authorized; cut to what a close frame carries.
+fn lapse_reason(d: &Denial) -> String {
+    let mut reason = if d.reason == "expired" {
+        format!("{}; reconnect with a fresh token", d.detail)
+    } else {
+        format!("no longer authorized: {}", d.detail)
+    };
+    if reason.len() > MAX_CLOSE_REASON {
+        let mut end = MAX_CLOSE_REASON;
+        while !reason.is_char_boundary(end) {
+            end -= 1;
+        }
+        reason.truncate(end);
+    }
+    reason
 }
 
 /// Counts the connection in `switchyard_ws_connections` while it lives.
@@ -116,8 +165,14 @@ impl Drop for Subs {
     }
 }
 
-/// Runs one upgraded connection to its end; `traceparent` is the upgrade request's.
-pub(super) async fn run(edge: Arc<Edge>, upgraded: Upgraded, traceparent: Option<Vec<u8>>) {
+/// Runs one upgraded connection to its end; `traceparent` is the upgrade request's, `grant` the
+/// credential its auth middleware admitted.
+pub(super) async fn run(
+    edge: Arc<Edge>,
+    upgraded: Upgraded,
+    traceparent: Option<Vec<u8>>,
+    grant: Option<Grant>,
+) {
     let Some(ws) = edge.ws.as_ref() else { return };
     let max = ws.routes.max_message;
     let hard = hard_limit(max);
@@ -148,12 +203,14 @@ pub(super) async fn run(edge: Arc<Edge>, upgraded: Upgraded, traceparent: Option
     let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut last_seen = Instant::now();
+    let mut auth = Auth::new(grant);
 
     let end = loop {
         let permit = tokio::select! {
             biased;
             _ = ws.drain.cancelled() => break End::Drain,
             _ = gone.cancelled() => break End::Gone,
+            d = &mut auth.lapse => break End::Lapsed(d),
             _ = ping.tick() => {
                 if !keepalive(&tx, last_seen) { break End::Gone }
                 continue;
@@ -167,6 +224,7 @@ pub(super) async fn run(edge: Arc<Edge>, upgraded: Upgraded, traceparent: Option
             biased;
             _ = ws.drain.cancelled() => break End::Drain,
             _ = gone.cancelled() => break End::Gone,
+            d = &mut auth.lapse => break End::Lapsed(d),
             _ = ping.tick() => {
                 if !keepalive(&tx, last_seen) { break End::Gone }
                 continue;
@@ -204,7 +262,7 @@ pub(super) async fn run(edge: Arc<Edge>, upgraded: Upgraded, traceparent: Option
                 messages += 1;
                 let session = session_cx.as_ref();
                 on_text(
-                    &edge, &text, &tx, &gone, &mut subs, permit, last_seen, session,
+                    &edge, &text, &tx, &gone, &mut subs, &mut auth, permit, last_seen, session,
                 );
             }
             Some(Ok(Message::Binary(_))) => {
@@ -224,8 +282,29 @@ pub(super) async fn run(edge: Arc<Edge>, upgraded: Upgraded, traceparent: Option
 
     // No more pushes: the hub lets go of this outbox.
     drop(subs);
-    match end {
+    match &end {
         End::Gone => gone.cancel(),
+        End::Lapsed(d) => {
+            edge.metrics.sessions.lapse("websocket", d.reason);
+            tracing::debug!(
+                reason = d.reason,
+                "WebSocket session closed: its credential lapsed"
+            );
+            let frame = CloseFrame {
+                code: CloseCode::Policy,
+                reason: lapse_reason(d).into(),
+            };
+            // Cut now: the commands in flight are cancelled below, their replies not awaited.
+            let _ = tokio::time::timeout(CLOSE_GRACE, tx.send(Message::Close(Some(frame)))).await;
+            let _ = tokio::time::timeout(CLOSE_GRACE, async {
+                while let Some(Ok(m)) = stream.next().await {
+                    if matches!(m, Message::Close(_)) {
+                        break;
+                    }
+                }
+            })
+            .await;
+        }
         End::ClientClosed => {
             gone.cancel();
             // Reading on lets the protocol layer send the close reply it queued.
@@ -323,6 +402,7 @@ fn on_text(
     tx: &Outbox,
     gone: &CancellationToken,
     subs: &mut Subs,
+    auth: &mut Auth,
     permit: OwnedSemaphorePermit,
     start: Instant,
     session: Option<&SpanContext>,
@@ -357,7 +437,17 @@ fn on_text(
             return;
         }
         Ok(Command::Subscribe { event, filter }) => {
-            if subs.events.len() >= MAX_SUBSCRIPTIONS {
+            let claims = auth.grant.as_ref().and_then(Grant::claims);
+            let allowed = match &ws.routes.subscribe {
+                None => Ok(()),
+                Some(policy) => policy.decide(&event, claims),
+            };
+            if let Err(detail) = allowed {
+                (
+                    403,
+                    outgoing::refusal(&id, &Answer::refusal(403, detail), &timing()),
+                )
+            } else if subs.events.len() >= MAX_SUBSCRIPTIONS {
                 let detail = format!(
                     "this connection already has {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe first"
                 );
@@ -390,9 +480,69 @@ fn on_text(
                 )
             }
         },
+        Ok(Command::Refresh { token }) => match refresh(edge, auth, subs, &token) {
+            Ok((expires, ended)) => (200, outgoing::refreshed(&id, expires, &ended, &timing())),
+            Err(answer) => (answer.status, outgoing::refusal(&id, &answer, &timing())),
+        },
     };
     edge.metrics.ws.message(parsed.label, status);
     queue(tx, reply, permit);
+}
+
+/// Carries the session on with a new token: checked by the gate that admitted the session, for
+/// the same subject (`sub`). The session then lapses at the new token's expiry, and subscriptions
+/// the new token no longer allows end. Returns the new expiry (seconds since the epoch) and the
+/// ended subscriptions; refused, the session keeps its old token.
+fn refresh(
+    edge: &Edge,
+    auth: &mut Auth,
+    subs: &mut Subs,
+    token: &str,
+) -> Result<(u64, Vec<u64>), Answer> {
+    let Some(old) = auth.grant.as_ref().filter(|g| g.expires().is_some()) else {
+        return Err(Answer::refusal(
+            400,
+            "this session was not opened with a JWT; there is no token to refresh",
+        ));
+    };
+    let value = hyper::header::HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
+        Answer::refusal(
+            400,
+            "`token` is not a JWT (it has characters a JWT never holds)",
+        )
+    })?;
+    let new = old.renew(value).map_err(|d| {
+        edge.metrics.rejected(d.middleware, d.reason);
+        Answer::refusal(d.status, d.detail)
+    })?;
+    let subject = |g: &Grant| g.claims().and_then(|c| c.get("sub")).cloned();
+    if subject(&new) != subject(old) {
+        return Err(Answer::refusal(
+            403,
+            "the new token is for another subject (`sub`); open a new session for it",
+        ));
+    }
+    let expires = new
+        .expires()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map_or(0, |d| d.as_secs());
+    let mut ended: Vec<u64> = match edge.ws.as_ref().and_then(|w| w.routes.subscribe.as_ref()) {
+        None => Vec::new(),
+        Some(policy) => subs
+            .events
+            .iter()
+            .filter(|(_, event)| policy.decide(event, new.claims()).is_err())
+            .map(|(id, _)| *id)
+            .collect(),
+    };
+    ended.sort_unstable();
+    for id in &ended {
+        if let Some(event) = subs.events.remove(id) {
+            subs.hub.remove(subs.conn, &event, *id);
+        }
+    }
+    *auth = Auth::new(Some(new));
+    Ok((expires, ended))
 }
 
 /// A routed command: the HTTP path's dispatch, then the reply with the stages' timing.

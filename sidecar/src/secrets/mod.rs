@@ -1,8 +1,11 @@
-//! Key material from mounted Secrets: `<secrets-dir>/<secret name>/<key>`, read once at start-up.
+//! Key material from mounted Secrets: `<secrets-dir>/<secret name>/<key>`, read at start-up and
+//! reloaded when the files change (`reload.rs`).
 //!
 //! The operator mounts each Secret the Router spec references at that path; `switchyard up` writes
-//! the same layout into a private temp folder. A missing or unreadable file names the file and the
-//! spec field that referenced it (exit 2).
+//! the same layout into a private temp folder. At start-up a missing or unreadable file names the
+//! file and the spec field that referenced it (exit 2); later, a bad new file keeps the old material.
+
+pub(crate) mod reload;
 
 use crate::config::{ConfigError, field_error};
 use std::path::{Path, PathBuf};
@@ -34,15 +37,20 @@ impl Secrets {
         (safe(name) && safe(key)).then(|| self.dir.join(name).join(key))
     }
 
-    /// Reads `key` of Secret `name`, referenced by spec field `field`.
-    pub fn read(&self, field: &str, name: &str, key: &str) -> Result<Vec<u8>, ConfigError> {
+    /// Reads `key` of Secret `name`, referenced by spec field `field`: its path (to watch) and bytes.
+    pub fn file(
+        &self,
+        field: &str,
+        name: &str,
+        key: &str,
+    ) -> Result<(PathBuf, Vec<u8>), ConfigError> {
         let path = self.path(name, key).ok_or_else(|| {
             self.error(
                 field,
                 format!("Secret {name:?} key {key:?} is not a valid Secret name and key"),
             )
         })?;
-        read_file(&path).map_err(|why| {
+        let bytes = read_file(&path).map_err(|why| {
             self.error(
                 field,
                 format!(
@@ -50,7 +58,8 @@ impl Secrets {
                     path.display()
                 ),
             )
-        })
+        })?;
+        Ok((path, bytes))
     }
 
     fn error(&self, field: &str, message: String) -> ConfigError {
@@ -60,7 +69,7 @@ impl Secrets {
 
 /// Why a mounted key file cannot be used.
 #[derive(Debug, thiserror::Error)]
-enum ReadError {
+pub(crate) enum ReadError {
     /// It cannot be read.
     #[error(transparent)]
     Io(#[from] std::io::Error),
@@ -72,7 +81,8 @@ enum ReadError {
     Empty,
 }
 
-fn read_file(path: &Path) -> Result<Vec<u8>, ReadError> {
+/// Reads a key file: at most [`MAX_FILE`] bytes, not empty.
+pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, ReadError> {
     let meta = std::fs::metadata(path)?;
     if meta.len() > MAX_FILE {
         return Err(ReadError::TooLarge);
@@ -111,12 +121,12 @@ mod tests {
         std::fs::write(dir.path().join("jwt/key"), b"s3cret\n").expect("write");
         let s = secrets(dir.path());
         assert_eq!(
-            s.read("spec.middleware[0].auth.jwt.keySecretRef", "jwt", "key")
+            s.file("spec.middleware[0].auth.jwt.keySecretRef", "jwt", "key")
                 .expect("read"),
-            b"s3cret\n"
+            (dir.path().join("jwt/key"), b"s3cret\n".to_vec())
         );
         let err = s
-            .read("spec.middleware[0].auth.jwt.keySecretRef", "jwt", "other")
+            .file("spec.middleware[0].auth.jwt.keySecretRef", "jwt", "other")
             .expect_err("missing")
             .to_string();
         assert!(err.contains("keySecretRef"), "{err}");
