@@ -427,6 +427,146 @@ async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
 }
 
 #[tokio::test]
+async fn operator_chart_renders_namespaced_rbac_with_watch_namespaces() -> Result<()> {
+    let watched = ["team-a", "team-b"];
+    let list = format!("watchNamespaces={{{}}}", watched.join(","));
+    let tls = ["--set", "meshTLS.enabled=true"];
+    let cluster_wide = template("switchyard", &tls).await?;
+    let docs = template("switchyard", &[tls[0], tls[1], "--set", &list]).await?;
+    let rules_of = |d: &Value| d["rules"].as_array().cloned().unwrap_or_default();
+    let is_token_review = |r: &Value| strings(&r["resources"]) == ["tokenreviews"];
+
+    // Each watched namespace gets exactly the cluster-wide install's rules on namespaced
+    // resources, bound to the operator's ServiceAccount.
+    let expected: Vec<Value> = rules_of(find(&cluster_wide, "ClusterRole", "switchyard")?)
+        .into_iter()
+        .filter(|r| !is_token_review(r))
+        .collect();
+    ensure!(
+        !expected.is_empty(),
+        "the cluster-wide ClusterRole has no rules"
+    );
+    for ns in watched {
+        let in_ns = |kind: &str| {
+            docs.iter()
+                .find(|d| {
+                    d["kind"] == kind
+                        && d["metadata"]["name"] == "switchyard"
+                        && d["metadata"]["namespace"] == ns
+                })
+                .with_context(|| format!("no {kind} switchyard in namespace {ns}"))
+        };
+        let role = in_ns("Role")?;
+        ensure!(
+            rules_of(role) == expected,
+            "Role in {ns} differs from the ClusterRole's namespaced rules: {}",
+            role["rules"]
+        );
+        let binding = in_ns("RoleBinding")?;
+        ensure!(
+            binding["roleRef"]["kind"] == "Role" && binding["roleRef"]["name"] == "switchyard",
+            "RoleBinding in {ns} roleRef: {}",
+            binding["roleRef"]
+        );
+        ensure!(
+            binding["subjects"][0]["kind"] == "ServiceAccount"
+                && binding["subjects"][0]["name"] == "switchyard"
+                && binding["subjects"][0]["namespace"] == SYSTEM_NAMESPACE,
+            "RoleBinding in {ns} subjects: {}",
+            binding["subjects"]
+        );
+    }
+    let roles: BTreeSet<String> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Role" && d["metadata"]["name"] == "switchyard")
+        .filter_map(|d| d["metadata"]["namespace"].as_str().map(str::to_string))
+        .collect();
+    ensure!(
+        roles == watched.iter().map(|n| n.to_string()).collect(),
+        "Roles switchyard in {roles:?}, not exactly {watched:?}"
+    );
+
+    // Cluster-wide, only TokenReview create: no write (nor read) of anything else.
+    let cluster_roles: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "ClusterRole").collect();
+    ensure!(
+        cluster_roles.len() == 1,
+        "{} ClusterRoles rendered",
+        cluster_roles.len()
+    );
+    let rules = rules_of(cluster_roles[0]);
+    ensure!(
+        rules.len() == 1
+            && strings(&rules[0]["apiGroups"]) == ["authentication.k8s.io"]
+            && is_token_review(&rules[0])
+            && strings(&rules[0]["verbs"]) == ["create"],
+        "the ClusterRole of a namespaced install grants more than TokenReview create: {rules:?}"
+    );
+    let crb = find(&docs, "ClusterRoleBinding", "switchyard")?;
+    ensure!(
+        crb["roleRef"]["name"] == "switchyard",
+        "ClusterRoleBinding roleRef: {}",
+        crb["roleRef"]
+    );
+    // The leader-election and CA Secret Roles stay in the release namespace.
+    for name in ["switchyard-leader-election", "switchyard-identity"] {
+        ensure!(
+            find(&docs, "Role", name)?["metadata"]["namespace"] == SYSTEM_NAMESPACE,
+            "Role {name} is not in {SYSTEM_NAMESPACE}"
+        );
+    }
+    let deploy = find(&docs, "Deployment", "switchyard")?;
+    let args = strings(&deploy["spec"]["template"]["spec"]["containers"][0]["args"]);
+    ensure!(
+        args.iter().any(|a| a == "--watch-namespaces=team-a,team-b"),
+        "operator args {args:?} lack --watch-namespaces=team-a,team-b"
+    );
+    let all = strings(
+        &find(&cluster_wide, "Deployment", "switchyard")?["spec"]["template"]["spec"]["containers"]
+            [0]["args"],
+    );
+    ensure!(
+        !all.iter().any(|a| a.starts_with("--watch-namespaces")),
+        "a cluster-wide install passes {all:?}"
+    );
+
+    // Without mesh TLS nothing cluster-scoped is needed: no ClusterRole, no binding.
+    let plain = template(
+        "switchyard",
+        &["--set", "meshTLS.enabled=false", "--set", &list],
+    )
+    .await?;
+    let kinds: Vec<&str> = plain.iter().filter_map(|d| d["kind"].as_str()).collect();
+    ensure!(
+        !kinds.iter().any(|k| k.starts_with("ClusterRole")),
+        "a namespaced install without mesh TLS renders {kinds:?}"
+    );
+    ensure!(
+        plain
+            .iter()
+            .filter(|d| d["kind"] == "Role" && d["metadata"]["name"] == "switchyard")
+            .count()
+            == watched.len(),
+        "a namespaced install without mesh TLS lacks its Roles"
+    );
+
+    // A namespace name the API server would refuse is refused by the schema.
+    let out = Cmd::helm_offline()
+        .args(["template", RELEASE])
+        .arg(charts_dir().join("switchyard"))
+        .args(["--namespace", SYSTEM_NAMESPACE])
+        .args(["--kube-version", KUBE_VERSION])
+        .args(["--set", "watchNamespaces={Team_A}"])
+        .fails()
+        .await?;
+    ensure!(
+        out.stderr.contains("watchNamespaces"),
+        "unexpected error for watchNamespaces={{Team_A}}: {}",
+        out.stderr
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn charts_lint_strict() -> Result<()> {
     for chart in ["switchyard-crds", "switchyard"] {
         let out = Cmd::helm_offline()

@@ -1,6 +1,7 @@
 //! State shared by the controllers.
 
 use crate::metrics::Metrics;
+use crate::scope::Scope;
 use kube::Client;
 use kube::runtime::events::{Recorder, Reporter};
 use std::sync::Arc;
@@ -15,6 +16,8 @@ pub struct Context {
     pub metrics: Arc<Metrics>,
     /// Inputs of the pure render step that do not come from the resource.
     pub render: crate::render::RenderSettings,
+    /// The namespaces watched (`--watch-namespaces`).
+    pub scope: Scope,
 }
 
 impl Context {
@@ -24,6 +27,7 @@ impl Context {
         metrics: Arc<Metrics>,
         render: crate::render::RenderSettings,
         identity: String,
+        scope: Scope,
     ) -> Self {
         let reporter = Reporter {
             controller: crate::FIELD_MANAGER.into(),
@@ -34,6 +38,7 @@ impl Context {
             client,
             metrics,
             render,
+            scope,
         }
     }
 }

@@ -14,6 +14,7 @@ pub mod identity;
 pub mod leader;
 pub mod metrics;
 pub mod render;
+pub mod scope;
 pub mod settings;
 pub mod telemetry;
 pub mod validate;

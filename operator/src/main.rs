@@ -149,7 +149,11 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             forward: m
                 .forward_connector()
                 .map_err(|e| anyhow::anyhow!("TLS to the leader: {e}"))?,
-            identity: m.service(client.clone(), metrics.clone()),
+            identity: m.service(
+                client.clone(),
+                metrics.clone(),
+                settings.watch_namespaces.clone(),
+            ),
         }),
     };
     let view = Arc::new(if settings.leader_election {
@@ -157,7 +161,8 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     } else {
         LeaderView::me()
     });
-    let observer = control_plane::observe::start(client.clone());
+    tracing::info!(scope = %settings.watch_namespaces, "watching");
+    let observer = control_plane::observe::start(client.clone(), &settings.watch_namespaces);
     let caches = observer.caches();
     let control_plane = tokio::spawn(control_plane::serve(
         observer,
@@ -207,6 +212,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
                 }),
         },
         identity,
+        settings.watch_namespaces.clone(),
     ));
     // Controllers stop on a shutdown signal or when leadership is lost; losing it exits non-zero so the
     // pod restarts as a fresh candidate rather than keeping stale caches.

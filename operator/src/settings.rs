@@ -1,5 +1,6 @@
 //! Command-line settings of the operator, validated once at start-up.
 
+use crate::scope::Scope;
 use clap::{Parser, ValueEnum};
 use std::net::{IpAddr, SocketAddr};
 use std::time::Duration;
@@ -86,6 +87,16 @@ pub struct Settings {
     /// This pod's IP (the chart sets it from the downward API), for the default `--peer-url`.
     #[arg(long, env = "POD_IP")]
     pub pod_ip: Option<IpAddr>,
+    /// Namespaces to watch and write in, comma-separated (`team-a,team-b`): every watch, list and
+    /// write is namespaced, so namespaced Roles are enough, and Routers and Managers elsewhere are
+    /// ignored. Empty: every namespace (cluster-wide rights).
+    #[arg(
+        long,
+        env = "SWITCHYARD_WATCH_NAMESPACES",
+        default_value = "",
+        value_parser = Scope::parse
+    )]
+    pub watch_namespaces: Scope,
 }
 
 /// Parses a certificate lifetime: a duration between 10 s and 30 days.
@@ -208,5 +219,24 @@ mod tests {
         assert_eq!(s.peer_url(), Ok(Some("http://127.0.0.1:9000".into())));
         let s = parse(&["--control-plane-addr", "0.0.0.0:7443"]);
         assert_eq!(s.peer_url(), Ok(None));
+    }
+
+    #[test]
+    fn watch_namespaces_default_to_all_and_take_a_list() {
+        assert_eq!(parse(&[]).watch_namespaces, Scope::All);
+        let s = parse(&["--watch-namespaces", "team-b,team-a"]);
+        assert_eq!(
+            s.watch_namespaces,
+            Scope::parse("team-a,team-b").expect("list")
+        );
+        assert!(s.watch_namespaces.contains("team-a"));
+        assert!(!s.watch_namespaces.contains("default"));
+        let e = Settings::try_parse_from(["switchyard-operator", "--watch-namespaces=a,B"])
+            .expect_err("not a namespace")
+            .to_string();
+        assert!(
+            e.contains("--watch-namespaces") && e.contains("\"B\""),
+            "{e}"
+        );
     }
 }

@@ -110,3 +110,63 @@ URL of the control plane as sidecars see it: controlPlane.url, or the Service's 
 {{- printf "%s://%s.%s.svc:%d" (ternary "https" "http" .Values.meshTLS.enabled) (include "switchyard.controlPlaneServiceName" .) .Release.Namespace (int .Values.controlPlane.port) }}
 {{- end }}
 {{- end }}
+
+{{/*
+The operator's rules on namespaced resources: in the ClusterRole for a cluster-wide install, in a
+Role of each namespace of watchNamespaces otherwise. One list, so the two modes grant the same.
+*/}}
+{{- define "switchyard.namespacedRules" -}}
+# The custom resources the operator reconciles. It never creates or deletes them.
+- apiGroups: ["switchyard.dev"]
+  resources: ["routers", "managers"]
+  verbs: ["get", "list", "watch"]
+- apiGroups: ["switchyard.dev"]
+  resources: ["routers/status", "managers/status"]
+  verbs: ["get", "patch", "update"]
+- apiGroups: ["switchyard.dev"]
+  resources: ["managers/scale", "routers/scale"]
+  verbs: ["get", "patch", "update"]
+# The workloads it owns for each Router and Manager.
+- apiGroups: ["apps"]
+  resources: ["deployments"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+- apiGroups: [""]
+  resources: ["services", "configmaps"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Manager pods' IPs and readiness for the control plane's routing tables (read only; the cache
+# holds only pods labelled app.kubernetes.io/name=switchyard-manager).
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["list", "watch"]
+# The NetworkPolicy it makes for each Router's and Manager's pods.
+- apiGroups: ["networking.k8s.io"]
+  resources: ["networkpolicies"]
+  verbs: ["get", "list", "watch", "create", "patch", "delete"]
+{{- if .Values.meshTLS.enabled }}
+# Certifying a sidecar: after the TokenReview (cluster-scoped, see switchyard.clusterRules), its
+# pod and the owner chain pod -> ReplicaSet -> Deployment -> Router/Manager are read one object each.
+- apiGroups: [""]
+  resources: ["pods"]
+  verbs: ["get"]
+- apiGroups: ["apps"]
+  resources: ["replicasets"]
+  verbs: ["get"]
+{{- end }}
+# Kubernetes Events about the resources it reconciles.
+- apiGroups: ["events.k8s.io"]
+  resources: ["events"]
+  verbs: ["create", "patch"]
+{{- end }}
+
+{{/*
+The operator's rules on cluster-scoped resources, needed in both modes: only the TokenReview that
+certifies a sidecar, with mesh TLS on. Empty otherwise.
+*/}}
+{{- define "switchyard.clusterRules" -}}
+{{- if .Values.meshTLS.enabled }}
+# Certifying a sidecar: its projected token is checked by TokenReview.
+- apiGroups: ["authentication.k8s.io"]
+  resources: ["tokenreviews"]
+  verbs: ["create"]
+{{- end }}
+{{- end }}

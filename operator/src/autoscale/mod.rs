@@ -15,11 +15,11 @@ use crate::context::Context;
 use crate::control_plane::activation::Activation;
 use crate::control_plane::load::LoadBook;
 use crate::controller::events;
+use crate::scope::Stores;
 use decide::{Decision, State, TypeLoad};
 use futures::StreamExt;
 use kube::api::{Api, Patch, PatchParams};
 use kube::runtime::events::EventType;
-use kube::runtime::reflector::Store;
 use kube::{Resource, ResourceExt};
 use std::collections::{HashMap, HashSet};
 use std::future::Future;
@@ -61,7 +61,7 @@ struct Scaler {
 pub async fn run(
     ctx: Arc<Context>,
     loads: Arc<LoadBook>,
-    reader: Store<Manager>,
+    reader: Stores<Manager>,
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
@@ -123,7 +123,7 @@ impl Scaler {
     async fn tick(
         &mut self,
         ctx: &Context,
-        reader: &Store<Manager>,
+        reader: &Stores<Manager>,
         samples: &HashMap<observe::Key, Sample>,
         now: Instant,
         now_ms: u64,
@@ -305,7 +305,7 @@ impl Scaler {
     async fn activate(
         &mut self,
         ctx: &Context,
-        reader: &Store<Manager>,
+        reader: &Stores<Manager>,
         pending: &[Activation],
         now_ms: u64,
     ) {

@@ -304,40 +304,25 @@ impl Index {
         }
     }
 
-    /// Keeps only the pods in `live` (after a relist); the rest were deleted while unwatched.
-    pub fn retain_pods(&mut self, live: &HashSet<ObjKey>) {
-        let stale: Vec<ObjKey> = self
-            .pods
-            .keys()
-            .filter(|k| !live.contains(*k))
-            .cloned()
-            .collect();
+    /// Keeps only the pods `live` says are (after a relist); the rest were deleted while unwatched.
+    pub fn retain_pods(&mut self, mut live: impl FnMut(&ObjKey) -> bool) {
+        let stale: Vec<ObjKey> = self.pods.keys().filter(|k| !live(k)).cloned().collect();
         for k in stale {
             self.delete_pod(&k);
         }
     }
 
-    /// Keeps only the Managers in `live` (after a relist).
-    pub fn retain_managers(&mut self, live: &HashSet<ObjKey>) {
-        let stale: Vec<ObjKey> = self
-            .managers
-            .keys()
-            .filter(|k| !live.contains(*k))
-            .cloned()
-            .collect();
+    /// Keeps only the Managers `live` says are (after a relist).
+    pub fn retain_managers(&mut self, mut live: impl FnMut(&ObjKey) -> bool) {
+        let stale: Vec<ObjKey> = self.managers.keys().filter(|k| !live(k)).cloned().collect();
         for k in stale {
             self.delete_manager(&k);
         }
     }
 
-    /// Keeps only the Routers in `live` (after a relist).
-    pub fn retain_routers(&mut self, live: &HashSet<RouterKey>) {
-        let stale: Vec<RouterKey> = self
-            .routers
-            .iter()
-            .filter(|k| !live.contains(*k))
-            .cloned()
-            .collect();
+    /// Keeps only the Routers `live` says are (after a relist).
+    pub fn retain_routers(&mut self, mut live: impl FnMut(&RouterKey) -> bool) {
+        let stale: Vec<RouterKey> = self.routers.iter().filter(|k| !live(k)).cloned().collect();
         for k in stale {
             self.delete_router(&k);
         }

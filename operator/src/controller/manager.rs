@@ -5,6 +5,7 @@ use crate::apply::{apply, prune};
 use crate::conditions::{self, Problem, Rollout};
 use crate::context::Context;
 use crate::render::{self, meta};
+use crate::scope::Target;
 use crate::validate;
 use crate::{Error, Result};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -24,22 +25,26 @@ use switchyard_crds::{Manager, Router};
 
 const NAME: &str = "manager";
 
-/// Runs the Manager controller until `shutdown` resolves.
-pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + Sync + 'static) {
+/// Runs the Manager controller of `target` until `shutdown` resolves.
+pub async fn run(
+    ctx: Arc<Context>,
+    target: &Target,
+    shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
+) {
     let client = ctx.client.clone();
     let controller = Controller::new(
-        Api::<Manager>::all(client.clone()),
+        target.api::<Manager>(client.clone()),
         watcher::Config::default(),
     );
     let owned = super::owned_children();
     let managers = controller.store();
     let stream = controller
-        .owns(Api::<Deployment>::all(client.clone()), owned.clone())
-        .owns(Api::<Service>::all(client.clone()), owned.clone())
-        .owns(Api::<ConfigMap>::all(client.clone()), owned)
+        .owns(target.api::<Deployment>(client.clone()), owned.clone())
+        .owns(target.api::<Service>(client.clone()), owned.clone())
+        .owns(target.api::<ConfigMap>(client.clone()), owned)
         // A Router appearing or going away changes the RouterNotFound condition of its Managers.
         .watches(
-            Api::<Router>::all(client),
+            target.api::<Router>(client),
             watcher::Config::default(),
             move |r: Router| {
                 let ns = r.namespace();
@@ -52,9 +57,9 @@ pub async fn run(ctx: Arc<Context>, shutdown: impl Future<Output = ()> + Send + 
                     .collect::<Vec<_>>()
             },
         )
-        .graceful_shutdown_on(shutdown)
+        .graceful_shutdown_on(shutdown.clone())
         .run(reconcile, error_policy, ctx);
-    super::drain(stream, NAME).await;
+    super::drain(stream, NAME, shutdown).await;
 }
 
 /// One reconcile, a span of its own (exported when the operator's tracing is on).

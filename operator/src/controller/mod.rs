@@ -22,17 +22,29 @@ use std::time::{Duration, Instant};
 
 /// Runs both controllers until `shutdown` resolves. The Router controller reads Managers from a
 /// reflector cache instead of listing them on every reconcile.
+///
+/// With `--watch-namespaces`, each controller runs once per namespace, joined: a `Controller` reads
+/// its objects from one reflector store, and one store can be fed by one watcher only (see
+/// [`crate::scope`]), so a single controller cannot watch a list of namespaces. Each namespace's
+/// controllers then have their own queue; a reconcile only ever touches its own namespace.
 pub async fn run(
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
     use futures::StreamExt;
-    let (managers, fill) = manager_cache::ManagerCache::start(ctx.client.clone());
+    let (managers, fill) = manager_cache::ManagerCache::start(ctx.client.clone(), &ctx.scope);
     let fill = fill.take_until(shutdown.clone()).for_each(|()| async {});
+    let targets = ctx.scope.targets();
+    let routers = targets
+        .iter()
+        .map(|t| router::run(ctx.clone(), t, managers.clone(), shutdown.clone()));
+    let managers = targets
+        .iter()
+        .map(|t| manager::run(ctx.clone(), t, shutdown.clone()));
     futures::join!(
         fill,
-        router::run(ctx.clone(), managers, shutdown.clone()),
-        manager::run(ctx, shutdown)
+        futures::future::join_all(routers),
+        futures::future::join_all(managers)
     );
 }
 
@@ -128,17 +140,36 @@ where
     Ok(())
 }
 
-/// Logs what the controller stream yields besides successful reconciles (already counted).
+/// How long a controller may take to stop once shutdown is asked for.
+const SHUTDOWN_GRACE: Duration = Duration::from_secs(10);
+
+/// Logs what the controller stream yields besides successful reconciles (already counted), until
+/// it ends or [`SHUTDOWN_GRACE`] after `shutdown`.
+///
+/// The bound is needed: kube-runtime holds a controller's runner until its store has listed once,
+/// also through a graceful shutdown, so a watch that never lists (RBAC refuses it, e.g. a namespace
+/// in `--watch-namespaces` without the chart's Role) would keep the operator from ever exiting.
 async fn drain<T, E: std::fmt::Display>(
     stream: impl futures::Stream<Item = std::result::Result<T, E>>,
     controller: &str,
+    shutdown: impl Future<Output = ()>,
 ) {
     use futures::StreamExt;
-    stream
-        .for_each(|res| async move {
-            if let Err(e) = res {
-                tracing::debug!(controller, error = %e, "controller event");
-            }
-        })
-        .await;
+    let run = stream.for_each(|res| async move {
+        if let Err(e) = res {
+            tracing::debug!(controller, error = %e, "controller event");
+        }
+    });
+    tokio::pin!(run);
+    tokio::select! {
+        () = &mut run => return,
+        () = shutdown => {}
+    }
+    if tokio::time::timeout(SHUTDOWN_GRACE, run).await.is_err() {
+        tracing::warn!(
+            controller,
+            grace = ?SHUTDOWN_GRACE,
+            "controller did not stop in time (a watch never listed?); dropped"
+        );
+    }
 }

@@ -6,13 +6,13 @@ use crate::apply::{apply, prune};
 use crate::conditions::{self, Problem, Rollout};
 use crate::context::Context;
 use crate::render::{self, meta};
+use crate::scope::Target;
 use crate::validate;
 use crate::{Error, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -31,34 +31,35 @@ struct Shared {
     managers: ManagerCache,
 }
 
-/// Runs the Router controller until `shutdown` resolves, reading Managers from `managers` (the
-/// watch below only triggers reconciles).
+/// Runs the Router controller of `target` until `shutdown` resolves, reading Managers from
+/// `managers` (the watch below only triggers reconciles).
 pub(super) async fn run(
     ctx: Arc<Context>,
+    target: &Target,
     managers: ManagerCache,
-    shutdown: impl Future<Output = ()> + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
     let client = ctx.client.clone();
     let owned = super::owned_children();
     let stream = Controller::new(
-        Api::<Router>::all(client.clone()),
+        target.api::<Router>(client.clone()),
         watcher::Config::default(),
     )
-    .owns(Api::<Deployment>::all(client.clone()), owned.clone())
-    .owns(Api::<Service>::all(client.clone()), owned.clone())
-    .owns(Api::<ConfigMap>::all(client.clone()), owned)
+    .owns(target.api::<Deployment>(client.clone()), owned.clone())
+    .owns(target.api::<Service>(client.clone()), owned.clone())
+    .owns(target.api::<ConfigMap>(client.clone()), owned)
     // A Manager's event types are part of its Router's rendered config.
     .watches(
-        Api::<Manager>::all(client),
+        target.api::<Manager>(client),
         watcher::Config::default(),
         |m: Manager| {
             m.namespace()
                 .map(|ns| ObjectRef::<Router>::new(&m.spec.router_ref.name).within(&ns))
         },
     )
-    .graceful_shutdown_on(shutdown)
+    .graceful_shutdown_on(shutdown.clone())
     .run(reconcile, error_policy, Arc::new(Shared { ctx, managers }));
-    super::drain(stream, NAME).await;
+    super::drain(stream, NAME, shutdown).await;
 }
 
 /// One reconcile, a span of its own (exported when the operator's tracing is on).

@@ -184,12 +184,14 @@ impl MeshIdentity {
         &self,
         client: kube::Client,
         metrics: Arc<Metrics>,
+        scope: crate::scope::Scope,
     ) -> IdentityService<review::KubeAuthenticator> {
         IdentityService::new(
             self.ca.clone(),
             review::KubeAuthenticator {
                 client,
                 trust_domain: self.settings.trust_domain.clone(),
+                scope,
             },
             self.settings.lifetime,
             metrics,

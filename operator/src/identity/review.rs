@@ -4,6 +4,7 @@
 
 use super::owner::{self, BoundPod};
 use super::service_refusal;
+use crate::scope::Scope;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
 use k8s_openapi::api::core::v1::Pod;
@@ -21,6 +22,9 @@ pub struct KubeAuthenticator {
     pub client: Client,
     /// Trust domain of the identities issued.
     pub trust_domain: String,
+    /// The namespaces watched: a pod elsewhere is no workload of this operator's, and reading it
+    /// would only be refused by RBAC in a namespaced install.
+    pub scope: Scope,
 }
 
 fn unavailable(e: kube::Error) -> Refusal {
@@ -75,6 +79,16 @@ impl Authenticator for KubeAuthenticator {
         let status = reviewed.status.unwrap_or_default();
         let bound: BoundPod = owner::bound_pod(&status, TOKEN_AUDIENCE)?;
         let ns = &bound.namespace;
+        if !self.scope.contains(ns) {
+            return Err(service_refusal(
+                Code::PermissionDenied,
+                "unwatched",
+                format!(
+                    "pod {ns}/{} is in a namespace this operator does not watch ({})",
+                    bound.name, self.scope
+                ),
+            ));
+        }
         let pod: Pod = get(
             Api::namespaced(self.client.clone(), ns),
             &bound.name,

@@ -53,10 +53,10 @@ pub struct Metrics {
     pub ws: ws::WsMetrics,
     /// Mesh TLS: handshakes, the certificate, refused peers.
     pub mesh: mesh::MeshMetrics,
-    /// Client connections: open, refused, ended by their timers.
-    pub conns: conns::ConnMetrics,
     /// Key material reloads and sessions ended by a lapsed credential (router).
     pub sessions: sessions::SessionMetrics,
+    /// Client connections: open, refused, ended by their timers.
+    pub conns: conns::ConnMetrics,
     /// `switchyard_middleware_rejections_total{middleware,reason}`: requests refused at the edge.
     pub rejections: Family<RejectLabels, Counter>,
     /// `switchyard_dead_letter_published_total{event}`: events whose delivery failed for good,
@@ -134,8 +134,8 @@ impl Metrics {
         );
         let ws = ws::WsMetrics::register(&mut registry);
         let mesh = mesh::MeshMetrics::register(&mut registry);
-        let conns = conns::ConnMetrics::register(&mut registry);
         let sessions = sessions::SessionMetrics::register(&mut registry);
+        let conns = conns::ConnMetrics::register(&mut registry);
         let rejections = Family::<RejectLabels, Counter>::default();
         registry.register(
             "switchyard_middleware_rejections",
@@ -180,8 +180,8 @@ impl Metrics {
         Arc::new(Metrics {
             ws,
             mesh,
-            conns,
             sessions,
+            conns,
             registry,
             requests,
             duration,

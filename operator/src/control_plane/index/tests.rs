@@ -225,12 +225,12 @@ fn a_relist_drops_what_vanished_unseen() {
     ix.apply_pod(&pod("p1", "m1", None, "10.0.0.1", true));
     ix.apply_pod(&pod("p2", "m1", None, "10.0.0.2", true));
     ix.take();
-    ix.retain_pods(&HashSet::from([("shop".to_owned(), "p2".to_owned())]));
+    ix.retain_pods(|k| k == &("shop".to_owned(), "p2".to_owned()));
     let t = ix.tables();
     let routes = t.values().next().expect("edge");
     assert_eq!(routes[0].endpoints.len(), 1);
     assert_eq!(routes[0].endpoints[0].pod, "p2");
-    ix.retain_routers(&HashSet::new());
+    ix.retain_routers(|_| false);
     assert_eq!(
         ix.take().into_values().collect::<Vec<_>>(),
         vec![RouterChange::Removed]
