@@ -159,8 +159,8 @@ pub struct Listeners {
 
 /// How long client connections may stay and how many a router pod holds, for the HTTP (with
 /// WebSocket) and gRPC listeners together. Every field has a default; a refused or closed
-/// connection is counted in `switchyard_edge_connections_refused_total` and
-/// `switchyard_edge_connections_closed_total`.
+/// connection is counted in `switchyard_connections_refused_total` and
+/// `switchyard_connections_closed_total`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [
@@ -200,7 +200,7 @@ pub struct Connections {
     pub max_connection_age_grace: Duration,
     /// Most client connections one router pod holds (HTTP, gRPC and WebSocket together); past it a
     /// new connection is accepted and closed at once, so accepting never stops. Absent: the
-    /// process's open-file limit less a reserve (a tenth of it, at most 1024) kept for probes, the
+    /// process's open-file limit less a reserve (a tenth of it, 64 to 1024) kept for probes, the
     /// admin port and the connections to managers; a larger value is lowered to that too.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(range(min = 1, max = 10000000))]
