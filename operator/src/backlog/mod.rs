@@ -52,12 +52,17 @@ pub struct Settings {
 /// Namespace, Manager, event type.
 pub type Key = (String, String, String);
 
+/// (namespace, Manager) -> when read, figures per event type.
+type Latest = HashMap<(String, String), (Instant, BTreeMap<String, u64>)>;
+
+/// What one Manager's read came to: the Manager, its namespace and name, and the error if any.
+type Outcome = (Arc<Manager>, String, String, Result<(), String>);
+
 /// The latest backlog figures per Manager, shared with the autoscaler.
 #[derive(Debug)]
 pub struct Backlogs {
     max_age: Duration,
-    /// (namespace, Manager) -> when read, figures per event type.
-    latest: Mutex<HashMap<(String, String), (Instant, BTreeMap<String, u64>)>>,
+    latest: Mutex<Latest>,
 }
 
 impl Backlogs {
@@ -92,10 +97,7 @@ impl Backlogs {
         out
     }
 
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<(String, String), (Instant, BTreeMap<String, u64>)>>
-    {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Latest> {
         self.latest.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
@@ -145,7 +147,7 @@ pub async fn run(
             .collect();
         book.retain(&alive);
         said.retain(|k, _| alive.contains(k));
-        let results: Vec<(Arc<Manager>, String, String, Result<(), String>)> =
+        let results: Vec<Outcome> =
             futures::stream::iter(managers)
                 .filter_map(|m| std::future::ready(m.namespace().map(|ns| (ns, m))))
                 .map(|(ns, m)| {
