@@ -9,8 +9,8 @@
 //!                                          flags bit 1: acknowledge: a RESPONSE 202 once the manager
 //!                                          admitted it to its queue (or its refusal, 503), then a second
 //!                                          RESPONSE, empty, carrying the credit, once it is done
-//!                                          flags bit 7: the tracestate field is there (only to a
-//!                                          peer whose HELLO has bit 7; `crate::tracestate`)
+//!                                          flags bit 6: the tracestate field is there (only to a
+//!                                          peer whose HELLO has bit 6; `crate::tracestate`)
 //! RESPONSE body := status:u16 queue_us:u32 app_us:u32 content_type:str8 payload
 //!                                          flags bit 0: the answer also returns its request's credit
 //!                                          flags bit 1: the manager sidecar answered, not the app
@@ -21,13 +21,13 @@
 //! GOAWAY   body := reason (rest, UTF-8)    the peer drains: no new requests on this connection
 //! PUSH     body := event:str8 traceparent:str8 [tracestate:str16] content_type:str8 payload
 //!                                          manager -> router: an event for WebSocket subscribers
-//!                                          flags bit 7: the tracestate field is there, as on REQUEST
+//!                                          flags bit 6: the tracestate field is there, as on REQUEST
 //! HELLO    body := (empty); flags bit 0: the sender takes PUSH frames
 //!                                          flags bit 1: the sender counts a flagged RESPONSE as a credit
 //!                                          flags bit 2: the sender answers RECLAIM with RELEASE
-//!                                          flags bit 7: the sender reads the tracestate field
+//!                                          flags bit 6: the sender reads the tracestate field
 //!                                          first frame of the connecting side; the accepting side
-//!                                          sends one too (bit 7 only), before its first CREDIT
+//!                                          sends one too (bit 6 only), before its first CREDIT
 //! RECLAIM  body := credits:u32             manager -> sender: give back up to that many unused credits
 //! RELEASE  body := credits:u32             sender -> manager: that many credits given back (maybe 0),
 //!                                          the answer to a RECLAIM
@@ -68,11 +68,11 @@ pub const FLAG_RELEASES_CREDIT: u8 = 0x04;
 /// Flag on a REQUEST or PUSH: a `tracestate:str16` follows the traceparent (set by the encoder when
 /// the frame carries one). Older sidecars do not read it, so only a peer whose HELLO carried
 /// [`FLAG_READS_TRACESTATE`] is sent a frame with it; a frame without it is the older encoding.
-pub const FLAG_TRACESTATE: u8 = 0x80;
+pub const FLAG_TRACESTATE: u8 = 0x40;
 /// Flag on a HELLO: the sender reads [`FLAG_TRACESTATE`] frames. The accepting side sends its HELLO
 /// before its first CREDIT, so the connecting side knows before its first REQUEST; an older one
 /// ignores that HELLO (it expects none).
-pub const FLAG_READS_TRACESTATE: u8 = 0x80;
+pub const FLAG_READS_TRACESTATE: u8 = 0x40;
 /// Flag on a RESPONSE: the answer also returns its request's credit (no CREDIT frame follows for it).
 /// Only sent to a peer whose HELLO carried [`FLAG_IMPLICIT_CREDIT`].
 pub const FLAG_RETURNS_CREDIT: u8 = 0x01;

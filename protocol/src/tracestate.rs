@@ -274,7 +274,7 @@ mod tests {
         let big: Vec<String> = (0..4)
             .map(|i| format!("b{i}={}", "x".repeat(150)))
             .collect();
-        let got = one(&big.join(",")).unwrap();
+        let got = one(&big.join(",")).expect("valid");
         assert_eq!(got, big[..3].join(","), "the last long one goes");
         assert!(got.len() <= MAX_LEN);
         assert!(is_carried(&got));
