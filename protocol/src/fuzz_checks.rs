@@ -70,7 +70,7 @@ mod tests {
                 event: "e".into(),
                 ce_id: "c".into(),
                 traceparent: "t".into(),
-                tracestate: String::new(),
+                tracestate: "a=1,b@c=d".into(),
                 content_type: "application/json".into(),
                 payload: Bytes::from_static(b"{}"),
             }),
