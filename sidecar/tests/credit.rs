@@ -33,10 +33,19 @@ fn noop(id: u64) -> Frame {
         event: "noop".into(),
         ce_id: format!("credit-{id}"),
         traceparent: String::new(),
+        tracestate: String::new(),
         content_type: "application/json".into(),
         payload: Bytes::from_static(b"{}"),
     })
 }
+
+/// What a manager says first on a connection it accepted: it reads a tracestate.
+const MANAGER_HELLO: Frame = Frame::Hello {
+    takes_pushes: false,
+    implicit_credit: false,
+    releases_credit: false,
+    reads_tracestate: true,
+};
 
 /// Connects as a router, says HELLO, and returns the connection with the manager's first grant.
 async fn connect(mesh: &Mesh, implicit_credit: bool) -> (Conn, u32) {
@@ -52,11 +61,17 @@ async fn connect_with(mesh: &Mesh, implicit_credit: bool, releases_credit: bool)
         takes_pushes: false,
         implicit_credit,
         releases_credit,
+        reads_tracestate: true,
     })
     .await
     .unwrap();
+    assert_eq!(
+        next(&mut conn).await,
+        MANAGER_HELLO,
+        "the manager's HELLO comes before its grant"
+    );
     let Frame::Credit { credits } = next(&mut conn).await else {
-        panic!("the first frame is the manager's grant");
+        panic!("the manager's grant follows its HELLO");
     };
     (conn, credits)
 }

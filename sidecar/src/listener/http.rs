@@ -9,7 +9,7 @@ use crate::metrics::EventLabel;
 use crate::net::accept::Policy;
 use crate::net::body::{Unconsumed, Unread, linger, read_limited};
 use crate::net::conn::tracked::track;
-use crate::otel::request::RequestTrace;
+use crate::otel::request::{Remote, RequestTrace};
 use crate::routes::http::Lookup;
 use crate::traceparent;
 use crate::upstream::Outgoing;
@@ -103,11 +103,17 @@ async fn handle(
     }
     let mut clock = Clock::new(Instant::now());
     if let Some(otel) = &edge.otel {
+        let tp = req
+            .headers()
+            .get(traceparent::HEADER)
+            .map(HeaderValue::as_bytes);
+        let ts = traceparent::tracestate_in(tp, req.headers());
         clock.trace = Some(RequestTrace::http(
             otel,
-            req.headers()
-                .get(traceparent::HEADER)
-                .map(HeaderValue::as_bytes),
+            Remote {
+                traceparent: tp,
+                tracestate: &ts,
+            },
             req.method().as_str(),
             req.uri().path(),
         ));
@@ -232,11 +238,13 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
             Err(r) => return (rejected(r), label),
         }
     };
-    let traceparent = traceparent::extract_or_new(
-        parts
-            .headers
-            .get(traceparent::HEADER)
-            .map(HeaderValue::as_bytes),
+    let tp = parts
+        .headers
+        .get(traceparent::HEADER)
+        .map(HeaderValue::as_bytes);
+    let (traceparent, tracestate) = (
+        traceparent::extract_or_new(tp),
+        traceparent::tracestate_in(tp, &parts.headers),
     );
     // The client's retry key is the event's id, so its retries are one event to a deduplicating app.
     let ce_id = match edge::idempotency_key(
@@ -252,6 +260,7 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
         event: route.event.clone(),
         ce_id,
         traceparent,
+        tracestate,
         payload,
     };
     let reply = match edge.dispatch.call(out, deadline, clock).await {

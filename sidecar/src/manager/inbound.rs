@@ -307,6 +307,14 @@ async fn connection<S: SplitIo>(
     );
     let dead = CancellationToken::new();
     let writer = tokio::spawn(write_loop(sink, rx, dead.clone()));
+    // This side's HELLO, before the first CREDIT (sent on joining), so the sender knows before its
+    // first request that a tracestate may come with it. An older router ignores it.
+    let _ = tx.try_send(Frame::Hello {
+        takes_pushes: false,
+        implicit_credit: false,
+        releases_credit: false,
+        reads_tracestate: true,
+    });
     let conn_id = inbound.join(tx.clone());
     // Registered for pushes once its HELLO says it is a router (a manager's outbound path is not).
     let mut registered = None;
@@ -422,13 +430,14 @@ async fn connection<S: SplitIo>(
                 takes_pushes,
                 implicit_credit: implicit,
                 releases_credit,
+                reads_tracestate,
             } => {
                 implicit_credit = implicit;
                 if releases_credit {
                     inbound.releases(conn_id);
                 }
                 if takes_pushes && may_take_pushes && registered.is_none() {
-                    registered = Some(routers.register(tx.clone()));
+                    registered = Some(routers.register(tx.clone(), reads_tracestate));
                 }
             }
             Frame::Push(_) => {

@@ -74,6 +74,8 @@ pub struct Outgoing {
     pub ce_id: String,
     /// W3C traceparent.
     pub traceparent: String,
+    /// W3C tracestate, empty when none (sent only to a manager that reads it).
+    pub tracestate: String,
     /// JSON payload.
     pub payload: Bytes,
 }
@@ -478,6 +480,7 @@ impl Upstream {
             event: out.event.to_string(),
             ce_id: out.ce_id.clone(),
             traceparent: out.traceparent.clone(),
+            tracestate: out.tracestate.clone(),
             content_type: crate::edge::JSON.to_owned(),
             payload: out.payload.clone(),
         });
@@ -532,6 +535,7 @@ fn fits(out: &Outgoing) -> Result<(), CallError> {
         event: out.event.to_string(),
         ce_id: out.ce_id.clone(),
         traceparent: out.traceparent.clone(),
+        tracestate: out.tracestate.clone(),
         content_type: crate::edge::JSON.to_owned(),
         payload: out.payload.clone(),
     };
