@@ -13,7 +13,7 @@ pub use broker::Broker;
 pub(crate) use clock::Clock;
 
 use crate::answer::{DEADLINE_SLACK, Failure};
-use crate::durable::Store;
+use crate::durable::{Store, Target};
 use crate::upstream::{CallError, Outgoing, Upstream};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -25,7 +25,8 @@ pub(crate) struct Dispatch {
     pub(crate) broker: Broker,
     /// Manager connections; shared with the admin server's `/routes` and the control-plane follower.
     pub(crate) upstream: Arc<Upstream>,
-    /// The event store, when some destination is delivered durably: its publishes go there.
+    /// The event store, when the sidecar is given JetStream servers: publishes of the types the
+    /// routing table says are durable go there.
     pub(crate) durable: Option<Arc<Store>>,
 }
 
@@ -106,12 +107,20 @@ impl Dispatch {
         let Some(_admitted) = self.broker.admit() else {
             return Err(Failure::Shed);
         };
-        if let Some(store) = &self.durable
-            && let Some(route) = store.route(&out.event)
-        {
+        // The current table says whether the type is durable (the config locally, the control
+        // plane's route in a cluster), so a change of its delivery takes effect with the next table.
+        if let Some((manager, route)) = self.upstream.durable_of(&out.event) {
+            let Some(store) = &self.durable else {
+                tracing::warn!(event = %out.event, ce_id = %out.ce_id, manager = %manager, "the event type is delivered durably but this sidecar has no JetStream server (the operator's --jetstream-url); not sent");
+                return Err(Failure::NotKept);
+            };
+            let to = Target {
+                manager: &manager,
+                ordering_key: route.ordering_key.as_deref(),
+            };
             return store
                 .publish(
-                    route,
+                    to,
                     &out.event,
                     &out.ce_id,
                     &out.traceparent,

@@ -3,7 +3,7 @@
 
 use super::{RunError, bind, local_addr};
 use crate::admin::{self, DrainHook, Readiness};
-use crate::durable::{Route, Store};
+use crate::durable::Store;
 use crate::load::LoadMeters;
 use crate::load::report::Reporter;
 use crate::manager::access::Access;
@@ -174,25 +174,11 @@ pub(crate) async fn run(
             None
         }
         Some(js) => {
-            // Publishes of durable destinations go to their Manager's stream.
-            let routes = c
-                .destinations
-                .iter()
-                .filter_map(|(event, d)| {
-                    d.durable.as_ref().map(|r| {
-                        let route = Route {
-                            manager: d.manager.clone(),
-                            ordering_key: r.ordering_key.clone(),
-                        };
-                        (event.as_str().to_owned(), route)
-                    })
-                })
-                .collect();
-            let store = Store::connect(js, &c.namespace, routes)
-                .await
-                .map_err(|e| {
-                    crate::config::field_error(config_file, "jetstream.url", e.to_string())
-                })?;
+            // Publishes of the types the routing table says are durable go to their Manager's
+            // stream; the connection opens on first use.
+            let store = Store::new(js, &c.namespace).map_err(|e| {
+                crate::config::field_error(config_file, "jetstream.url", e.to_string())
+            })?;
             Some(Arc::new(store))
         }
     };
