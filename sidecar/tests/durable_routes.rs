@@ -4,7 +4,9 @@
 //! local API is kept in Manager `queue`'s stream on a real nats-server (read back here) and is
 //! answered 202 only once stored; the next table turns the type direct, and the publish goes over
 //! a frame connection to `queue`'s real manager sidecar and app instead; another brings it back
-//! durable with an ordering key, and the publish lands on that key's partition subject. With the
+//! durable with an ordering key, and the publish lands on that key's partition subject. A dead letter
+//! takes the same path: `queue`'s failed `fail` event goes to its dead-letter type, which `queue`'s
+//! table marks durable, so it is kept in Manager `graveyard`'s stream (which never runs). With the
 //! server gone, a durable publish is a 503, never a 202.
 
 #![allow(clippy::unwrap_used)]
@@ -21,25 +23,27 @@ use switchyard_protocol::durable::{self as plan, Lane};
 
 const NAMESPACE: &str = "default";
 
-/// The table of Router `edge`: `orders` handled by `queue` at `endpoint` (if any), durable or not.
+/// The table of Router `edge`: `orders` handled by `queue` at `endpoint` (if any), durable or not,
+/// and `fail`, handled there directly.
 fn table(version: u64, endpoint: Option<u16>, durable: Option<DurableRoute>) -> RoutingTable {
+    let route = |event: &str, durable| Route {
+        event_type: event.into(),
+        manager: "queue".into(),
+        pool: "queue-manager".into(),
+        endpoints: endpoint
+            .map(|p| Endpoint {
+                address: format!("127.0.0.1:{p}"),
+                pod: "queue-0".into(),
+            })
+            .into_iter()
+            .collect(),
+        durable,
+    };
     RoutingTable {
         version,
         router: "edge".into(),
         namespace: NAMESPACE.into(),
-        routes: vec![Route {
-            event_type: "orders".into(),
-            manager: "queue".into(),
-            pool: "queue-manager".into(),
-            endpoints: endpoint
-                .map(|p| Endpoint {
-                    address: format!("127.0.0.1:{p}"),
-                    pod: "queue-0".into(),
-                })
-                .into_iter()
-                .collect(),
-            durable,
-        }],
+        routes: vec![route("fail", None), route("orders", durable)],
         ..RoutingTable::default()
     }
 }
@@ -52,7 +56,11 @@ async fn route_at(client: &Http, admin: u16, version: u64) -> Value {
             .await
             .ok()?;
         let v = r.json();
-        (v["version"] == version).then(|| v["routes"][0].clone())
+        let orders = v["routes"]
+            .as_array()?
+            .iter()
+            .find(|r| r["eventType"] == "orders");
+        (v["version"] == version).then(|| orders.cloned()).flatten()
     })
     .await
 }
@@ -77,7 +85,17 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
     let app = TestApp::start().await;
     let mut receiver = manager_config(app.port, &Opts::default());
     receiver["name"] = json!("queue");
-    receiver["events"] = json!(["orders"]);
+    receiver["events"] = json!(["orders", "fail"]);
+    // Its dead letters go to `graveyard`, durably (the stream keeps them; nothing runs there).
+    receiver["workers"]["retries"]["attempts"] = json!(2);
+    receiver["workers"]["deadLetter"] = json!("dead");
+    let nowhere = ClosedPort::new();
+    receiver["destinations"] = json!({"dead": {
+        "manager": "graveyard", "service": "graveyard", "port": nowhere.port,
+        "podSelector": {}, "durable": {},
+    }});
+    receiver["staticEndpoints"] = json!({"graveyard": [format!("127.0.0.1:{}", nowhere.port)]});
+    receiver["jetstream"] = json!({"url": url, "replicas": 1});
     let cfg = write_json(dir.path(), "queue.json", &receiver);
     let rdir = dir.path().join("queue");
     std::fs::create_dir_all(&rdir).unwrap();
@@ -182,6 +200,38 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
     assert_eq!(&m.payload[..], body.as_bytes());
     assert_eq!(stored(&js).await, 2);
     assert_eq!(app.state.seen("orders").len(), 1, "still one direct event");
+
+    // A dead letter to a durable type is kept in its stream, with the failed event's ce-id.
+    let req = hyper::Request::post(publish.replace("/orders", "/fail"))
+        .header("content-type", "application/json")
+        .header("ce-id", "doomed-1")
+        .body(http_body_util::Full::new(bytes::Bytes::from(r#"{"n":3}"#)))
+        .unwrap();
+    let r = client.send(req).await.unwrap();
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    let dead = plan::subject(NAMESPACE, "graveyard", "dead", Lane::Unordered);
+    let m = poll(
+        Duration::from_secs(15),
+        "the dead letter in graveyard's stream",
+        || async {
+            let s = js
+                .get_stream(plan::stream_name(NAMESPACE, "graveyard"))
+                .await
+                .ok()?;
+            s.get_last_raw_message_by_subject(&dead).await.ok()
+        },
+    )
+    .await;
+    assert_eq!(&m.payload[..], br#"{"n":3}"#);
+    assert_eq!(
+        m.headers.get("Nats-Msg-Id").map(|v| v.as_str()),
+        Some("doomed-1")
+    );
+    assert_eq!(
+        app.state.seen("fail").len(),
+        2,
+        "two attempts, then the dead letter"
+    );
 
     // No server: the store cannot confirm, so no 202.
     servers[0].kill();

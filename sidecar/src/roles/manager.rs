@@ -120,47 +120,6 @@ pub(crate) async fn run(
     {
         tracing::warn!(dead_letter = %dl, "no Manager handles the dead-letter event type yet; dead letters are counted as unrouted");
     }
-    let mut worker = Worker::new(
-        Settings {
-            max_in_flight: s.max_in_flight,
-            queue_capacity: s.queue_capacity,
-            attempt_timeout: c.workers.timeout.into(),
-            attempts: s.attempts,
-            backoff: c.workers.retries.backoff.into(),
-            max_backoff: c.workers.retries.max_backoff.into(),
-            dead_letter: c.workers.dead_letter.is_some(),
-        },
-        &events,
-        delivery,
-        metrics.clone(),
-    )
-    .with_tracing(otel.clone());
-    if let Some(key) = &c.workers.ordering_key {
-        worker = worker.with_ordering_key(key.clone());
-    }
-    if let Some(dl) = &c.workers.dead_letter {
-        worker = worker.with_dead_letter(dl.as_str(), upstream.clone());
-    }
-    let worker = Arc::new(worker);
-    let routers = Arc::new(Routers::default());
-    let admin = bind("admin", admin_addr).await?;
-    let admin_addr = local_addr(&admin, admin_addr);
-    // `/routes` shows the outbound table the app's events and dead letters use.
-    let hook = DrainHook::default();
-    tokio::spawn(admin::serve_manager(
-        admin,
-        metrics.clone(),
-        ready.clone(),
-        upstream.clone(),
-        hook.clone(),
-    ));
-    let listener = bind("frame listener", listen).await?;
-    let listen = local_addr(&listener, listen);
-    let local_listener = bind("local API", local_api_addr).await?;
-    let local_api_addr = local_addr(&local_listener, local_api_addr);
-    let drain = CancellationToken::new();
-    // The app may still publish while its last deliveries run: the local API closes after them.
-    let local_drain = CancellationToken::new();
     let store = match &c.jetstream {
         None => {
             if !c.durable_events.is_empty() {
@@ -182,6 +141,47 @@ pub(crate) async fn run(
             Some(Arc::new(store))
         }
     };
+    let mut worker = Worker::new(
+        Settings {
+            max_in_flight: s.max_in_flight,
+            queue_capacity: s.queue_capacity,
+            attempt_timeout: c.workers.timeout.into(),
+            attempts: s.attempts,
+            backoff: c.workers.retries.backoff.into(),
+            max_backoff: c.workers.retries.max_backoff.into(),
+            dead_letter: c.workers.dead_letter.is_some(),
+        },
+        &events,
+        delivery,
+        metrics.clone(),
+    )
+    .with_tracing(otel.clone());
+    if let Some(key) = &c.workers.ordering_key {
+        worker = worker.with_ordering_key(key.clone());
+    }
+    if let Some(dl) = &c.workers.dead_letter {
+        worker = worker.with_dead_letter(dl.as_str(), upstream.clone(), store.clone());
+    }
+    let worker = Arc::new(worker);
+    let routers = Arc::new(Routers::default());
+    let admin = bind("admin", admin_addr).await?;
+    let admin_addr = local_addr(&admin, admin_addr);
+    // `/routes` shows the outbound table the app's events and dead letters use.
+    let hook = DrainHook::default();
+    tokio::spawn(admin::serve_manager(
+        admin,
+        metrics.clone(),
+        ready.clone(),
+        upstream.clone(),
+        hook.clone(),
+    ));
+    let listener = bind("frame listener", listen).await?;
+    let listen = local_addr(&listener, listen);
+    let local_listener = bind("local API", local_api_addr).await?;
+    let local_api_addr = local_addr(&local_listener, local_api_addr);
+    let drain = CancellationToken::new();
+    // The app may still publish while its last deliveries run: the local API closes after them.
+    let local_drain = CancellationToken::new();
     let pulls = TaskTracker::new();
     if let Some(store) = &store {
         // This pod's durable types: pulled from their consumers instead of arriving as frames.
