@@ -53,7 +53,7 @@ fn head(out: &mut String, title: &str, cols: &[&str]) {
 }
 
 fn targets(out: &mut String, checks: &[Check]) {
-    let _ = writeln!(out, "## Targets (issues 5, 12 and 14)\n");
+    let _ = writeln!(out, "## Targets (issues 5, 12, 13 and 14)\n");
     let _ = writeln!(out, "| target | measured | bound | verdict |");
     let _ = writeln!(out, "|---|---:|---|---|");
     for c in checks {
@@ -482,6 +482,47 @@ fn against_first(out: &mut String, r: &Results, section: &str, title: &str, what
     }
 }
 
+/// Publishes through a manager sidecar's local API, in memory and durable, next to a bare JetStream
+/// publisher on the same nats-server; the ratio to in-memory only between runs of one generator.
+fn durable(out: &mut String, r: &Results) {
+    if r.section("durable").next().is_none() {
+        return;
+    }
+    head(
+        out,
+        "Publish: in memory, durable (JetStream), bare JetStream",
+        &[
+            "publish",
+            "generator",
+            "c",
+            "events/s",
+            "vs in-memory",
+            "p50 µs",
+            "p99 µs",
+            "errors",
+        ],
+    );
+    let memory = r.find("durable", "switchyard", Some("memory"), None);
+    for sys in r.systems("durable") {
+        for v in r.variants("durable") {
+            let Some(s) = r.find("durable", &sys, Some(&v), None) else {
+                continue;
+            };
+            let _ = writeln!(
+                out,
+                "| {sys} {v} | {} | {} | {:.0} | {} | {:.0} | {:.0} | {} |",
+                s.generator.as_deref().unwrap_or("-"),
+                s.concurrency,
+                s.rps,
+                pct(memory.and_then(|m| rps_vs(s, m))),
+                s.p50_us,
+                s.p99_us,
+                s.errors
+            );
+        }
+    }
+}
+
 fn pair(out: &mut String, cost: &PairCost) {
     if cost.added_p50_us.is_none() && cost.sidecars.is_empty() {
         return;
@@ -704,6 +745,7 @@ pub fn render(r: &Results, checks: &[Check], cost: &PairCost) -> String {
         "Middleware overhead (pass-through layers)",
         "layers",
     );
+    durable(&mut out, r);
     pair(&mut out, cost);
     frames(&mut out, r);
     plateaus(&mut out, r);

@@ -1,4 +1,4 @@
-//! The targets of issues 5, 12 and 14 that one run checks, as pure functions of the run's results: one line
+//! The targets of issues 5, 12, 13 and 14 that one run checks, as pure functions of the run's results: one line
 //! each, pass, fail, or not measured (a peer or step that did not run, or two runs that different load
 //! generators drove, which no ratio may compare).
 
@@ -132,6 +132,7 @@ pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
     let frames_rate = fire.map(|f| f.rps);
     let frames_lost = fire.and_then(|f| f.extra.get("lost").copied());
     let core = max_of(r.section("core").map(|s| Some(s.rps)));
+    let durable = r.find("durable", "switchyard", Some("durable"), Some(32));
     vec![
         at_least(
             "/noop c=32: Switchyard / bare hyper req/s",
@@ -250,6 +251,16 @@ pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
                 .map(|(rate, lost)| rate >= 300_000.0 && lost == 0.0),
         },
         at_least("Core routing events/s (in process)", core, 1_000_000.0),
+        at_least(
+            "Durable publish c=32 (local API, 202 after the PubAck): events/s",
+            durable.map(|d| d.rps),
+            20_000.0,
+        ),
+        at_most(
+            "Durable publish c=32: p99 (ms)",
+            durable.map(|d| d.p99_us / 1000.0),
+            5.0,
+        ),
         at_least(
             "Memory levels off under sustained load (1 = every sidecar)",
             levelled(r, "plateau_sustained"),
@@ -442,6 +453,28 @@ mod tests {
         r.runs = vec![sy, bare];
         let c = evaluate(&r, &cost::pair_cost(&r));
         assert_eq!(named(&c, "/noop c=32: Switchyard / bare").pass, None);
+    }
+
+    #[test]
+    fn the_durable_publish_bars_read_its_c32_run() {
+        let mut ok = run("durable", "switchyard", Some("durable"), 32, 25_000.0);
+        ok.p99_us = 4_000.0;
+        let mut slow = run("durable", "switchyard", Some("durable"), 32, 25_000.0);
+        slow.p99_us = 7_000.0;
+        for (r, rate, p99) in [
+            (ok, Some(true), Some(true)),
+            (slow, Some(true), Some(false)),
+        ] {
+            let res = Results {
+                runs: vec![r],
+                ..Results::default()
+            };
+            let checks = evaluate(&res, &cost::PairCost::default());
+            assert_eq!(named(&checks, "Durable publish c=32 (local").pass, rate);
+            assert_eq!(named(&checks, "Durable publish c=32: p99").pass, p99);
+        }
+        let none = evaluate(&Results::default(), &cost::PairCost::default());
+        assert_eq!(named(&none, "Durable publish c=32: p99").pass, None);
     }
 
     #[test]

@@ -183,6 +183,8 @@ pub struct ManagerSidecar {
     app: tokio::process::Child,
     /// Admin port on 127.0.0.1.
     pub admin_port: u16,
+    /// Local API port on 127.0.0.1 (the app's `POST /v1/publish/{event}`).
+    pub local_api_port: u16,
     /// File receiving the sidecar's output.
     pub log: PathBuf,
     _dir: PathBuf,
@@ -199,6 +201,41 @@ impl ManagerSidecar {
         events: &[&str],
         listen: std::net::SocketAddr,
     ) -> Result<ManagerSidecar> {
+        let config = json!({
+            "name": name,
+            "namespace": namespace,
+            "router": router,
+            "events": events,
+            "app": {"port": 0, "protocol": "http", "path": "/events"},
+            "workers": {
+                "maxInFlight": 16,
+                "queueCapacity": 64,
+                "timeout": "5s",
+                "retries": {"attempts": 3, "backoff": "10ms", "maxBackoff": "50ms"},
+            },
+            "split": "shared",
+        });
+        Self::launch(config, listen, None).await
+    }
+
+    /// Starts the example app and a manager sidecar with `config` as the operator rendered it
+    /// (its ConfigMap's `config.json`; the app's port is replaced by the local app's), following
+    /// the control plane at `control_plane` as a pod's sidecar does, its frame listener on a free
+    /// loopback port. Waits until `/readyz` answers 200.
+    pub async fn start_rendered(config: Value, control_plane: &str) -> Result<ManagerSidecar> {
+        let listen = std::net::SocketAddr::from(([127, 0, 0, 1], 0));
+        Self::launch(config, listen, Some(control_plane)).await
+    }
+
+    async fn launch(
+        mut config: Value,
+        listen: std::net::SocketAddr,
+        control_plane: Option<&str>,
+    ) -> Result<ManagerSidecar> {
+        let name = config["name"]
+            .as_str()
+            .context("the manager config has no name")?
+            .to_owned();
         let (bin, app_bin) = (sidecar_binary().await?, app_binary().await?);
         let dir = crate::work_dir()
             .join("sidecars")
@@ -222,27 +259,15 @@ impl ManagerSidecar {
                 .and_then(port_in)
         })
         .await?;
-        let config = json!({
-            "name": name,
-            "namespace": namespace,
-            "router": router,
-            "events": events,
-            "app": {"port": app_port, "protocol": "http", "path": "/events"},
-            "workers": {
-                "maxInFlight": 16,
-                "queueCapacity": 64,
-                "timeout": "5s",
-                "retries": {"attempts": 3, "backoff": "10ms", "maxBackoff": "50ms"},
-            },
-            "split": "shared",
-        });
+        config["app"]["port"] = json!(app_port);
         let config_file = dir.join("manager.json");
         std::fs::write(&config_file, serde_json::to_vec_pretty(&config)?)?;
         let log = dir.join("manager.log");
         let out = std::fs::File::create(&log)?;
         // Admin and local API on port 0: its `manager ready` log line names what it bound, and is
         // written once it serves.
-        let mut sidecar = tokio::process::Command::new(&bin)
+        let mut command = tokio::process::Command::new(&bin);
+        command
             .args(["--log-format", "json", "manager", "--config"])
             .arg(&config_file)
             .arg("--listen")
@@ -253,8 +278,12 @@ impl ManagerSidecar {
                 "--local-api-addr",
                 "127.0.0.1:0",
             ])
-            .env("POD_NAME", format!("e2e-{name}-local"))
-            .env_remove(crate::sidecar::CONTROL_PLANE_ENV)
+            .env("POD_NAME", format!("e2e-{name}-local"));
+        match control_plane {
+            Some(url) => command.env(CONTROL_PLANE_ENV, url),
+            None => command.env_remove(CONTROL_PLANE_ENV),
+        };
+        let mut sidecar = command
             .stdin(Stdio::null())
             .stdout(out.try_clone()?)
             .stderr(out)
@@ -277,10 +306,15 @@ impl ManagerSidecar {
             .as_str()
             .and_then(port_in)
             .with_context(|| format!("admin in the ready line: {ready}"))?;
+        let local_api_port = ready["local_api"]
+            .as_str()
+            .and_then(port_in)
+            .with_context(|| format!("local_api in the ready line: {ready}"))?;
         let mut m = ManagerSidecar {
             sidecar,
             app,
             admin_port,
+            local_api_port,
             log,
             _dir: dir,
         };
@@ -307,6 +341,14 @@ impl ManagerSidecar {
             tokio::time::sleep(Duration::from_millis(200)).await;
         }
         Ok(m)
+    }
+
+    /// `GET /routes` as JSON: the outbound table its app's events use.
+    pub async fn routes(&self) -> Result<Value> {
+        match http_get(self.admin_port, "/routes").await? {
+            (200, body) => serde_json::from_str(&body).context("/routes is not JSON"),
+            (code, body) => bail!("/routes answered {code}: {body}"),
+        }
     }
 
     /// The last `n` lines of its log.

@@ -570,9 +570,8 @@ fn with_mesh_tls_every_sidecar_gets_a_projected_token_the_identity_url_and_the_t
 }
 
 #[test]
-fn durable_managers_get_the_jetstream_servers_and_need_them() {
+fn every_manager_gets_the_jetstream_servers_and_durable_ones_need_them() {
     let (router, mut manager) = quickstart();
-    // Direct delivery: no JetStream in the config, whatever the operator has.
     let js = switchyard_protocol::durable::JetStreamConfig {
         url: "nats://nats.switchyard-system.svc:4222".into(),
         replicas: 3,
@@ -586,7 +585,16 @@ fn durable_managers_get_the_jetstream_servers_and_need_them() {
         let data = built.config_map.data.expect("data");
         Ok(serde_json::from_str(&data[switchyard_protocol::config::FILE_NAME]).expect("config"))
     };
-    assert_eq!(config(&with, &manager).expect("renders").jetstream, None);
+    // Direct delivery: the servers all the same, for its app's publishes to durable types of other
+    // Managers (which the control plane's routes name); none when the operator has none.
+    assert_eq!(
+        config(&with, &manager).expect("renders").jetstream,
+        Some(js.clone())
+    );
+    assert_eq!(
+        config(&settings(), &manager).expect("renders").jetstream,
+        None
+    );
     manager.spec.delivery = switchyard_crds::manager::DeliveryMode::Durable;
     let c = config(&with, &manager).expect("renders");
     assert_eq!(c.jetstream, Some(js));

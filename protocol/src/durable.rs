@@ -53,6 +53,23 @@ pub struct DurableRoute {
     pub ordering_key: Option<String>,
 }
 
+impl DurableRoute {
+    /// As a control-plane route carries it.
+    pub fn to_wire(&self) -> crate::control::v1::DurableRoute {
+        crate::control::v1::DurableRoute {
+            ordering_key: self.ordering_key.clone().unwrap_or_default(),
+        }
+    }
+
+    /// From a control-plane route: an empty ordering key is none (a JSON pointer of a key is
+    /// never empty).
+    pub fn from_wire(wire: &crate::control::v1::DurableRoute) -> DurableRoute {
+        DurableRoute {
+            ordering_key: Some(wire.ordering_key.clone()).filter(|k| !k.is_empty()),
+        }
+    }
+}
+
 /// A lane of an event type: unordered, or one partition of its keys.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Lane {
@@ -226,6 +243,14 @@ mod tests {
             PARTITIONS as usize,
             "keys spread over every partition"
         );
+    }
+
+    #[test]
+    fn a_route_survives_the_wire() {
+        for key in [None, Some("/customerId".to_owned())] {
+            let route = DurableRoute { ordering_key: key };
+            assert_eq!(DurableRoute::from_wire(&route.to_wire()), route);
+        }
     }
 
     #[test]

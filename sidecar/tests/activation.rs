@@ -8,65 +8,12 @@
 
 mod common;
 
+use common::control_plane::FakeControlPlane;
 use common::*;
 use serde_json::json;
-use std::pin::Pin;
 use std::time::{Duration, Instant};
-use switchyard_protocol::control::v1::control_plane_server::{ControlPlane, ControlPlaneServer};
-use switchyard_protocol::control::v1::{
-    ActivateAck, ActivateRequest, Endpoint, LoadAck, LoadReport, Route, RoutingTable,
-    WatchRoutesRequest,
-};
+use switchyard_protocol::control::v1::{ActivateRequest, Endpoint, Route, RoutingTable};
 use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::TcpListenerStream;
-use tonic::{Request, Response, Status, Streaming};
-
-/// The fake operator: one table for every subscriber, activations forwarded to the test.
-struct FakeControlPlane {
-    tables: watch::Receiver<RoutingTable>,
-    /// Each call with the time it arrived.
-    activations: mpsc::UnboundedSender<(Instant, ActivateRequest)>,
-}
-
-type Tables = Pin<Box<dyn tokio_stream::Stream<Item = Result<RoutingTable, Status>> + Send>>;
-
-#[tonic::async_trait]
-impl ControlPlane for FakeControlPlane {
-    type WatchRoutesStream = Tables;
-
-    async fn watch_routes(
-        &self,
-        _r: Request<WatchRoutesRequest>,
-    ) -> Result<Response<Tables>, Status> {
-        // The current table first, then each new one.
-        let s =
-            futures::stream::unfold((self.tables.clone(), true), |(mut rx, first)| async move {
-                if !first && rx.changed().await.is_err() {
-                    return None;
-                }
-                let t = rx.borrow_and_update().clone();
-                Some((Ok(t), (rx, false)))
-            });
-        Ok(Response::new(Box::pin(s)))
-    }
-
-    async fn report_load(
-        &self,
-        r: Request<Streaming<LoadReport>>,
-    ) -> Result<Response<LoadAck>, Status> {
-        let mut s = r.into_inner();
-        let mut received = 0;
-        while let Ok(Some(_)) = s.message().await {
-            received += 1;
-        }
-        Ok(Response::new(LoadAck { received }))
-    }
-
-    async fn activate(&self, r: Request<ActivateRequest>) -> Result<Response<ActivateAck>, Status> {
-        let _ = self.activations.send((Instant::now(), r.into_inner()));
-        Ok(Response::new(ActivateAck {}))
-    }
-}
 
 fn table(version: u64, endpoints: &[String]) -> RoutingTable {
     RoutingTable {
@@ -84,6 +31,7 @@ fn table(version: u64, endpoints: &[String]) -> RoutingTable {
                     pod: "handlers-0".into(),
                 })
                 .collect(),
+            durable: None,
         }],
         ..RoutingTable::default()
     }
@@ -102,18 +50,11 @@ struct Setup {
 /// The fake control plane with an empty `noop` route, and a router following it whose broker
 /// holds for `activation_timeout`.
 async fn setup(activation_timeout: &str) -> Setup {
-    let (tables, rx) = watch::channel(table(1, &[]));
-    let (act_tx, activations) = mpsc::unbounded_channel();
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let cp = listener.local_addr().unwrap();
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(ControlPlaneServer::new(FakeControlPlane {
-                tables: rx,
-                activations: act_tx,
-            }))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    let FakeControlPlane {
+        addr: cp,
+        tables,
+        activations,
+    } = FakeControlPlane::start(table(1, &[])).await;
     let dir = tempfile::tempdir().unwrap();
     let cfg = write_json(
         dir.path(),

@@ -9,7 +9,9 @@ use anyhow::bail;
 use clap::{Parser, Subcommand};
 use std::path::PathBuf;
 use std::time::Duration;
-use switchyard_benches::load::{Window, frames, grpc, grpc_stream, http, run_workers, wrk, ws};
+use switchyard_benches::load::{
+    Window, frames, grpc, grpc_stream, http, jetstream, run_workers, wrk, ws,
+};
 use switchyard_benches::report::{self, Measured, Summary};
 use switchyard_benches::routing::{Loop, quickstart_table};
 
@@ -63,6 +65,9 @@ enum Mode {
         /// An extra request header, `Name: value` (repeatable).
         #[arg(short = 'H', long = "header")]
         headers: Vec<String>,
+        /// Request body, sent with every request.
+        #[arg(long)]
+        body: Option<String>,
     },
     /// HTTP/1.1 load from wrk (`wrk -t THREADS -c CONCURRENCY`, kept-alive connections, closed loop): a
     /// warm-up run, then the measured one, summarized like the other modes.
@@ -75,6 +80,9 @@ enum Mode {
         /// An extra request header, `Name: value` (repeatable).
         #[arg(short = 'H', long = "header")]
         headers: Vec<String>,
+        /// Request body, sent with every request.
+        #[arg(long)]
+        body: Option<String>,
         /// The wrk program.
         #[arg(long, default_value = "wrk")]
         wrk: PathBuf,
@@ -123,6 +131,18 @@ enum Mode {
         #[arg(long, default_value_t = 64)]
         payload: usize,
     },
+    /// JetStream publishes with nothing in between: `-c` in flight on one connection, each awaiting its
+    /// PubAck, into a stream set up as the sidecars set theirs up (emptied first); reports publishes/s.
+    Jetstream {
+        /// `nats://host:port`.
+        url: String,
+        /// Payload of every publish.
+        #[arg(long, default_value = "{}")]
+        payload: String,
+        /// Event type (names the subject).
+        #[arg(long, default_value = "echo")]
+        event: String,
+    },
     /// The core routing loop in this process (route lookup, admission, REQUEST frame to a manager task over an
     /// in-memory pipe, RESPONSE back), `-c` events in flight; reports events/s. Ignores `--threads` (one thread).
     Core,
@@ -138,6 +158,7 @@ fn main() -> anyhow::Result<()> {
             url,
             method,
             headers,
+            body,
             wrk: program,
             timeout,
         } => {
@@ -152,6 +173,7 @@ fn main() -> anyhow::Result<()> {
                 warmup: args.warmup,
                 method: method.clone(),
                 headers: headers.clone(),
+                body: body.clone().unwrap_or_default(),
                 timeout: *timeout,
             })?
         }
@@ -193,8 +215,11 @@ async fn run(args: &Args) -> anyhow::Result<Summary> {
             churn,
             method,
             headers,
+            body,
         } => {
-            let t = http::Target::parse(url)?.with(method, headers)?;
+            let t = http::Target::parse(url)?
+                .with(method, headers)?
+                .with_body(body.as_deref());
             let m = run_workers(n, w, |_| http::closed_worker(t.clone(), w, *churn)).await;
             Summary::new(if *churn { "http-churn" } else { "http" }, url, n, None, &m)
         }
@@ -204,6 +229,7 @@ async fn run(args: &Args) -> anyhow::Result<Summary> {
             churn,
             method,
             headers,
+            body,
         } => {
             if *churn {
                 bail!("--churn is for the closed loop; drop --rate");
@@ -211,7 +237,9 @@ async fn run(args: &Args) -> anyhow::Result<Summary> {
             if !(rate.is_finite() && *rate > 0.0) {
                 bail!("--rate must be a positive number of requests per second");
             }
-            let t = http::Target::parse(url)?.with(method, headers)?;
+            let t = http::Target::parse(url)?
+                .with(method, headers)?
+                .with_body(body.as_deref());
             let m = run_workers(n, w, |i| http::open_worker(t.clone(), w, *rate, i, n)).await;
             Summary::new("http-open", url, n, Some(*rate), &m)
         }
@@ -247,6 +275,18 @@ async fn run(args: &Args) -> anyhow::Result<Summary> {
         Mode::FramesRtt { addr, payload } => {
             let m = run_workers(n, w, |_| frames::rtt_worker(addr.clone(), w, *payload)).await;
             Summary::new("frames-rtt", addr, n, None, &m)
+        }
+        Mode::Jetstream {
+            url,
+            payload,
+            event,
+        } => {
+            // Connected and set up before the window: only publishes are timed.
+            let p = jetstream::Publisher::start(url, event, payload.clone().into_bytes().into())
+                .await?;
+            let w = Window::new(args.warmup, args.duration);
+            let m = run_workers(n, w, |i| jetstream::worker(p.clone(), w, i)).await;
+            Summary::new("jetstream", url, n, None, &m)
         }
         Mode::Core => core(n, w).await?,
         Mode::Wrk { .. } => bail!("wrk runs as its own process, not on this runtime"),

@@ -4,7 +4,7 @@
 use super::{RETRY_PAUSE, Tally, Window};
 use anyhow::{Context, anyhow};
 use bytes::Bytes;
-use http_body_util::{BodyExt, Empty};
+use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper::header::{HeaderName, HeaderValue};
 use hyper::{Method, Request, Uri};
@@ -24,6 +24,8 @@ pub struct Target {
     pub method: Method,
     /// Extra request headers.
     pub headers: Vec<(HeaderName, HeaderValue)>,
+    /// Request body (empty unless told).
+    pub body: Bytes,
 }
 
 impl Target {
@@ -46,6 +48,7 @@ impl Target {
             path,
             method: Method::GET,
             headers: Vec::new(),
+            body: Bytes::new(),
         })
     }
 
@@ -57,6 +60,12 @@ impl Target {
             self.headers.push(parse_header(h)?);
         }
         Ok(self)
+    }
+
+    /// The same target sending `body` with each request.
+    pub fn with_body(mut self, body: Option<&str>) -> Target {
+        self.body = Bytes::from(body.unwrap_or_default().to_owned());
+        self
     }
 }
 
@@ -72,7 +81,7 @@ pub fn parse_header(line: &str) -> anyhow::Result<(HeaderName, HeaderValue)> {
     Ok((name, value))
 }
 
-async fn connect(t: &Target) -> Option<SendRequest<Empty<Bytes>>> {
+async fn connect(t: &Target) -> Option<SendRequest<Full<Bytes>>> {
     let stream = TcpStream::connect(&t.authority).await.ok()?;
     let _ = stream.set_nodelay(true);
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -82,9 +91,9 @@ async fn connect(t: &Target) -> Option<SendRequest<Empty<Bytes>>> {
     Some(sender)
 }
 
-/// One request (a GET unless the target says otherwise) on a kept-alive connection; `false` on any failure or
+/// One request (a GET unless the target says otherwise, with its body) on a kept-alive connection; `false` on any failure or
 /// non-2xx status.
-async fn get(sender: &mut SendRequest<Empty<Bytes>>, t: &Target) -> bool {
+async fn get(sender: &mut SendRequest<Full<Bytes>>, t: &Target) -> bool {
     if sender.ready().await.is_err() {
         return false;
     }
@@ -95,7 +104,7 @@ async fn get(sender: &mut SendRequest<Empty<Bytes>>, t: &Target) -> bool {
     for (name, value) in &t.headers {
         builder = builder.header(name, value);
     }
-    let Ok(req) = builder.body(Empty::new()) else {
+    let Ok(req) = builder.body(Full::new(t.body.clone())) else {
         return false;
     };
     match sender.send_request(req).await {

@@ -5,6 +5,7 @@ pub mod frames;
 pub mod grpc;
 pub mod grpc_stream;
 pub mod http;
+pub mod jetstream;
 pub mod wrk;
 pub mod ws;
 

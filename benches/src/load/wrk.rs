@@ -176,9 +176,10 @@ pub struct Options {
     /// Measured time and the unrecorded warm-up run before it (wrk counts whole seconds).
     pub duration: Duration,
     pub warmup: Duration,
-    /// Request method and extra headers (`Name: value`).
+    /// Request method, extra headers (`Name: value`) and body (none when empty).
     pub method: String,
     pub headers: Vec<String>,
+    pub body: String,
     /// A request slower than this counts as a timeout error.
     pub timeout: Duration,
 }
@@ -205,6 +206,9 @@ fn wrk(o: &Options, script: &Path, secs: u64) -> Result<String, WrkError> {
         cmd.arg("-H").arg(h);
     }
     cmd.arg(&o.url).arg("--").arg(&o.method);
+    if !o.body.is_empty() {
+        cmd.arg(&o.body);
+    }
     let out = cmd.output().map_err(|source| WrkError::Spawn {
         program: o.program.display().to_string(),
         source,

@@ -292,7 +292,10 @@ pub fn plan(
                     addr: SocketAddr::from((LOCALHOST, admin)),
                     path: "/readyz",
                 },
-                listening: format!("on {LOCALHOST}:{listen} (admin :{admin})"),
+                // The local API too: what the app (or a client standing in for it) publishes to.
+                listening: format!(
+                    "on {LOCALHOST}:{listen}, local API {local_api_url} (admin :{admin})"
+                ),
                 edge: None,
                 identity: Some(identity),
             });

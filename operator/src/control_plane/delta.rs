@@ -163,6 +163,7 @@ mod tests {
                     pod: String::new(),
                 })
                 .collect(),
+            durable: None,
         }
     }
 
@@ -242,6 +243,27 @@ mod tests {
             Some(0),
             "no deltas asked"
         );
+    }
+
+    #[test]
+    fn a_durable_setting_change_is_a_delta_of_that_route() {
+        use switchyard_protocol::control::v1::DurableRoute;
+        let mut s = state(10);
+        let mut durable = route("e003", &["10.0.0.1:7070"]);
+        durable.durable = Some(DurableRoute {
+            ordering_key: "/customerId".into(),
+        });
+        assert!(s.apply(BTreeMap::from([("e003".to_owned(), Some(durable.clone()))])));
+        let d = s.since(Some(1), true).expect("a delta");
+        assert_eq!(
+            d.routes,
+            [durable],
+            "the route, whole, with its durable route"
+        );
+        assert!(s.apply(set("e003", &["10.0.0.1:7070"])), "back to direct");
+        let d = s.since(Some(2), true).expect("a delta");
+        assert_eq!(d.routes[0].durable, None);
+        assert!(s.full().routes.iter().all(|r| r.durable.is_none()));
     }
 
     #[test]

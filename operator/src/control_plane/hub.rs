@@ -207,6 +207,7 @@ mod tests {
                     pod: String::new(),
                 })
                 .collect(),
+            durable: None,
         }
     }
 

@@ -19,6 +19,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use switchyard_crds::{Manager, Router};
 use switchyard_protocol::control::v1::{Endpoint, Route};
+use switchyard_protocol::durable::DurableRoute;
 
 /// Namespace and name of an object.
 pub type ObjKey = (String, String);
@@ -51,6 +52,8 @@ struct Dest {
     manager: String,
     pool_name: String,
     pool: PoolKey,
+    /// Set when the type is delivered durably; its route says so.
+    durable: Option<DurableRoute>,
 }
 
 /// What the index keeps of a pod.
@@ -138,12 +141,26 @@ fn router_key(r: &Router) -> Option<RouterKey> {
     })
 }
 
-/// What of a Manager decides its destinations; status and template changes do not.
-fn routing_spec(m: &Manager) -> (&str, &[switchyard_crds::EventType], String) {
+/// What of a Manager decides its destinations (which types, which pods, and whether a publish goes
+/// to a stream); status and template changes do not.
+type RoutingSpec<'a> = (
+    &'a str,
+    &'a [switchyard_crds::EventType],
+    switchyard_crds::manager::Split,
+    switchyard_crds::manager::DeliveryMode,
+    &'a BTreeMap<String, switchyard_crds::manager::DeliveryMode>,
+    Option<&'a str>,
+);
+
+fn routing_spec(m: &Manager) -> RoutingSpec<'_> {
+    let s = &m.spec;
     (
-        m.spec.router_ref.name.as_str(),
-        m.spec.events.as_slice(),
-        format!("{:?}", m.spec.scaling.split),
+        s.router_ref.name.as_str(),
+        s.events.as_slice(),
+        s.scaling.split,
+        s.delivery,
+        &s.event_delivery,
+        s.workers.ordering_key.as_deref(),
     )
 }
 
@@ -356,6 +373,7 @@ impl Index {
                             selector: d.pod_selector,
                             port: d.port,
                         },
+                        durable: d.durable,
                     };
                     (event.as_str().to_owned(), dest)
                 })
@@ -457,6 +475,7 @@ impl Index {
             manager: d.manager.clone(),
             pool: d.pool_name.clone(),
             endpoints,
+            durable: d.durable.as_ref().map(DurableRoute::to_wire),
         }
     }
 

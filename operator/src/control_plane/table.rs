@@ -9,6 +9,7 @@ use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use switchyard_crds::{Manager, Router};
 use switchyard_protocol::control::v1::{Endpoint, Route};
+use switchyard_protocol::durable::DurableRoute;
 
 /// A Router by namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -85,6 +86,7 @@ pub fn routes(router: &Router, managers: &[Manager], pods: &[&Pod]) -> Vec<Route
                 manager: dest.manager.clone(),
                 pool,
                 endpoints,
+                durable: dest.durable.as_ref().map(DurableRoute::to_wire),
             }
         })
         .collect()
@@ -285,5 +287,24 @@ spec:
         let routes = routes(&r, &[b, a], &[]);
         assert_eq!(routes.len(), 1);
         assert_eq!(routes[0].manager, "alpha");
+    }
+
+    #[test]
+    fn a_durable_type_s_route_carries_its_durable_route_and_a_direct_one_none() {
+        let r = router("edge");
+        let mut m = manager("orders", "edge", &["orders.create", "orders.get"], "shared");
+        m.spec.event_delivery.insert(
+            "orders.create".into(),
+            switchyard_crds::manager::DeliveryMode::Durable,
+        );
+        m.spec.workers.ordering_key = Some("/customerId".into());
+        let routes = routes(&r, &[m], &[]);
+        assert_eq!(
+            routes[0].durable,
+            Some(switchyard_protocol::control::v1::DurableRoute {
+                ordering_key: "/customerId".into()
+            })
+        );
+        assert_eq!(routes[1].durable, None, "orders.get stays direct");
     }
 }

@@ -56,7 +56,9 @@ pub fn per_type_name(manager: &str, event: &EventType) -> String {
 /// The manager-role sidecar config of `manager`.
 /// `router` is the Manager's Router as observed (`None` while it does not exist): its tracing settings
 /// are the manager sidecars' too, so their spans join the router's traces. `jetstream` is where
-/// durable event types are kept: given to the sidecars of a Manager that has any, and required then.
+/// durable event types are kept: given to every Manager's sidecars when the operator has it, since
+/// any app may publish to another Manager's durable type (the control plane's route says which types
+/// are; the sidecar connects only once it needs to), and required by a Manager with durable types.
 pub fn render_config(
     manager: &Manager,
     router: Option<&Router>,
@@ -65,8 +67,8 @@ pub fn render_config(
     let spec = &manager.spec;
     let durable_events = spec.durable_events();
     let jetstream = match (durable_events.is_empty(), jetstream) {
-        (true, _) => None,
-        (false, Some(js)) => Some(js.clone()),
+        (_, Some(js)) => Some(js.clone()),
+        (true, None) => None,
         (false, None) => {
             return Err(Error::Render {
                 what: "manager config".into(),

@@ -13,7 +13,7 @@ pub use broker::Broker;
 pub(crate) use clock::Clock;
 
 use crate::answer::{DEADLINE_SLACK, Failure};
-use crate::durable::Store;
+use crate::durable::{Store, Target};
 use crate::upstream::{CallError, Outgoing, Upstream};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -25,7 +25,8 @@ pub(crate) struct Dispatch {
     pub(crate) broker: Broker,
     /// Manager connections; shared with the admin server's `/routes` and the control-plane follower.
     pub(crate) upstream: Arc<Upstream>,
-    /// The event store, when some destination is delivered durably: its publishes go there.
+    /// The event store, when the sidecar is given JetStream servers: publishes of the types the
+    /// routing table says are durable go there.
     pub(crate) durable: Option<Arc<Store>>,
 }
 
@@ -99,38 +100,55 @@ impl Dispatch {
         from_manager(resp, deadline)
     }
 
-    /// Publishes `out` within the broker's bound: done once a manager sidecar admitted it to its
-    /// queue (its acknowledgement); a refusal from every endpoint is the manager's 503. An event of
-    /// a durable type goes to its Manager's stream instead: done once the stream confirmed it.
+    /// Publishes `out` within the broker's bound: see [`publish_routed`].
     pub(crate) async fn publish(&self, out: Outgoing, deadline: Instant) -> Result<(), Failure> {
         let Some(_admitted) = self.broker.admit() else {
             return Err(Failure::Shed);
         };
-        if let Some(store) = &self.durable
-            && let Some(route) = store.route(&out.event)
-        {
-            return store
-                .publish(
-                    route,
-                    &out.event,
-                    &out.ce_id,
-                    (&out.traceparent, &out.tracestate),
-                    out.payload,
-                    deadline,
-                )
-                .await
-                .map_err(|e| {
-                    tracing::warn!(event = %out.event, ce_id = %out.ce_id, error = %e, "durable publish not confirmed");
-                    Failure::NotKept
-                });
-        }
-        let pool = self
-            .upstream
-            .pool_of(&out.event)
-            .ok_or(Failure::NoManager)?;
-        let ack = self.upstream.publish(&pool, &out, deadline).await?;
-        accepted(ack, deadline)
+        publish_routed(&self.upstream, self.durable.as_deref(), out, deadline).await
     }
+}
+
+/// Publishes `out` the way the current routing table says its type is delivered (the config
+/// locally, the control plane's route in a cluster, so a change of its delivery takes effect with
+/// the next table): a durable type to its Manager's stream, done once the stream confirmed it
+/// (`store`, the sidecar's JetStream servers; without them it is refused, never sent direct);
+/// any other to a manager sidecar of its Manager, done once that one admitted it to its queue (its
+/// acknowledgement; a refusal from every endpoint is the manager's 503). No broker admission here:
+/// the dead letters of an event the worker holds are admitted already.
+pub(crate) async fn publish_routed(
+    upstream: &Upstream,
+    store: Option<&Store>,
+    out: Outgoing,
+    deadline: Instant,
+) -> Result<(), Failure> {
+    if let Some((manager, route)) = upstream.durable_of(&out.event) {
+        let Some(store) = store else {
+            tracing::warn!(event = %out.event, ce_id = %out.ce_id, manager = %manager, "the event type is delivered durably but this sidecar has no JetStream server (the operator's --jetstream-url); not sent");
+            return Err(Failure::NotKept);
+        };
+        let to = Target {
+            manager: &manager,
+            ordering_key: route.ordering_key.as_deref(),
+        };
+        return store
+            .publish(
+                to,
+                &out.event,
+                &out.ce_id,
+                (&out.traceparent, &out.tracestate),
+                out.payload,
+                deadline,
+            )
+            .await
+            .map_err(|e| {
+                tracing::warn!(event = %out.event, ce_id = %out.ce_id, error = %e, "durable publish not confirmed");
+                Failure::NotKept
+            });
+    }
+    let pool = upstream.pool_of(&out.event).ok_or(Failure::NoManager)?;
+    let ack = upstream.publish(&pool, &out, deadline).await?;
+    accepted(ack, deadline)
 }
 
 /// A manager's acknowledgement of a publish: 202 admitted, anything else its refusal.

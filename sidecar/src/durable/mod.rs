@@ -3,6 +3,12 @@
 //! answers 202 only after the stream's PubAck) and consuming (the manager role pulls its durable
 //! types from the consumers this room ensures).
 //!
+//! Which event types are durable is not this room's business: the routing table says so (the
+//! config's destinations locally, the control plane's routes in a cluster), and the dispatch stage
+//! hands each durable publish here with its Manager and ordering key. The connection is opened on
+//! first use, so a sidecar that is given the servers but never publishes durably (most Managers in a
+//! cluster with JetStream) holds no connection.
+//!
 //! Streams and consumers are created idempotently from the one plan in
 //! `switchyard_protocol::durable`: a publisher ensures its destination's stream (so a Manager at zero
 //! replicas still takes events), a manager sidecar its stream and consumers. Beside the upstream
@@ -10,7 +16,7 @@
 
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use switchyard_protocol::durable::{self as plan, ConsumerPlan, JetStreamConfig, Lane};
@@ -55,38 +61,31 @@ pub(crate) enum DurableError {
     Timeout,
 }
 
-/// Where publishes of one durable event type go.
-#[derive(Debug, Clone)]
-pub(crate) struct Route {
-    /// The Manager that handles it (its stream).
-    pub(crate) manager: String,
+/// Where a durable publish goes: the stream of `manager`, on the lane of the payload's ordering
+/// key at the JSON pointer `ordering_key` when the Manager orders by one.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Target<'a> {
+    /// The Manager that handles the event type.
+    pub(crate) manager: &'a str,
     /// JSON pointer of its ordering key, if any.
-    pub(crate) ordering_key: Option<String>,
+    pub(crate) ordering_key: Option<&'a str>,
 }
 
-/// One sidecar's JetStream connection and the durable destinations it publishes to.
+/// One sidecar's JetStream connection (opened on first use).
 pub(crate) struct Store {
-    js: jetstream::Context,
+    url: String,
+    addrs: Vec<async_nats::ServerAddr>,
+    js: tokio::sync::OnceCell<jetstream::Context>,
     namespace: String,
     replicas: usize,
-    routes: HashMap<String, Route>,
     /// Streams created or confirmed by this process, so a publish ensures its stream once.
     ensured: Mutex<HashSet<String>>,
 }
 
 impl Store {
-    /// Connects to `config.url` (retrying in the background while no server answers) for namespace
-    /// `namespace`; `routes` are the event types whose publishes go to a stream.
-    pub(crate) async fn connect(
-        config: &JetStreamConfig,
-        namespace: &str,
-        routes: HashMap<String, Route>,
-    ) -> Result<Store, DurableError> {
-        let setup = |message: String| DurableError::Setup {
-            what: "server",
-            name: config.url.clone(),
-            message,
-        };
+    /// The servers of `config.url` for namespace `namespace`, checked now and connected to on
+    /// first use.
+    pub(crate) fn new(config: &JetStreamConfig, namespace: &str) -> Result<Store, DurableError> {
         let addrs = config
             .url
             .split(',')
@@ -94,27 +93,49 @@ impl Store {
             .filter(|u| !u.is_empty())
             .map(|u| u.parse::<async_nats::ServerAddr>())
             .collect::<Result<Vec<_>, _>>()
-            .map_err(|e| setup(e.to_string()))?;
-        let client = async_nats::ConnectOptions::new()
-            .name("switchyard-sidecar")
-            .connection_timeout(CONNECT_TIMEOUT)
-            .request_timeout(Some(REQUEST_TIMEOUT))
-            .retry_on_initial_connect()
-            .connect(addrs.as_slice())
-            .await
-            .map_err(|e| setup(e.to_string()))?;
+            .map_err(|e| DurableError::Setup {
+                what: "server",
+                name: config.url.clone(),
+                message: e.to_string(),
+            })?;
+        if addrs.is_empty() {
+            return Err(DurableError::Setup {
+                what: "server",
+                name: config.url.clone(),
+                message: "no server URL".to_owned(),
+            });
+        }
         Ok(Store {
-            js: jetstream::new(client),
+            url: config.url.clone(),
+            addrs,
+            js: tokio::sync::OnceCell::new(),
             namespace: namespace.to_owned(),
             replicas: usize::from(config.replicas.max(1)),
-            routes,
             ensured: Mutex::default(),
         })
     }
 
-    /// The route of `event` when it is delivered durably.
-    pub(crate) fn route(&self, event: &str) -> Option<&Route> {
-        self.routes.get(event)
+    /// The JetStream context, connecting the first time (the client retries in the background
+    /// while no server answers; calls wait within their own deadlines).
+    async fn js(&self) -> Result<&jetstream::Context, DurableError> {
+        self.js
+            .get_or_try_init(|| async {
+                let client = async_nats::ConnectOptions::new()
+                    .name("switchyard-sidecar")
+                    .connection_timeout(CONNECT_TIMEOUT)
+                    .request_timeout(Some(REQUEST_TIMEOUT))
+                    .retry_on_initial_connect()
+                    .connect(self.addrs.as_slice())
+                    .await
+                    .map_err(|e| DurableError::Setup {
+                        what: "server",
+                        name: self.url.clone(),
+                        message: e.to_string(),
+                    })?;
+                tracing::info!(url = %self.url, "connecting to JetStream");
+                Ok(jetstream::new(client))
+            })
+            .await
     }
 
     /// Creates (or updates to the plan) the stream of `manager`; idempotent.
@@ -136,7 +157,8 @@ impl Store {
             discard: stream::DiscardPolicy::New,
             ..Default::default()
         };
-        self.js
+        self.js()
+            .await?
             .create_or_update_stream(config)
             .await
             .map_err(|e| DurableError::Setup {
@@ -172,7 +194,8 @@ impl Store {
             message: e,
         };
         let stream = self
-            .js
+            .js()
+            .await?
             .get_stream(&name)
             .await
             .map_err(|e| setup(e.to_string()))?;
@@ -191,27 +214,29 @@ impl Store {
             .map_err(|e| setup(e.to_string()))
     }
 
-    /// Stores `event` (id `ce_id`) in its Manager's stream and waits for the PubAck until
+    /// Stores `event` (id `ce_id`) in the stream of `to` and waits for the PubAck until
     /// `deadline`. A duplicate within the window is acknowledged as kept (it was, the first time).
     pub(crate) async fn publish(
         &self,
-        route: &Route,
+        to: Target<'_>,
         event: &str,
         ce_id: &str,
         (traceparent, tracestate): (&str, &str),
         payload: Bytes,
         deadline: Instant,
     ) -> Result<(), DurableError> {
+        let Target {
+            manager,
+            ordering_key,
+        } = to;
         let lane = Lane::of(
-            route
-                .ordering_key
-                .as_deref()
+            ordering_key
                 .and_then(|p| plan::ordering_key(&payload, p))
                 .as_deref(),
         );
-        let subject = plan::subject(&self.namespace, &route.manager, event, lane);
+        let subject = plan::subject(&self.namespace, manager, event, lane);
         let within = async {
-            self.ensure_stream(&route.manager).await?;
+            self.ensure_stream(manager).await?;
             let mut headers = async_nats::HeaderMap::new();
             headers.insert(header::CE_ID, ce_id);
             headers.insert(header::CONTENT_TYPE, crate::edge::JSON);
@@ -226,7 +251,8 @@ impl Store {
                 .headers(headers)
                 .message_id(ce_id);
             let ack = self
-                .js
+                .js()
+                .await?
                 .send_publish(subject, msg)
                 .await
                 .map_err(|e| DurableError::NotStored(e.to_string()))?;

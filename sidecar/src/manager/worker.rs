@@ -6,6 +6,7 @@ pub(crate) use super::delivery::Delivery;
 use super::delivery::Outcome;
 use super::ordering::{self, Lanes, Turn};
 use crate::backoff;
+use crate::durable::Store;
 use crate::metrics::{EventLabel, EventLabels, Metrics};
 use crate::otel::Otel;
 use crate::otel::inbound::InboundTrace;
@@ -46,6 +47,8 @@ const DEAD_LETTER_DEADLINE: Duration = Duration::from_secs(5);
 struct DeadLetter {
     event: Arc<str>,
     upstream: Arc<Upstream>,
+    /// The sidecar's JetStream servers: a durable dead-letter type goes to its stream.
+    store: Option<Arc<Store>>,
 }
 
 /// Per-key ordering: the payload's JSON pointer and the lanes by key.
@@ -151,11 +154,18 @@ impl Worker {
         self
     }
 
-    /// Publishes events whose delivery failed for good to `event` through `upstream`.
-    pub fn with_dead_letter(mut self, event: &str, upstream: Arc<Upstream>) -> Worker {
+    /// Publishes events whose delivery failed for good to `event` through `upstream` (or, when
+    /// the table says `event` is durable, to its stream through `store`).
+    pub(crate) fn with_dead_letter(
+        mut self,
+        event: &str,
+        upstream: Arc<Upstream>,
+        store: Option<Arc<Store>>,
+    ) -> Worker {
         self.dead_letter = Some(DeadLetter {
             event: Arc::from(event),
             upstream,
+            store,
         });
         self
     }
@@ -453,15 +463,11 @@ impl Worker {
             payload: ev.payload.clone(),
         };
         let deadline = Instant::now() + DEAD_LETTER_DEADLINE;
-        let published = match dl.upstream.pool_of(&dl.event) {
-            None => Err("no Manager handles the dead-letter type".to_owned()),
-            Some(pool) => match dl.upstream.publish(&pool, &out, deadline).await {
-                Ok(ack) => {
-                    crate::dispatch::accepted(ack, deadline).map_err(|f| f.name().to_owned())
-                }
-                Err(e) => Err(format!("{e:?}")),
-            },
-        };
+        // The same path as the app's publishes: a durable dead-letter type is kept in its stream.
+        let published =
+            crate::dispatch::publish_routed(&dl.upstream, dl.store.as_deref(), out, deadline)
+                .await
+                .map_err(|f| f.name().to_owned());
         if let Some(span) = span {
             span.finish(published.as_ref().map(|()| 202).map_err(String::as_str));
         }

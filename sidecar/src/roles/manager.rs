@@ -3,7 +3,7 @@
 
 use super::{RunError, bind, local_addr};
 use crate::admin::{self, DrainHook, Readiness};
-use crate::durable::{Route, Store};
+use crate::durable::Store;
 use crate::load::LoadMeters;
 use crate::load::report::Reporter;
 use crate::manager::access::Access;
@@ -120,6 +120,27 @@ pub(crate) async fn run(
     {
         tracing::warn!(dead_letter = %dl, "no Manager handles the dead-letter event type yet; dead letters are counted as unrouted");
     }
+    let store = match &c.jetstream {
+        None => {
+            if !c.durable_events.is_empty() {
+                return Err(crate::config::field_error(
+                    config_file,
+                    "jetstream",
+                    "durable delivery is set but no JetStream server is configured".to_owned(),
+                )
+                .into());
+            }
+            None
+        }
+        Some(js) => {
+            // Publishes of the types the routing table says are durable go to their Manager's
+            // stream; the connection opens on first use.
+            let store = Store::new(js, &c.namespace).map_err(|e| {
+                crate::config::field_error(config_file, "jetstream.url", e.to_string())
+            })?;
+            Some(Arc::new(store))
+        }
+    };
     let mut worker = Worker::new(
         Settings {
             max_in_flight: s.max_in_flight,
@@ -139,7 +160,7 @@ pub(crate) async fn run(
         worker = worker.with_ordering_key(key.clone());
     }
     if let Some(dl) = &c.workers.dead_letter {
-        worker = worker.with_dead_letter(dl.as_str(), upstream.clone());
+        worker = worker.with_dead_letter(dl.as_str(), upstream.clone(), store.clone());
     }
     let worker = Arc::new(worker);
     let routers = Arc::new(Routers::default());
@@ -161,41 +182,6 @@ pub(crate) async fn run(
     let drain = CancellationToken::new();
     // The app may still publish while its last deliveries run: the local API closes after them.
     let local_drain = CancellationToken::new();
-    let store = match &c.jetstream {
-        None => {
-            if !c.durable_events.is_empty() {
-                return Err(crate::config::field_error(
-                    config_file,
-                    "jetstream",
-                    "durable delivery is set but no JetStream server is configured".to_owned(),
-                )
-                .into());
-            }
-            None
-        }
-        Some(js) => {
-            // Publishes of durable destinations go to their Manager's stream.
-            let routes = c
-                .destinations
-                .iter()
-                .filter_map(|(event, d)| {
-                    d.durable.as_ref().map(|r| {
-                        let route = Route {
-                            manager: d.manager.clone(),
-                            ordering_key: r.ordering_key.clone(),
-                        };
-                        (event.as_str().to_owned(), route)
-                    })
-                })
-                .collect();
-            let store = Store::connect(js, &c.namespace, routes)
-                .await
-                .map_err(|e| {
-                    crate::config::field_error(config_file, "jetstream.url", e.to_string())
-                })?;
-            Some(Arc::new(store))
-        }
-    };
     let pulls = TaskTracker::new();
     if let Some(store) = &store {
         // This pod's durable types: pulled from their consumers instead of arriving as frames.

@@ -39,6 +39,7 @@ use switchyard_crds::EventType;
 use switchyard_identity::Expect;
 use switchyard_protocol::config::Destination;
 use switchyard_protocol::control::v1::RoutingTable;
+use switchyard_protocol::durable::DurableRoute;
 use switchyard_protocol::frame::{
     DEFAULT_MAX_FRAME, FLAG_ACK, FLAG_NO_REPLY, Frame, MAX_PAYLOAD, Request, Response,
 };
@@ -151,6 +152,7 @@ impl Upstream {
         let changes = Arc::new(Changes::default());
         let mut pools: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
         let mut by_event = HashMap::new();
+        let mut durable = HashMap::new();
         let mut routes = Vec::new();
         for (event, dest) in destinations {
             let source = match static_endpoints.get(&dest.manager) {
@@ -176,10 +178,18 @@ impl Upstream {
                 })
                 .clone();
             by_event.insert(event.as_str().to_owned(), pool);
+            let route = dest.durable.clone().map(Arc::new);
+            if let Some(r) = &route {
+                durable.insert(
+                    event.as_str().to_owned(),
+                    (Arc::from(dest.manager.as_str()), r.clone()),
+                );
+            }
             routes.push(RouteInfo {
                 event: event.as_str().to_owned(),
                 manager: dest.manager.clone(),
                 pool: key,
+                durable: route,
             });
         }
         Upstream {
@@ -188,6 +198,7 @@ impl Upstream {
                 source: TableSource::Config,
                 pools,
                 by_event,
+                durable,
                 routes,
             }),
             update: Mutex::new(()),
@@ -229,6 +240,12 @@ impl Upstream {
         self.table.load().by_event.get(event).cloned()
     }
 
+    /// The Manager and durable route of `event` when the current table says it is delivered
+    /// durably (its publishes go to that Manager's stream); `None`: direct, or no route.
+    pub fn durable_of(&self, event: &str) -> Option<(Arc<str>, Arc<DurableRoute>)> {
+        self.table.load().durable.get(event).cloned()
+    }
+
     /// Replaces the table with one from the control plane. Pools that keep their name keep their
     /// connections; pools that vanish drain; the config's DNS and static pools retire at the first one.
     pub fn apply(&self, incoming: &RoutingTable) {
@@ -265,20 +282,28 @@ impl Upstream {
             }
         }
         let mut by_event = HashMap::with_capacity(plan.events.len());
+        let mut durable = HashMap::with_capacity(plan.durable.len());
         let mut routes = Vec::with_capacity(plan.events.len());
+        let mut planned_durable = plan.durable;
         for (event, (manager, pool)) in plan.events {
             if let Some(p) = pools.get(&pool) {
                 by_event.insert(event.clone(), p.clone());
+            }
+            let route = planned_durable.remove(&event).map(Arc::new);
+            if let Some(r) = &route {
+                durable.insert(event.clone(), (Arc::from(manager.as_str()), r.clone()));
             }
             routes.push(RouteInfo {
                 event,
                 manager,
                 pool,
+                durable: route,
             });
         }
         tracing::info!(
             version = incoming.version,
             routes = routes.len(),
+            durable = durable.len(),
             pools = pools.len(),
             "routing table from the control plane"
         );
@@ -287,6 +312,7 @@ impl Upstream {
             source: TableSource::ControlPlane,
             pools,
             by_event,
+            durable,
             routes,
         }));
         self.metrics.control_plane_tables.inc();

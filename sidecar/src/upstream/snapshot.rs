@@ -5,6 +5,7 @@ use super::pool::Pool;
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
+use switchyard_protocol::durable::DurableRoute;
 
 /// Where the routing table came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
@@ -25,6 +26,8 @@ pub struct RouteInfo {
     pub manager: String,
     /// Name of its pool (key into [`Table::pools`]).
     pub pool: String,
+    /// Set when the type's publishes go to its Manager's stream.
+    pub durable: Option<Arc<DurableRoute>>,
 }
 
 /// An immutable routing table.
@@ -37,6 +40,9 @@ pub struct Table {
     pub pools: BTreeMap<String, Arc<Pool>>,
     /// Event type -> pool: the hot-path lookup.
     pub by_event: HashMap<String, Arc<Pool>>,
+    /// Event type -> (Manager, durable route) of the types delivered durably: a publish of one
+    /// goes to that Manager's stream.
+    pub durable: HashMap<String, (Arc<str>, Arc<DurableRoute>)>,
     /// Routes sorted by event type.
     pub routes: Vec<RouteInfo>,
 }
@@ -82,6 +88,9 @@ pub struct RouteView {
     pub manager: String,
     /// Pool name.
     pub pool: String,
+    /// Set when its publishes go to the Manager's JetStream stream.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub durable: Option<DurableRoute>,
     /// Endpoints of the pool.
     pub endpoints: Vec<EndpointView>,
 }
@@ -120,6 +129,7 @@ impl Table {
                     event_type: r.event.clone(),
                     manager: r.manager.clone(),
                     pool: r.pool.clone(),
+                    durable: r.durable.as_deref().cloned(),
                     endpoints,
                 }
             })

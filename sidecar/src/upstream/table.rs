@@ -1,10 +1,11 @@
 //! Pure: following the control plane's stream (a whole table, then deltas against it: [`Held`]),
-//! and turning a routing table into pools (sets of endpoints) and an event -> pool map, dropping
-//! what a sidecar cannot use and saying why.
+//! and turning a routing table into pools (sets of endpoints), an event -> pool map and the durable
+//! types' routes, dropping what a sidecar cannot use and saying why.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use switchyard_protocol::control::v1::{Route, RoutingTable};
+use switchyard_protocol::durable::DurableRoute;
 
 /// The table as the stream has built it so far: deltas apply to it.
 #[derive(Debug, Default)]
@@ -59,6 +60,8 @@ impl Held {
 
 /// Most endpoints kept per pool, as for DNS discovery.
 pub const MAX_ENDPOINTS: usize = 1024;
+/// Longest ordering-key pointer taken (the Manager spec's limit).
+const MAX_POINTER: usize = 256;
 
 /// The endpoints of one pool and the Manager they belong to.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -76,6 +79,8 @@ pub struct Plan {
     pub pools: BTreeMap<String, PoolPlan>,
     /// Event type -> (Manager, pool name).
     pub events: BTreeMap<String, (String, String)>,
+    /// Event type -> its durable route, for the types delivered durably.
+    pub durable: BTreeMap<String, DurableRoute>,
     /// Entries left out, each with the reason.
     pub rejected: Vec<String>,
 }
@@ -92,6 +97,17 @@ pub fn plan(table: &RoutingTable) -> Plan {
         if out.events.contains_key(&route.event_type) {
             out.rejected.push(format!(
                 "a second route for event type {}",
+                route.event_type
+            ));
+            continue;
+        }
+        let durable = route.durable.as_ref().map(DurableRoute::from_wire);
+        if let Some(key) = durable.as_ref().and_then(|d| d.ordering_key.as_deref())
+            && (!key.starts_with('/') || key.len() > MAX_POINTER)
+        {
+            // Publishing it unordered would break the order its Manager promises.
+            out.rejected.push(format!(
+                "event type {}: its ordering key {key:?} is not a JSON pointer",
                 route.event_type
             ));
             continue;
@@ -125,6 +141,9 @@ pub fn plan(table: &RoutingTable) -> Plan {
         }
         out.events
             .insert(route.event_type.clone(), (route.manager.clone(), pool_name));
+        if let Some(d) = durable {
+            out.durable.insert(route.event_type.clone(), d);
+        }
     }
     out
 }
@@ -146,6 +165,7 @@ mod tests {
                     pod: String::new(),
                 })
                 .collect(),
+            durable: None,
         }
     }
 
@@ -258,6 +278,36 @@ mod tests {
         let p = plan(&table(vec![route("a.b", "m", &[])]));
         assert!(p.pools["m"].addrs.is_empty());
         assert!(p.events.contains_key("a.b"));
+    }
+
+    #[test]
+    fn durable_routes_are_kept_per_type_and_a_bad_pointer_drops_the_route() {
+        use switchyard_protocol::control::v1::DurableRoute as Wire;
+        let mut ordered = route("a.b", "m", &["10.0.0.1:7070"]);
+        ordered.durable = Some(Wire {
+            ordering_key: "/customerId".into(),
+        });
+        let mut unordered = route("c.d", "m", &[]);
+        unordered.durable = Some(Wire::default());
+        let mut bad = route("e.f", "m", &[]);
+        bad.durable = Some(Wire {
+            ordering_key: "customerId".into(),
+        });
+        let p = plan(&table(vec![
+            ordered,
+            unordered,
+            bad,
+            route("g.h", "m", &[]),
+        ]));
+        assert_eq!(
+            p.durable["a.b"].ordering_key.as_deref(),
+            Some("/customerId")
+        );
+        assert_eq!(p.durable["c.d"], DurableRoute::default());
+        assert!(!p.durable.contains_key("g.h"), "direct");
+        assert!(!p.events.contains_key("e.f"));
+        assert_eq!(p.rejected.len(), 1, "{:?}", p.rejected);
+        assert!(p.rejected[0].contains("not a JSON pointer"));
     }
 
     #[test]

@@ -54,6 +54,7 @@ fn table(version: u64, routes: &[(&str, &str, &[&str])]) -> RoutingTable {
                         pod: String::new(),
                     })
                     .collect(),
+                durable: None,
             })
             .collect(),
         ..RoutingTable::default()

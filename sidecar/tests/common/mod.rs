@@ -3,6 +3,7 @@
 
 #![allow(dead_code, clippy::unwrap_used)]
 
+pub mod control_plane;
 pub mod identity;
 pub mod nats;
 pub mod otlp;

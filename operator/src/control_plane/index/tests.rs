@@ -1,5 +1,5 @@
 //! The index against the reference: after every step of random churn (pods flipping, moving,
-//! vanishing; Managers changing events, split and Router; Routers coming and going), the
+//! vanishing; Managers changing events, split, delivery and Router; Routers coming and going), the
 //! incrementally kept tables equal `table::all_tables` computed from scratch, and the deltas handed
 //! out, applied in order, rebuild the same tables.
 
@@ -52,6 +52,21 @@ fn pod(name: &str, manager: &str, event: Option<&str>, ip: &str, ready: bool) ->
     .expect("pod")
 }
 
+/// Durable or direct, for the whole Manager or per type, with or without an ordering key.
+fn randomize_delivery(rng: &mut fastrand::Rng, m: &mut Manager, events: &[&str]) {
+    use switchyard_crds::manager::DeliveryMode::{Direct, Durable};
+    let mode = |rng: &mut fastrand::Rng| if rng.bool() { Durable } else { Direct };
+    m.spec.delivery = mode(rng);
+    for e in events {
+        if rng.u8(..3) == 0 {
+            m.spec.event_delivery.insert((*e).to_owned(), mode(rng));
+        }
+    }
+    if rng.bool() {
+        m.spec.workers.ordering_key = Some(pick(rng, &["/customerId", "/orderId"]).to_owned());
+    }
+}
+
 /// The objects as they are in the "cluster".
 #[derive(Default)]
 struct World {
@@ -98,7 +113,8 @@ fn step(rng: &mut fastrand::Rng, w: &mut World, ix: &mut Index) {
                 ix.delete_manager(&("shop".into(), name.into()));
             } else {
                 let events: Vec<&str> = EVENTS.iter().copied().filter(|_| rng.bool()).collect();
-                let m = manager(name, pick(rng, &routers), &events, rng.bool());
+                let mut m = manager(name, pick(rng, &routers), &events, rng.bool());
+                randomize_delivery(rng, &mut m, &events);
                 ix.apply_manager(Arc::new(m.clone()));
                 w.managers.insert(name.into(), m);
             }
@@ -235,4 +251,61 @@ fn a_relist_drops_what_vanished_unseen() {
         ix.take().into_values().collect::<Vec<_>>(),
         vec![RouterChange::Removed]
     );
+}
+
+#[test]
+fn a_routes_durable_setting_travels_and_its_change_touches_only_that_route() {
+    use switchyard_crds::manager::DeliveryMode::Durable;
+    let mut ix = Index::default();
+    ix.apply_router(&router("edge"));
+    let mut m = manager("m1", "edge", &["a.x", "b.y"], false);
+    ix.apply_manager(Arc::new(m.clone()));
+    ix.take();
+    let durable_of = |t: &BTreeMap<RouterKey, Vec<Route>>| -> Vec<Option<String>> {
+        t.values()
+            .next()
+            .expect("edge")
+            .iter()
+            .map(|r| r.durable.as_ref().map(|d| d.ordering_key.clone()))
+            .collect()
+    };
+    assert_eq!(durable_of(&ix.tables()), [None, None], "direct by default");
+
+    // One type turns durable: only its route changes, and it carries the stream's route.
+    m.spec.event_delivery.insert("b.y".into(), Durable);
+    ix.apply_manager(Arc::new(m.clone()));
+    let changes = ix.take();
+    let Some(RouterChange::Routes(routes)) = changes.values().next() else {
+        panic!("routes expected: {changes:?}");
+    };
+    assert_eq!(routes.keys().collect::<Vec<_>>(), ["b.y"]);
+    let route = routes["b.y"].as_ref().expect("b.y");
+    assert_eq!(
+        route.durable.as_ref().map(|d| d.ordering_key.as_str()),
+        Some("")
+    );
+
+    // The whole Manager with an ordering key: both routes say so.
+    m.spec.delivery = Durable;
+    m.spec.workers.ordering_key = Some("/customerId".into());
+    ix.apply_manager(Arc::new(m.clone()));
+    let changes = ix.take();
+    let Some(RouterChange::Routes(routes)) = changes.values().next() else {
+        panic!("routes expected: {changes:?}");
+    };
+    assert_eq!(routes.len(), 2);
+    assert_eq!(
+        durable_of(&ix.tables()),
+        [
+            Some("/customerId".to_owned()),
+            Some("/customerId".to_owned())
+        ]
+    );
+
+    // And back to direct: the next table says so.
+    m.spec.delivery = switchyard_crds::manager::DeliveryMode::Direct;
+    m.spec.event_delivery.clear();
+    ix.apply_manager(Arc::new(m));
+    assert_eq!(ix.take().len(), 1);
+    assert_eq!(durable_of(&ix.tables()), [None, None]);
 }

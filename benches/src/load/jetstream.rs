@@ -1,0 +1,96 @@
+//! A bare JetStream publisher, the floor under the sidecar's durable publish: `-c` publishes in flight
+//! on one async-nats connection (as one sidecar holds one), each waiting for its PubAck, with what the
+//! sidecar sends (`Nats-Msg-Id` = a fresh ce-id, the `ce-id` and `content-type` headers, the same
+//! payload) into a stream configured as the sidecars create theirs (`switchyard_protocol::durable`:
+//! work queue, file storage, the duplicate window, new messages refused when full). The stream is
+//! emptied first, so runs do not fill it.
+
+use super::{RETRY_PAUSE, Tally, Window};
+use anyhow::Context;
+use async_nats::jetstream::{self, stream};
+use bytes::Bytes;
+use switchyard_protocol::durable::{self as plan, Lane};
+use tokio::time::Instant;
+
+/// Namespace and Manager the bench's stream is named after (no Switchyard uses it).
+const NAMESPACE: &str = "bench";
+const MANAGER: &str = "bare";
+/// As the sidecars' streams: past it a publish is refused, never an old event dropped.
+const MAX_MESSAGES: i64 = 1_000_000;
+
+/// The publisher's connection and where it publishes.
+#[derive(Clone)]
+pub struct Publisher {
+    js: jetstream::Context,
+    subject: String,
+    payload: Bytes,
+}
+
+impl Publisher {
+    /// Connects to `url`, creates (or updates) the stream, empties it, and publishes `payload` to
+    /// event type `event`'s unordered subject.
+    pub async fn start(url: &str, event: &str, payload: Bytes) -> anyhow::Result<Publisher> {
+        let client = async_nats::ConnectOptions::new()
+            .name("switchyard-load")
+            .connect(url)
+            .await
+            .with_context(|| format!("connecting to {url}"))?;
+        let js = jetstream::new(client);
+        let name = plan::stream_name(NAMESPACE, MANAGER);
+        js.create_or_update_stream(stream::Config {
+            name: name.clone(),
+            subjects: vec![plan::stream_subjects(NAMESPACE, MANAGER)],
+            retention: stream::RetentionPolicy::WorkQueue,
+            storage: stream::StorageType::File,
+            num_replicas: 1,
+            duplicate_window: plan::DUPLICATE_WINDOW,
+            max_messages: MAX_MESSAGES,
+            discard: stream::DiscardPolicy::New,
+            ..Default::default()
+        })
+        .await
+        .context("creating the bench stream")?;
+        js.get_stream(&name)
+            .await
+            .context("finding the bench stream")?
+            .purge()
+            .await
+            .context("emptying the bench stream")?;
+        Ok(Publisher {
+            js,
+            subject: plan::subject(NAMESPACE, MANAGER, event, Lane::Unordered),
+            payload,
+        })
+    }
+
+    async fn publish_once(&self, ce_id: &str) -> bool {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("ce-id", ce_id);
+        headers.insert("content-type", "application/json");
+        let msg = jetstream::message::PublishMessage::build()
+            .payload(self.payload.clone())
+            .headers(headers)
+            .message_id(ce_id);
+        match self.js.send_publish(self.subject.clone(), msg).await {
+            Ok(ack) => ack.await.is_ok(),
+            Err(_) => false,
+        }
+    }
+}
+
+/// One publish in flight at a time, each with a new id, until the window ends.
+pub async fn worker(p: Publisher, w: Window, id: usize) -> Tally {
+    let mut tally = Tally::new();
+    let mut n = 0u64;
+    while Instant::now() < w.end {
+        n += 1;
+        let ce_id = format!("{:016x}{id:08x}{n:08x}", fastrand::u64(..));
+        let sent = Instant::now();
+        let ok = p.publish_once(&ce_id).await;
+        tally.count(&w, sent, ok);
+        if !ok {
+            tokio::time::sleep(RETRY_PAUSE).await;
+        }
+    }
+    tally
+}
