@@ -22,13 +22,18 @@
 //!                                          flags bit 1: the sender counts a flagged RESPONSE as a credit
 //!                                          flags bit 2: the sender answers RECLAIM with RELEASE
 //!                                          first frame of the connecting side
+//!          flags bit 3: the sender speaks streams; then body := window:u32 (DATA bytes it takes
+//!                                          per stream before it returns window); sent by both sides
 //! RECLAIM  body := credits:u32             manager -> sender: give back up to that many unused credits
 //! RELEASE  body := credits:u32             sender -> manager: that many credits given back (maybe 0),
 //!                                          the answer to a RECLAIM
+//! DATA, TRAILERS, RESET, WINDOW (kinds 12-15): streamed bodies, see `crate::stream`; REQUEST and
+//!                                          RESPONSE flags bit 7 (MORE): the body continues in DATA
 //! str8    := len:u8 bytes (UTF-8)
 //! ```
 //! Pure: no I/O. [`FrameCodec`] plugs it into `tokio_util::codec::Framed`.
 
+use crate::stream::{self, Data, Reset, Trailers};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::fmt;
 
@@ -57,6 +62,9 @@ pub const FLAG_IMPLICIT_CREDIT: u8 = 0x02;
 /// manager can move credit from idle senders to a new one (credit cannot otherwise be taken back).
 /// A manager never sends RECLAIM to a peer whose HELLO lacked it.
 pub const FLAG_RELEASES_CREDIT: u8 = 0x04;
+/// Flag on a HELLO: the sender speaks streams (DATA, TRAILERS, RESET, WINDOW and MORE on heads); the
+/// HELLO's body then says its per-stream window. A peer without it gets whole bodies only.
+pub const FLAG_STREAMS: u8 = 0x08;
 /// Flag on a RESPONSE: the answer also returns its request's credit (no CREDIT frame follows for it).
 /// Only sent to a peer whose HELLO carried [`FLAG_IMPLICIT_CREDIT`].
 pub const FLAG_RETURNS_CREDIT: u8 = 0x01;
@@ -120,6 +128,21 @@ pub enum Frame {
         implicit_credit: bool,
         /// Whether the sender answers RECLAIM with RELEASE ([`FLAG_RELEASES_CREDIT`]).
         releases_credit: bool,
+        /// The per-stream window the sender takes, when it speaks streams ([`FLAG_STREAMS`]).
+        streams: Option<u32>,
+    },
+    /// A chunk of a stream's body.
+    Data(Data),
+    /// The end of a stream's direction with what was known only at the end.
+    Trailers(Trailers),
+    /// A stream abandoned by its sender.
+    Reset(Reset),
+    /// The receiver of stream `id` takes `increment` more DATA bytes on it.
+    Window {
+        /// The stream.
+        id: u64,
+        /// Bytes added to the sender's window.
+        increment: u32,
     },
 }
 
@@ -130,6 +153,9 @@ impl Frame {
         match self {
             Frame::Credit { credits } => *credits,
             Frame::Response(r) if r.returns_credit => 1,
+            Frame::Data(d) if d.returns_credit => 1,
+            Frame::Trailers(t) if t.returns_credit => 1,
+            Frame::Reset(r) if r.returns_credit => 1,
             _ => 0,
         }
     }
@@ -188,6 +214,15 @@ pub struct Response {
     pub returns_credit: bool,
     /// The manager sidecar made this answer, not the app ([`FLAG_FROM_MESH`]).
     pub from_mesh: bool,
+    /// A stream head: the body continues in DATA frames ([`stream::FLAG_MORE`]).
+    pub more: bool,
+}
+
+impl Request {
+    /// Whether this is a stream head: the body continues in DATA frames ([`stream::FLAG_MORE`]).
+    pub fn more(&self) -> bool {
+        self.flags & stream::FLAG_MORE != 0
+    }
 }
 
 mod kind {
@@ -294,8 +329,15 @@ pub fn check(frame: &Frame, max: usize) -> Result<(), FrameError> {
                 + p.payload.len()
         }
         Frame::GoAway { reason } => reason.len(),
-        Frame::Cancel { .. } | Frame::Hello { .. } => 0,
-        Frame::Credit { .. } | Frame::Reclaim { .. } | Frame::Release { .. } => 4,
+        Frame::Hello { streams, .. } => 4 * usize::from(streams.is_some()),
+        Frame::Cancel { .. } => 0,
+        Frame::Data(d) => d.data.len(),
+        Frame::Trailers(t) => t.body_len()?,
+        Frame::Credit { .. }
+        | Frame::Reclaim { .. }
+        | Frame::Release { .. }
+        | Frame::Reset(_)
+        | Frame::Window { .. } => 4,
         Frame::Ping { .. } | Frame::Pong { .. } => 8,
     };
     within(body, max)
@@ -387,6 +429,9 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             if r.from_mesh {
                 flags |= FLAG_FROM_MESH;
             }
+            if r.more {
+                flags |= stream::FLAG_MORE;
+            }
             dst.put_u8(flags);
             dst.put_u64(r.id);
             dst.put_u16(r.status);
@@ -430,6 +475,7 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             takes_pushes,
             implicit_credit,
             releases_credit,
+            streams,
         } => {
             let mut flags = 0;
             if *takes_pushes {
@@ -441,9 +487,40 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             if *releases_credit {
                 flags |= FLAG_RELEASES_CREDIT;
             }
+            if streams.is_some() {
+                flags |= FLAG_STREAMS;
+            }
             dst.put_u8(kind::HELLO);
             dst.put_u8(flags);
             dst.put_u64(0);
+            if let Some(window) = streams {
+                dst.put_u32(*window);
+            }
+        }
+        Frame::Data(d) => {
+            dst.reserve(FIXED + d.data.len());
+            dst.put_u8(stream::kind::DATA);
+            dst.put_u8(d.flags());
+            dst.put_u64(d.id);
+            dst.put_slice(&d.data);
+        }
+        Frame::Trailers(t) => {
+            dst.put_u8(stream::kind::TRAILERS);
+            dst.put_u8(t.flags());
+            dst.put_u64(t.id);
+            t.encode_body(dst)?;
+        }
+        Frame::Reset(r) => {
+            dst.put_u8(stream::kind::RESET);
+            dst.put_u8(r.flags());
+            dst.put_u64(r.id);
+            dst.put_u32(r.code);
+        }
+        Frame::Window { id, increment } => {
+            dst.put_u8(stream::kind::WINDOW);
+            dst.put_u8(0);
+            dst.put_u64(*id);
+            dst.put_u32(*increment);
         }
         Frame::Push(p) => {
             dst.reserve(
@@ -527,6 +604,7 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
                 payload: body,
                 returns_credit: flags & FLAG_RETURNS_CREDIT != 0,
                 from_mesh: flags & FLAG_FROM_MESH != 0,
+                more: flags & stream::FLAG_MORE != 0,
             })
         }
         kind::CANCEL => Frame::Cancel { id },
@@ -566,7 +644,23 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
             takes_pushes: flags & FLAG_TAKES_PUSHES != 0,
             implicit_credit: flags & FLAG_IMPLICIT_CREDIT != 0,
             releases_credit: flags & FLAG_RELEASES_CREDIT != 0,
+            streams: if flags & FLAG_STREAMS != 0 {
+                need(&body, 4, "window")?;
+                Some(body.get_u32())
+            } else {
+                None
+            },
         },
+        stream::kind::DATA => Frame::Data(Data::decode(id, flags, body)),
+        stream::kind::TRAILERS => Frame::Trailers(Trailers::decode(id, flags, body)?),
+        stream::kind::RESET => Frame::Reset(Reset::decode(id, flags, body)?),
+        stream::kind::WINDOW => {
+            need(&body, 4, "increment")?;
+            Frame::Window {
+                id,
+                increment: body.get_u32(),
+            }
+        }
         other => return Err(FrameError::UnknownKind(other)),
     };
     Ok(Some(frame))
@@ -665,6 +759,7 @@ mod tests {
             payload: Bytes::from_static(b"busy"),
             returns_credit: false,
             from_mesh: true,
+            more: false,
         }));
         roundtrip(Frame::Response(Response {
             id: 1,
@@ -675,6 +770,7 @@ mod tests {
             payload: Bytes::new(),
             returns_credit: true,
             from_mesh: false,
+            more: false,
         }));
         roundtrip(Frame::Cancel { id: 3 });
         roundtrip(Frame::Credit { credits: 64 });
@@ -690,6 +786,7 @@ mod tests {
                 takes_pushes: bits & 1 != 0,
                 implicit_credit: bits & 2 != 0,
                 releases_credit: bits & 4 != 0,
+                streams: None,
             });
         }
         roundtrip(Frame::Push(Push {
@@ -744,6 +841,7 @@ mod tests {
             payload: Bytes::new(),
             returns_credit,
             from_mesh: false,
+            more: false,
         })
     }
 
@@ -771,6 +869,7 @@ mod tests {
                 takes_pushes: true,
                 implicit_credit: false,
                 releases_credit: false,
+                streams: None,
             }))
         );
         // An old router ignores RESPONSE flags, which is why a manager sets the bit only after the
@@ -824,6 +923,7 @@ mod tests {
                 payload: Bytes::from_static(b"{}"),
                 returns_credit: true,
                 from_mesh: false,
+                more: false,
             }),
             Frame::GoAway {
                 reason: "bye".into(),
@@ -837,6 +937,7 @@ mod tests {
                 takes_pushes: true,
                 implicit_credit: true,
                 releases_credit: true,
+                streams: None,
             },
         ];
         for f in frames {

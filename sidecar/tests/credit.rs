@@ -52,6 +52,7 @@ async fn connect_with(mesh: &Mesh, implicit_credit: bool, releases_credit: bool)
         takes_pushes: false,
         implicit_credit,
         releases_credit,
+        streams: None,
     })
     .await
     .unwrap();

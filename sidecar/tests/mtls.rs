@@ -188,6 +188,7 @@ fn hello() -> Frame {
         takes_pushes: true,
         implicit_credit: true,
         releases_credit: false,
+        streams: None,
     }
 }
 

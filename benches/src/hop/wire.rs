@@ -255,6 +255,7 @@ mod tests {
                 payload: Bytes::new(),
                 returns_credit: true,
                 from_mesh: false,
+                more: false,
             }),
             more: true,
         });

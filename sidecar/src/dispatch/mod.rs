@@ -181,6 +181,7 @@ mod tests {
             payload: Bytes::from_static(payload),
             returns_credit: false,
             from_mesh,
+            more: false,
         }
     }
 

@@ -254,6 +254,7 @@ fn carriable(r: Response) -> Response {
         payload: problem::body(502, problem::title(502), &what),
         returns_credit: r.returns_credit,
         from_mesh: true,
+        more: false,
     }
 }
 
@@ -268,6 +269,7 @@ fn accepted(id: u64) -> Response {
         payload: bytes::Bytes::new(),
         returns_credit: false,
         from_mesh: true,
+        more: false,
     }
 }
 
@@ -422,6 +424,7 @@ async fn connection<S: SplitIo>(
                 takes_pushes,
                 implicit_credit: implicit,
                 releases_credit,
+                streams: _,
             } => {
                 implicit_credit = implicit;
                 if releases_credit {
@@ -433,6 +436,9 @@ async fn connection<S: SplitIo>(
             }
             Frame::Push(_) => {
                 tracing::warn!(%peer, "PUSH goes from managers to routers; ignored");
+            }
+            Frame::Data(_) | Frame::Trailers(_) | Frame::Reset(_) | Frame::Window { .. } => {
+                tracing::debug!(%peer, "stream frame before streams are spoken; ignored");
             }
         }
     }
@@ -501,6 +507,7 @@ mod tests {
             payload: bytes::Bytes::from_static(b"{}"),
             returns_credit: true,
             from_mesh: false,
+            more: false,
         };
         assert_eq!(carriable(ok.clone()), ok);
         let long = Response {

@@ -102,6 +102,7 @@ fn problem_response(id: u64, status: u16, detail: &str) -> Response {
         payload: problem::body(status, problem::title(status), detail),
         returns_credit: false,
         from_mesh: true,
+        more: false,
     }
 }
 
@@ -384,6 +385,7 @@ impl Worker {
                         payload: body,
                         returns_credit: false,
                         from_mesh: false,
+                        more: false,
                     }
                 }
             }

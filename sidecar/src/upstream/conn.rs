@@ -290,6 +290,7 @@ pub async fn run<S: SplitIo>(
         takes_pushes: pushes.is_some(),
         implicit_credit: true,
         releases_credit: true,
+        streams: None,
     });
     // Halves the reader and writer own, not `Framed::split`: on TCP they never share a lock.
     let (read, write) = stream.split_io();
@@ -351,7 +352,11 @@ pub async fn run<S: SplitIo>(
             Frame::Request(_)
             | Frame::Cancel { .. }
             | Frame::Hello { .. }
-            | Frame::Release { .. } => {
+            | Frame::Release { .. }
+            | Frame::Data(_)
+            | Frame::Trailers(_)
+            | Frame::Reset(_)
+            | Frame::Window { .. } => {
                 tracing::warn!(peer, "unexpected frame from a manager; ignored");
             }
         }

@@ -482,6 +482,7 @@ pub async fn connect(addr: &str, settings: Settings) -> std::io::Result<Arc<Conn
             implicit_credit: true,
             // The prototype's server never reclaims credit.
             releases_credit: false,
+            streams: None,
         },
         more: false,
     });
