@@ -26,6 +26,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use changes::Changes;
 use conn::Conn;
+pub(crate) use conn::{Answered, Collect};
 use discovery::Source;
 use peer::{Peer, PeerTls};
 pub(crate) use pool::Pool;
@@ -365,7 +366,7 @@ impl Upstream {
         out: &Outgoing,
         deadline: Instant,
         times: &mut CallTimes,
-    ) -> Result<Response, CallError> {
+    ) -> Result<Answered, CallError> {
         self.send_to(pool, out, 0, deadline, times).await
     }
 
@@ -382,8 +383,10 @@ impl Upstream {
         deadline: Instant,
     ) -> Result<Response, CallError> {
         let mut times = CallTimes::default();
+        // An acknowledgement never streams; a body on one (a manager's bug) is dropped, resetting it.
         self.send_to(pool, out, FLAG_NO_REPLY | FLAG_ACK, deadline, &mut times)
             .await
+            .map(|a| a.head)
     }
 
     async fn send_to(
@@ -393,7 +396,7 @@ impl Upstream {
         flags: u8,
         deadline: Instant,
         times: &mut CallTimes,
-    ) -> Result<Response, CallError> {
+    ) -> Result<Answered, CallError> {
         fits(out)?;
         let mut tried: Vec<Arc<Peer>> = Vec::new();
         let mut refused = None;
@@ -426,7 +429,9 @@ impl Upstream {
                 }
             }
         }
-        refused.ok_or(CallError::NoEndpoint)
+        refused
+            .map(|head| Answered { head, body: None })
+            .ok_or(CallError::NoEndpoint)
     }
 
     async fn once(
@@ -436,7 +441,7 @@ impl Upstream {
         flags: u8,
         deadline: Instant,
         times: &mut CallTimes,
-    ) -> Result<Response, Attempt> {
+    ) -> Result<Answered, Attempt> {
         let waited = Instant::now();
         self.metrics.queued.inc();
         let waiting = self.metrics.wait(&out.event);
@@ -496,8 +501,8 @@ impl Upstream {
             Ok(Ok(Ok(resp))) => {
                 guard.armed = false;
                 times.received = Some(Instant::now());
-                if no_reply && resp.from_mesh && resp.status == 503 {
-                    return Err(Attempt::Refused(resp));
+                if no_reply && resp.head.from_mesh && resp.head.status == 503 {
+                    return Err(Attempt::Refused(resp.head));
                 }
                 Ok(resp)
             }
