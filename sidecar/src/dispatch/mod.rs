@@ -96,7 +96,12 @@ impl Dispatch {
         }
         let result = self.route(out, deadline, clock).await;
         if let Some(t) = clock.trace.as_mut() {
-            t.routed(result.as_ref().map(|r| r.head.status).map_err(Failure::name));
+            t.routed(
+                result
+                    .as_ref()
+                    .map(|r| r.head.status)
+                    .map_err(Failure::name),
+            );
         }
         result
     }

@@ -11,10 +11,12 @@
 use super::access::Access;
 use super::credit::{ConnId, CreditBank, Orders};
 use super::routers::Routers;
+use super::streamed;
 use super::worker::Worker;
 use crate::metrics::Metrics;
 use crate::net::io::SplitIo;
 use crate::net::mesh::MeshTls;
+use crate::net::stream::{self, window::SendWindow};
 use crate::problem;
 use futures::{SinkExt, StreamExt};
 use std::collections::HashMap;
@@ -43,6 +45,8 @@ const WRITE_BATCH: usize = 64;
 pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 type Active = Arc<Mutex<HashMap<u64, CancellationToken>>>;
+/// The send windows of the answers streaming on a connection, by request id.
+type Windows = Arc<Mutex<HashMap<u64, Arc<SendWindow>>>>;
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -299,13 +303,13 @@ async fn connection<S: SplitIo>(
     let (read, write) = stream.split_io();
     let mut frames = FramedRead::new(read, FrameCodec::default());
     let sink = FramedWrite::new(write, FrameCodec::default());
-    // Credits bound the requests on this connection, so acknowledgements, answers and credit frames
-    // fit without waiting.
+    // Credits bound the requests on this connection, and windows the DATA frames of each, so
+    // acknowledgements, answers, credit frames and every stream's window of DATA fit without waiting.
     let (tx, rx) = mpsc::channel::<Frame>(
         (total as usize)
-            .saturating_mul(3)
+            .saturating_mul(3 + stream::FRAMES_PER_STREAM)
             .saturating_add(64)
-            .min(1 << 20),
+            .min(1 << 22),
     );
     let dead = CancellationToken::new();
     let writer = tokio::spawn(write_loop(sink, rx, dead.clone()));
@@ -315,6 +319,9 @@ async fn connection<S: SplitIo>(
     // Set by the router's HELLO: answers then carry their credit, and no CREDIT frame follows them.
     // The HELLO precedes the router's requests on the connection, so every answer sees it.
     let mut implicit_credit = false;
+    // Set by the router's HELLO when it takes streams: its per-stream window for streamed answers.
+    let mut peer_window: Option<u32> = None;
+    let windows: Windows = Arc::default();
     // With mesh TLS only a Router's identity may take pushes; without, the HELLO is believed.
     let may_take_pushes = who.as_ref().is_none_or(|w| w.id.kind == Kind::Router);
     let shown = who.as_ref().map(|w| w.id.uri()).unwrap_or_default();
@@ -383,16 +390,44 @@ async fn connection<S: SplitIo>(
                     break;
                 }
                 let (inbound, tx, active) = (inbound.clone(), tx.clone(), active.clone());
+                let windows = windows.clone();
                 // Only a published event needs these after the delivery: nobody reads its answer.
                 let published = no_reply.then(|| (req.event.clone(), req.ce_id.clone()));
+                // A publish's answer is never read: it never streams.
+                let streams = peer_window.filter(|_| !no_reply);
                 deliveries.spawn(async move {
-                    let resp = inbound.worker.handle(req, admission, cancel).await;
-                    let own = inbound.finished(conn_id);
+                    let handled = inbound
+                        .worker
+                        .handle(req, admission, cancel.clone(), streams.is_some())
+                        .await;
                     let Some((event, ce_id)) = published else {
+                        let resp = match (handled, streams) {
+                            (Some((head, Some(body))), Some(w)) => {
+                                let window = Arc::new(SendWindow::new(w));
+                                lock(&windows).insert(id, window.clone());
+                                let queue_us = head.queue_us;
+                                let ended = streamed::pump(&tx, head, body, &window, &cancel).await;
+                                lock(&windows).remove(&id);
+                                lock(&active).remove(&id);
+                                let own = inbound.finished(conn_id);
+                                let credit = own && implicit_credit;
+                                let _ = tx
+                                    .send(streamed::last_frame(id, queue_us, ended, credit))
+                                    .await;
+                                if own && !credit {
+                                    let _ = tx.send(Frame::Credit { credits: 1 }).await;
+                                }
+                                return;
+                            }
+                            (handled, _) => handled.map(|(r, _)| r),
+                        };
+                        let own = inbound.finished(conn_id);
                         lock(&active).remove(&id);
                         answer(&tx, resp, own, implicit_credit).await;
                         return;
                     };
+                    let own = inbound.finished(conn_id);
+                    let resp = handled.map(|(r, _)| r);
                     if let Some(r) = resp.as_ref().filter(|r| r.status >= 500) {
                         // Failed for good (dead-lettered when configured): never silent.
                         tracing::warn!(%event, %ce_id, status = r.status, "published event not handled");
@@ -411,6 +446,21 @@ async fn connection<S: SplitIo>(
                     t.cancel();
                 }
             }
+            Frame::Reset(r) => {
+                // The router's client went away from a streamed answer (or it refused the stream).
+                tracing::debug!(%peer, id = r.id, code = stream_code(r.code), "stream reset by the router");
+                if let Some(t) = lock(&active).get(&r.id) {
+                    t.cancel();
+                }
+                if let Some(w) = lock(&windows).get(&r.id) {
+                    w.close();
+                }
+            }
+            Frame::Window { id, increment } => {
+                if let Some(w) = lock(&windows).get(&id) {
+                    w.add(increment);
+                }
+            }
             Frame::Ping { nonce } => {
                 let _ = tx.send(Frame::Pong { nonce }).await;
             }
@@ -424,9 +474,24 @@ async fn connection<S: SplitIo>(
                 takes_pushes,
                 implicit_credit: implicit,
                 releases_credit,
-                streams: _,
+                streams,
             } => {
                 implicit_credit = implicit;
+                if let Some(w) = streams
+                    && peer_window.is_none()
+                {
+                    peer_window = Some(stream::peer_window(w));
+                    // Said only to a router that speaks streams: an older one would log it as
+                    // unexpected. Nothing is pushed or released this way: the flags say so.
+                    let _ = tx
+                        .send(Frame::Hello {
+                            takes_pushes: false,
+                            implicit_credit: false,
+                            releases_credit: false,
+                            streams: Some(stream::WINDOW),
+                        })
+                        .await;
+                }
                 if releases_credit {
                     inbound.releases(conn_id);
                 }
@@ -437,8 +502,8 @@ async fn connection<S: SplitIo>(
             Frame::Push(_) => {
                 tracing::warn!(%peer, "PUSH goes from managers to routers; ignored");
             }
-            Frame::Data(_) | Frame::Trailers(_) | Frame::Reset(_) | Frame::Window { .. } => {
-                tracing::debug!(%peer, "stream frame before streams are spoken; ignored");
+            Frame::Data(_) | Frame::Trailers(_) => {
+                tracing::debug!(%peer, "streamed request body frame; not taken yet, ignored");
             }
         }
     }
@@ -454,6 +519,10 @@ async fn connection<S: SplitIo>(
     drop(tx);
     let _ = writer.await;
     tracing::info!(%peer, "router connection closed");
+}
+
+fn stream_code(code: u32) -> &'static str {
+    switchyard_protocol::stream::code::name(code)
 }
 
 /// The outcome of a published event whose delivery was cancelled (the pod drains past its limit).

@@ -58,7 +58,13 @@ struct Job<'a> {
     ev: &'a Request,
     label: &'a EventLabel,
     deadline: Option<Instant>,
+    /// The router takes streamed answers.
+    streams: bool,
 }
+
+/// A delivered event's answer: its head (the whole answer, unless it streams) and the app's unread
+/// body when it streams.
+pub type Handled = (Response, Option<hyper::body::Incoming>);
 
 /// An event's place in the ordering lanes, taken in arrival order by the connection's reader.
 pub enum Place {
@@ -212,21 +218,25 @@ impl Worker {
         })
     }
 
-    /// Delivers one admitted event; `None` when it was cancelled.
+    /// Delivers one admitted event; `None` when it was cancelled. With `streams` (the router takes
+    /// streamed answers) an app's streamed answer comes back as the head and its unread body.
     pub async fn handle(
         &self,
         ev: Request,
         admission: Admission,
         cancel: CancellationToken,
-    ) -> Option<Response> {
+        streams: bool,
+    ) -> Option<Handled> {
         let Some(otel) = &self.otel else {
-            return self.handle_traced(ev, admission, cancel, None).await;
+            return self
+                .handle_traced(ev, admission, cancel, None, streams)
+                .await;
         };
         let mut trace = InboundTrace::start(otel, &ev.event, &ev.ce_id, &ev.traceparent);
         let resp = self
-            .handle_traced(ev, admission, cancel, Some(&mut trace))
+            .handle_traced(ev, admission, cancel, Some(&mut trace), streams)
             .await;
-        trace.finish(resp.as_ref().map(|r| r.status));
+        trace.finish(resp.as_ref().map(|r| r.0.status));
         resp
     }
 
@@ -236,7 +246,8 @@ impl Worker {
         admission: Admission,
         cancel: CancellationToken,
         trace: Option<&mut InboundTrace>,
-    ) -> Option<Response> {
+        streams: bool,
+    ) -> Option<Handled> {
         let arrived = Instant::now();
         // The guards live until the delivery ends: the event counts as admitted and underway.
         let Admission {
@@ -258,6 +269,7 @@ impl Worker {
                     ev: &ev,
                     label,
                     deadline,
+                    streams,
                 },
                 place,
                 &cancel,
@@ -265,7 +277,7 @@ impl Worker {
                 trace,
             )
             .await;
-        let status = resp.as_ref().map_or(499, |r| r.status);
+        let status = resp.as_ref().map_or(499, |r| r.0.status);
         self.metrics
             .observe(label, status, started.elapsed().as_secs_f64());
         if let Some(reason) = failed_for_good {
@@ -281,11 +293,12 @@ impl Worker {
         cancel: &CancellationToken,
         failed_for_good: &mut Option<&'static str>,
         mut trace: Option<&mut InboundTrace>,
-    ) -> Option<Response> {
+    ) -> Option<Handled> {
         let Job {
             ev,
             label,
             deadline,
+            streams,
         } = job;
         let arrived = Instant::now();
         self.metrics.queued.inc();
@@ -334,13 +347,16 @@ impl Worker {
                 "the deadline passed while the event waited for a worker",
             );
             r.queue_us = queue_us;
-            return Some(r);
+            return Some((r, None));
         };
         self.metrics.in_flight.inc();
         let _in_flight = GaugeGuard(&self.metrics);
         let app_start = Instant::now();
         let outcome = match trace {
-            None => self.with_retries(ev, label, deadline, cancel, None).await?,
+            None => {
+                self.with_retries(ev, label, deadline, cancel, None, streams)
+                    .await?
+            }
             Some(t) => {
                 // The app's traceparent is the delivery span's, so its spans hang under it.
                 let traced = Request {
@@ -348,7 +364,7 @@ impl Worker {
                     ..ev.clone()
                 };
                 let out = self
-                    .with_retries(&traced, label, deadline, cancel, Some(&mut *t))
+                    .with_retries(&traced, label, deadline, cancel, Some(&mut *t), streams)
                     .await;
                 t.deliver_end(match &out {
                     Some(Outcome::Answer { status, .. }) => Ok(*status),
@@ -361,11 +377,13 @@ impl Worker {
             }
         };
         let app_us = micros(app_start.elapsed());
+        let mut streamed = None;
         let mut resp = match outcome {
             Outcome::Answer {
                 status,
                 content_type,
                 body,
+                stream,
             } => {
                 if self.settings.dead_letter && retryable_status(status) {
                     *failed_for_good = Some("the handler app failed every attempt");
@@ -375,6 +393,7 @@ impl Worker {
                         "the handler app failed every attempt; the event was not handled",
                     )
                 } else {
+                    streamed = stream;
                     // The app's own answer passes through, error statuses included: it is the app's reply.
                     Response {
                         id: ev.id,
@@ -415,7 +434,8 @@ impl Worker {
         };
         resp.queue_us = queue_us;
         resp.app_us = app_us;
-        Some(resp)
+        resp.more = streamed.is_some();
+        Some((resp, streamed))
     }
 
     /// Publishes the event that failed for good to the dead-letter type (same id, payload and
@@ -447,6 +467,7 @@ impl Worker {
             None => (None, ev.traceparent.clone()),
         };
         let out = Outgoing {
+            content_type: ev.content_type.clone(),
             event: dl.event.clone(),
             ce_id: ev.ce_id.clone(),
             traceparent,
@@ -491,6 +512,7 @@ impl Worker {
         deadline: Option<Instant>,
         cancel: &CancellationToken,
         mut trace: Option<&mut InboundTrace>,
+        streams: bool,
     ) -> Option<Outcome> {
         let mut attempt = 0u32;
         loop {
@@ -502,7 +524,7 @@ impl Worker {
                 }
             }
             let outcome = tokio::select! {
-                o = self.delivery.attempt(ev, per_attempt) => o,
+                o = self.delivery.attempt(ev, per_attempt, streams) => o,
                 _ = cancel.cancelled() => return None,
             };
             attempt += 1;
@@ -584,7 +606,8 @@ impl Worker {
         let _in_flight = GaugeGuard(&self.metrics);
         let started = Instant::now();
         let outcome = tokio::select! {
-            o = self.delivery.attempt(ev, self.settings.attempt_timeout) => o,
+            // Nobody reads a durable event's answer: never streamed.
+            o = self.delivery.attempt(ev, self.settings.attempt_timeout, false) => o,
             _ = cancel.cancelled() => return Attempted::Cancelled,
         };
         let (status, attempted) = match outcome {

@@ -206,11 +206,6 @@ impl Conn {
         self.close_if_drained();
     }
 
-    /// The manager's per-stream window, when it speaks streams.
-    pub fn peer_window(&self) -> Option<u32> {
-        Some(self.peer_window.load(Ordering::Acquire)).filter(|w| *w > 0)
-    }
-
     fn close_if_drained(&self) {
         let st = self.state();
         if st.draining && st.pending.is_empty() && st.streams.is_empty() {
@@ -381,7 +376,10 @@ impl Conn {
         let (pending, streams) = {
             let mut st = self.state();
             st.closed = true;
-            (std::mem::take(&mut st.pending), std::mem::take(&mut st.streams))
+            (
+                std::mem::take(&mut st.pending),
+                std::mem::take(&mut st.streams),
+            )
         };
         // A streamed answer cut by the connection ends in an error, never as a whole body.
         for inbox in streams.values() {

@@ -75,8 +75,10 @@ pub struct Outgoing {
     pub ce_id: String,
     /// W3C traceparent.
     pub traceparent: String,
-    /// JSON payload.
+    /// The payload.
     pub payload: Bytes,
+    /// Its media type: JSON unless a route without a schema passed the client's body as it came.
+    pub content_type: String,
 }
 
 /// When the call's stages ended, for Server-Timing.
@@ -483,7 +485,7 @@ impl Upstream {
             event: out.event.to_string(),
             ce_id: out.ce_id.clone(),
             traceparent: out.traceparent.clone(),
-            content_type: crate::edge::JSON.to_owned(),
+            content_type: out.content_type.clone(),
             payload: out.payload.clone(),
         });
         times.sent = Some(Instant::now());
@@ -537,7 +539,7 @@ fn fits(out: &Outgoing) -> Result<(), CallError> {
         event: out.event.to_string(),
         ce_id: out.ce_id.clone(),
         traceparent: out.traceparent.clone(),
-        content_type: crate::edge::JSON.to_owned(),
+        content_type: out.content_type.clone(),
         payload: out.payload.clone(),
     };
     probe

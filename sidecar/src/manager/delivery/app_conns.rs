@@ -6,6 +6,7 @@
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Body as _;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
 use hyper::{Request, Uri};
@@ -56,9 +57,15 @@ pub struct Answer {
     pub status: u16,
     /// Media type of the body, empty when none.
     pub content_type: String,
-    /// Body.
+    /// Body (empty when it streams).
     pub body: Bytes,
+    /// The body, unread, when it streams.
+    pub stream: Option<hyper::body::Incoming>,
 }
+
+/// Largest answer read whole when the app could stream it: one a known length this small is as
+/// good as complete at its head, and one frame carries it with its head (the small-event path).
+const INLINE_MAX: u64 = 64 * 1024;
 
 /// Connections to one app address.
 pub struct AppConns {
@@ -131,11 +138,15 @@ impl AppConns {
 
     /// Sends `req` (its URI in origin form, `/path`) and reads the answer, taking at most `max_body`
     /// bytes of body. A reused connection that turns out closed before the request went out is
-    /// replaced by a new one, once: the app never saw that request.
+    /// replaced by a new one, once: the app never saw that request. With `stream`, an answer that
+    /// is not small and of known length is handed back unread, to be streamed as the app writes
+    /// it; its connection is not reused (it closes when that body ends), so no request waits
+    /// behind a long stream.
     pub async fn exchange(
         &self,
         mut req: Request<Full<Bytes>>,
         max_body: usize,
+        stream: bool,
     ) -> Result<Answer, AppError> {
         req.headers_mut().insert(HOST, self.host.clone());
         let (mut sender, mut reused) = match self.take_idle() {
@@ -170,6 +181,19 @@ impl AppConns {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned();
+        let small = {
+            let b = resp.body();
+            hyper::body::Body::is_end_stream(b)
+                || b.size_hint().exact().is_some_and(|n| n <= INLINE_MAX)
+        };
+        if stream && !small {
+            return Ok(Answer {
+                status,
+                content_type,
+                body: Bytes::new(),
+                stream: Some(resp.into_body()),
+            });
+        }
         let body = Limited::new(resp.into_body(), max_body)
             .collect()
             .await
@@ -181,6 +205,7 @@ impl AppConns {
             status,
             content_type,
             body,
+            stream: None,
         })
     }
 }
@@ -238,7 +263,10 @@ mod tests {
         let (addr, accepted) = app(true).await;
         let conns = AppConns::new(addr, 4).expect("conns");
         for _ in 0..3 {
-            let a = conns.exchange(request(), 1024).await.expect("answer");
+            let a = conns
+                .exchange(request(), 1024, false)
+                .await
+                .expect("answer");
             assert_eq!((a.status, &a.body[..]), (200, &b"ok"[..]));
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
@@ -249,7 +277,10 @@ mod tests {
         let (addr, accepted) = app(false).await;
         let conns = AppConns::new(addr, 4).expect("conns");
         for _ in 0..3 {
-            let a = conns.exchange(request(), 1024).await.expect("answer");
+            let a = conns
+                .exchange(request(), 1024, false)
+                .await
+                .expect("answer");
             assert_eq!(a.status, 200);
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 3);
@@ -259,7 +290,7 @@ mod tests {
     async fn an_oversize_answer_is_an_error() {
         let (addr, _) = app(true).await;
         let conns = AppConns::new(addr, 4).expect("conns");
-        assert!(conns.exchange(request(), 1).await.is_err());
+        assert!(conns.exchange(request(), 1, false).await.is_err());
     }
 
     #[test]

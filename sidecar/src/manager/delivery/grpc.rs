@@ -77,6 +77,7 @@ impl GrpcDelivery {
                         reply.content_type
                     },
                     body: Bytes::from(reply.data),
+                    stream: None,
                 }
             }
             Ok(Err(status)) => status_outcome(&status),
@@ -125,6 +126,7 @@ fn status_outcome(status: &tonic::Status) -> Outcome {
                 status.message()
             ),
         ),
+        stream: None,
     }
 }
 

@@ -63,7 +63,7 @@ impl HttpDelivery {
     }
 
     /// One attempt, bounded by `timeout`.
-    pub async fn attempt(&self, ev: &Request, timeout: Duration) -> Outcome {
+    pub async fn attempt(&self, ev: &Request, timeout: Duration, streams: bool) -> Outcome {
         let header = |v: &str, name: &str| {
             HeaderValue::from_str(v).map_err(|_| format!("{name} is not a legal header value"))
         };
@@ -89,12 +89,13 @@ impl HttpDelivery {
             Err(e) => return Outcome::Invalid(e),
         };
         // A timeout drops the exchange and with it its connection, whose answer may still come.
-        match tokio::time::timeout(timeout, self.conns.exchange(req, MAX_REPLY)).await {
+        match tokio::time::timeout(timeout, self.conns.exchange(req, MAX_REPLY, streams)).await {
             Err(_) => Outcome::TimedOut,
             Ok(Ok(a)) => Outcome::Answer {
                 status: a.status,
                 content_type: a.content_type,
                 body: a.body,
+                stream: a.stream,
             },
             Ok(Err(e)) => Outcome::Unreachable(e.to_string()),
         }

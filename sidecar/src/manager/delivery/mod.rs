@@ -31,10 +31,11 @@ impl Delivery {
         }
     }
 
-    /// One delivery attempt bounded by `timeout`.
-    pub async fn attempt(&self, ev: &Request, timeout: Duration) -> Outcome {
+    /// One delivery attempt bounded by `timeout` (up to the answer's head, when it streams). The
+    /// app's answer may stream only when `streams` (its router takes streamed answers).
+    pub async fn attempt(&self, ev: &Request, timeout: Duration, streams: bool) -> Outcome {
         match self {
-            Delivery::Http(h) => h.attempt(ev, timeout).await,
+            Delivery::Http(h) => h.attempt(ev, timeout, streams).await,
             Delivery::Grpc(g) => g.attempt(ev, timeout).await,
         }
     }

@@ -171,6 +171,7 @@ impl LocalApi {
         traceparent: String,
     ) -> Result<Done, Answer> {
         let out = Outgoing {
+            content_type: crate::edge::JSON.to_owned(),
             event: Arc::from(call.event),
             ce_id: ce_id.clone(),
             traceparent,

@@ -153,8 +153,14 @@ mod tests {
         let inbox = Inbox::new(8);
         inbox.push(Bytes::from_static(b"abc")).expect("fits");
         inbox.push(Bytes::from_static(b"defgh")).expect("fits");
-        assert_eq!(inbox.next().await, Item::Data(Bytes::from_static(b"abc"), 0));
-        assert_eq!(inbox.next().await, Item::Data(Bytes::from_static(b"defgh"), 8));
+        assert_eq!(
+            inbox.next().await,
+            Item::Data(Bytes::from_static(b"abc"), 0)
+        );
+        assert_eq!(
+            inbox.next().await,
+            Item::Data(Bytes::from_static(b"defgh"), 8)
+        );
         // Given back, so another window's worth fits.
         inbox.push(Bytes::from(vec![0; 8])).expect("fits again");
         inbox.finish(End::Done(None));

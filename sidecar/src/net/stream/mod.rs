@@ -6,6 +6,7 @@
 
 pub(crate) mod body;
 pub(crate) mod inbox;
+pub(crate) mod reply;
 pub(crate) mod window;
 
 /// What a stream's consumer tells the peer, through its connection's writer. Implemented by the
