@@ -9,6 +9,7 @@ mod common;
 
 use bytes::Bytes;
 use common::*;
+use futures::{SinkExt, StreamExt};
 use http_body_util::{BodyExt, Empty, combinators::BoxBody};
 use hyper::body::{Frame, Incoming};
 use hyper::service::service_fn;
@@ -19,6 +20,9 @@ use std::convert::Infallible;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+use switchyard_protocol::frame::{
+    Frame as RawFrame, FrameCodec, Request as RawRequest, Response as RawResponse,
+};
 use tokio::net::{TcpListener, TcpStream};
 
 /// Events of the SSE answer.
@@ -67,6 +71,26 @@ async fn answer(seen: Arc<Seen>, req: Request<Incoming>) -> Result<Response<Body
         .unwrap_or("")
         .to_owned();
     let their_type = req.headers().get("content-type").cloned();
+    if ce_type == "upload" {
+        // Reads the body as it comes, checking every byte, and says how much it read.
+        let mut body = req.into_body();
+        let (mut n, mut ok) = (0u64, true);
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else {
+                ok = false;
+                break;
+            };
+            if let Ok(d) = frame.into_data() {
+                ok &= d.iter().all(|b| *b == b'u');
+                n += d.len() as u64;
+            }
+        }
+        let out = json!({"bytes": n, "ok": ok}).to_string();
+        let mut resp = Response::new(BodyExt::boxed(http_body_util::Full::new(Bytes::from(out))));
+        resp.headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        return Ok(resp);
+    }
     let body = req.into_body().collect().await.unwrap().to_bytes();
     if ce_type == "blob" {
         // Echoes the body and its media type.
@@ -140,15 +164,23 @@ struct StreamMesh {
     manager: Proc,
     router: Proc,
     http_port: u16,
+    manager_port: u16,
     seen: Arc<Seen>,
 }
 
 async fn start() -> StreamMesh {
+    start_limited(2 << 30).await
+}
+
+/// The mesh with a `bodyLimit` of `limit` bytes.
+async fn start_limited(limit: u64) -> StreamMesh {
     let dir = tempfile::tempdir().unwrap();
     let (app_port, seen) = streaming_app().await;
-    let events = ["noop", "sse", "ticks", "download", "blob"];
+    let events = ["noop", "sse", "ticks", "download", "blob", "upload"];
     let mut mcfg = manager_config(app_port, &Opts::default());
     mcfg["events"] = json!(events);
+    // The upload's answer comes once the app read all of it.
+    mcfg["workers"]["timeout"] = json!("120s");
     let mcfg = write_json(dir.path(), "manager.json", &mcfg);
     let (manager, ports) = start_manager(dir.path(), &mcfg, &[]).await;
     let mut rcfg = router_config(ports.listen, "3s");
@@ -165,6 +197,13 @@ async fn start() -> StreamMesh {
         .unwrap()
         .push(json!({"event": "blob", "http": {"method": "POST", "path": "/blob"}}));
     rcfg["destinations"]["blob"] = dest.clone();
+    rcfg["spec"]["routes"].as_array_mut().unwrap().push(
+        json!({"event": "upload", "http": {"method": "POST", "path": "/upload"}, "timeout": "120s"}),
+    );
+    rcfg["destinations"]["upload"] = dest.clone();
+    // Beyond what the CRD lets a user set today (16 MiB): the data path streams any size.
+    rcfg["spec"]["middleware"] = json!([{"bodyLimit": {"maxBytes": limit}}]);
+    rcfg["spec"]["broker"]["bodyBudgetBytes"] = json!(4u64 << 30);
     let rcfg = write_json(dir.path(), "router.json", &rcfg);
     let (router, rports) = start_router(dir.path(), &rcfg, &[], &[]).await;
     let client = Http::new();
@@ -185,6 +224,7 @@ async fn start() -> StreamMesh {
         manager,
         router,
         http_port: rports.http,
+        manager_port: ports.listen,
         seen,
     }
 }
@@ -205,6 +245,23 @@ async fn get(port: u16, path: &str, te_trailers: bool) -> Response<Incoming> {
             .insert("te", hyper::header::HeaderValue::from_static("trailers"));
     }
     sender.send_request(req).await.unwrap()
+}
+
+/// Samples both sidecars' VmRSS until `done`; returns the peaks.
+fn sample_rss(
+    router: u32,
+    manager: u32,
+    done: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(u64, u64)> {
+    tokio::spawn(async move {
+        let mut peak = (0u64, 0u64);
+        while !done.load(Ordering::SeqCst) {
+            peak.0 = peak.0.max(vm_rss_kib(router));
+            peak.1 = peak.1.max(vm_rss_kib(manager));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        peak
+    })
 }
 
 fn vm_rss_kib(pid: u32) -> u64 {
@@ -305,18 +362,7 @@ async fn a_1_gib_download_streams_through_with_both_sidecars_memory_bounded() {
     let (router_pid, manager_pid) = (mesh.router.child.id(), mesh.manager.child.id());
     let before = (vm_rss_kib(router_pid), vm_rss_kib(manager_pid));
     let done = Arc::new(AtomicBool::new(false));
-    let sampler = tokio::spawn({
-        let done = done.clone();
-        async move {
-            let mut peak = (0u64, 0u64);
-            while !done.load(Ordering::SeqCst) {
-                peak.0 = peak.0.max(vm_rss_kib(router_pid));
-                peak.1 = peak.1.max(vm_rss_kib(manager_pid));
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            peak
-        }
-    });
+    let sampler = sample_rss(router_pid, manager_pid, done.clone());
     let started = Instant::now();
     let resp = get(mesh.http_port, "/download", false).await;
     assert_eq!(resp.status(), 200);
@@ -379,4 +425,260 @@ async fn a_route_without_a_schema_passes_any_body_with_its_media_type() {
     // A JSON media type still promises JSON.
     let r = c.post(&url, "application/json", "{nope").await.unwrap();
     assert_eq!(r.status, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_1_gib_upload_streams_to_the_app_with_both_sidecars_memory_bounded() {
+    let mesh = start().await;
+    let (router_pid, manager_pid) = (mesh.router.child.id(), mesh.manager.child.id());
+    let before = (vm_rss_kib(router_pid), vm_rss_kib(manager_pid));
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = sample_rss(router_pid, manager_pid, done.clone());
+    let stream = TcpStream::connect(("127.0.0.1", mesh.http_port))
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let body = chunked(DOWNLOAD / CHUNK as u64);
+    let req = Request::post("/upload")
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/octet-stream")
+        .body(body)
+        .unwrap();
+    let started = Instant::now();
+    let resp = sender.send_request(req).await.unwrap();
+    let status = resp.status();
+    let answer = resp.into_body().collect().await.unwrap().to_bytes();
+    let took = started.elapsed();
+    done.store(true, Ordering::SeqCst);
+    let peak = sampler.await.unwrap();
+    assert_eq!(status, 200, "{answer:?}");
+    let v: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(v, json!({"bytes": DOWNLOAD, "ok": true}));
+    eprintln!(
+        "1 GiB upload in {:.1} s ({:.0} MiB/s); VmRSS router {} -> peak {} KiB, manager {} -> peak {} KiB",
+        took.as_secs_f64(),
+        1024.0 / took.as_secs_f64(),
+        before.0,
+        peak.0,
+        before.1,
+        peak.1
+    );
+    let grown = (
+        peak.0.saturating_sub(before.0),
+        peak.1.saturating_sub(before.1),
+    );
+    assert!(grown.0 <= 8 * 1024, "router grew by {} KiB", grown.0);
+    assert!(grown.1 <= 8 * 1024, "manager grew by {} KiB", grown.1);
+}
+
+type Raw = tokio_util::codec::Framed<TcpStream, FrameCodec>;
+
+async fn next_frame(conn: &mut Raw) -> RawFrame {
+    tokio::time::timeout(Duration::from_secs(10), conn.next())
+        .await
+        .expect("a frame within 10 s")
+        .expect("connection open")
+        .expect("valid frame")
+}
+
+fn raw_request(id: u64, event: &str, content_type: &str, payload: Bytes) -> RawFrame {
+    RawFrame::Request(RawRequest {
+        id,
+        flags: 0,
+        deadline_ms: 10_000,
+        event: event.into(),
+        ce_id: format!("old-{id}"),
+        traceparent: String::new(),
+        content_type: content_type.into(),
+        payload,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_of_the_previous_version_gets_whole_answers_and_no_hello() {
+    let mesh = start().await;
+    let stream = TcpStream::connect(("127.0.0.1", mesh.manager_port))
+        .await
+        .unwrap();
+    let mut conn = tokio_util::codec::Framed::new(stream, FrameCodec::default());
+    // The previous version's HELLO: no STREAMS bit, no window.
+    conn.send(RawFrame::Hello {
+        takes_pushes: false,
+        implicit_credit: true,
+        releases_credit: false,
+        streams: None,
+    })
+    .await
+    .unwrap();
+    assert!(
+        matches!(next_frame(&mut conn).await, RawFrame::Credit { .. }),
+        "its first frame is the grant, not a HELLO it would not know"
+    );
+    let blob: Bytes = (0..=255u8).cycle().take(70_000).collect::<Vec<u8>>().into();
+    conn.send(raw_request(
+        1,
+        "blob",
+        "application/octet-stream",
+        blob.clone(),
+    ))
+    .await
+    .unwrap();
+    conn.send(raw_request(
+        2,
+        "sse",
+        "application/json",
+        Bytes::from_static(b"{}"),
+    ))
+    .await
+    .unwrap();
+    let mut answers = std::collections::HashMap::new();
+    while answers.len() < 2 {
+        match next_frame(&mut conn).await {
+            RawFrame::Response(r) => {
+                answers.insert(r.id, r);
+            }
+            RawFrame::Credit { .. } | RawFrame::Pong { .. } | RawFrame::Ping { .. } => {}
+            other => panic!("a frame the previous version does not know: {other:?}"),
+        }
+    }
+    let (b, e) = (&answers[&1], &answers[&2]);
+    assert!(!b.more && !e.more, "whole answers");
+    assert_eq!(b.payload, blob);
+    assert_eq!(b.content_type, "application/octet-stream");
+    let text = String::from_utf8_lossy(&e.payload);
+    assert!(text.starts_with("data: 0\n\n") && text.ends_with("data: 9999\n\n"));
+}
+
+/// A manager of the previous version, in the test: takes the router's connection, grants credit,
+/// never says STREAMS, and answers every request with its payload's length.
+async fn old_manager() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut conn = tokio_util::codec::Framed::new(stream, FrameCodec::default());
+                if conn.send(RawFrame::Credit { credits: 64 }).await.is_err() {
+                    return;
+                }
+                while let Some(Ok(f)) = conn.next().await {
+                    let reply = match f {
+                        RawFrame::Request(r) => RawFrame::Response(RawResponse {
+                            id: r.id,
+                            status: 200,
+                            queue_us: 0,
+                            app_us: 0,
+                            content_type: "text/plain".into(),
+                            payload: Bytes::from(r.payload.len().to_string()),
+                            returns_credit: true,
+                            from_mesh: false,
+                            more: false,
+                        }),
+                        RawFrame::Ping { nonce } => RawFrame::Pong { nonce },
+                        _ => continue,
+                    };
+                    if conn.send(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_of_the_previous_version_gets_whole_bodies_and_a_larger_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = old_manager().await;
+    let mut rcfg = router_config(port, "10s");
+    let dest = rcfg["destinations"]["noop"].clone();
+    rcfg["spec"]["routes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"event": "upload", "http": {"method": "POST", "path": "/upload"}}));
+    rcfg["destinations"]["upload"] = dest;
+    rcfg["spec"]["middleware"] = json!([{"bodyLimit": {"maxBytes": 64u64 << 20}}]);
+    let rcfg = write_json(dir.path(), "router.json", &rcfg);
+    let (_router, rports) = start_router(dir.path(), &rcfg, &[], &[]).await;
+    let client = Http::new();
+    let url = format!("http://127.0.0.1:{}/upload", rports.http);
+    poll(Duration::from_secs(10), "router connected", || async {
+        let r = client
+            .get(&format!("http://127.0.0.1:{}/noop", rports.http))
+            .await
+            .ok()?;
+        (r.status == 200).then_some(())
+    })
+    .await;
+    // Larger than the small-event size, so it would stream to a manager that takes streams.
+    let r = client
+        .post(&url, "application/octet-stream", vec![b'u'; 1 << 20])
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status, &r.body[..]),
+        (200, &b"1048576"[..]),
+        "sent whole"
+    );
+    let r = client
+        .post(&url, "application/octet-stream", vec![b'u'; 20 << 20])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 413, "{:?}", r.body);
+    let detail = r.json()["detail"].as_str().unwrap_or("").to_owned();
+    assert!(
+        detail.contains("a version from before streamed bodies"),
+        "{detail}"
+    );
+}
+
+/// A body of `n` chunks of 64 KiB, without a declared length (chunked), so only counting finds
+/// its size.
+fn chunked(n: u64) -> impl hyper::body::Body<Data = Bytes, Error = Infallible> {
+    let chunk = Bytes::from(vec![b'u'; CHUNK]);
+    let mut left = n;
+    http_body_util::StreamBody::new(futures::stream::poll_fn(move |_| {
+        if left == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        left -= 1;
+        std::task::Poll::Ready(Some(Ok::<_, Infallible>(Frame::data(chunk.clone()))))
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_over_the_limit_is_refused_413_and_the_next_request_is_served() {
+    let mesh = start_limited(1 << 20).await;
+    let stream = TcpStream::connect(("127.0.0.1", mesh.http_port))
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = Request::post("/upload")
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/octet-stream")
+        .body(chunked(32))
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 413);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["detail"], "body is larger than 1048576 bytes");
+    // Within the limit, the same route takes it.
+    let r = Http::new()
+        .post(
+            &format!("http://127.0.0.1:{}/upload", mesh.http_port),
+            "application/octet-stream",
+            vec![b'u'; 1 << 20],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.json(), json!({"bytes": 1 << 20, "ok": true}));
 }

@@ -37,6 +37,8 @@ impl From<CallError> for Failure {
             CallError::Timeout => Failure::Timeout,
             CallError::Lost => Failure::Lost,
             CallError::TooLarge { bytes } => Failure::TooLarge { bytes },
+            CallError::OverLimit { limit } => Failure::OverLimit { limit },
+            CallError::PeerTakesNoStreams { max } => Failure::PeerTakesNoStreams { max },
         }
     }
 }

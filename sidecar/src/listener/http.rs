@@ -9,12 +9,15 @@ use crate::metrics::EventLabel;
 use crate::net::accept::Policy;
 use crate::net::body::{Unconsumed, Unread, linger, read_limited};
 use crate::net::conn::tracked::track;
+use crate::net::stream;
 use crate::net::stream::body::StreamBody;
-use crate::net::stream::reply::ReplyBody;
+use crate::net::stream::out_body::OutBody;
 use crate::otel::request::RequestTrace;
 use crate::routes::http::Lookup;
 use crate::traceparent;
 use crate::upstream::Outgoing;
+use crate::upstream::upload::Upload;
+use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, TE, TRAILER};
 use hyper::service::service_fn;
@@ -92,14 +95,11 @@ pub(crate) async fn serve(
     }
 }
 
-async fn handle(
-    edge: Arc<Edge>,
-    req: Request<Incoming>,
-) -> Result<Response<ReplyBody>, Infallible> {
+async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Result<Response<OutBody>, Infallible> {
     if let Some(ws) = &edge.ws
         && req.uri().path() == ws.routes.path
     {
-        return Ok(super::ws::upgrade(&edge, req).map(ReplyBody::from));
+        return Ok(super::ws::upgrade(&edge, req).map(OutBody::from));
     }
     let mut clock = Clock::new(Instant::now());
     if let Some(otel) = &edge.otel {
@@ -122,16 +122,16 @@ async fn handle(
     }
     let resp = reply.into_response(Some(&times));
     let mut resp = match stream {
-        None => resp.map(ReplyBody::from),
+        None => resp.map(OutBody::from),
         Some(body) if trailers_ok => {
             let mut resp =
-                resp.map(|_| ReplyBody::Stream(with_timing_trailer(body, times, clock.start)));
+                resp.map(|_| OutBody::Stream(with_timing_trailer(body, times, clock.start)));
             // HTTP/1.1 sends only the trailer fields its head announced.
             resp.headers_mut()
                 .insert(TRAILER, HeaderValue::from_static("server-timing"));
             resp
         }
-        Some(body) => resp.map(|_| ReplyBody::Stream(body)),
+        Some(body) => resp.map(|_| OutBody::Stream(body)),
     };
     if let Some(tao) = &edge.timing_allow_origin {
         resp.headers_mut()
@@ -167,6 +167,23 @@ fn with_timing_trailer(
             h.insert(SERVER_TIMING.clone(), v);
         }
     }))
+}
+
+/// Bodies that pass as they came stream to the app above this size (or when it is not declared);
+/// smaller ones go whole in the event's one frame, the small-event path.
+const STREAM_ABOVE: u64 = 64 * 1024;
+
+/// The 503 of a body the router's byte budget has no room for now.
+fn no_room(edge: &Edge) -> Reply {
+    let mut r = Reply::problem(
+        503,
+        &format!(
+            "this router holds {} bytes of request bodies at most (broker.bodyBudgetBytes) and has no room for this one now",
+            edge.body_budget.total()
+        ),
+    );
+    r.retry_after = Some(1);
+    r
 }
 
 fn rejected(r: Rejection) -> Reply {
@@ -221,6 +238,7 @@ async fn process_head(
     let mut body_bytes = crate::net::budget::Held::default();
     // The client's media type, when its body passes as it came (not JSON).
     let mut passed_type: Option<String> = None;
+    let mut upload = None;
     let payload = if route.has_body() {
         let content_type = parts
             .headers
@@ -246,52 +264,58 @@ async fn process_head(
                 label,
             ));
         }
-        let read = read_limited(body.into_inner(), limit, declared_len, &edge.body_budget);
-        let raw = match tokio::time::timeout_at(deadline.into(), read).await {
-            Ok(Ok((raw, held))) => {
-                // Held until this request is answered: its bytes live as long as it does.
-                body_bytes = held;
-                raw
-            }
-            Ok(Err(Unread::NoRoom(rest))) => {
-                linger(rest);
+        if passed_type.is_some() && declared_len.is_none_or(|n| n > STREAM_ABOVE) {
+            // Streamed to the app under the window: it holds one window of the body budget (what
+            // can be in this router at once), not its size.
+            if !edge
+                .body_budget
+                .grow(&mut body_bytes, stream::WINDOW as usize)
+            {
                 edge.metrics.shed.inc();
-                let mut r = Reply::problem(
-                    503,
-                    &format!(
-                        "this router holds {} bytes of request bodies at most (broker.bodyBudgetBytes) and has no room for this one now",
-                        edge.body_budget.total()
-                    ),
-                );
-                r.retry_after = Some(1);
-                return Err((r, label));
+                return Err((no_room(edge), label));
             }
-            Ok(Err(Unread::TooLarge(rest))) => {
-                linger(rest);
-                return Err((
-                    Reply::problem(413, &format!("body is larger than {limit} bytes")),
-                    label,
-                ));
+            upload = Some(Upload::new(body.into_inner(), limit));
+            Bytes::new()
+        } else {
+            let read = read_limited(body.into_inner(), limit, declared_len, &edge.body_budget);
+            let raw = match tokio::time::timeout_at(deadline.into(), read).await {
+                Ok(Ok((raw, held))) => {
+                    // Held until this request is answered: its bytes live as long as it does.
+                    body_bytes = held;
+                    raw
+                }
+                Ok(Err(Unread::NoRoom(rest))) => {
+                    linger(rest);
+                    edge.metrics.shed.inc();
+                    return Err((no_room(edge), label));
+                }
+                Ok(Err(Unread::TooLarge(rest))) => {
+                    linger(rest);
+                    return Err((
+                        Reply::problem(413, &format!("body is larger than {limit} bytes")),
+                        label,
+                    ));
+                }
+                Ok(Err(Unread::Failed)) => {
+                    return Err((
+                        Reply::problem(400, "the request body could not be read"),
+                        label,
+                    ));
+                }
+                Err(_) => {
+                    return Err((
+                        Reply::problem(408, "the request body did not arrive in time"),
+                        label,
+                    ));
+                }
+            };
+            match passed_type.is_some() {
+                true => raw,
+                false => match edge::body_event(route, raw, params) {
+                    Ok(p) => p,
+                    Err(r) => return Err((rejected(r), label)),
+                },
             }
-            Ok(Err(Unread::Failed)) => {
-                return Err((
-                    Reply::problem(400, "the request body could not be read"),
-                    label,
-                ));
-            }
-            Err(_) => {
-                return Err((
-                    Reply::problem(408, "the request body did not arrive in time"),
-                    label,
-                ));
-            }
-        };
-        match passed_type.is_some() {
-            true => raw,
-            false => match edge::body_event(route, raw, params) {
-                Ok(p) => p,
-                Err(r) => return Err((rejected(r), label)),
-            },
         }
     } else {
         match edge::params_payload(route, parts.uri.query(), params) {
@@ -320,7 +344,8 @@ async fn process_head(
         ce_id,
         traceparent,
         payload,
-        content_type: passed_type.unwrap_or_else(|| edge::JSON.to_owned()),
+        content_type: passed_type,
+        upload,
     };
     let done = match edge.dispatch.call_streamed(out, deadline, clock).await {
         Ok(a) => (

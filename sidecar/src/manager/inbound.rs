@@ -16,7 +16,9 @@ use super::worker::Worker;
 use crate::metrics::Metrics;
 use crate::net::io::SplitIo;
 use crate::net::mesh::MeshTls;
-use crate::net::stream::{self, window::SendWindow};
+use crate::net::stream::body::StreamBody;
+use crate::net::stream::inbox::{End, Inbox};
+use crate::net::stream::{self, Peer as StreamPeer, window::SendWindow};
 use crate::problem;
 use futures::{SinkExt, StreamExt};
 use std::collections::HashMap;
@@ -47,6 +49,44 @@ pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 type Active = Arc<Mutex<HashMap<u64, CancellationToken>>>;
 /// The send windows of the answers streaming on a connection, by request id.
 type Windows = Arc<Mutex<HashMap<u64, Arc<SendWindow>>>>;
+/// The request bodies streaming in on a connection, by request id.
+type Uploads = Arc<Mutex<HashMap<u64, Arc<Inbox>>>>;
+
+/// A connection's writer, as streamed request bodies tell the router to send more or to stop.
+/// Weak: a body still held somewhere (an app connection's task) never keeps the writer open.
+struct ToRouter {
+    tx: mpsc::WeakSender<Frame>,
+    uploads: Uploads,
+}
+
+impl ToRouter {
+    /// Queues a frame from where nothing may wait (a body's poll): at once when there is room,
+    /// else from a task; such frames are bounded by the open streams.
+    fn send(&self, frame: Frame) {
+        let Some(tx) = self.tx.upgrade() else { return };
+        if let Err(mpsc::error::TrySendError::Full(f)) = tx.try_send(frame) {
+            tokio::spawn(async move {
+                let _ = tx.send(f).await;
+            });
+        }
+    }
+}
+
+impl StreamPeer for ToRouter {
+    fn window(&self, id: u64, increment: u32) {
+        self.send(Frame::Window { id, increment });
+    }
+
+    fn reset(&self, id: u64, code: u32) {
+        if lock(&self.uploads).remove(&id).is_some() {
+            self.send(Frame::Reset(switchyard_protocol::stream::Reset {
+                id,
+                code,
+                returns_credit: false,
+            }));
+        }
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -322,6 +362,11 @@ async fn connection<S: SplitIo>(
     // Set by the router's HELLO when it takes streams: its per-stream window for streamed answers.
     let mut peer_window: Option<u32> = None;
     let windows: Windows = Arc::default();
+    let uploads: Uploads = Arc::default();
+    let to_router = Arc::new(ToRouter {
+        tx: tx.downgrade(),
+        uploads: uploads.clone(),
+    });
     // With mesh TLS only a Router's identity may take pushes; without, the HELLO is believed.
     let may_take_pushes = who.as_ref().is_none_or(|w| w.id.kind == Kind::Router);
     let shown = who.as_ref().map(|w| w.id.uri()).unwrap_or_default();
@@ -357,6 +402,14 @@ async fn connection<S: SplitIo>(
         match frame {
             Frame::Request(req) => {
                 let id = req.id;
+                // A head flagged MORE: its body follows in DATA frames, into this inbox (at most a
+                // window of it held here at once), read by the delivery as the app takes it.
+                let upload = req.more().then(|| {
+                    let inbox = Inbox::new(stream::WINDOW);
+                    lock(&uploads).insert(id, inbox.clone());
+                    let peer: Arc<dyn StreamPeer> = to_router.clone();
+                    StreamBody::new(id, inbox, peer, req.payload.clone())
+                });
                 let no_reply = req.flags & FLAG_NO_REPLY != 0;
                 let ack = req.flags & FLAG_ACK != 0;
                 if !inbound.bank.spent(conn_id) {
@@ -398,7 +451,7 @@ async fn connection<S: SplitIo>(
                 deliveries.spawn(async move {
                     let handled = inbound
                         .worker
-                        .handle(req, admission, cancel.clone(), streams.is_some())
+                        .handle(req, admission, cancel.clone(), streams.is_some(), upload)
                         .await;
                     let Some((event, ce_id)) = published else {
                         let resp = match (handled, streams) {
@@ -449,6 +502,9 @@ async fn connection<S: SplitIo>(
             Frame::Reset(r) => {
                 // The router's client went away from a streamed answer (or it refused the stream).
                 tracing::debug!(%peer, id = r.id, code = stream_code(r.code), "stream reset by the router");
+                if let Some(inbox) = lock(&uploads).remove(&r.id) {
+                    inbox.finish(End::Reset(r.code));
+                }
                 if let Some(t) = lock(&active).get(&r.id) {
                     t.cancel();
                 }
@@ -502,8 +558,32 @@ async fn connection<S: SplitIo>(
             Frame::Push(_) => {
                 tracing::warn!(%peer, "PUSH goes from managers to routers; ignored");
             }
-            Frame::Data(_) | Frame::Trailers(_) => {
-                tracing::debug!(%peer, "streamed request body frame; not taken yet, ignored");
+            Frame::Data(d) => {
+                let inbox = if d.end {
+                    lock(&uploads).remove(&d.id)
+                } else {
+                    lock(&uploads).get(&d.id).cloned()
+                };
+                // A body nobody reads any more (its delivery ended) is dropped as it comes.
+                if let Some(inbox) = inbox {
+                    if inbox.push(d.data).is_err() {
+                        tracing::warn!(%peer, id = d.id, "router overran a request body's window; stream reset");
+                        lock(&uploads).remove(&d.id);
+                        inbox.finish(End::Reset(switchyard_protocol::stream::code::FLOW_CONTROL));
+                        to_router.send(Frame::Reset(switchyard_protocol::stream::Reset {
+                            id: d.id,
+                            code: switchyard_protocol::stream::code::FLOW_CONTROL,
+                            returns_credit: false,
+                        }));
+                    } else if d.end {
+                        inbox.finish(End::Done(None));
+                    }
+                }
+            }
+            Frame::Trailers(t) => {
+                if let Some(inbox) = lock(&uploads).remove(&t.id) {
+                    inbox.finish(End::Done(Some(t)));
+                }
             }
         }
     }
@@ -513,6 +593,10 @@ async fn connection<S: SplitIo>(
     // The router is gone (or closed after our GOAWAY with nothing pending): answers cannot reach it.
     for t in lock(&active).values() {
         t.cancel();
+    }
+    // Bodies still streaming in end cut: their deliveries see an error, never a whole body.
+    for (_, inbox) in lock(&uploads).drain() {
+        inbox.finish(End::Reset(switchyard_protocol::stream::code::INTERNAL));
     }
     deliveries.close();
     deliveries.wait().await;

@@ -7,6 +7,7 @@ use super::delivery::Outcome;
 use super::ordering::{self, Lanes, Turn};
 use crate::backoff;
 use crate::metrics::{EventLabel, EventLabels, Metrics};
+use crate::net::stream::body::StreamBody;
 use crate::otel::Otel;
 use crate::otel::inbound::InboundTrace;
 use crate::otel::produce::Produce;
@@ -60,6 +61,16 @@ struct Job<'a> {
     deadline: Option<Instant>,
     /// The router takes streamed answers.
     streams: bool,
+    /// The event's body, when it streams.
+    upload: Option<StreamBody>,
+}
+
+/// How an event's bodies travel to and from the app.
+struct Bodies {
+    /// The answer may stream (the router takes streams).
+    streams: bool,
+    /// The request body, when it streams (taken by the first attempt).
+    upload: Option<StreamBody>,
 }
 
 /// A delivered event's answer: its head (the whole answer, unless it streams) and the app's unread
@@ -226,15 +237,16 @@ impl Worker {
         admission: Admission,
         cancel: CancellationToken,
         streams: bool,
+        upload: Option<StreamBody>,
     ) -> Option<Handled> {
         let Some(otel) = &self.otel else {
             return self
-                .handle_traced(ev, admission, cancel, None, streams)
+                .handle_traced(ev, admission, cancel, None, streams, upload)
                 .await;
         };
         let mut trace = InboundTrace::start(otel, &ev.event, &ev.ce_id, &ev.traceparent);
         let resp = self
-            .handle_traced(ev, admission, cancel, Some(&mut trace), streams)
+            .handle_traced(ev, admission, cancel, Some(&mut trace), streams, upload)
             .await;
         trace.finish(resp.as_ref().map(|r| r.0.status));
         resp
@@ -247,6 +259,7 @@ impl Worker {
         cancel: CancellationToken,
         trace: Option<&mut InboundTrace>,
         streams: bool,
+        upload: Option<StreamBody>,
     ) -> Option<Handled> {
         let arrived = Instant::now();
         // The guards live until the delivery ends: the event counts as admitted and underway.
@@ -270,6 +283,7 @@ impl Worker {
                     label,
                     deadline,
                     streams,
+                    upload,
                 },
                 place,
                 &cancel,
@@ -299,7 +313,9 @@ impl Worker {
             label,
             deadline,
             streams,
+            upload,
         } = job;
+        let mut bodies = Bodies { streams, upload };
         let arrived = Instant::now();
         self.metrics.queued.inc();
         let waiting = self.metrics.wait(&ev.event);
@@ -354,7 +370,7 @@ impl Worker {
         let app_start = Instant::now();
         let outcome = match trace {
             None => {
-                self.with_retries(ev, label, deadline, cancel, None, streams)
+                self.with_retries(ev, label, deadline, cancel, None, &mut bodies)
                     .await?
             }
             Some(t) => {
@@ -364,7 +380,7 @@ impl Worker {
                     ..ev.clone()
                 };
                 let out = self
-                    .with_retries(&traced, label, deadline, cancel, Some(&mut *t), streams)
+                    .with_retries(&traced, label, deadline, cancel, Some(&mut *t), &mut bodies)
                     .await;
                 t.deliver_end(match &out {
                     Some(Outcome::Answer { status, .. }) => Ok(*status),
@@ -467,7 +483,9 @@ impl Worker {
             None => (None, ev.traceparent.clone()),
         };
         let out = Outgoing {
-            content_type: ev.content_type.clone(),
+            upload: None,
+            content_type: (!crate::edge::is_json_media_type(&ev.content_type))
+                .then(|| ev.content_type.clone()),
             event: dl.event.clone(),
             ce_id: ev.ce_id.clone(),
             traceparent,
@@ -512,8 +530,14 @@ impl Worker {
         deadline: Option<Instant>,
         cancel: &CancellationToken,
         mut trace: Option<&mut InboundTrace>,
-        streams: bool,
+        bodies: &mut Bodies,
     ) -> Option<Outcome> {
+        // A streamed body is read once, by the first attempt: it is not retried.
+        let attempts = if bodies.upload.is_some() {
+            1
+        } else {
+            self.settings.attempts
+        };
         let mut attempt = 0u32;
         loop {
             let mut per_attempt = self.settings.attempt_timeout;
@@ -524,7 +548,7 @@ impl Worker {
                 }
             }
             let outcome = tokio::select! {
-                o = self.delivery.attempt(ev, per_attempt, streams) => o,
+                o = self.delivery.attempt(ev, per_attempt, bodies.streams, bodies.upload.take()) => o,
                 _ = cancel.cancelled() => return None,
             };
             attempt += 1;
@@ -533,7 +557,7 @@ impl Worker {
                 Outcome::Unreachable(_) => true,
                 Outcome::TimedOut | Outcome::Invalid(_) => false,
             };
-            if !retryable || attempt >= self.settings.attempts {
+            if !retryable || attempt >= attempts {
                 return Some(outcome);
             }
             let wait = backoff::delay(
@@ -607,7 +631,7 @@ impl Worker {
         let started = Instant::now();
         let outcome = tokio::select! {
             // Nobody reads a durable event's answer: never streamed.
-            o = self.delivery.attempt(ev, self.settings.attempt_timeout, false) => o,
+            o = self.delivery.attempt(ev, self.settings.attempt_timeout, false, None) => o,
             _ = cancel.cancelled() => return Attempted::Cancelled,
         };
         let (status, attempted) = match outcome {

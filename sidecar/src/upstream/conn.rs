@@ -10,6 +10,7 @@ use super::pushes::Pushes;
 use crate::net::io::SplitIo;
 use crate::net::stream::body::StreamBody;
 use crate::net::stream::inbox::{End, Inbox};
+use crate::net::stream::window::SendWindow;
 use crate::net::stream::{self, Peer};
 use futures::{SinkExt, StreamExt};
 use std::collections::HashMap;
@@ -98,6 +99,8 @@ struct State {
     pending: HashMap<u64, Pending>,
     /// Streamed answers being received, by request id.
     streams: HashMap<u64, Arc<Inbox>>,
+    /// Request bodies being sent, by request id: their windows.
+    uploads: HashMap<u64, Arc<SendWindow>>,
     closed: bool,
     draining: bool,
 }
@@ -204,6 +207,29 @@ impl Conn {
         self.usable.store(false, Ordering::Release);
         self.state().draining = true;
         self.close_if_drained();
+    }
+
+    /// The manager's per-stream window, when it speaks streams (its HELLO said so).
+    pub fn peer_window(&self) -> Option<u32> {
+        Some(self.peer_window.load(Ordering::Acquire)).filter(|w| *w > 0)
+    }
+
+    /// Opens the send window of request `id`'s body, `window` bytes.
+    pub(crate) fn open_upload(&self, id: u64, window: u32) -> Arc<SendWindow> {
+        let w = Arc::new(SendWindow::new(window));
+        self.state().uploads.insert(id, w.clone());
+        w
+    }
+
+    /// Request `id`'s body is done with (sent, refused or abandoned); `reset` tells the manager
+    /// to drop what it has of it.
+    pub(crate) fn close_upload(&self, id: u64, reset: Option<u32>) {
+        if let Some(w) = self.state().uploads.remove(&id) {
+            w.close();
+        }
+        if let Some(code) = reset {
+            self.send_reset(id, code);
+        }
     }
 
     fn close_if_drained(&self) {
@@ -313,7 +339,13 @@ impl Conn {
         let (id, end) = match &frame {
             Frame::Data(d) => (d.id, d.end),
             Frame::Trailers(t) => (t.id, true),
-            Frame::Reset(r) => (r.id, true),
+            Frame::Reset(r) => {
+                // The manager stopped taking request `id`'s body (its delivery ended, or it refused it).
+                if let Some(w) = self.state().uploads.remove(&r.id) {
+                    w.close();
+                }
+                (r.id, true)
+            }
             _ => return,
         };
         let inbox = {
@@ -376,6 +408,10 @@ impl Conn {
         let (pending, streams) = {
             let mut st = self.state();
             st.closed = true;
+            for w in st.uploads.values() {
+                w.close();
+            }
+            st.uploads.clear();
             (
                 std::mem::take(&mut st.pending),
                 std::mem::take(&mut st.streams),
@@ -470,6 +506,12 @@ pub async fn run<S: SplitIo>(
                 conn.begin_drain();
             }
             Frame::Data(_) | Frame::Trailers(_) | Frame::Reset(_) => conn.stream_frame(frame),
+            Frame::Window { id, increment } => {
+                let w = conn.state().uploads.get(&id).cloned();
+                if let Some(w) = w {
+                    w.add(increment);
+                }
+            }
             Frame::Hello {
                 streams: Some(window),
                 ..
@@ -486,8 +528,7 @@ pub async fn run<S: SplitIo>(
             Frame::Request(_)
             | Frame::Cancel { .. }
             | Frame::Hello { .. }
-            | Frame::Release { .. }
-            | Frame::Window { .. } => {
+            | Frame::Release { .. } => {
                 tracing::warn!(peer, "unexpected frame from a manager; ignored");
             }
         }

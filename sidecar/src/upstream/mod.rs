@@ -18,6 +18,7 @@ mod pool;
 pub(crate) mod pushes;
 pub(crate) mod snapshot;
 mod table;
+pub(crate) mod upload;
 
 use crate::metrics::Metrics;
 use crate::net::mesh::MeshTls;
@@ -65,6 +66,16 @@ pub enum CallError {
         /// The payload's size in bytes.
         bytes: usize,
     },
+    /// A streamed request body went over its limit (the route's `bodyLimit`; 413).
+    OverLimit {
+        /// The limit.
+        limit: usize,
+    },
+    /// The body is larger than a manager of a version without streams takes whole (413).
+    PeerTakesNoStreams {
+        /// What it takes.
+        max: usize,
+    },
 }
 
 /// An event ready to send.
@@ -77,8 +88,10 @@ pub struct Outgoing {
     pub traceparent: String,
     /// The payload.
     pub payload: Bytes,
-    /// Its media type: JSON unless a route without a schema passed the client's body as it came.
-    pub content_type: String,
+    /// Its media type when not JSON (a route without a schema passed the client's body as it came).
+    pub content_type: Option<String>,
+    /// The client's body, unread, to stream after the head (then `payload` is empty).
+    pub upload: Option<upload::Upload>,
 }
 
 /// When the call's stages ended, for Server-Timing.
@@ -469,6 +482,36 @@ impl Upstream {
             // A published event belongs to the manager once written: nothing to cancel.
             armed: !no_reply,
         };
+        // A body to stream goes to a manager that speaks streams; one that does not (an older
+        // version) gets it whole in the head, when it fits a frame.
+        let mut payload = out.payload.clone();
+        let mut streamed = None;
+        let mut flags = flags;
+        if let Some(up) = &out.upload {
+            match conn.peer_window() {
+                Some(window) => {
+                    streamed = Some((up, window));
+                    flags |= switchyard_protocol::stream::FLAG_MORE;
+                }
+                None => {
+                    let Some(body) = up.take() else {
+                        return Err(Attempt::Failed(CallError::Lost));
+                    };
+                    let max = up.limit.min(MAX_PAYLOAD - 4096);
+                    match timeout_at(deadline.into(), upload::read_whole(body, max)).await {
+                        Err(_) => return Err(Attempt::Failed(CallError::Timeout)),
+                        Ok(Ok(whole)) => payload = whole,
+                        Ok(Err(upload::UploadError::TooLarge(_))) if max < up.limit => {
+                            return Err(Attempt::Failed(CallError::PeerTakesNoStreams { max }));
+                        }
+                        Ok(Err(upload::UploadError::TooLarge(_))) => {
+                            return Err(Attempt::Failed(CallError::OverLimit { limit: up.limit }));
+                        }
+                        Ok(Err(_)) => return Err(Attempt::Failed(CallError::Lost)),
+                    }
+                }
+            }
+        }
         let remaining = deadline.saturating_duration_since(Instant::now());
         let frame = Frame::Request(Request {
             id: slot.id,
@@ -485,9 +528,14 @@ impl Upstream {
             event: out.event.to_string(),
             ce_id: out.ce_id.clone(),
             traceparent: out.traceparent.clone(),
-            content_type: out.content_type.clone(),
-            payload: out.payload.clone(),
+            content_type: out
+                .content_type
+                .clone()
+                .unwrap_or_else(|| crate::edge::JSON.to_owned()),
+            payload,
         });
+        // Opened before the head is queued, so a WINDOW answering it finds it.
+        let window = streamed.map(|(_, w)| conn.open_upload(slot.id, w));
         times.sent = Some(Instant::now());
         match timeout_at(deadline.into(), conn.send(frame)).await {
             Err(_) => return Err(Attempt::Failed(CallError::Timeout)),
@@ -497,7 +545,51 @@ impl Upstream {
             }
             Ok(Ok(())) => {}
         }
-        let answer = timeout_at(deadline.into(), slot.reply).await;
+        let answer = match (streamed, window) {
+            (Some((up, _)), Some(window)) => {
+                let Some(body) = up.take() else {
+                    return Err(Attempt::Failed(CallError::Lost));
+                };
+                let pumped = upload::pump(conn, slot.id, body, &window, up.limit);
+                let answer = timeout_at(deadline.into(), async {
+                    tokio::pin!(pumped);
+                    let mut reply = slot.reply;
+                    let mut pumping = true;
+                    loop {
+                        tokio::select! {
+                            r = &mut reply => return Ok(r),
+                            p = &mut pumped, if pumping => {
+                                pumping = false;
+                                p?;
+                            }
+                        }
+                    }
+                })
+                .await;
+                match answer {
+                    Err(elapsed) => {
+                        conn.close_upload(slot.id, None);
+                        Err(elapsed)
+                    }
+                    Ok(Ok(r)) => {
+                        // Answered: whatever is left of the body is not wanted.
+                        conn.close_upload(slot.id, None);
+                        Ok(r)
+                    }
+                    Ok(Err(e)) => {
+                        let code = switchyard_protocol::stream::code::CANCEL;
+                        conn.close_upload(slot.id, Some(code));
+                        return Err(Attempt::Failed(match e {
+                            upload::UploadError::TooLarge(_) => {
+                                CallError::OverLimit { limit: up.limit }
+                            }
+                            _ => CallError::Lost,
+                        }));
+                    }
+                }
+            }
+            _ => timeout_at(deadline.into(), slot.reply).await,
+        };
         match answer {
             Err(_) => Err(Attempt::Failed(CallError::Timeout)),
             Ok(Ok(Ok(resp))) => {
@@ -539,7 +631,10 @@ fn fits(out: &Outgoing) -> Result<(), CallError> {
         event: out.event.to_string(),
         ce_id: out.ce_id.clone(),
         traceparent: out.traceparent.clone(),
-        content_type: out.content_type.clone(),
+        content_type: out
+            .content_type
+            .clone()
+            .unwrap_or_else(|| crate::edge::JSON.to_owned()),
         payload: out.payload.clone(),
     };
     probe

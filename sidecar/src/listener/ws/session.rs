@@ -561,7 +561,8 @@ async fn call(
     }
     let _underway = edge.metrics.arrive(&route.event);
     let out = Outgoing {
-        content_type: crate::edge::JSON.to_owned(),
+        upload: None,
+        content_type: None,
         event: route.event.clone(),
         ce_id: new_ce_id(),
         traceparent: traceparent::extract_or_new(None),

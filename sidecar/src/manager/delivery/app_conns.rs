@@ -4,8 +4,9 @@
 //! answer to hand the connection back to its pool and keys its pool by host on every request; a manager
 //! talks to exactly one app address, so a stack of idle senders is all the pooling it needs.
 
+use crate::net::stream::out_body::OutBody;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
 use hyper::body::Body as _;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
@@ -20,7 +21,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Idle connections older than this are closed rather than reused: the app may have dropped them.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-type Sender = SendRequest<Full<Bytes>>;
+type Sender = SendRequest<OutBody>;
 
 /// Why an exchange with the app gave no answer. Every case is a delivery the app did not complete,
 /// so the worker may retry it.
@@ -144,7 +145,7 @@ impl AppConns {
     /// behind a long stream.
     pub async fn exchange(
         &self,
-        mut req: Request<Full<Bytes>>,
+        mut req: Request<OutBody>,
         max_body: usize,
         stream: bool,
     ) -> Result<Answer, AppError> {
@@ -220,6 +221,7 @@ pub fn origin_form(uri: &Uri) -> Uri {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::Full;
     use hyper::service::service_fn;
     use std::convert::Infallible;
     use std::sync::Arc;
@@ -252,9 +254,9 @@ mod tests {
         (addr, accepted)
     }
 
-    fn request() -> Request<Full<Bytes>> {
+    fn request() -> Request<OutBody> {
         Request::post("/events")
-            .body(Full::new(Bytes::from_static(b"{}")))
+            .body(OutBody::from(Full::new(Bytes::from_static(b"{}"))))
             .expect("request")
     }
 

@@ -171,7 +171,8 @@ impl LocalApi {
         traceparent: String,
     ) -> Result<Done, Answer> {
         let out = Outgoing {
-            content_type: crate::edge::JSON.to_owned(),
+            upload: None,
+            content_type: None,
             event: Arc::from(call.event),
             ce_id: ce_id.clone(),
             traceparent,

@@ -6,7 +6,7 @@
 
 pub(crate) mod body;
 pub(crate) mod inbox;
-pub(crate) mod reply;
+pub(crate) mod out_body;
 pub(crate) mod window;
 
 /// What a stream's consumer tells the peer, through its connection's writer. Implemented by the

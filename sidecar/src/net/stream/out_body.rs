@@ -1,5 +1,5 @@
-//! The body of an HTTP response a front door writes: whole (every answer made here, and the app's
-//! small ones) or the app's stream as it arrives.
+//! The body of an HTTP message a sidecar writes: whole (every answer made here, small events) or a
+//! stream as it arrives (the app's streamed answer to the client, the client's upload to the app).
 
 use super::body::{StreamBody, StreamReset};
 use bytes::Bytes;
@@ -8,21 +8,21 @@ use hyper::body::{Body, Frame, SizeHint};
 use std::pin::Pin;
 use std::task::{Context, Poll};
 
-/// A response body, whole or streamed.
-pub enum ReplyBody {
+/// A body, whole or streamed.
+pub enum OutBody {
     /// All of it, known now.
     Full(Full<Bytes>),
-    /// The app's streamed answer.
+    /// A stream received from the other sidecar.
     Stream(StreamBody),
 }
 
-impl From<Full<Bytes>> for ReplyBody {
-    fn from(b: Full<Bytes>) -> ReplyBody {
-        ReplyBody::Full(b)
+impl From<Full<Bytes>> for OutBody {
+    fn from(b: Full<Bytes>) -> OutBody {
+        OutBody::Full(b)
     }
 }
 
-impl Body for ReplyBody {
+impl Body for OutBody {
     type Data = Bytes;
     type Error = StreamReset;
 
@@ -31,24 +31,24 @@ impl Body for ReplyBody {
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, StreamReset>>> {
         match self.get_mut() {
-            ReplyBody::Full(b) => Pin::new(b)
+            OutBody::Full(b) => Pin::new(b)
                 .poll_frame(cx)
                 .map(|f| f.map(|r| r.map_err(|never| match never {}))),
-            ReplyBody::Stream(s) => Pin::new(s).poll_frame(cx),
+            OutBody::Stream(s) => Pin::new(s).poll_frame(cx),
         }
     }
 
     fn is_end_stream(&self) -> bool {
         match self {
-            ReplyBody::Full(b) => b.is_end_stream(),
-            ReplyBody::Stream(s) => s.is_end_stream(),
+            OutBody::Full(b) => b.is_end_stream(),
+            OutBody::Stream(s) => s.is_end_stream(),
         }
     }
 
     fn size_hint(&self) -> SizeHint {
         match self {
-            ReplyBody::Full(b) => b.size_hint(),
-            ReplyBody::Stream(s) => s.size_hint(),
+            OutBody::Full(b) => b.size_hint(),
+            OutBody::Stream(s) => s.size_hint(),
         }
     }
 }
