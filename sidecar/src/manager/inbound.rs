@@ -533,10 +533,10 @@ async fn connection<S: SplitIo>(
                 streams,
             } => {
                 implicit_credit = implicit;
-                if let Some(w) = streams
+                if let Some(w) = streams.and_then(stream::peer_window)
                     && peer_window.is_none()
                 {
-                    peer_window = Some(stream::peer_window(w));
+                    peer_window = Some(w);
                     // Said only to a router that speaks streams: an older one would log it as
                     // unexpected. Nothing is pushed or released this way: the flags say so.
                     let _ = tx

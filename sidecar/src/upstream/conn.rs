@@ -517,7 +517,7 @@ pub async fn run<S: SplitIo>(
                 ..
             } => {
                 conn.peer_window
-                    .store(stream::peer_window(window), Ordering::Release);
+                    .store(stream::peer_window(window).unwrap_or(0), Ordering::Release);
             }
             Frame::Push(p) => match pushes {
                 Some(sink) => sink.deliver(&p),

@@ -20,17 +20,29 @@ pub(crate) trait Peer: Send + Sync + 'static {
 
 /// The per-stream window a sidecar takes from a peer (said in its HELLO).
 pub(crate) const WINDOW: u32 = switchyard_protocol::stream::DEFAULT_WINDOW;
-/// The most window this side believes of a peer: bounds the DATA frames of one stream that can wait
-/// in a connection's write queue (a peer's HELLO may say anything).
+/// The most window this side uses of a peer's: bounds the DATA frames of one stream that can wait
+/// in a connection's write queue (a peer's HELLO may say anything). Less than a peer allows is
+/// always safe; more never is, so a small window is taken as it is.
 pub(crate) const MAX_PEER_WINDOW: u32 = 1 << 20;
-/// The least: a window below one DATA frame would cut every chunk into slivers.
-pub(crate) const MIN_PEER_WINDOW: u32 = 16 * 1024;
 
-/// A peer's advertised window, as this side uses it.
-pub(crate) fn peer_window(said: u32) -> u32 {
-    said.clamp(MIN_PEER_WINDOW, MAX_PEER_WINDOW)
+/// A peer's advertised window, as this side uses it; `None` for 0, which could never send a byte.
+pub(crate) fn peer_window(said: u32) -> Option<u32> {
+    (said > 0).then(|| said.min(MAX_PEER_WINDOW))
 }
 
 /// DATA frames of one stream that can be queued at once under the largest peer window.
 pub(crate) const FRAMES_PER_STREAM: usize =
     MAX_PEER_WINDOW as usize / switchyard_protocol::stream::MAX_DATA + 2;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_peers_window_is_never_exceeded_and_zero_is_no_streams() {
+        assert_eq!(peer_window(0), None);
+        assert_eq!(peer_window(1), Some(1));
+        assert_eq!(peer_window(WINDOW), Some(WINDOW));
+        assert_eq!(peer_window(u32::MAX), Some(MAX_PEER_WINDOW));
+    }
+}
