@@ -76,6 +76,7 @@ impl Loop {
                         event: route.event.to_string(),
                         ce_id: String::new(),
                         traceparent: String::new(),
+                        tracestate: String::new(),
                         content_type: "application/json".to_owned(),
                         payload: Bytes::from_static(b"{}"),
                     }))

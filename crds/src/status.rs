@@ -10,6 +10,8 @@ pub const READY: &str = "Ready";
 pub const PROGRESSING: &str = "Progressing";
 /// Condition type: the spec cannot be realised, or a child failed.
 pub const DEGRADED: &str = "Degraded";
+/// Condition type of a durable Manager with scaling: its backlog is read from JetStream.
+pub const BACKLOG_READ: &str = "BacklogRead";
 
 /// Observed state of a Router.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -96,4 +98,8 @@ pub struct EventTypeStatus {
     /// 99th percentile latency in milliseconds, from the sidecars' load reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p99_ms: Option<f64>,
+    /// Events waiting in JetStream (durable delivery): pending plus delivered and not yet
+    /// acknowledged, as the operator last read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<i64>,
 }

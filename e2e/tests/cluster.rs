@@ -886,3 +886,215 @@ async fn kubectl_shows_printer_columns_and_explains_fields() -> Result<()> {
     );
     Ok(())
 }
+
+/// The nats-server version the tests run (`e2e/cluster/versions.env`), without its `v`.
+fn tested_nats_version() -> Result<String> {
+    let env =
+        std::fs::read_to_string(switchyard_e2e::repo_root().join("e2e/cluster/versions.env"))?;
+    env.lines()
+        .find_map(|l| l.strip_prefix("NATS_SERVER_VERSION="))
+        .map(|v| v.trim().trim_start_matches('v').to_owned())
+        .context("no NATS_SERVER_VERSION in versions.env")
+}
+
+fn operator_args(docs: &[Value]) -> Result<Vec<String>> {
+    Ok(strings(
+        &find(docs, "Deployment", RELEASE)?["spec"]["template"]["spec"]["containers"][0]["args"],
+    ))
+}
+
+#[tokio::test]
+async fn operator_chart_deploys_a_jetstream_cluster_or_points_at_one() -> Result<()> {
+    // Off by default: no NATS objects, no URL for the operator.
+    let plain = template("switchyard", &[]).await?;
+    ensure!(
+        !plain
+            .iter()
+            .any(|d| d["metadata"]["name"] == "switchyard-nats"),
+        "NATS objects without jetstream.enabled"
+    );
+    ensure!(
+        !operator_args(&plain)?
+            .iter()
+            .any(|a| a.starts_with("--jetstream")),
+        "a JetStream flag without JetStream"
+    );
+
+    // The chart's own 3-node cluster.
+    let docs = template("switchyard", &["--set", "jetstream.enabled=true"]).await?;
+    let sts = find(&docs, "StatefulSet", "switchyard-nats")?;
+    let spec = &sts["spec"];
+    ensure!(spec["replicas"] == 3 && spec["serviceName"] == "switchyard-nats");
+    ensure!(spec["podManagementPolicy"] == "Parallel");
+    let pod = &spec["template"]["spec"];
+    let image = pod["containers"][0]["image"].as_str().unwrap_or_default();
+    ensure!(
+        image == format!("nats:{}-alpine", tested_nats_version()?),
+        "the image {image} is not the nats-server version the tests run"
+    );
+    ensure!(pod["securityContext"]["runAsNonRoot"] == true);
+    ensure!(
+        spec["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "10Gi",
+        "claims: {}",
+        spec["volumeClaimTemplates"]
+    );
+    let svc = find(&docs, "Service", "switchyard-nats")?;
+    ensure!(svc["spec"]["clusterIP"] == "None" && svc["spec"]["publishNotReadyAddresses"] == true);
+    let pdb = find(&docs, "PodDisruptionBudget", "switchyard-nats")?;
+    ensure!(pdb["spec"]["maxUnavailable"] == 1, "pdb: {pdb}");
+    let conf = find(&docs, "ConfigMap", "switchyard-nats")?["data"]["nats.conf"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    let routes: Vec<String> = (0..3)
+        .map(|i| format!("nats://switchyard-nats-{i}.switchyard-nats.{SYSTEM_NAMESPACE}.svc:6222"))
+        .collect();
+    for r in &routes {
+        ensure!(conf.contains(r.as_str()), "no route {r} in:\n{conf}");
+    }
+    let urls: Vec<String> = (0..3)
+        .map(|i| format!("nats://switchyard-nats-{i}.switchyard-nats.{SYSTEM_NAMESPACE}.svc:4222"))
+        .collect();
+    let args = operator_args(&docs)?;
+    ensure!(
+        args.contains(&format!("--jetstream-url={}", urls.join(",")))
+            && args.contains(&"--jetstream-replicas=3".to_owned()),
+        "operator args: {args:?}"
+    );
+    // Without persistence, an emptyDir store.
+    let docs = template(
+        "switchyard",
+        &[
+            "--set",
+            "jetstream.enabled=true,jetstream.persistence.enabled=false",
+        ],
+    )
+    .await?;
+    let spec = &find(&docs, "StatefulSet", "switchyard-nats")?["spec"];
+    ensure!(spec["volumeClaimTemplates"].is_null());
+    let volumes = spec["template"]["spec"]["volumes"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    ensure!(
+        volumes
+            .iter()
+            .any(|v| v["name"] == "data" && v["emptyDir"].is_object()),
+        "volumes: {volumes:?}"
+    );
+
+    // An existing JetStream: only the URL.
+    let docs = template(
+        "switchyard",
+        &["--set", "jetstream.url=nats://nats.nats.svc:4222"],
+    )
+    .await?;
+    ensure!(!docs.iter().any(|d| d["kind"] == "StatefulSet"));
+    let args = operator_args(&docs)?;
+    ensure!(
+        args.contains(&"--jetstream-url=nats://nats.nats.svc:4222".to_owned())
+            && args.contains(&"--jetstream-replicas=1".to_owned()),
+        "operator args: {args:?}"
+    );
+    // Both, or a URL that is not NATS: refused, naming the problem.
+    for (set, says) in [
+        (
+            "jetstream.enabled=true,jetstream.url=nats://x:4222",
+            "set one of them",
+        ),
+        ("jetstream.url=http://x:4222", "/jetstream/url"),
+    ] {
+        let out = Cmd::helm_offline()
+            .args(["template", RELEASE])
+            .arg(charts_dir().join("switchyard"))
+            .args(["--set", set])
+            .output()
+            .await?;
+        ensure!(
+            !out.success() && out.stderr.contains(says),
+            "{set}: {}",
+            out.stderr
+        );
+    }
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_release_with_jetstream_installs_its_nats_cluster() -> Result<()> {
+    let c = cluster().await?;
+    let client = c.client().await?;
+    let ns = TestNamespace::create(c, "natschart").await?;
+    let release = "sy-nats";
+    c.helm()
+        .args(["upgrade", "--install", release])
+        .arg(charts_dir().join("switchyard"))
+        .args(["--namespace", &ns.name])
+        // No operator pods and no store claims: kwok nodes run no containers and the test cluster
+        // has no volume provisioner; what is checked is what the API server takes and schedules.
+        .args([
+            "--set",
+            "replicaCount=0,meshTLS.enabled=false,jetstream.enabled=true,jetstream.persistence.enabled=false",
+        ])
+        .args(["--wait=false"])
+        .timeout(std::time::Duration::from_secs(180))
+        .ok()
+        .await
+        .context("helm install of the operator chart with jetstream.enabled")?;
+    let result = async {
+        let name = "sy-nats-switchyard-nats";
+        let pods = Api::<Pod>::namespaced(client.clone(), &ns.name);
+        switchyard_e2e::eventually(
+            "the 3 NATS pods scheduled on kwok nodes",
+            switchyard_e2e::timeout(),
+            || async {
+                let list = pods
+                    .list(&ListParams::default().labels("app.kubernetes.io/name=switchyard-nats"))
+                    .await?;
+                let mut names: Vec<String> = list
+                    .items
+                    .iter()
+                    .filter(|p| {
+                        p.spec
+                            .as_ref()
+                            .and_then(|s| s.node_name.as_deref())
+                            .is_some_and(|n| n.starts_with("kwok-node-"))
+                    })
+                    .map(|p| p.metadata.name.clone().unwrap_or_default())
+                    .collect();
+                names.sort();
+                let want: Vec<String> = (0..3).map(|i| format!("{name}-{i}")).collect();
+                ensure!(names == want, "scheduled: {names:?}");
+                Ok(())
+            },
+        )
+        .await?;
+        let svc = Api::<Service>::namespaced(client.clone(), &ns.name)
+            .get(name)
+            .await?;
+        ensure!(svc.spec.and_then(|s| s.cluster_ip).as_deref() == Some("None"));
+        Api::<k8s_openapi::api::policy::v1::PodDisruptionBudget>::namespaced(
+            client.clone(),
+            &ns.name,
+        )
+        .get(name)
+        .await
+        .context("the NATS PodDisruptionBudget")?;
+        anyhow::Ok(())
+    }
+    .await;
+    let uninstalled = c
+        .helm()
+        .args([
+            "uninstall",
+            release,
+            "--namespace",
+            &ns.name,
+            "--wait=false",
+        ])
+        .timeout(std::time::Duration::from_secs(120))
+        .ok()
+        .await;
+    result?;
+    uninstalled?;
+    Ok(())
+}

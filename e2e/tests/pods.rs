@@ -836,6 +836,8 @@ async fn plain_frames(addr: SocketAddr) -> Result<Vec<String>> {
         takes_pushes: false,
         implicit_credit: true,
         releases_credit: false,
+        streams: None,
+        reads_tracestate: true,
     };
     let request = Frame::Request(Request {
         id: 1,
@@ -844,6 +846,7 @@ async fn plain_frames(addr: SocketAddr) -> Result<Vec<String>> {
         event: "noop".into(),
         ce_id: "e2e-plain-1".into(),
         traceparent: String::new(),
+        tracestate: String::new(),
         content_type: "application/json".into(),
         payload: bytes::Bytes::from_static(b"{}"),
     });

@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod apply;
 pub mod autoscale;
+pub mod backlog;
 pub mod conditions;
 pub mod context;
 pub mod control_plane;

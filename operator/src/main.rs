@@ -16,7 +16,7 @@ use switchyard_operator::metrics::Metrics;
 use switchyard_operator::render::RenderSettings;
 use switchyard_operator::render::identity::MeshRender;
 use switchyard_operator::settings::{self, Settings};
-use switchyard_operator::{autoscale, control_plane, controller, telemetry};
+use switchyard_operator::{autoscale, backlog, control_plane, controller, telemetry};
 use tokio::sync::watch;
 
 #[tokio::main]
@@ -210,6 +210,12 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
                     identity_url: url.clone(),
                     trust_bundle: m.trust_pem(),
                 }),
+            jetstream: settings.jetstream_url.as_ref().map(|url| {
+                switchyard_protocol::durable::JetStreamConfig {
+                    url: url.clone(),
+                    replicas: settings.jetstream_replicas,
+                }
+            }),
         },
         identity,
         settings.watch_namespaces.clone(),
@@ -236,10 +242,32 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         }
     };
     let end = futures::future::FutureExt::shared(Box::pin(end));
-    // The autoscaler writes replicas, so like the controllers it runs on the leader only.
+    // The autoscaler writes replicas, so like the controllers it runs on the leader only; so does
+    // the backlog reader that feeds it (one read of each consumer, not one per replica).
+    let backlogs = settings
+        .jetstream_url
+        .as_ref()
+        .map(|_| Arc::new(backlog::Backlogs::new(settings.backlog_interval)));
+    let reading = {
+        let (ctx, backlogs, end) = (ctx.clone(), backlogs.clone(), end.clone());
+        let managers = caches.managers.clone();
+        let url = settings.jetstream_url.clone();
+        let (interval, timeout) = (settings.backlog_interval, settings.backlog_timeout);
+        async move {
+            if let (Some(book), Some(url)) = (backlogs, url) {
+                let s = backlog::Settings {
+                    url,
+                    interval,
+                    timeout,
+                };
+                backlog::run(ctx, book, managers, s, end).await;
+            }
+        }
+    };
     futures::join!(
         controller::run(ctx.clone(), end.clone()),
-        autoscale::run(ctx, loads, caches.managers.clone(), end)
+        autoscale::run(ctx, loads, backlogs, caches.managers.clone(), end.clone()),
+        reading
     );
 
     if *lost_rx.borrow() {

@@ -49,6 +49,15 @@ pub struct Metrics {
     certificates: Family<KindLabels, Counter>,
     identity_refused: Family<ReasonLabels, Counter>,
     cp_refused: Family<ReasonLabels, Counter>,
+    backlog_reads: Family<ResultLabels, Counter>,
+    backlog_read: Histogram,
+}
+
+/// Labels of the backlog read counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ResultLabels {
+    /// `ok`, `timeout` or `error`.
+    pub result: &'static str,
 }
 
 /// Labels of the certificates counter and of the forwarding counter.
@@ -209,8 +218,23 @@ impl Default for Metrics {
             "Control-plane calls and messages refused (unauthenticated, another pod's or Router's, oversized, out of bounds), by reason",
             cp_refused.clone(),
         );
+        let backlog_reads = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "backlog_reads",
+            "Reads of a durable Manager's backlog from JetStream, by result (ok, timeout, error)",
+            backlog_reads.clone(),
+        );
+        // 1 ms to about 4 s: a read is bounded by its timeout.
+        let backlog_read = Histogram::new(exponential_buckets(0.001, 2.0, 13));
+        registry.register(
+            "backlog_read_seconds",
+            "Time to read one durable Manager's backlog from JetStream",
+            backlog_read.clone(),
+        );
         Metrics {
             registry,
+            backlog_reads,
+            backlog_read,
             certificates,
             identity_refused,
             cp_refused,
@@ -313,6 +337,14 @@ impl Metrics {
     /// Records how long the status writes after a tick took.
     pub fn autoscale_status_writes(&self, took: Duration) {
         self.autoscale_status_writes.observe(took.as_secs_f64());
+    }
+
+    /// Counts one backlog read of a Manager (`ok`, `timeout`, `error`) and how long it took.
+    pub fn backlog_read(&self, result: &'static str, took: Duration) {
+        self.backlog_reads
+            .get_or_create(&ResultLabels { result })
+            .inc();
+        self.backlog_read.observe(took.as_secs_f64());
     }
 
     /// Records how long an autoscaler tick took.

@@ -97,6 +97,49 @@ pub struct Settings {
         value_parser = Scope::parse
     )]
     pub watch_namespaces: Scope,
+    /// NATS URL(s) of the JetStream servers, comma-separated (`nats://a:4222,nats://b:4222`): given
+    /// to the sidecars of durable Managers (and of Managers publishing to durable types), and read
+    /// by the leader for each durable Manager's backlog, which its autoscaler counts as queued.
+    /// Unset: durable delivery has no servers in this cluster.
+    #[arg(long, env = "SWITCHYARD_JETSTREAM_URL", value_parser = jetstream_url)]
+    pub jetstream_url: Option<String>,
+    /// Replicas of each stream the sidecars create (3 on the chart's 3-node cluster).
+    #[arg(long, env = "SWITCHYARD_JETSTREAM_REPLICAS", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=5))]
+    pub jetstream_replicas: u8,
+    /// How often the leader reads each durable Manager's backlog from JetStream, e.g. `2s`.
+    #[arg(long, env = "SWITCHYARD_BACKLOG_INTERVAL", default_value = "2s", value_parser = backlog_duration)]
+    pub backlog_interval: Duration,
+    /// How long one Manager's backlog read may take before it counts as failed, e.g. `1s`.
+    #[arg(long, env = "SWITCHYARD_BACKLOG_TIMEOUT", default_value = "1s", value_parser = backlog_duration)]
+    pub backlog_timeout: Duration,
+}
+
+/// Checks a NATS URL list: each entry `nats://host[:port]` (or `tls://`), none empty.
+fn jetstream_url(text: &str) -> Result<String, String> {
+    let urls: Vec<&str> = text.split(',').map(str::trim).collect();
+    for u in &urls {
+        let Some((scheme, rest)) = u.split_once("://") else {
+            return Err(format!(
+                "{u:?} is not a NATS URL like nats://nats.switchyard-system.svc:4222"
+            ));
+        };
+        if !matches!(scheme, "nats" | "tls") || rest.is_empty() || rest.starts_with(':') {
+            return Err(format!(
+                "{u:?} is not a NATS URL like nats://nats.switchyard-system.svc:4222 (scheme nats:// or tls://, and a host)"
+            ));
+        }
+    }
+    Ok(urls.join(","))
+}
+
+/// Parses a backlog interval or timeout: between 100 ms and 5 min.
+fn backlog_duration(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration like 2s or 500ms: {e}"))?;
+    if d < Duration::from_millis(100) || d > Duration::from_secs(300) {
+        return Err(format!("{text:?} is not between 100ms and 5m"));
+    }
+    Ok(d)
 }
 
 /// Parses a certificate lifetime: a duration between 10 s and 30 days.
@@ -219,6 +262,42 @@ mod tests {
         assert_eq!(s.peer_url(), Ok(Some("http://127.0.0.1:9000".into())));
         let s = parse(&["--control-plane-addr", "0.0.0.0:7443"]);
         assert_eq!(s.peer_url(), Ok(None));
+    }
+
+    #[test]
+    fn jetstream_settings_are_checked() {
+        let s = parse(&[]);
+        assert_eq!(s.jetstream_url, None);
+        assert_eq!(s.backlog_interval, Duration::from_secs(2));
+        assert_eq!(s.backlog_timeout, Duration::from_secs(1));
+        let s = parse(&[
+            "--jetstream-url",
+            "nats://a:4222, nats://b:4222",
+            "--jetstream-replicas",
+            "3",
+            "--backlog-interval",
+            "500ms",
+        ]);
+        assert_eq!(
+            s.jetstream_url.as_deref(),
+            Some("nats://a:4222,nats://b:4222")
+        );
+        assert_eq!(s.jetstream_replicas, 3);
+        assert_eq!(s.backlog_interval, Duration::from_millis(500));
+        for bad in [
+            &["--jetstream-url", "a:4222"][..],
+            &["--jetstream-url", "http://a:4222"],
+            &["--jetstream-url", "nats://a:4222,"],
+            &["--jetstream-replicas", "0"],
+            &["--backlog-timeout", "1ms"],
+        ] {
+            let mut all = vec!["switchyard-operator"];
+            all.extend_from_slice(bad);
+            let e = Settings::try_parse_from(all)
+                .expect_err("refused")
+                .to_string();
+            assert!(e.contains(bad[0]), "{bad:?}: {e}");
+        }
     }
 
     #[test]

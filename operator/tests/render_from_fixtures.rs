@@ -17,6 +17,7 @@ fn settings() -> RenderSettings {
         sidecar_image: SIDECAR.into(),
         control_plane_url: None,
         mesh: None,
+        jetstream: None,
     }
 }
 
@@ -565,5 +566,34 @@ fn with_mesh_tls_every_sidecar_gets_a_projected_token_the_identity_url_and_the_t
             .data
             .as_ref()
             .is_some_and(|d| !d.contains_key("ca.crt"))
+    );
+}
+
+#[test]
+fn durable_managers_get_the_jetstream_servers_and_need_them() {
+    let (router, mut manager) = quickstart();
+    // Direct delivery: no JetStream in the config, whatever the operator has.
+    let js = switchyard_protocol::durable::JetStreamConfig {
+        url: "nats://nats.switchyard-system.svc:4222".into(),
+        replicas: 3,
+    };
+    let with = RenderSettings {
+        jetstream: Some(js.clone()),
+        ..settings()
+    };
+    let config = |s: &RenderSettings, m: &Manager| -> Result<ManagerConfig, String> {
+        let built = render::manager::build(m, Some(&router), s).map_err(|e| e.to_string())?;
+        let data = built.config_map.data.expect("data");
+        Ok(serde_json::from_str(&data[switchyard_protocol::config::FILE_NAME]).expect("config"))
+    };
+    assert_eq!(config(&with, &manager).expect("renders").jetstream, None);
+    manager.spec.delivery = switchyard_crds::manager::DeliveryMode::Durable;
+    let c = config(&with, &manager).expect("renders");
+    assert_eq!(c.jetstream, Some(js));
+    assert!(!c.durable_events.is_empty());
+    let e = config(&settings(), &manager).expect_err("durable without a server");
+    assert!(
+        e.contains("no JetStream server") && e.contains("jetstream.url"),
+        "{e}"
     );
 }

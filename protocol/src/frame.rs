@@ -3,11 +3,14 @@
 //! Wire format (all integers big-endian):
 //! ```text
 //! frame   := len:u32 kind:u8 flags:u8 id:u64 body        (len counts everything after itself)
-//! REQUEST  body := deadline_ms:u32 event:str8 ce_id:str8 traceparent:str8 content_type:str8 payload
+//! REQUEST  body := deadline_ms:u32 event:str8 ce_id:str8 traceparent:str8 [tracestate:str16]
+//!                  content_type:str8 payload
 //!                                          flags bit 0: fire-and-forget (no answer body is awaited)
 //!                                          flags bit 1: acknowledge: a RESPONSE 202 once the manager
 //!                                          admitted it to its queue (or its refusal, 503), then a second
 //!                                          RESPONSE, empty, carrying the credit, once it is done
+//!                                          flags bit 6: the tracestate field is there (only to a
+//!                                          peer whose HELLO has bit 6; `crate::tracestate`)
 //! RESPONSE body := status:u16 queue_us:u32 app_us:u32 content_type:str8 payload
 //!                                          flags bit 0: the answer also returns its request's credit
 //!                                          flags bit 1: the manager sidecar answered, not the app
@@ -16,24 +19,32 @@
 //! CREDIT   body := credits:u32             the manager grants that many more requests
 //! PING/PONG body := nonce:u64              heartbeats
 //! GOAWAY   body := reason (rest, UTF-8)    the peer drains: no new requests on this connection
-//! PUSH     body := event:str8 traceparent:str8 content_type:str8 payload
+//! PUSH     body := event:str8 traceparent:str8 [tracestate:str16] content_type:str8 payload
 //!                                          manager -> router: an event for WebSocket subscribers
+//!                                          flags bit 6: the tracestate field is there, as on REQUEST
 //! HELLO    body := (empty); flags bit 0: the sender takes PUSH frames
 //!                                          flags bit 1: the sender counts a flagged RESPONSE as a credit
 //!                                          flags bit 2: the sender answers RECLAIM with RELEASE
-//!                                          first frame of the connecting side
-//!          flags bit 3: the sender speaks streams; then body := window:u32 (DATA bytes it takes
-//!                                          per stream before it returns window); sent by both sides
+//!                                          flags bit 3: the sender speaks streams; then body := window:u32
+//!                                          (DATA bytes it takes per stream before it returns window)
+//!                                          flags bit 6: the sender reads the tracestate field
+//!                                          first frame of the connecting side; the accepting side
+//!                                          reads it, then answers with one HELLO of its own (bit 6,
+//!                                          and bit 3 with its window if the peer offered streams)
+//!                                          before its first CREDIT, only to a peer whose HELLO had
+//!                                          bit 3 or 6 (an older one would not expect it)
 //! RECLAIM  body := credits:u32             manager -> sender: give back up to that many unused credits
 //! RELEASE  body := credits:u32             sender -> manager: that many credits given back (maybe 0),
 //!                                          the answer to a RECLAIM
 //! DATA, TRAILERS, RESET, WINDOW (kinds 12-15): streamed bodies, see `crate::stream`; REQUEST and
 //!                                          RESPONSE flags bit 7 (MORE): the body continues in DATA
 //! str8    := len:u8 bytes (UTF-8)
+//! str16   := len:u16 bytes (UTF-8)
 //! ```
 //! Pure: no I/O. [`FrameCodec`] plugs it into `tokio_util::codec::Framed`.
 
 use crate::stream::{self, Data, Reset, Trailers};
+use crate::tracestate;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::fmt;
 
@@ -65,6 +76,15 @@ pub const FLAG_RELEASES_CREDIT: u8 = 0x04;
 /// Flag on a HELLO: the sender speaks streams (DATA, TRAILERS, RESET, WINDOW and MORE on heads); the
 /// HELLO's body then says its per-stream window. A peer without it gets whole bodies only.
 pub const FLAG_STREAMS: u8 = 0x08;
+/// Flag on a REQUEST or PUSH: a `tracestate:str16` follows the traceparent (set by the encoder when
+/// the frame carries one). Older sidecars do not read it, so only a peer whose HELLO carried
+/// [`FLAG_READS_TRACESTATE`] is sent a frame with it; a frame without it is the older encoding.
+pub const FLAG_TRACESTATE: u8 = 0x40;
+/// Flag on a HELLO: the sender reads [`FLAG_TRACESTATE`] frames. The accepting side reads the
+/// connecting side's HELLO and answers with its own before its first CREDIT, so the connecting side
+/// knows before its first REQUEST; a peer whose HELLO had neither this nor [`FLAG_STREAMS`] (an
+/// older version, which would log it as unexpected) gets no HELLO, and so never a tracestate.
+pub const FLAG_READS_TRACESTATE: u8 = 0x40;
 /// Flag on a RESPONSE: the answer also returns its request's credit (no CREDIT frame follows for it).
 /// Only sent to a peer whose HELLO carried [`FLAG_IMPLICIT_CREDIT`].
 pub const FLAG_RETURNS_CREDIT: u8 = 0x01;
@@ -130,6 +150,8 @@ pub enum Frame {
         releases_credit: bool,
         /// The per-stream window the sender takes, when it speaks streams ([`FLAG_STREAMS`]).
         streams: Option<u32>,
+        /// Whether the sender reads a tracestate ([`FLAG_READS_TRACESTATE`]).
+        reads_tracestate: bool,
     },
     /// A chunk of a stream's body.
     Data(Data),
@@ -168,6 +190,8 @@ pub struct Push {
     pub event: String,
     /// W3C traceparent of the publisher, empty when none.
     pub traceparent: String,
+    /// W3C tracestate of the publisher, empty when none (`crate::tracestate`).
+    pub tracestate: String,
     /// Media type of the payload.
     pub content_type: String,
     /// The event data.
@@ -189,6 +213,8 @@ pub struct Request {
     pub ce_id: String,
     /// W3C traceparent, empty when none.
     pub traceparent: String,
+    /// W3C tracestate, empty when none (`crate::tracestate`).
+    pub tracestate: String,
     /// Media type of the payload.
     pub content_type: String,
     /// The event data.
@@ -311,7 +337,7 @@ fn need(src: &Bytes, n: usize, field: &'static str) -> Result<(), FrameError> {
 /// Largest payload a REQUEST can carry within a frame of `max` bytes, with its string fields as
 /// long as they may be: what an edge may admit without the frame being refused later.
 pub fn max_payload(max: usize) -> usize {
-    max.saturating_sub(FIXED + 4 + 4 * 256)
+    max.saturating_sub(FIXED + 4 + 4 * 256 + 2 + tracestate::MAX_LEN)
 }
 
 /// Checks that `frame` encodes, and within `max` bytes (what the peer's decoder accepts), without
@@ -325,6 +351,7 @@ pub fn check(frame: &Frame, max: usize) -> Result<(), FrameError> {
         Frame::Push(p) => {
             str8_len(&p.event, "event")?
                 + str8_len(&p.traceparent, "traceparent")?
+                + tracestate::wire_len(&p.tracestate)
                 + str8_len(&p.content_type, "content_type")?
                 + p.payload.len()
         }
@@ -364,6 +391,7 @@ impl Request {
         Ok(4 + str8_len(&self.event, "event")?
             + str8_len(&self.ce_id, "ce_id")?
             + str8_len(&self.traceparent, "traceparent")?
+            + tracestate::wire_len(&self.tracestate)
             + str8_len(&self.content_type, "content_type")?
             + self.payload.len())
     }
@@ -410,12 +438,13 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
                     + r.payload.len(),
             );
             dst.put_u8(kind::REQUEST);
-            dst.put_u8(r.flags);
+            dst.put_u8(r.flags & !FLAG_TRACESTATE | tracestate::flag(&r.tracestate));
             dst.put_u64(r.id);
             dst.put_u32(r.deadline_ms);
             put_str8(dst, &r.event, "event")?;
             put_str8(dst, &r.ce_id, "ce_id")?;
             put_str8(dst, &r.traceparent, "traceparent")?;
+            tracestate::put(dst, &r.tracestate);
             put_str8(dst, &r.content_type, "content_type")?;
             dst.put_slice(&r.payload);
         }
@@ -476,6 +505,7 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             implicit_credit,
             releases_credit,
             streams,
+            reads_tracestate,
         } => {
             let mut flags = 0;
             if *takes_pushes {
@@ -489,6 +519,9 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             }
             if streams.is_some() {
                 flags |= FLAG_STREAMS;
+            }
+            if *reads_tracestate {
+                flags |= FLAG_READS_TRACESTATE;
             }
             dst.put_u8(kind::HELLO);
             dst.put_u8(flags);
@@ -532,10 +565,11 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
                     + p.payload.len(),
             );
             dst.put_u8(kind::PUSH);
-            dst.put_u8(0);
+            dst.put_u8(tracestate::flag(&p.tracestate));
             dst.put_u64(0);
             put_str8(dst, &p.event, "event")?;
             put_str8(dst, &p.traceparent, "traceparent")?;
+            tracestate::put(dst, &p.tracestate);
             put_str8(dst, &p.content_type, "content_type")?;
             dst.put_slice(&p.payload);
         }
@@ -577,14 +611,16 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
             let event = get_str8(&mut body, "event")?;
             let ce_id = get_str8(&mut body, "ce_id")?;
             let traceparent = get_str8(&mut body, "traceparent")?;
+            let tracestate = tracestate::get(&mut body, flags)?;
             let content_type = get_str8(&mut body, "content_type")?;
             Frame::Request(Request {
                 id,
-                flags,
+                flags: flags & !FLAG_TRACESTATE,
                 deadline_ms,
                 event,
                 ce_id,
                 traceparent,
+                tracestate,
                 content_type,
                 payload: body,
             })
@@ -632,10 +668,12 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
         kind::PUSH => {
             let event = get_str8(&mut body, "event")?;
             let traceparent = get_str8(&mut body, "traceparent")?;
+            let tracestate = tracestate::get(&mut body, flags)?;
             let content_type = get_str8(&mut body, "content_type")?;
             Frame::Push(Push {
                 event,
                 traceparent,
+                tracestate,
                 content_type,
                 payload: body,
             })
@@ -650,6 +688,7 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
             } else {
                 None
             },
+            reads_tracestate: flags & FLAG_READS_TRACESTATE != 0,
         },
         stream::kind::DATA => Frame::Data(Data::decode(id, flags, body)),
         stream::kind::TRAILERS => Frame::Trailers(Trailers::decode(id, flags, body)?),
@@ -741,6 +780,7 @@ mod tests {
             event: "orders.create".into(),
             ce_id: "abc".into(),
             traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+            tracestate: String::new(),
             content_type: "application/json".into(),
             payload: Bytes::copy_from_slice(payload),
         })
@@ -781,17 +821,19 @@ mod tests {
         roundtrip(Frame::GoAway {
             reason: "draining".into(),
         });
-        for bits in 0..8u8 {
+        for bits in 0..32u8 {
             roundtrip(Frame::Hello {
                 takes_pushes: bits & 1 != 0,
                 implicit_credit: bits & 2 != 0,
                 releases_credit: bits & 4 != 0,
-                streams: None,
+                streams: (bits & 16 != 0).then_some(65_536),
+                reads_tracestate: bits & 8 != 0,
             });
         }
         roundtrip(Frame::Push(Push {
             event: "prices.tick".into(),
             traceparent: String::new(),
+            tracestate: String::new(),
             content_type: "application/json".into(),
             payload: Bytes::from_static(b"{\"price\":3}"),
         }));
@@ -870,6 +912,7 @@ mod tests {
                 implicit_credit: false,
                 releases_credit: false,
                 streams: None,
+                reads_tracestate: false,
             }))
         );
         // An old router ignores RESPONSE flags, which is why a manager sets the bit only after the
@@ -937,7 +980,8 @@ mod tests {
                 takes_pushes: true,
                 implicit_credit: true,
                 releases_credit: true,
-                streams: None,
+                streams: Some(65_536),
+                reads_tracestate: true,
             },
         ];
         for f in frames {
@@ -970,6 +1014,7 @@ mod tests {
         r.event = "e".repeat(255);
         r.ce_id = "c".repeat(255);
         r.traceparent = "t".repeat(255);
+        r.tracestate = format!("a={},b={}", "x".repeat(254), "y".repeat(253));
         r.content_type = "j".repeat(255);
         assert_eq!(check(&Frame::Request(r), 4096), Ok(()));
     }

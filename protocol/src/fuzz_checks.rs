@@ -79,6 +79,7 @@ mod tests {
                 event: "e".into(),
                 ce_id: "c".into(),
                 traceparent: "t".into(),
+                tracestate: "a=1,b@c=d".into(),
                 content_type: "application/json".into(),
                 payload: Bytes::from_static(b"{}"),
             }),
@@ -105,10 +106,12 @@ mod tests {
                 implicit_credit: true,
                 releases_credit: true,
                 streams: None,
+                reads_tracestate: true,
             },
             Frame::Push(Push {
                 event: "p".into(),
                 traceparent: String::new(),
+                tracestate: String::new(),
                 content_type: "application/json".into(),
                 payload: Bytes::from_static(b"[1]"),
             }),
@@ -117,6 +120,7 @@ mod tests {
                 implicit_credit: true,
                 releases_credit: false,
                 streams: Some(65536),
+                reads_tracestate: true,
             },
             Frame::Data(Data {
                 id: 8,

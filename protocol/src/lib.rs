@@ -12,6 +12,7 @@ pub mod labels;
 pub mod path_template;
 pub mod ports;
 pub mod stream;
+pub mod tracestate;
 
 /// The router's client-facing gRPC API (`proto/switchyard/v1/gateway.proto`) and the manager's local
 /// API for the app (`local_api.proto`).

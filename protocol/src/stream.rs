@@ -316,6 +316,7 @@ mod tests {
                 implicit_credit: true,
                 releases_credit: false,
                 streams,
+                reads_tracestate: true,
             });
         }
     }
@@ -344,10 +345,18 @@ mod tests {
             event: "upload".into(),
             ce_id: "c".into(),
             traceparent: String::new(),
+            tracestate: "a=1".into(),
             content_type: "application/octet-stream".into(),
             payload: Bytes::from_static(b"first"),
         };
         assert!(req.more());
+        // MORE (bit 7) and the tracestate flag (bit 6) sit side by side on one head.
+        let mut buf = BytesMut::new();
+        encode(&Frame::Request(req.clone()), &mut buf).expect("encodes");
+        assert_eq!(
+            buf[5],
+            FLAG_MORE | crate::frame::FLAG_TRACESTATE | crate::frame::FLAG_NO_REPLY
+        );
         roundtrip(Frame::Request(req));
     }
 
@@ -456,6 +465,7 @@ mod tests {
                 implicit_credit: true,
                 releases_credit: true,
                 streams: Some(DEFAULT_WINDOW),
+                reads_tracestate: false,
             },
             &mut buf,
         )

@@ -1,7 +1,46 @@
-//! W3C `traceparent`: kept from the client when valid, otherwise started here, and carried to the app.
+//! W3C `traceparent`: kept from the client when valid, otherwise started here, and carried to the app;
+//! with it the client's `tracestate` (`switchyard_protocol::tracestate`), when the traceparent is kept.
 
 /// The header name.
 pub const HEADER: &str = "traceparent";
+
+/// The `tracestate` header name.
+pub const TRACESTATE: &str = switchyard_protocol::tracestate::HEADER;
+
+/// The client's `tracestate` (its header lines `lines`) to carry with its `traceparent`: dropped
+/// when that traceparent is not kept, as W3C says (a tracestate belongs to the trace it came with),
+/// and when it is invalid.
+pub fn tracestate<'a>(
+    traceparent: Option<&[u8]>,
+    lines: impl IntoIterator<Item = &'a [u8]>,
+) -> String {
+    match traceparent.and_then(|v| std::str::from_utf8(v).ok()) {
+        Some(v) if is_valid(v.trim()) => switchyard_protocol::tracestate::accept(lines),
+        _ => String::new(),
+    }
+}
+
+/// [`tracestate`] of the `tracestate` lines in `headers`.
+pub fn tracestate_in(traceparent: Option<&[u8]>, headers: &http::HeaderMap) -> String {
+    tracestate(
+        traceparent,
+        headers
+            .get_all(TRACESTATE)
+            .iter()
+            .map(http::HeaderValue::as_bytes),
+    )
+}
+
+/// [`tracestate`] of the `tracestate` entries in gRPC metadata `meta`.
+pub fn tracestate_in_meta(
+    traceparent: Option<&[u8]>,
+    meta: &tonic::metadata::MetadataMap,
+) -> String {
+    tracestate(
+        traceparent,
+        meta.get_all(TRACESTATE).iter().map(|v| v.as_bytes()),
+    )
+}
 
 /// Returns the client's traceparent when it is well formed, otherwise a new sampled root one.
 pub fn extract_or_new(value: Option<&[u8]>) -> String {
@@ -59,5 +98,15 @@ mod tests {
             assert!(is_valid(&got), "{got}");
         }
         assert!(is_valid(&extract_or_new(None)));
+    }
+
+    #[test]
+    fn tracestate_goes_with_a_kept_traceparent_only() {
+        let good = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let lines = [&b"a=1"[..], b" b=2"];
+        assert_eq!(tracestate(Some(good.as_bytes()), lines), "a=1,b=2");
+        assert_eq!(tracestate(Some(b"00-0-0-01"), lines), "");
+        assert_eq!(tracestate(None, lines), "");
+        assert_eq!(tracestate(Some(good.as_bytes()), [&b"A=1"[..]]), "");
     }
 }

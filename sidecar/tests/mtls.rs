@@ -178,6 +178,7 @@ fn noop(id: u64) -> Frame {
         event: "slowish".into(),
         ce_id: format!("mtls-{id}"),
         traceparent: String::new(),
+        tracestate: String::new(),
         content_type: "application/json".into(),
         payload: Bytes::from_static(b"{}"),
     })
@@ -189,6 +190,7 @@ fn hello() -> Frame {
         implicit_credit: true,
         releases_credit: false,
         streams: None,
+        reads_tracestate: true,
     }
 }
 
@@ -300,8 +302,16 @@ async fn requests_cross_mtls_over_one_handshake_and_hostile_peers_are_refused() 
     let s = mesh.tls_client(Some(edge)).await.unwrap();
     let mut conn = Framed::new(s, FrameCodec::default());
     conn.send(hello()).await.unwrap();
+    assert!(matches!(
+        conn.next().await,
+        Some(Ok(Frame::Hello {
+            reads_tracestate: true,
+            streams: None,
+            ..
+        }))
+    ));
     let Some(Ok(Frame::Credit { credits })) = conn.next().await else {
-        panic!("the first frame is the grant");
+        panic!("the grant follows the manager's HELLO");
     };
     for id in 1..=u64::from(credits) + 1 {
         conn.feed(noop(id)).await.unwrap();
@@ -473,6 +483,14 @@ async fn certificates_renewed_under_load_lose_no_request() {
     let s = mesh.tls_client(Some(edge)).await.unwrap();
     let mut conn = Framed::new(s, FrameCodec::default());
     conn.send(hello()).await.unwrap();
+    assert!(matches!(
+        conn.next().await,
+        Some(Ok(Frame::Hello {
+            reads_tracestate: true,
+            streams: None,
+            ..
+        }))
+    ));
     assert!(matches!(conn.next().await, Some(Ok(Frame::Credit { .. }))));
     let value: Value = mesh.client.get(&mesh.url("/noop")).await.unwrap().json();
     assert_eq!(value, json!({}));

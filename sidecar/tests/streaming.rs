@@ -492,6 +492,7 @@ fn raw_request(id: u64, event: &str, content_type: &str, payload: Bytes) -> RawF
         event: event.into(),
         ce_id: format!("old-{id}"),
         traceparent: String::new(),
+        tracestate: String::new(),
         content_type: content_type.into(),
         payload,
     })
@@ -504,12 +505,13 @@ async fn a_router_of_the_previous_version_gets_whole_answers_and_no_hello() {
         .await
         .unwrap();
     let mut conn = tokio_util::codec::Framed::new(stream, FrameCodec::default());
-    // The previous version's HELLO: no STREAMS bit, no window.
+    // The previous version's HELLO: no STREAMS bit, no window, no tracestate bit.
     conn.send(RawFrame::Hello {
         takes_pushes: false,
         implicit_credit: true,
         releases_credit: false,
         streams: None,
+        reads_tracestate: false,
     })
     .await
     .unwrap();

@@ -13,6 +13,7 @@ fn request(size: usize) -> Frame {
         event: "orders.created".to_owned(),
         ce_id: "7f2c9a4e-1b3d-4c5e-8f6a-0b1c2d3e4f50".to_owned(),
         traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".to_owned(),
+        tracestate: String::new(),
         content_type: "application/json".to_owned(),
         payload: Bytes::from(vec![b'x'; size]),
     })

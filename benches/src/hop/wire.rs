@@ -240,6 +240,7 @@ mod tests {
                 event: "upload".into(),
                 ce_id: "x".into(),
                 traceparent: String::new(),
+                tracestate: String::new(),
                 content_type: "application/octet-stream".into(),
                 payload: Bytes::from_static(b"first"),
             }),

@@ -52,6 +52,7 @@ fn request(id: u64, flags: u8, payload: &Bytes) -> Frame {
         event: "bench".to_owned(),
         ce_id: String::new(),
         traceparent: String::new(),
+        tracestate: String::new(),
         content_type: "application/json".to_owned(),
         payload: payload.clone(),
     })

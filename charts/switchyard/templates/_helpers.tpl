@@ -170,3 +170,78 @@ certifies a sidecar, with mesh TLS on. Empty otherwise.
   verbs: ["create"]
 {{- end }}
 {{- end }}
+
+{{/*
+Name of the chart's NATS JetStream StatefulSet and of its headless Service.
+*/}}
+{{- define "switchyard.nats" -}}
+{{- printf "%s-nats" (include "switchyard.fullname" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
+The JetStream URL(s) given to the operator (--jetstream-url): each server of the chart's cluster
+by its stable name under the headless Service, or jetstream.url; empty: no durable delivery.
+*/}}
+{{- define "switchyard.jetstreamUrl" -}}
+{{- if .Values.jetstream.enabled }}
+{{- $name := include "switchyard.nats" . }}
+{{- $urls := list }}
+{{- range $i := until (int .Values.jetstream.cluster.replicas) }}
+{{- $urls = append $urls (printf "nats://%s-%d.%s.%s.svc:%d" $name $i $name $.Release.Namespace (int $.Values.jetstream.port)) }}
+{{- end }}
+{{- join "," $urls }}
+{{- else }}
+{{- .Values.jetstream.url }}
+{{- end }}
+{{- end }}
+
+{{/*
+Replicas of each stream: jetstream.streamReplicas, else the chart's cluster size, else 1.
+*/}}
+{{- define "switchyard.streamReplicas" -}}
+{{- if .Values.jetstream.streamReplicas }}
+{{- .Values.jetstream.streamReplicas }}
+{{- else if .Values.jetstream.enabled }}
+{{- .Values.jetstream.cluster.replicas }}
+{{- else }}
+{{- 1 }}
+{{- end }}
+{{- end }}
+
+{{/*
+Labels of the NATS pods (and their selector).
+*/}}
+{{- define "switchyard.natsSelectorLabels" -}}
+app.kubernetes.io/name: switchyard-nats
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end }}
+
+{{/*
+The nats-server configuration of the chart's JetStream cluster.
+*/}}
+{{- define "switchyard.natsConf" -}}
+server_name: $POD_NAME
+pid_file: /var/run/nats/nats.pid
+listen: 0.0.0.0:{{ .Values.jetstream.port }}
+http: 0.0.0.0:8222
+# Lets a server leave without dropping clients mid-request on a rollout.
+lame_duck_grace_period: 10s
+lame_duck_duration: 30s
+# The store fills at most its volume; each stream holds at most 1,000,000 events (a publish past
+# that is refused, never an old event dropped).
+jetstream {
+  store_dir: /data
+}
+{{- if gt (int .Values.jetstream.cluster.replicas) 1 }}
+cluster {
+  name: {{ include "switchyard.nats" . }}
+  listen: 0.0.0.0:6222
+  routes: [
+    {{- $name := include "switchyard.nats" . }}
+    {{- range $i := until (int .Values.jetstream.cluster.replicas) }}
+    nats://{{ $name }}-{{ $i }}.{{ $name }}.{{ $.Release.Namespace }}.svc:6222
+    {{- end }}
+  ]
+}
+{{- end }}
+{{- end }}

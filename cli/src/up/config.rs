@@ -3,23 +3,26 @@
 use std::collections::BTreeMap;
 use switchyard_crds::{Manager, Router};
 use switchyard_protocol::config::{ManagerConfig, RouterConfig};
+use switchyard_protocol::durable::JetStreamConfig;
 
 /// Namespace objects without one get, as `kubectl apply` would in a default context.
 pub const DEFAULT_NAMESPACE: &str = "default";
 
 /// The manager-role config for `manager` (of `router`, when the file has it), with the app reached on
-/// `app_port` instead of the declared port.
+/// `app_port` instead of the declared port, and its durable types kept in `jetstream`.
 pub fn manager_config(
     manager: &Manager,
     router: Option<&Router>,
     app_port: u16,
+    jetstream: Option<&JetStreamConfig>,
 ) -> anyhow::Result<ManagerConfig> {
     let mut manager = manager.clone();
     manager
         .metadata
         .namespace
         .get_or_insert_with(|| DEFAULT_NAMESPACE.into());
-    let mut config = switchyard_operator::render::manager::render_config(&manager, router)?;
+    let mut config =
+        switchyard_operator::render::manager::render_config(&manager, router, jetstream)?;
     config.app.port = i32::from(app_port);
     Ok(config)
 }

@@ -251,7 +251,12 @@ pub fn plan(
             let listen = ports.ephemeral()?;
             let admin = ports.ephemeral()?;
             let config_path = opts.state_dir.join(format!("manager-{id}.json"));
-            let manager_config = config::manager_config(m, router_of(&objs.routers, m), app_port)?;
+            let manager_config = config::manager_config(
+                m,
+                router_of(&objs.routers, m),
+                app_port,
+                jetstream.as_ref(),
+            )?;
             let identity = Workload {
                 kind: switchyard_identity::Kind::Manager,
                 namespace: manager_config.namespace.clone(),

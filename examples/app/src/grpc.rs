@@ -1,6 +1,7 @@
 //! The same handlers behind the `switchyard.v1.Handler` gRPC service, for Managers with `app.protocol: grpc`.
 
 use crate::handler::Handlers;
+use crate::trace::Trace;
 use bytes::Bytes;
 use std::future::Future;
 use switchyard_protocol::gateway::v1::handler_server::{Handler, HandlerServer};
@@ -21,10 +22,10 @@ impl Handler for Service {
             return Err(Status::invalid_argument("the CloudEvent has no type"));
         }
         let content_type = Some(ev.data_content_type.as_str()).filter(|c| !c.is_empty());
-        let traceparent = ev.extensions.get("traceparent").map(String::as_str);
+        let trace = Trace::from_lookup(|name| ev.extensions.get(name).map(String::as_str));
         let answer = self
             .handlers
-            .answer(&ev.r#type, content_type, traceparent, Bytes::from(ev.data))
+            .answer(&ev.r#type, content_type, &trace, Bytes::from(ev.data))
             .await;
         Ok(Response::new(HandleReply {
             status: i32::from(answer.status.as_u16()),

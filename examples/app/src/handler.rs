@@ -3,6 +3,7 @@
 use crate::burn::{self, Burner};
 use crate::problem;
 use crate::relay::Relay;
+use crate::trace::Trace;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -80,11 +81,7 @@ impl Handlers {
             }
         };
         let content_type = req.headers().get(CONTENT_TYPE).cloned();
-        let traceparent = req
-            .headers()
-            .get("traceparent")
-            .and_then(|v| v.to_str().ok())
-            .map(str::to_owned);
+        let trace = Trace::from_lookup(|name| req.headers().get(name)?.to_str().ok());
         let body = match Limited::new(req.into_body(), MAX_BODY_BYTES)
             .collect()
             .await
@@ -109,7 +106,7 @@ impl Handlers {
             .answer(
                 &ce_type,
                 content_type.as_ref().and_then(|v| v.to_str().ok()),
-                traceparent.as_deref(),
+                &trace,
                 body,
             )
             .await
@@ -121,27 +118,25 @@ impl Handlers {
         &self,
         ce_type: &str,
         content_type: Option<&str>,
-        traceparent: Option<&str>,
+        trace: &Trace,
         body: Bytes,
     ) -> Answer {
         let Some(tracing) = &self.tracing else {
-            return self
-                .answer_in(ce_type, content_type, traceparent, body)
-                .await;
+            return self.answer_in(ce_type, content_type, trace, body).await;
         };
-        let span = tracing.handle(ce_type, traceparent);
-        let tp = span.traceparent();
-        let answer = self.answer_in(ce_type, content_type, Some(&tp), body).await;
+        let span = tracing.handle(ce_type, trace);
+        let onwards = span.trace();
+        let answer = self.answer_in(ce_type, content_type, &onwards, body).await;
         span.end(answer.status.as_u16());
         answer
     }
 
-    /// The answer; `traceparent` is what a call onwards carries.
+    /// The answer; `trace` is what a call onwards carries.
     async fn answer_in(
         &self,
         ce_type: &str,
         content_type: Option<&str>,
-        traceparent: Option<&str>,
+        trace: &Trace,
         body: Bytes,
     ) -> Answer {
         match ce_type {
@@ -171,7 +166,7 @@ impl Handlers {
                 }
             },
             "relay" => match &self.relay {
-                Some(r) => r.relay(body, traceparent).await,
+                Some(r) => r.relay(body, trace).await,
                 None => Answer::problem(
                     StatusCode::SERVICE_UNAVAILABLE,
                     "No local API",

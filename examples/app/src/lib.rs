@@ -10,6 +10,7 @@ mod problem;
 mod relay;
 pub mod server;
 mod sized;
+pub mod trace;
 
 pub use burn::{DEFAULT_BURN_MS, MAX_BURN_MS};
 pub use handler::{Handlers, MAX_BODY_BYTES};

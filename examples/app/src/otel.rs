@@ -2,7 +2,8 @@
 //! span. On only when `OTEL_EXPORTER_OTLP_ENDPOINT` is set (OTLP/gRPC, batch export); the service is
 //! `OTEL_SERVICE_NAME`, by default `switchyard-example-app`.
 
-use opentelemetry::propagation::{Extractor, Injector, TextMapPropagator};
+use crate::trace::Trace;
+use opentelemetry::propagation::TextMapPropagator;
 use opentelemetry::trace::{SpanKind, Status, TraceContextExt, Tracer, TracerProvider as _};
 use opentelemetry::{Context, KeyValue};
 use opentelemetry_otlp::WithExportConfig as _;
@@ -46,11 +47,14 @@ impl Tracing {
         Ok(Some(Tracing { provider, tracer }))
     }
 
-    /// Opens the span of handling one event, child of the `traceparent` it came with.
-    pub fn handle(&self, ce_type: &str, traceparent: Option<&str>) -> EventSpan {
-        let parent = traceparent.map_or_else(Context::new, |tp| {
-            TraceContextPropagator::new().extract(&One(tp))
-        });
+    /// Opens the span of handling one event, child of the trace context it came with (its
+    /// `tracestate` kept in the span's context, so it is carried onwards).
+    pub fn handle(&self, ce_type: &str, trace: &Trace) -> EventSpan {
+        let parent = if trace.parent.is_some() {
+            TraceContextPropagator::new().extract(trace)
+        } else {
+            Context::new()
+        };
         let span = self
             .tracer
             .span_builder(format!("handle {ce_type}"))
@@ -75,11 +79,12 @@ impl Tracing {
 pub struct EventSpan(Context);
 
 impl EventSpan {
-    /// The `traceparent` to send on (the relay's local-API call), naming this span as the parent.
-    pub fn traceparent(&self) -> String {
-        let mut out = Out(String::new());
+    /// The trace context to send on (the relay's local-API call): this span as the parent, the
+    /// `tracestate` it came with.
+    pub fn trace(&self) -> Trace {
+        let mut out = Trace::default();
         TraceContextPropagator::new().inject_context(&self.0, &mut out);
-        out.0
+        out
     }
 
     /// Ends the span with the answer's status; 5xx marks it failed.
@@ -93,27 +98,5 @@ impl EventSpan {
             span.set_status(Status::error(format!("answered {status}")));
         }
         span.end();
-    }
-}
-
-struct One<'a>(&'a str);
-
-impl Extractor for One<'_> {
-    fn get(&self, key: &str) -> Option<&str> {
-        (key == "traceparent").then_some(self.0)
-    }
-
-    fn keys(&self) -> Vec<&str> {
-        vec!["traceparent"]
-    }
-}
-
-struct Out(String);
-
-impl Injector for Out {
-    fn set(&mut self, key: &str, value: String) {
-        if key == "traceparent" {
-            self.0 = value;
-        }
     }
 }

@@ -2,6 +2,7 @@
 //! `SWITCHYARD_LOCAL_API` and answers with the reply, so one event fans into another Manager's.
 
 use crate::handler::Answer;
+use crate::trace::Trace;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::header::{CONTENT_TYPE, HeaderValue};
@@ -35,13 +36,15 @@ impl Relay {
     }
 
     /// Requests `echo` with `body`, carrying the trace, and answers with its reply.
-    pub async fn relay(&self, body: Bytes, traceparent: Option<&str>) -> Answer {
+    pub async fn relay(&self, body: Bytes, trace: &Trace) -> Answer {
         let mut req = Request::post(self.echo.clone()).body(Full::new(body));
         if let Ok(r) = req.as_mut() {
             r.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));
-            if let Some(tp) = traceparent.and_then(|t| HeaderValue::from_str(t).ok()) {
-                r.headers_mut().insert("traceparent", tp);
+            for (name, value) in trace.headers() {
+                if let Ok(v) = HeaderValue::from_str(value) {
+                    r.headers_mut().insert(name, v);
+                }
             }
         }
         let Ok(req) = req else {

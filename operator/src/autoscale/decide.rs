@@ -6,6 +6,11 @@
 //! true for a whole stable window, and never scales down. Across event types the busiest wins.
 //! Scaling down waits for the stabilization window: the result is the largest recommendation of
 //! that window, so a dip in noisy load does not remove pods that the next peak needs again.
+//!
+//! A durable event type's backlog in JetStream is part of its in-flight load (the caller merges
+//! it into the samples), and as KEDA's activation does, any backlog asks for at least one pod: a
+//! Manager at zero wakes for its first stored event, and is not scaled to zero while events wait,
+//! whatever its target counts.
 
 use super::window::Sample;
 use std::collections::VecDeque;
@@ -77,6 +82,8 @@ pub struct TypeLoad {
     pub stable: Sample,
     /// Mean over the panic window.
     pub panic: Sample,
+    /// Events waiting in JetStream as last read (0 for direct delivery, or when not read).
+    pub backlog: f64,
 }
 
 /// What the autoscaler remembers between decisions of one scaled object.
@@ -135,21 +142,25 @@ pub fn decide(
     }
     let mut want_stable = 0u32;
     let mut want_panic = 0u32;
-    let mut busiest: Option<(&TypeLoad, f64, u32)> = None;
-    let mut busiest_panic: Option<(&TypeLoad, f64, u32)> = None;
+    // (load, value, pods, whether the pods are the backlog's one pod rather than value / target)
+    let mut busiest: Option<(&TypeLoad, f64, u32, bool)> = None;
+    let mut busiest_panic: Option<(&TypeLoad, f64, u32, bool)> = None;
     let mut triggered = false;
     for l in loads {
         let t = l.target;
         let stable = t.metric.of(&l.stable);
         let panic = t.metric.of(&l.panic);
+        let floor = u32::from(l.backlog > 0.0);
         let (ds, dp) = (pods_for(stable, t.per_pod), pods_for(panic, t.per_pod));
+        let (ds, ds_floor) = (ds.max(floor), floor > ds);
+        let (dp, dp_floor) = (dp.max(floor), floor > dp);
         if busiest.is_none() || ds > want_stable {
             want_stable = ds;
-            busiest = Some((l, stable, ds));
+            busiest = Some((l, stable, ds, ds_floor));
         }
         if busiest_panic.is_none() || dp > want_panic {
             want_panic = dp;
-            busiest_panic = Some((l, panic, dp));
+            busiest_panic = Some((l, panic, dp, dp_floor));
         }
         if panic >= policy.panic_threshold * t.per_pod * f64::from(current.max(1)) {
             triggered = true;
@@ -195,7 +206,8 @@ pub fn decide(
     };
 
     let mut reason = match why {
-        Some((l, value, n)) => format!(
+        Some((l, _, _, true)) => format!("{} backlog {} waiting", l.event, l.backlog),
+        Some((l, value, n, false)) => format!(
             "{} {} {value:.1} > {n}×{}",
             l.event,
             l.target.metric.name(),
@@ -314,6 +326,7 @@ mod tests {
                         target: *t,
                         stable: windows[i].average(now, p.stable_ms).unwrap_or_default(),
                         panic: windows[i].average(now, p.panic_ms).unwrap_or_default(),
+                        backlog: 0.0,
                     }
                 })
                 .collect();
@@ -448,6 +461,7 @@ mod tests {
                 rate: 250.0,
                 ..Sample::default()
             },
+            backlog: 0.0,
         };
         let d = decide(&policy(1, 10), &[load], 1, &mut state, 1000);
         assert_eq!(d.replicas, 3);
@@ -502,6 +516,7 @@ mod tests {
             target: in_flight(10.0),
             stable: Sample::default(),
             panic: Sample::default(),
+            backlog: 0.0,
         };
         let d = decide(&p, std::slice::from_ref(&idle), 1, &mut state, 30_000);
         assert_eq!(d.replicas, 1, "{}", d.reason);
@@ -514,5 +529,60 @@ mod tests {
             Some(2)
         );
         assert!(activate(&policy(0, 0), 0, &mut fresh, 0, "a", 1).is_none());
+    }
+
+    /// A durable type's load as the loop feeds it: its backlog counted as in flight.
+    fn durable(backlog: f64, target: Target) -> TypeLoad {
+        let s = Sample {
+            in_flight: backlog,
+            ..Sample::default()
+        };
+        TypeLoad {
+            event: "orders.created".into(),
+            target,
+            stable: s,
+            panic: s,
+            backlog,
+        }
+    }
+
+    #[test]
+    fn a_backlog_wakes_a_manager_at_zero_and_scales_with_it() {
+        let p = policy(0, 5);
+        let mut state = State::default();
+        // One stored event and no pod: one pod, at once.
+        let d = decide(&p, &[durable(1.0, in_flight(10.0))], 0, &mut state, 1_000);
+        assert_eq!(d.replicas, 1, "{}", d.reason);
+        // 35 waiting against 10 per pod: panic up to 4.
+        let d = decide(&p, &[durable(35.0, in_flight(10.0))], 1, &mut state, 2_000);
+        assert_eq!(d.replicas, 4, "{}", d.reason);
+        assert!(d.panic);
+        assert_eq!(d.reason, "panic: orders.created in flight 35.0 > 4×10");
+        // Drained: back to zero once the windows have passed.
+        let d = decide(&p, &[durable(0.0, in_flight(10.0))], 4, &mut state, 30_000);
+        assert_eq!(d.replicas, 4, "held: {}", d.reason);
+        let d = decide(&p, &[durable(0.0, in_flight(10.0))], 4, &mut state, 95_000);
+        assert_eq!(d.replicas, 0, "{}", d.reason);
+    }
+
+    #[test]
+    fn a_backlog_keeps_one_pod_whatever_the_target_counts() {
+        // A rate target sees no arrivals while events wait in the stream; the backlog still
+        // asks for a pod, and says so.
+        let rate = Target {
+            metric: Metric::Rate,
+            per_pod: 100.0,
+        };
+        let p = policy(0, 5);
+        let mut state = State::default();
+        let d = decide(&p, &[durable(3.0, rate)], 0, &mut state, 1_000);
+        assert_eq!(d.replicas, 1);
+        assert_eq!(d.reason, "orders.created backlog 3 waiting");
+        // Past every window, still one pod while the backlog is there.
+        let d = decide(&p, &[durable(3.0, rate)], 1, &mut state, 500_000);
+        assert_eq!(d.replicas, 1, "{}", d.reason);
+        // A max of zero allows none, backlog or not.
+        let d = decide(&policy(0, 0), &[durable(3.0, rate)], 0, &mut state, 501_000);
+        assert_eq!(d.replicas, 0);
     }
 }

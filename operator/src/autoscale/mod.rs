@@ -11,6 +11,7 @@ pub mod observe;
 pub mod plan;
 pub mod window;
 
+use crate::backlog::Backlogs;
 use crate::context::Context;
 use crate::control_plane::activation::Activation;
 use crate::control_plane::load::LoadBook;
@@ -57,10 +58,12 @@ struct Scaler {
     last_status: HashMap<(String, String), (Instant, serde_json::Value)>,
 }
 
-/// Runs the autoscaler until `shutdown` resolves, reading the Managers from the shared cache.
+/// Runs the autoscaler until `shutdown` resolves, reading the Managers from the shared cache and,
+/// with JetStream configured, the durable Managers' backlogs from `backlogs`.
 pub async fn run(
     ctx: Arc<Context>,
     loads: Arc<LoadBook>,
+    backlogs: Option<Arc<Backlogs>>,
     reader: Stores<Manager>,
     shutdown: impl Future<Output = ()>,
 ) {
@@ -76,6 +79,8 @@ pub async fn run(
     let mut tick = tokio::time::interval(TICK);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut scaler = Scaler::default();
+    // The backlog figures of the latest tick, also for the status an activation writes.
+    let mut backlog = HashMap::new();
     tracing::info!("autoscaler running");
     loop {
         let woken = tokio::select! {
@@ -88,12 +93,17 @@ pub async fn run(
         if woken {
             // Out of cycle: only the activations, so the windows keep one sample per tick.
             let pending = loads.activations.fresh(now, ACTIVATION_FRESH);
-            scaler.activate(&ctx, &reader, &pending, now_ms).await;
+            scaler
+                .activate(&ctx, &reader, &pending, &backlog, now_ms)
+                .await;
             continue;
         }
         let fresh = loads.fresh(now, STALE_AFTER);
         let samples = observe::aggregate(fresh.iter().map(|r| &**r));
-        let statuses = scaler.tick(&ctx, &reader, &samples, now, now_ms).await;
+        backlog = backlogs.as_ref().map(|b| b.fresh(now)).unwrap_or_default();
+        let statuses = scaler
+            .tick(&ctx, &reader, &samples, &backlog, now, now_ms)
+            .await;
         ctx.metrics.autoscale_tick(now.elapsed());
         // Status figures are informational: written after the decisions, several at a time, so a
         // slow API server delays them and not the next tick's decisions.
@@ -125,6 +135,7 @@ impl Scaler {
         ctx: &Context,
         reader: &Stores<Manager>,
         samples: &HashMap<observe::Key, Sample>,
+        backlog: &HashMap<crate::backlog::Key, u64>,
         now: Instant,
         now_ms: u64,
     ) -> Vec<(String, String, serde_json::Value)> {
@@ -142,7 +153,7 @@ impl Scaler {
         self.last_status.retain(|k, _| alive.contains(k));
         let mut statuses = Vec::new();
         for m in managers.iter().filter(|m| m.spec.scaling.enabled) {
-            if let Some(status) = self.scale(ctx, m, samples, now, now_ms).await {
+            if let Some(status) = self.scale(ctx, m, samples, backlog, now, now_ms).await {
                 statuses.push(status);
             }
         }
@@ -155,6 +166,7 @@ impl Scaler {
         ctx: &Context,
         m: &Manager,
         samples: &HashMap<observe::Key, Sample>,
+        backlog: &HashMap<crate::backlog::Key, u64>,
         now: Instant,
         now_ms: u64,
     ) -> Option<(String, String, serde_json::Value)> {
@@ -163,13 +175,19 @@ impl Scaler {
         let scaling = &m.spec.scaling;
         let policy = plan::policy(scaling);
         let keep_ms = plan::keep_ms(&policy);
+        let waiting = |e: &str| {
+            backlog
+                .get(&(ns.clone(), name.clone(), e.to_owned()))
+                .copied()
+        };
         for e in &m.spec.events {
             let event = e.as_str().to_owned();
-            if let Some(s) = samples.get(&(ns.clone(), event.clone())) {
+            let reported = samples.get(&(ns.clone(), event.clone())).copied();
+            if let Some(s) = observe::with_backlog(reported, waiting(&event)) {
                 self.windows
                     .entry((ns.clone(), name.clone(), event))
                     .or_default()
-                    .push(now_ms, *s, keep_ms);
+                    .push(now_ms, s, keep_ms);
             }
         }
         let mut desired: HashMap<String, u32> = HashMap::new();
@@ -185,6 +203,7 @@ impl Scaler {
                         target,
                         stable: w.average(now_ms, policy.stable_ms)?,
                         panic: w.average(now_ms, policy.panic_ms).unwrap_or_default(),
+                        backlog: waiting(e).map_or(0.0, |n| n as f64),
                     })
                 })
                 .collect();
@@ -207,7 +226,7 @@ impl Scaler {
         if !(changed || due) {
             return None;
         }
-        let patch = self.status_patch(m, &ns, &name, &policy, &desired, now_ms);
+        let patch = self.status_patch(m, &ns, &name, &policy, &desired, backlog, now_ms);
         // At scale most Managers' figures hold still; rewriting them would be API load for nothing.
         // Only the autoscaler's own figures count (the controller's replica counts move with
         // readiness and are the controller's to write).
@@ -307,6 +326,7 @@ impl Scaler {
         ctx: &Context,
         reader: &Stores<Manager>,
         pending: &[Activation],
+        backlog: &HashMap<crate::backlog::Key, u64>,
         now_ms: u64,
     ) {
         if pending.is_empty() {
@@ -340,13 +360,14 @@ impl Scaler {
                 }
             }
             if changed {
-                let patch = self.status_patch(m, &ns, &name, &policy, &desired, now_ms);
+                let patch = self.status_patch(m, &ns, &name, &policy, &desired, backlog, now_ms);
                 let _ = send_status(ctx, &ns, &name, &patch).await;
             }
         }
     }
 
-    /// The status patch for `m` with `desired` replicas and the recent load figures.
+    /// The status patch for `m` with `desired` replicas, the recent load figures and the backlog.
+    #[allow(clippy::too_many_arguments)]
     fn status_patch(
         &self,
         m: &Manager,
@@ -354,6 +375,7 @@ impl Scaler {
         name: &str,
         policy: &decide::Policy,
         desired: &HashMap<String, u32>,
+        backlog: &HashMap<crate::backlog::Key, u64>,
         now_ms: u64,
     ) -> serde_json::Value {
         let round = |v: f64| (v * 100.0).round() / 100.0;
@@ -384,6 +406,10 @@ impl Scaler {
                     entry["rate"] = serde_json::json!(round(r.rate));
                     entry["inFlight"] = serde_json::json!(round(r.in_flight));
                     entry["p99Ms"] = serde_json::json!(round(r.p99_ms));
+                }
+                let key = (ns.to_owned(), name.to_owned(), s.event.clone());
+                if let Some(n) = backlog.get(&key) {
+                    entry["backlog"] = serde_json::json!(i64::try_from(*n).unwrap_or(i64::MAX));
                 }
                 entry
             })
@@ -424,7 +450,8 @@ fn own_figures(patch: &serde_json::Value) -> serde_json::Value {
                         e["desiredReplicas"],
                         e["rate"],
                         e["inFlight"],
-                        e["p99Ms"]
+                        e["p99Ms"],
+                        e["backlog"]
                     ])
                 })
                 .collect()

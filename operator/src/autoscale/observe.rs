@@ -55,6 +55,22 @@ pub fn aggregate<'a>(reports: impl IntoIterator<Item = &'a LoadReport>) -> HashM
         .collect()
 }
 
+/// The sample of one Manager's event type: what its pods reported, with the backlog read from
+/// JetStream (if the type is durable and was read) as its in-flight figure when that is larger.
+/// Larger, not added: the deliveries under way are both acknowledgements pending in the backlog
+/// and in flight in the manager sidecars' reports, as router and manager reports overlap. A backlog
+/// alone (no pod reporting, e.g. at zero replicas) is a sample too.
+pub fn with_backlog(reported: Option<Sample>, backlog: Option<u64>) -> Option<Sample> {
+    if reported.is_none() && backlog.is_none() {
+        return None;
+    }
+    let mut s = reported.unwrap_or_default();
+    if let Some(b) = backlog {
+        s.in_flight = s.in_flight.max(b as f64);
+    }
+    Some(s)
+}
+
 fn finite(v: f64) -> f64 {
     if v.is_finite() && v > 0.0 { v } else { 0.0 }
 }
@@ -98,5 +114,25 @@ mod tests {
     fn bad_figures_count_as_zero() {
         let rs = [report("r1", "router", "a", f64::NAN, 0)];
         assert_eq!(aggregate(&rs)[&("shop".into(), "a".into())].rate, 0.0);
+    }
+
+    #[test]
+    fn a_backlog_is_in_flight_when_larger_and_a_sample_alone() {
+        let reported = Sample {
+            rate: 5.0,
+            in_flight: 8.0,
+            p99_ms: 3.0,
+        };
+        let s = with_backlog(Some(reported), Some(30)).expect("sample");
+        assert_eq!((s.rate, s.in_flight, s.p99_ms), (5.0, 30.0, 3.0));
+        let s = with_backlog(Some(reported), Some(2)).expect("sample");
+        assert_eq!(
+            s.in_flight, 8.0,
+            "the deliveries under way are not counted twice"
+        );
+        let s = with_backlog(None, Some(12)).expect("a backlog with no pod reporting");
+        assert_eq!((s.rate, s.in_flight), (0.0, 12.0));
+        assert_eq!(with_backlog(Some(reported), None), Some(reported));
+        assert_eq!(with_backlog(None, None), None);
     }
 }

@@ -253,11 +253,18 @@ fn controller_fields(e: &EventTypeStatus) -> EventTypeStatus {
     }
 }
 
-/// The part of a stored status the controller owns, to compare with what it would write.
+/// The part of a stored status the controller owns, to compare with what it would write: not the
+/// autoscaler's figures, nor the backlog reader's `BacklogRead` condition.
 fn controller_view(s: &ManagerStatus) -> ManagerStatus {
     ManagerStatus {
         desired_replicas: None,
         events: s.events.iter().map(controller_fields).collect(),
+        conditions: s
+            .conditions
+            .iter()
+            .filter(|c| c.type_ != switchyard_crds::status::BACKLOG_READ)
+            .cloned()
+            .collect(),
         ..s.clone()
     }
 }

@@ -16,6 +16,7 @@ use std::collections::BTreeMap;
 use switchyard_crds::manager::Split;
 use switchyard_crds::{EventType, Manager, Router};
 use switchyard_protocol::config::{self, ManagerConfig};
+use switchyard_protocol::durable::JetStreamConfig;
 use switchyard_protocol::ports;
 
 /// Environment variable telling a manager pod's sidecar which event types its Deployment serves.
@@ -54,9 +55,32 @@ pub fn per_type_name(manager: &str, event: &EventType) -> String {
 /// Builds every child of `manager`.
 /// The manager-role sidecar config of `manager`.
 /// `router` is the Manager's Router as observed (`None` while it does not exist): its tracing settings
-/// are the manager sidecars' too, so their spans join the router's traces.
-pub fn render_config(manager: &Manager, router: Option<&Router>) -> Result<ManagerConfig, Error> {
+/// are the manager sidecars' too, so their spans join the router's traces. `jetstream` is where
+/// durable event types are kept: given to the sidecars of a Manager that has any, and required then.
+pub fn render_config(
+    manager: &Manager,
+    router: Option<&Router>,
+    jetstream: Option<&JetStreamConfig>,
+) -> Result<ManagerConfig, Error> {
     let spec = &manager.spec;
+    let durable_events = spec.durable_events();
+    let jetstream = match (durable_events.is_empty(), jetstream) {
+        (true, _) => None,
+        (false, Some(js)) => Some(js.clone()),
+        (false, None) => {
+            return Err(Error::Render {
+                what: "manager config".into(),
+                message: format!(
+                    "event types {} are delivered durably but the operator has no JetStream server: set the chart's jetstream.enabled or jetstream.url (the operator's --jetstream-url), or delivery: direct",
+                    durable_events
+                        .iter()
+                        .map(|e| e.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            });
+        }
+    };
     Ok(ManagerConfig {
         name: manager.name_any(),
         namespace: manager
@@ -71,9 +95,8 @@ pub fn render_config(manager: &Manager, router: Option<&Router>) -> Result<Manag
         static_endpoints: Default::default(),
         tracing: router.and_then(|r| r.spec.tracing.clone()),
         allow_from: spec.allow_from.clone(),
-        durable_events: spec.durable_events(),
-        // Set from the operator's settings (the chart's JetStream URL) by the caller that has them.
-        jetstream: None,
+        durable_events,
+        jetstream,
     })
 }
 
@@ -111,11 +134,14 @@ pub fn build(
     let spec = &manager.spec;
     let labels = meta::labels(MANAGER, &name);
     let selector = meta::selector(MANAGER, &name);
-    let rendered = serde_json::to_string_pretty(&render_config(manager, router)?).map_err(|e| {
-        Error::Render {
-            what: "manager config".into(),
-            message: e.to_string(),
-        }
+    let rendered = serde_json::to_string_pretty(&render_config(
+        manager,
+        router,
+        settings.jetstream.as_ref(),
+    )?)
+    .map_err(|e| Error::Render {
+        what: "manager config".into(),
+        message: e.to_string(),
     })?;
     let config_hash = meta::hash(&rendered);
 

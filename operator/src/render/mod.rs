@@ -22,4 +22,7 @@ pub struct RenderSettings {
     /// Mesh TLS: the Identity service and the trust bundle every sidecar gets; `None` leaves the
     /// mesh on plain TCP.
     pub mesh: Option<identity::MeshRender>,
+    /// The JetStream servers given to the sidecars of Managers with durable event types (the
+    /// operator's `--jetstream-url`); `None`: no durable delivery in this cluster.
+    pub jetstream: Option<switchyard_protocol::durable::JetStreamConfig>,
 }

@@ -158,7 +158,7 @@ impl Dispatch {
                     route,
                     &out.event,
                     &out.ce_id,
-                    &out.traceparent,
+                    (&out.traceparent, &out.tracestate),
                     out.payload,
                     deadline,
                 )

@@ -28,6 +28,8 @@ pub(crate) mod header {
     pub(crate) const CE_ID: &str = "ce-id";
     /// W3C traceparent of the publisher.
     pub(crate) const TRACEPARENT: &str = "traceparent";
+    /// W3C tracestate of the publisher.
+    pub(crate) const TRACESTATE: &str = "tracestate";
     /// Media type of the payload.
     pub(crate) const CONTENT_TYPE: &str = "content-type";
 }
@@ -196,7 +198,7 @@ impl Store {
         route: &Route,
         event: &str,
         ce_id: &str,
-        traceparent: &str,
+        (traceparent, tracestate): (&str, &str),
         payload: Bytes,
         deadline: Instant,
     ) -> Result<(), DurableError> {
@@ -215,6 +217,9 @@ impl Store {
             headers.insert(header::CONTENT_TYPE, crate::edge::JSON);
             if !traceparent.is_empty() {
                 headers.insert(header::TRACEPARENT, traceparent);
+            }
+            if !tracestate.is_empty() {
+                headers.insert(header::TRACESTATE, tracestate);
             }
             let msg = jetstream::message::PublishMessage::build()
                 .payload(payload)

@@ -12,7 +12,7 @@ use crate::net::conn::tracked::track;
 use crate::net::stream;
 use crate::net::stream::body::StreamBody;
 use crate::net::stream::out_body::OutBody;
-use crate::otel::request::RequestTrace;
+use crate::otel::request::{Remote, RequestTrace};
 use crate::routes::http::Lookup;
 use crate::traceparent;
 use crate::upstream::Outgoing;
@@ -103,11 +103,17 @@ async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Result<Response<OutB
     }
     let mut clock = Clock::new(Instant::now());
     if let Some(otel) = &edge.otel {
+        let tp = req
+            .headers()
+            .get(traceparent::HEADER)
+            .map(HeaderValue::as_bytes);
+        let ts = traceparent::tracestate_in(tp, req.headers());
         clock.trace = Some(RequestTrace::http(
             otel,
-            req.headers()
-                .get(traceparent::HEADER)
-                .map(HeaderValue::as_bytes),
+            Remote {
+                traceparent: tp,
+                tracestate: &ts,
+            },
             req.method().as_str(),
             req.uri().path(),
         ));
@@ -323,11 +329,13 @@ async fn process_head(
             Err(r) => return Err((rejected(r), label)),
         }
     };
-    let traceparent = traceparent::extract_or_new(
-        parts
-            .headers
-            .get(traceparent::HEADER)
-            .map(HeaderValue::as_bytes),
+    let tp = parts
+        .headers
+        .get(traceparent::HEADER)
+        .map(HeaderValue::as_bytes);
+    let (traceparent, tracestate) = (
+        traceparent::extract_or_new(tp),
+        traceparent::tracestate_in(tp, &parts.headers),
     );
     // The client's retry key is the event's id, so its retries are one event to a deduplicating app.
     let ce_id = match edge::idempotency_key(
@@ -343,6 +351,7 @@ async fn process_head(
         event: route.event.clone(),
         ce_id,
         traceparent,
+        tracestate,
         payload,
         content_type: passed_type,
         upload,

@@ -147,6 +147,8 @@ fn request_of(event: &str, msg: &Message) -> Request {
         event: event.to_owned(),
         ce_id: get(header::CE_ID),
         traceparent: get(header::TRACEPARENT),
+        // Checked like a frame's: a stream is written by sidecars, but read as outside input.
+        tracestate: switchyard_protocol::tracestate::accept([get(header::TRACESTATE).as_bytes()]),
         content_type: if content_type.is_empty() {
             crate::edge::JSON.to_owned()
         } else {

@@ -42,6 +42,10 @@ const DEAD_AFTER: Duration = Duration::from_secs(15);
 const MAX_CONNECTIONS: usize = 4096;
 /// Frames written before a flush.
 const WRITE_BATCH: usize = 64;
+/// How long a new connection's first frame is awaited before credit is granted. The connecting side
+/// sends its HELLO as it connects, so it is normally there at once; a peer from before HELLO sends
+/// nothing until it holds credit, and is granted it after this.
+const HELLO_WAIT: Duration = Duration::from_secs(1);
 /// A write (or flush) to a router that takes longer than this closes the connection: a peer that
 /// stops reading cannot hold this sidecar's answers, and the memory behind them, for ever.
 pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -353,14 +357,28 @@ async fn connection<S: SplitIo>(
     );
     let dead = CancellationToken::new();
     let writer = tokio::spawn(write_loop(sink, rx, dead.clone()));
+    // The router's HELLO (its first frame) is read before the first CREDIT (sent on joining), so
+    // this side's one HELLO, its answer, precedes that CREDIT: the router knows before its first
+    // request that a tracestate may come with it, and the window its streamed bodies get.
+    let mut pending = tokio::time::timeout(HELLO_WAIT, frames.next()).await.ok();
+    // Set by the router's HELLO when it takes streams: its per-stream window for streamed answers.
+    let mut peer_window: Option<u32> = None;
+    let mut hello_answered = false;
+    if let Some(Some(Ok(Frame::Hello {
+        streams,
+        reads_tracestate,
+        ..
+    }))) = &pending
+    {
+        hello_answered = true;
+        peer_window = answer_hello(&tx, *streams, *reads_tracestate).await;
+    }
     let conn_id = inbound.join(tx.clone());
     // Registered for pushes once its HELLO says it is a router (a manager's outbound path is not).
     let mut registered = None;
     // Set by the router's HELLO: answers then carry their credit, and no CREDIT frame follows them.
     // The HELLO precedes the router's requests on the connection, so every answer sees it.
     let mut implicit_credit = false;
-    // Set by the router's HELLO when it takes streams: its per-stream window for streamed answers.
-    let mut peer_window: Option<u32> = None;
     let windows: Windows = Arc::default();
     let uploads: Uploads = Arc::default();
     let to_router = Arc::new(ToRouter {
@@ -375,17 +393,21 @@ async fn connection<S: SplitIo>(
     let deliveries = TaskTracker::new();
     let mut goaway_sent = false;
     loop {
-        let next = tokio::select! {
-            _ = drain.cancelled(), if !goaway_sent => {
-                goaway_sent = true;
-                let _ = tx.send(Frame::GoAway { reason: "manager draining".into() }).await;
-                continue;
-            }
-            () = dead.cancelled() => {
-                tracing::warn!(%peer, "answers not read for {}s; closing", WRITE_TIMEOUT.as_secs());
-                break;
-            }
-            r = tokio::time::timeout(DEAD_AFTER, frames.next()) => r,
+        // The first frame, read before joining, is handled here like any other.
+        let next = match pending.take() {
+            Some(first) => Ok(first),
+            None => tokio::select! {
+                _ = drain.cancelled(), if !goaway_sent => {
+                    goaway_sent = true;
+                    let _ = tx.send(Frame::GoAway { reason: "manager draining".into() }).await;
+                    continue;
+                }
+                () = dead.cancelled() => {
+                    tracing::warn!(%peer, "answers not read for {}s; closing", WRITE_TIMEOUT.as_secs());
+                    break;
+                }
+                r = tokio::time::timeout(DEAD_AFTER, frames.next()) => r,
+            },
         };
         let frame = match next {
             Err(_) => {
@@ -531,28 +553,21 @@ async fn connection<S: SplitIo>(
                 implicit_credit: implicit,
                 releases_credit,
                 streams,
+                reads_tracestate,
             } => {
                 implicit_credit = implicit;
-                if let Some(w) = streams.and_then(stream::peer_window)
-                    && peer_window.is_none()
-                {
-                    peer_window = Some(w);
-                    // Said only to a router that speaks streams: an older one would log it as
-                    // unexpected. Nothing is pushed or released this way: the flags say so.
-                    let _ = tx
-                        .send(Frame::Hello {
-                            takes_pushes: false,
-                            implicit_credit: false,
-                            releases_credit: false,
-                            streams: Some(stream::WINDOW),
-                        })
-                        .await;
+                // Answered once: normally before joining, as the first frame; a HELLO that came
+                // later (after HELLO_WAIT) is answered after the grant, and until then the router
+                // sends no tracestate and no streamed body.
+                if !hello_answered {
+                    hello_answered = true;
+                    peer_window = answer_hello(&tx, streams, reads_tracestate).await;
                 }
                 if releases_credit {
                     inbound.releases(conn_id);
                 }
                 if takes_pushes && may_take_pushes && registered.is_none() {
-                    registered = Some(routers.register(tx.clone()));
+                    registered = Some(routers.register(tx.clone(), reads_tracestate));
                 }
             }
             Frame::Push(_) => {
@@ -603,6 +618,31 @@ async fn connection<S: SplitIo>(
     drop(tx);
     let _ = writer.await;
     tracing::info!(%peer, "router connection closed");
+}
+
+/// This side's one HELLO, the answer to the router's: it reads a tracestate, and it speaks streams
+/// (with its per-stream window) when the router does. Said only to a router whose HELLO had a flag
+/// of this version (streams or tracestate): a previous version would log it as unexpected. Nothing
+/// is pushed or released this way: the flags say so. Returns the router's per-stream window when
+/// it takes streams (a window of 0 means it takes none).
+async fn answer_hello(
+    tx: &mpsc::Sender<Frame>,
+    streams: Option<u32>,
+    reads_tracestate: bool,
+) -> Option<u32> {
+    let window = streams.and_then(stream::peer_window);
+    if streams.is_some() || reads_tracestate {
+        let _ = tx
+            .send(Frame::Hello {
+                takes_pushes: false,
+                implicit_credit: false,
+                releases_credit: false,
+                streams: window.map(|_| stream::WINDOW),
+                reads_tracestate: true,
+            })
+            .await;
+    }
+    window
 }
 
 fn stream_code(code: u32) -> &'static str {

@@ -11,6 +11,7 @@ use crate::net::stream::body::StreamBody;
 use crate::otel::Otel;
 use crate::otel::inbound::InboundTrace;
 use crate::otel::produce::Produce;
+use crate::otel::request::Remote;
 use crate::problem;
 use crate::upstream::{Outgoing, Upstream};
 use std::collections::HashMap;
@@ -244,7 +245,8 @@ impl Worker {
                 .handle_traced(ev, admission, cancel, None, streams, upload)
                 .await;
         };
-        let mut trace = InboundTrace::start(otel, &ev.event, &ev.ce_id, &ev.traceparent);
+        let mut trace =
+            InboundTrace::start(otel, &ev.event, &ev.ce_id, &ev.traceparent, &ev.tracestate);
         let resp = self
             .handle_traced(ev, admission, cancel, Some(&mut trace), streams, upload)
             .await;
@@ -471,13 +473,12 @@ impl Worker {
         // Traced, the dead letter is a PRODUCER span under the failed event's context.
         let (span, traceparent) = match &self.otel {
             Some(otel) => {
-                let (span, tp) = Produce::start(
-                    otel,
-                    Some(ev.traceparent.as_bytes()),
-                    "dead-letter",
-                    &dl.event,
-                    Some(&ev.ce_id),
-                );
+                let remote = Remote {
+                    traceparent: Some(ev.traceparent.as_bytes()),
+                    tracestate: &ev.tracestate,
+                };
+                let (span, tp) =
+                    Produce::start(otel, remote, "dead-letter", &dl.event, Some(&ev.ce_id));
                 (Some(span), tp)
             }
             None => (None, ev.traceparent.clone()),
@@ -489,6 +490,7 @@ impl Worker {
             event: dl.event.clone(),
             ce_id: ev.ce_id.clone(),
             traceparent,
+            tracestate: ev.tracestate.clone(),
             payload: ev.payload.clone(),
         };
         let deadline = Instant::now() + DEAD_LETTER_DEADLINE;

@@ -21,9 +21,15 @@ pub struct InboundTrace {
 }
 
 impl InboundTrace {
-    /// Opens the inbound span of event `event` (`ce_id`) sent with `traceparent`.
-    pub fn start(otel: &Otel, event: &str, ce_id: &str, traceparent: &str) -> Self {
-        let parent = context::remote_parent(Some(traceparent.as_bytes()));
+    /// Opens the inbound span of event `event` (`ce_id`) sent with `traceparent` and `tracestate`.
+    pub fn start(
+        otel: &Otel,
+        event: &str,
+        ce_id: &str,
+        traceparent: &str,
+        tracestate: &str,
+    ) -> Self {
+        let parent = context::remote_parent(Some(traceparent.as_bytes()), tracestate);
         let mut attrs = messaging(event, Some(ce_id));
         attrs.push(KeyValue::new(attr::MESSAGING_OPERATION_TYPE, "process"));
         attrs.push(KeyValue::new(attr::MESSAGING_OPERATION_NAME, "process"));

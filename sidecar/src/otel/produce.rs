@@ -4,7 +4,7 @@
 //! A sent event's span is a PRODUCER span whose context travels in the frame's `traceparent`, so the
 //! receiving manager's spans (or the routers' pushes) hang under it.
 
-use super::request::messaging;
+use super::request::{Remote, messaging};
 use super::{Otel, context};
 use opentelemetry::trace::{SpanContext, SpanKind, Status, TraceContextExt, Tracer};
 use opentelemetry::{Context, KeyValue};
@@ -19,12 +19,12 @@ impl Produce {
     /// and the `traceparent` the sent frame carries.
     pub fn start(
         otel: &Otel,
-        incoming: Option<&[u8]>,
+        incoming: Remote<'_>,
         op: &'static str,
         event: &str,
         ce_id: Option<&str>,
     ) -> (Produce, String) {
-        let parent = context::remote_parent(incoming);
+        let parent = context::remote_parent(incoming.traceparent, incoming.tracestate);
         let mut attrs = messaging(event, ce_id);
         attrs.push(KeyValue::new(attr::MESSAGING_OPERATION_TYPE, "send"));
         attrs.push(KeyValue::new(attr::MESSAGING_OPERATION_NAME, op));
@@ -62,8 +62,8 @@ pub struct Session(Context);
 
 impl Session {
     /// A `WebSocket {path}` SERVER span, child of the upgrade request's `traceparent`.
-    pub fn start(otel: &Otel, incoming: Option<&[u8]>, path: &str) -> Session {
-        let parent = context::remote_parent(incoming);
+    pub fn start(otel: &Otel, incoming: Remote<'_>, path: &str) -> Session {
+        let parent = context::remote_parent(incoming.traceparent, incoming.tracestate);
         let span = otel
             .tracer()
             .span_builder(format!("WebSocket {path}"))

@@ -13,6 +13,24 @@ use std::time::SystemTime;
 /// The gRPC service of the listener, as `rpc.method` prefixes it.
 const GRPC_SERVICE: &str = "switchyard.v1.Gateway";
 
+/// The W3C context a front door was given: the raw `traceparent` and the `tracestate` the mesh
+/// carries with it (`crate::traceparent::tracestate`, empty when none).
+#[derive(Clone, Copy, Debug)]
+pub struct Remote<'a> {
+    /// The `traceparent` header or metadata value, if any.
+    pub traceparent: Option<&'a [u8]>,
+    /// The checked `tracestate`.
+    pub tracestate: &'a str,
+}
+
+impl Remote<'_> {
+    /// No context: a new root.
+    pub const NONE: Remote<'static> = Remote {
+        traceparent: None,
+        tracestate: "",
+    };
+}
+
 /// The open spans of one traced request.
 #[derive(Debug)]
 pub struct RequestTrace {
@@ -24,18 +42,18 @@ pub struct RequestTrace {
 }
 
 impl RequestTrace {
-    fn start(otel: &Otel, incoming: Option<&[u8]>, name: String, attrs: Vec<KeyValue>) -> Self {
+    fn start(otel: &Otel, incoming: Remote<'_>, name: String, attrs: Vec<KeyValue>) -> Self {
         Self::start_linked(otel, incoming, name, attrs, Vec::new())
     }
 
     fn start_linked(
         otel: &Otel,
-        incoming: Option<&[u8]>,
+        incoming: Remote<'_>,
         name: String,
         attrs: Vec<KeyValue>,
         links: Vec<Link>,
     ) -> Self {
-        let parent = context::remote_parent(incoming);
+        let parent = context::remote_parent(incoming.traceparent, incoming.tracestate);
         let span = otel
             .tracer()
             .span_builder(name)
@@ -53,7 +71,7 @@ impl RequestTrace {
     }
 
     /// The listener span of an HTTP request; named `{method}` until its route is known.
-    pub fn http(otel: &Otel, incoming: Option<&[u8]>, method: &str, path: &str) -> Self {
+    pub fn http(otel: &Otel, incoming: Remote<'_>, method: &str, path: &str) -> Self {
         let attrs = vec![
             KeyValue::new(attr::HTTP_REQUEST_METHOD, method.to_owned()),
             KeyValue::new(attr::URL_PATH, path.to_owned()),
@@ -62,7 +80,7 @@ impl RequestTrace {
     }
 
     /// The listener span of one gRPC message (`Call`, or one message of a `Connect` stream).
-    pub fn grpc(otel: &Otel, incoming: Option<&[u8]>, rpc: &'static str, method: &str) -> Self {
+    pub fn grpc(otel: &Otel, incoming: Remote<'_>, rpc: &'static str, method: &str) -> Self {
         let full = format!("{GRPC_SERVICE}/{rpc}");
         let attrs = vec![
             KeyValue::new(attr::RPC_SYSTEM_NAME, "grpc"),
@@ -89,11 +107,11 @@ impl RequestTrace {
             .filter(|s| s.is_valid())
             .map(|s| vec![Link::with_context(s.clone())])
             .unwrap_or_default();
-        Self::start_linked(otel, None, format!("WS {command}"), attrs, links)
+        Self::start_linked(otel, Remote::NONE, format!("WS {command}"), attrs, links)
     }
 
     /// The local API's span of an app's `request` (child of the app's `traceparent`).
-    pub fn local_request(otel: &Otel, incoming: Option<&[u8]>, event: &str) -> Self {
+    pub fn local_request(otel: &Otel, incoming: Remote<'_>, event: &str) -> Self {
         let mut attrs = messaging(event, None);
         attrs.push(KeyValue::new(attr::MESSAGING_OPERATION_TYPE, "send"));
         attrs.push(KeyValue::new(attr::MESSAGING_OPERATION_NAME, "request"));

@@ -118,6 +118,9 @@ pub struct Conn {
     pub credits: Semaphore,
     next_id: AtomicU64,
     usable: AtomicBool,
+    /// The manager's HELLO said it reads a tracestate; until then (and for an older manager that
+    /// sends none) requests go without theirs, in the encoding it reads.
+    reads_tracestate: AtomicBool,
     dead: CancellationToken,
     /// The manager's per-stream window from its HELLO; 0 while it said none (it speaks no streams).
     peer_window: AtomicU32,
@@ -140,6 +143,7 @@ impl Conn {
             credits: Semaphore::new(0),
             next_id: AtomicU64::new(1),
             usable: AtomicBool::new(true),
+            reads_tracestate: AtomicBool::new(false),
             dead: CancellationToken::new(),
             peer_window: AtomicU32::new(0),
         };
@@ -453,6 +457,7 @@ pub async fn run<S: SplitIo>(
         implicit_credit: true,
         releases_credit: true,
         streams: Some(stream::WINDOW),
+        reads_tracestate: true,
     });
     // Halves the reader and writer own, not `Framed::split`: on TCP they never share a lock.
     let (read, write) = stream.split_io();
@@ -512,23 +517,27 @@ pub async fn run<S: SplitIo>(
                     w.add(increment);
                 }
             }
-            Frame::Hello {
-                streams: Some(window),
-                ..
-            } => {
-                conn.peer_window
-                    .store(stream::peer_window(window).unwrap_or(0), Ordering::Release);
-            }
             Frame::Push(p) => match pushes {
                 Some(sink) => sink.deliver(&p),
                 None => {
                     tracing::debug!(peer, event = %p.event, "push from a manager to a connection that takes none; ignored")
                 }
             },
-            Frame::Request(_)
-            | Frame::Cancel { .. }
-            | Frame::Hello { .. }
-            | Frame::Release { .. } => {
+            // A manager's one HELLO comes before its first CREDIT, so before any request is sent:
+            // whether it reads a tracestate, and its per-stream window if it speaks streams.
+            Frame::Hello {
+                streams,
+                reads_tracestate,
+                ..
+            } => {
+                conn.peer_window.store(
+                    streams.and_then(stream::peer_window).unwrap_or(0),
+                    Ordering::Release,
+                );
+                conn.reads_tracestate
+                    .store(reads_tracestate, Ordering::Release);
+            }
+            Frame::Request(_) | Frame::Cancel { .. } | Frame::Release { .. } => {
                 tracing::warn!(peer, "unexpected frame from a manager; ignored");
             }
         }
@@ -579,11 +588,16 @@ async fn write_loop<W: tokio::io::AsyncWrite + Unpin>(
 
 async fn feed<W: tokio::io::AsyncWrite + Unpin>(
     sink: &mut Sink<W>,
-    frame: Frame,
+    mut frame: Frame,
     conn: &Conn,
 ) -> bool {
-    let request_id = match &frame {
-        Frame::Request(r) => Some(r.id),
+    let request_id = match &mut frame {
+        Frame::Request(r) => {
+            if !conn.reads_tracestate.load(Ordering::Acquire) {
+                r.tracestate.clear();
+            }
+            Some(r.id)
+        }
         _ => None,
     };
     if let Err(e) = sink.feed(frame).await {
@@ -607,5 +621,96 @@ impl Peer for Conn {
             self.send_reset(id, code);
             self.close_if_drained();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use bytes::Bytes;
+    use switchyard_protocol::frame::Request;
+    use tokio::net::{TcpListener, TcpStream};
+    use tokio_util::codec::Framed;
+
+    fn request(id: u64) -> Frame {
+        Frame::Request(Request {
+            id,
+            flags: 0,
+            deadline_ms: 1000,
+            event: "noop".into(),
+            ce_id: "c".into(),
+            traceparent: "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".into(),
+            tracestate: "congo=t61rcWkgMzE".into(),
+            content_type: "application/json".into(),
+            payload: Bytes::from_static(b"{}"),
+        })
+    }
+
+    /// Plays a manager on loopback (with or without this version's HELLO) and returns the
+    /// tracestate of the request the router side sent it.
+    async fn sent_to(manager_says_hello: bool) -> String {
+        let l = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = l.local_addr().expect("addr");
+        let (opened_tx, opened) = oneshot::channel();
+        let router = tokio::spawn(async move {
+            let s = TcpStream::connect(addr).await.expect("connect");
+            run(s, "test", &None, move |c| {
+                let _ = opened_tx.send(c);
+            })
+            .await
+        });
+        let (s, _) = l.accept().await.expect("accept");
+        let mut manager = Framed::new(s, FrameCodec::default());
+        let Some(Ok(Frame::Hello {
+            reads_tracestate,
+            streams,
+            ..
+        })) = manager.next().await
+        else {
+            panic!("the router's HELLO first");
+        };
+        assert!(reads_tracestate, "the router says it reads a tracestate");
+        assert!(
+            streams.is_some(),
+            "and, in the same HELLO, that it speaks streams"
+        );
+        if manager_says_hello {
+            manager
+                .send(Frame::Hello {
+                    takes_pushes: false,
+                    implicit_credit: false,
+                    releases_credit: false,
+                    // As a manager of the tracestate version without streams says it.
+                    streams: None,
+                    reads_tracestate: true,
+                })
+                .await
+                .expect("hello");
+        }
+        manager
+            .send(Frame::Credit { credits: 1 })
+            .await
+            .expect("credit");
+        let conn = opened.await.expect("opened");
+        // As the upstream sends: after a credit is taken, which the HELLO (if any) preceded.
+        conn.credits.acquire().await.expect("credit").forget();
+        conn.send(request(1)).await.expect("queued");
+        let got = loop {
+            match manager.next().await {
+                Some(Ok(Frame::Request(r))) => break r.tracestate,
+                Some(Ok(_)) => continue,
+                other => panic!("no request: {other:?}"),
+            }
+        };
+        drop(manager);
+        let _ = router.await;
+        got
+    }
+
+    #[tokio::test]
+    async fn a_tracestate_goes_only_to_a_manager_whose_hello_reads_one() {
+        assert_eq!(sent_to(true).await, "congo=t61rcWkgMzE");
+        // An older manager sends no HELLO: the request is in the encoding it reads.
+        assert_eq!(sent_to(false).await, "");
     }
 }

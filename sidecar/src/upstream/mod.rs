@@ -86,6 +86,8 @@ pub struct Outgoing {
     pub ce_id: String,
     /// W3C traceparent.
     pub traceparent: String,
+    /// W3C tracestate, empty when none (sent only to a manager that reads it).
+    pub tracestate: String,
     /// The payload.
     pub payload: Bytes,
     /// Its media type when not JSON (a route without a schema passed the client's body as it came).
@@ -528,6 +530,7 @@ impl Upstream {
             event: out.event.to_string(),
             ce_id: out.ce_id.clone(),
             traceparent: out.traceparent.clone(),
+            tracestate: out.tracestate.clone(),
             content_type: out
                 .content_type
                 .clone()
@@ -631,6 +634,7 @@ fn fits(out: &Outgoing) -> Result<(), CallError> {
         event: out.event.to_string(),
         ce_id: out.ce_id.clone(),
         traceparent: out.traceparent.clone(),
+        tracestate: out.tracestate.clone(),
         content_type: out
             .content_type
             .clone()

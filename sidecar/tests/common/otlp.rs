@@ -31,6 +31,8 @@ pub struct GotSpan {
     pub span_id: String,
     /// Empty for a root span.
     pub parent: String,
+    /// The W3C tracestate of the span's context (OTLP `trace_state`), empty when none.
+    pub trace_state: String,
     pub name: String,
     pub kind: i32,
     pub attrs: HashMap<String, String>,
@@ -87,6 +89,7 @@ impl TraceService for Store {
                         trace_id: hex(&s.trace_id),
                         span_id: hex(&s.span_id),
                         parent: hex(&s.parent_span_id),
+                        trace_state: s.trace_state,
                         name: s.name,
                         kind: s.kind,
                         attrs: flat(&s.attributes),

@@ -113,6 +113,7 @@ impl Pusher {
             .send(Frame::Push(Push {
                 event: event.into(),
                 traceparent: String::new(),
+                tracestate: String::new(),
                 content_type: content_type.into(),
                 payload: payload.into(),
             }))

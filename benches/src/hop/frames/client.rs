@@ -146,6 +146,7 @@ impl Conn {
                 event: call.event,
                 ce_id: call.ce_id,
                 traceparent: call.traceparent,
+                tracestate: String::new(),
                 content_type: call.content_type,
                 payload: call.inline,
             }),
@@ -483,6 +484,7 @@ pub async fn connect(addr: &str, settings: Settings) -> std::io::Result<Arc<Conn
             // The prototype's server never reclaims credit.
             releases_credit: false,
             streams: None,
+            reads_tracestate: true,
         },
         more: false,
     });

@@ -33,7 +33,7 @@ pub(super) async fn read_stream(
     gw: Shared,
     mut inbound: Streaming<ConnectRequest>,
     tx: mpsc::Sender<Result<ConnectReply, Status>>,
-    traceparent: Option<Arc<[u8]>>,
+    (traceparent, tracestate): (Option<Arc<[u8]>>, Arc<str>),
     stream_deadline: Option<Instant>,
     grant: Option<Grant>,
 ) {
@@ -82,6 +82,7 @@ pub(super) async fn read_stream(
         let gw = gw.clone();
         let tx = tx.clone();
         let tp = traceparent.clone();
+        let ts = tracestate.clone();
         tokio::spawn(async move {
             let work = handle(
                 &gw.edge,
@@ -91,6 +92,7 @@ pub(super) async fn read_stream(
                     method: &msg.method,
                     payload: Bytes::from(msg.payload),
                     traceparent: tp.as_deref(),
+                    tracestate: &ts,
                     start,
                     client_deadline: stream_deadline,
                 },

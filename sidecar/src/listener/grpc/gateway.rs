@@ -55,6 +55,7 @@ impl gateway_server::Gateway for Gateway {
         let arrival = arrival_of(&request);
         let (meta, _, req) = request.into_parts();
         let tp = meta.get(traceparent::HEADER).map(|v| v.as_bytes());
+        let ts = traceparent::tracestate_in_meta(tp, &meta);
         let outcome = handle(
             &self.edge,
             &self.routes,
@@ -63,6 +64,7 @@ impl gateway_server::Gateway for Gateway {
                 method: &req.method,
                 payload: Bytes::from(req.payload),
                 traceparent: tp,
+                tracestate: &ts,
                 start: arrival.at,
                 client_deadline: arrival.deadline,
             },
@@ -92,6 +94,7 @@ impl gateway_server::Gateway for Gateway {
         let grant = request.extensions().get::<Grant>().cloned();
         let (meta, _, inbound) = request.into_parts();
         let tp: Option<Arc<[u8]>> = meta.get(traceparent::HEADER).map(|v| v.as_bytes().into());
+        let ts: Arc<str> = traceparent::tracestate_in_meta(tp.as_deref(), &meta).into();
         let (tx, rx) = mpsc::channel(connect::CONNECT_IN_FLIGHT);
         let shared = connect::Shared {
             edge: self.edge.clone(),
@@ -102,7 +105,7 @@ impl gateway_server::Gateway for Gateway {
             shared,
             inbound,
             tx,
-            tp,
+            (tp, ts),
             arrival.deadline,
             grant,
         ));

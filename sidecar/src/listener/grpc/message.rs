@@ -7,7 +7,7 @@ use crate::dispatch::{Clock, new_ce_id};
 use crate::edge::{self, Rejection};
 use crate::listener::Edge;
 use crate::metrics::EventLabel;
-use crate::otel::request::RequestTrace;
+use crate::otel::request::{Remote, RequestTrace};
 use crate::routes::grpc::GrpcRoutes;
 use crate::timing::StageTimes;
 use crate::traceparent;
@@ -35,6 +35,8 @@ pub(super) struct Message<'a> {
     pub(super) method: &'a str,
     pub(super) payload: Bytes,
     pub(super) traceparent: Option<&'a [u8]>,
+    /// The checked tracestate that goes with it (`traceparent::tracestate`).
+    pub(super) tracestate: &'a str,
     /// When it arrived.
     pub(super) start: Instant,
     /// The client's deadline, if it set one.
@@ -60,12 +62,11 @@ fn payload_detail(r: Rejection) -> String {
 pub(super) async fn handle(edge: &Edge, routes: &GrpcRoutes, msg: Message<'_>) -> Outcome {
     let mut clock = Clock::new(msg.start);
     if let Some(otel) = &edge.otel {
-        clock.trace = Some(RequestTrace::grpc(
-            otel,
-            msg.traceparent,
-            msg.rpc,
-            msg.method,
-        ));
+        let remote = Remote {
+            traceparent: msg.traceparent,
+            tracestate: msg.tracestate,
+        };
+        clock.trace = Some(RequestTrace::grpc(otel, remote, msg.rpc, msg.method));
     }
     let (result, label) = process(edge, routes, msg, &mut clock).await;
     let times = clock.stages();
@@ -122,6 +123,7 @@ async fn process(
         event: route.event.clone(),
         ce_id: new_ce_id(),
         traceparent: traceparent::extract_or_new(msg.traceparent),
+        tracestate: msg.tracestate.to_owned(),
         payload,
     };
     let answer = match edge.dispatch.call(out, deadline, clock).await {

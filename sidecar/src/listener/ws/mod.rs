@@ -80,6 +80,8 @@ pub(crate) fn upgrade(edge: &Arc<Edge>, mut req: Request<Incoming>) -> Response<
         .headers()
         .get(crate::traceparent::HEADER)
         .map(|v| v.as_bytes().to_vec());
+    // Its tracestate goes with every message (each a trace linked to the session's).
+    let tracestate = crate::traceparent::tracestate_in(traceparent.as_deref(), req.headers());
     // The credential the auth middleware admitted: the session ends when it lapses.
     let grant = req.extensions_mut().remove::<Grant>();
     let edge = edge.clone();
@@ -90,7 +92,7 @@ pub(crate) fn upgrade(edge: &Arc<Edge>, mut req: Request<Incoming>) -> Response<
     ws.sessions.spawn(async move {
         let _held = held;
         match on_upgrade.await {
-            Ok(upgraded) => session::run(edge, upgraded, traceparent, grant).await,
+            Ok(upgraded) => session::run(edge, upgraded, traceparent, tracestate, grant).await,
             Err(e) => tracing::debug!(error = %e, "WebSocket upgrade failed"),
         }
     });

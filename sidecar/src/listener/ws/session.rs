@@ -20,7 +20,7 @@ use crate::listener::Edge;
 use crate::metrics::EventLabel;
 use crate::middleware::{Denial, Grant};
 use crate::otel::produce::Session;
-use crate::otel::request::RequestTrace;
+use crate::otel::request::{Remote, RequestTrace};
 use crate::routes::ws::WsRoute;
 use crate::shutdown::DRAIN_LIMIT;
 use crate::traceparent;
@@ -165,12 +165,22 @@ impl Drop for Subs {
     }
 }
 
-/// Runs one upgraded connection to its end; `traceparent` is the upgrade request's, `grant` the
+/// The session's trace context each message is sent with.
+struct SessionContext {
+    /// The session span's, which the messages' spans link to (traced only).
+    span: Option<SpanContext>,
+    /// The upgrade request's tracestate, carried with every message.
+    tracestate: Arc<str>,
+}
+
+/// Runs one upgraded connection to its end; `traceparent` and `tracestate` are the upgrade
+/// request's, `grant` the
 /// credential its auth middleware admitted.
 pub(super) async fn run(
     edge: Arc<Edge>,
     upgraded: Upgraded,
     traceparent: Option<Vec<u8>>,
+    tracestate: String,
     grant: Option<Grant>,
 ) {
     let Some(ws) = edge.ws.as_ref() else { return };
@@ -183,11 +193,17 @@ pub(super) async fn run(
         WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
     edge.metrics.ws.connections.inc();
     let _open = Open(edge.metrics.clone());
-    let session = edge
-        .otel
-        .as_ref()
-        .map(|o| Session::start(o, traceparent.as_deref(), &ws.routes.path));
-    let session_cx = session.as_ref().map(Session::span_context);
+    let session = edge.otel.as_ref().map(|o| {
+        let remote = Remote {
+            traceparent: traceparent.as_deref(),
+            tracestate: &tracestate,
+        };
+        Session::start(o, remote, &ws.routes.path)
+    });
+    let context = SessionContext {
+        span: session.as_ref().map(Session::span_context),
+        tracestate: Arc::from(tracestate),
+    };
     let mut messages = 0u64;
     let (sink, mut stream) = stream.split();
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT + PUSH_ROOM);
@@ -260,9 +276,8 @@ pub(super) async fn run(
             }
             Some(Ok(Message::Text(text))) => {
                 messages += 1;
-                let session = session_cx.as_ref();
                 on_text(
-                    &edge, &text, &tx, &gone, &mut subs, &mut auth, permit, last_seen, session,
+                    &edge, &text, &tx, &gone, &mut subs, &mut auth, permit, last_seen, &context,
                 );
             }
             Some(Ok(Message::Binary(_))) => {
@@ -405,7 +420,7 @@ fn on_text(
     auth: &mut Auth,
     permit: OwnedSemaphorePermit,
     start: Instant,
-    session: Option<&SpanContext>,
+    session: &SessionContext,
 ) {
     let Some(ws) = edge.ws.as_ref() else { return };
     let parsed = incoming::parse(text, &ws.routes);
@@ -417,15 +432,15 @@ fn on_text(
             outgoing::refusal(&id, &Answer::refusal(bad.status, bad.detail), &timing()),
         ),
         Ok(Command::Call { route, payload }) => {
-            let trace = edge
-                .otel
-                .as_ref()
-                .map(|o| RequestTrace::websocket(o, session, &ws.routes.path, &route.command));
+            let trace = edge.otel.as_ref().map(|o| {
+                RequestTrace::websocket(o, session.span.as_ref(), &ws.routes.path, &route.command)
+            });
             let work = call(
                 edge.clone(),
                 route,
                 id,
                 payload,
+                session.tracestate.clone(),
                 Clock::traced(start, trace),
                 tx.clone(),
                 gone.clone(),
@@ -546,11 +561,13 @@ fn refresh(
 }
 
 /// A routed command: the HTTP path's dispatch, then the reply with the stages' timing.
+#[allow(clippy::too_many_arguments)] // one message's whole context, as `on_text`
 async fn call(
     edge: Arc<Edge>,
     route: Arc<WsRoute>,
     id: Value,
     payload: Bytes,
+    tracestate: Arc<str>,
     mut clock: Clock,
     tx: Outbox,
     gone: CancellationToken,
@@ -566,6 +583,7 @@ async fn call(
         event: route.event.clone(),
         ce_id: new_ce_id(),
         traceparent: traceparent::extract_or_new(None),
+        tracestate: tracestate.to_string(),
         payload,
     };
     // A client gone away cancels the work (the router sends CANCEL to the manager).

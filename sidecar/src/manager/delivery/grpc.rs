@@ -46,6 +46,10 @@ impl GrpcDelivery {
         if !ev.traceparent.is_empty() {
             extensions.insert("traceparent".to_owned(), ev.traceparent.clone());
         }
+        // The CloudEvents distributed-tracing extension has both attributes.
+        if !ev.tracestate.is_empty() {
+            extensions.insert("tracestate".to_owned(), ev.tracestate.clone());
+        }
         let mut req = tonic::Request::new(CloudEvent {
             id: ev.ce_id.clone(),
             source: self.source.clone(),
@@ -63,6 +67,12 @@ impl GrpcDelivery {
                 }
                 Err(_) => return Outcome::Invalid("traceparent is not legal metadata".to_owned()),
             }
+        }
+        // A carried tracestate is printable ASCII, so always legal metadata.
+        if let Ok(v) = MetadataValue::try_from(ev.tracestate.as_str())
+            && !ev.tracestate.is_empty()
+        {
+            req.metadata_mut().insert("tracestate", v);
         }
         let mut client = self.client.clone();
         match tokio::time::timeout(timeout, client.handle(req)).await {

@@ -19,6 +19,7 @@ static CE_TYPE: HeaderName = HeaderName::from_static("ce-type");
 static CE_SOURCE: HeaderName = HeaderName::from_static("ce-source");
 static CE_SPECVERSION: HeaderName = HeaderName::from_static("ce-specversion");
 static TRACEPARENT: HeaderName = HeaderName::from_static("traceparent");
+static TRACESTATE: HeaderName = HeaderName::from_static("tracestate");
 
 /// The app's address and path do not make a delivery target.
 #[derive(Debug, thiserror::Error)]
@@ -91,6 +92,9 @@ impl HttpDelivery {
             h.insert(CE_SPECVERSION.clone(), HeaderValue::from_static("1.0"));
             if !ev.traceparent.is_empty() {
                 h.insert(TRACEPARENT.clone(), header(&ev.traceparent, "traceparent")?);
+            }
+            if !ev.tracestate.is_empty() {
+                h.insert(TRACESTATE.clone(), header(&ev.tracestate, "tracestate")?);
             }
             if !ev.content_type.is_empty() {
                 h.insert(CONTENT_TYPE, header(&ev.content_type, "content-type")?);

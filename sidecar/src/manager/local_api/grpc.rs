@@ -63,6 +63,8 @@ impl Grpc {
             .metadata()
             .get(crate::traceparent::HEADER)
             .map(|v| v.as_bytes().to_vec());
+        let tracestate =
+            crate::traceparent::tracestate_in_meta(traceparent.as_deref(), req.metadata());
         let ev = req.into_inner();
         parse::event_type(&ev.event)?;
         let ce_id = parse::ce_id(Some(&ev.ce_id))?;
@@ -79,6 +81,7 @@ impl Grpc {
                 event: &ev.event,
                 ce_id,
                 traceparent: traceparent.as_deref(),
+                tracestate,
                 payload,
                 timeout,
             })

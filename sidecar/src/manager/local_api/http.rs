@@ -110,14 +110,16 @@ async fn serve(api: &LocalApi, req: Request<Incoming>) -> Result<Done, Answer> {
         edge::check_syntax(&raw).map_err(|r| Answer::refusal(r.status, r.detail))?;
         raw
     };
+    let traceparent = parts
+        .headers
+        .get(crate::traceparent::HEADER)
+        .map(HeaderValue::as_bytes);
     api.call(Call {
         op,
         event,
         ce_id,
-        traceparent: parts
-            .headers
-            .get(crate::traceparent::HEADER)
-            .map(HeaderValue::as_bytes),
+        traceparent,
+        tracestate: crate::traceparent::tracestate_in(traceparent, &parts.headers),
         payload,
         timeout,
     })

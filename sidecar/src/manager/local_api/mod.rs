@@ -14,7 +14,7 @@ use crate::metrics::{LocalApiLabels, Metrics};
 use crate::net::budget::{ByteBudget, DEFAULT_BODY_BUDGET};
 use crate::otel::Otel;
 use crate::otel::produce::Produce;
-use crate::otel::request::RequestTrace;
+use crate::otel::request::{Remote, RequestTrace};
 use crate::upstream::{Outgoing, Upstream};
 use bytes::Bytes;
 use hyper::body::Incoming;
@@ -48,10 +48,22 @@ pub struct Call<'a> {
     pub ce_id: Option<String>,
     /// The app's `traceparent`, if any (a new root when absent or invalid).
     pub traceparent: Option<&'a [u8]>,
+    /// The app's `tracestate` as carried (empty when none, or when its traceparent is not kept).
+    pub tracestate: String,
     /// JSON payload.
     pub payload: Bytes,
     /// Reply deadline of a request.
     pub timeout: Duration,
+}
+
+impl Call<'_> {
+    /// The app's trace context, as the spans take it.
+    fn remote(&self) -> Remote<'_> {
+        Remote {
+            traceparent: self.traceparent,
+            tracestate: &self.tracestate,
+        }
+    }
 }
 
 /// What a call came to.
@@ -135,7 +147,7 @@ impl LocalApi {
             (Some(otel), Op::Publish | Op::Push) => {
                 let (span, tp) = Produce::start(
                     otel,
-                    call.traceparent,
+                    call.remote(),
                     call.op.as_str(),
                     call.event,
                     ce_id.as_deref(),
@@ -152,6 +164,7 @@ impl LocalApi {
                 let routers = self.routers.push(&Push {
                     event: call.event.to_owned(),
                     traceparent,
+                    tracestate: call.tracestate,
                     content_type: crate::edge::JSON.to_owned(),
                     payload: call.payload,
                 });
@@ -176,6 +189,7 @@ impl LocalApi {
             event: Arc::from(call.event),
             ce_id: ce_id.clone(),
             traceparent,
+            tracestate: call.tracestate.clone(),
             payload: call.payload.clone(),
         };
         if call.op == Op::Publish {
@@ -189,7 +203,7 @@ impl LocalApi {
         let trace = self
             .otel
             .as_ref()
-            .map(|o| RequestTrace::local_request(o, call.traceparent, call.event));
+            .map(|o| RequestTrace::local_request(o, call.remote(), call.event));
         let mut clock = Clock::traced(Instant::now(), trace);
         let result = match self.dispatch.call(out, deadline, &mut clock).await {
             Ok(r) => Ok(Done::Reply {

@@ -158,6 +158,7 @@ mod tests {
         Push {
             event: event.into(),
             traceparent: String::new(),
+            tracestate: String::new(),
             content_type: "application/json".into(),
             payload: Bytes::from_static(payload.as_bytes()),
         }
