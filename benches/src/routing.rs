@@ -111,6 +111,7 @@ async fn manager_side(mut conn: Framed<DuplexStream, FrameCodec>) {
             payload: Bytes::from_static(br#"{"ok":true}"#),
             returns_credit: false,
             from_mesh: false,
+            more: false,
         });
         if conn.send(resp).await.is_err() {
             return;

@@ -836,6 +836,7 @@ async fn plain_frames(addr: SocketAddr) -> Result<Vec<String>> {
         takes_pushes: false,
         implicit_credit: true,
         releases_credit: false,
+        streams: None,
         reads_tracestate: true,
     };
     let request = Frame::Request(Request {

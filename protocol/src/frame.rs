@@ -25,17 +25,25 @@
 //! HELLO    body := (empty); flags bit 0: the sender takes PUSH frames
 //!                                          flags bit 1: the sender counts a flagged RESPONSE as a credit
 //!                                          flags bit 2: the sender answers RECLAIM with RELEASE
+//!                                          flags bit 3: the sender speaks streams; then body := window:u32
+//!                                          (DATA bytes it takes per stream before it returns window)
 //!                                          flags bit 6: the sender reads the tracestate field
 //!                                          first frame of the connecting side; the accepting side
-//!                                          sends one too (bit 6 only), before its first CREDIT
+//!                                          reads it, then answers with one HELLO of its own (bit 6,
+//!                                          and bit 3 with its window if the peer offered streams)
+//!                                          before its first CREDIT, only to a peer whose HELLO had
+//!                                          bit 3 or 6 (an older one would not expect it)
 //! RECLAIM  body := credits:u32             manager -> sender: give back up to that many unused credits
 //! RELEASE  body := credits:u32             sender -> manager: that many credits given back (maybe 0),
 //!                                          the answer to a RECLAIM
+//! DATA, TRAILERS, RESET, WINDOW (kinds 12-15): streamed bodies, see `crate::stream`; REQUEST and
+//!                                          RESPONSE flags bit 7 (MORE): the body continues in DATA
 //! str8    := len:u8 bytes (UTF-8)
 //! str16   := len:u16 bytes (UTF-8)
 //! ```
 //! Pure: no I/O. [`FrameCodec`] plugs it into `tokio_util::codec::Framed`.
 
+use crate::stream::{self, Data, Reset, Trailers};
 use crate::tracestate;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::fmt;
@@ -65,13 +73,17 @@ pub const FLAG_IMPLICIT_CREDIT: u8 = 0x02;
 /// manager can move credit from idle senders to a new one (credit cannot otherwise be taken back).
 /// A manager never sends RECLAIM to a peer whose HELLO lacked it.
 pub const FLAG_RELEASES_CREDIT: u8 = 0x04;
+/// Flag on a HELLO: the sender speaks streams (DATA, TRAILERS, RESET, WINDOW and MORE on heads); the
+/// HELLO's body then says its per-stream window. A peer without it gets whole bodies only.
+pub const FLAG_STREAMS: u8 = 0x08;
 /// Flag on a REQUEST or PUSH: a `tracestate:str16` follows the traceparent (set by the encoder when
 /// the frame carries one). Older sidecars do not read it, so only a peer whose HELLO carried
 /// [`FLAG_READS_TRACESTATE`] is sent a frame with it; a frame without it is the older encoding.
 pub const FLAG_TRACESTATE: u8 = 0x40;
-/// Flag on a HELLO: the sender reads [`FLAG_TRACESTATE`] frames. The accepting side sends its HELLO
-/// before its first CREDIT, so the connecting side knows before its first REQUEST; an older one
-/// ignores that HELLO (it expects none).
+/// Flag on a HELLO: the sender reads [`FLAG_TRACESTATE`] frames. The accepting side reads the
+/// connecting side's HELLO and answers with its own before its first CREDIT, so the connecting side
+/// knows before its first REQUEST; a peer whose HELLO had neither this nor [`FLAG_STREAMS`] (an
+/// older version, which would log it as unexpected) gets no HELLO, and so never a tracestate.
 pub const FLAG_READS_TRACESTATE: u8 = 0x40;
 /// Flag on a RESPONSE: the answer also returns its request's credit (no CREDIT frame follows for it).
 /// Only sent to a peer whose HELLO carried [`FLAG_IMPLICIT_CREDIT`].
@@ -136,8 +148,23 @@ pub enum Frame {
         implicit_credit: bool,
         /// Whether the sender answers RECLAIM with RELEASE ([`FLAG_RELEASES_CREDIT`]).
         releases_credit: bool,
+        /// The per-stream window the sender takes, when it speaks streams ([`FLAG_STREAMS`]).
+        streams: Option<u32>,
         /// Whether the sender reads a tracestate ([`FLAG_READS_TRACESTATE`]).
         reads_tracestate: bool,
+    },
+    /// A chunk of a stream's body.
+    Data(Data),
+    /// The end of a stream's direction with what was known only at the end.
+    Trailers(Trailers),
+    /// A stream abandoned by its sender.
+    Reset(Reset),
+    /// The receiver of stream `id` takes `increment` more DATA bytes on it.
+    Window {
+        /// The stream.
+        id: u64,
+        /// Bytes added to the sender's window.
+        increment: u32,
     },
 }
 
@@ -148,6 +175,9 @@ impl Frame {
         match self {
             Frame::Credit { credits } => *credits,
             Frame::Response(r) if r.returns_credit => 1,
+            Frame::Data(d) if d.returns_credit => 1,
+            Frame::Trailers(t) if t.returns_credit => 1,
+            Frame::Reset(r) if r.returns_credit => 1,
             _ => 0,
         }
     }
@@ -210,6 +240,15 @@ pub struct Response {
     pub returns_credit: bool,
     /// The manager sidecar made this answer, not the app ([`FLAG_FROM_MESH`]).
     pub from_mesh: bool,
+    /// A stream head: the body continues in DATA frames ([`stream::FLAG_MORE`]).
+    pub more: bool,
+}
+
+impl Request {
+    /// Whether this is a stream head: the body continues in DATA frames ([`stream::FLAG_MORE`]).
+    pub fn more(&self) -> bool {
+        self.flags & stream::FLAG_MORE != 0
+    }
 }
 
 mod kind {
@@ -317,8 +356,15 @@ pub fn check(frame: &Frame, max: usize) -> Result<(), FrameError> {
                 + p.payload.len()
         }
         Frame::GoAway { reason } => reason.len(),
-        Frame::Cancel { .. } | Frame::Hello { .. } => 0,
-        Frame::Credit { .. } | Frame::Reclaim { .. } | Frame::Release { .. } => 4,
+        Frame::Hello { streams, .. } => 4 * usize::from(streams.is_some()),
+        Frame::Cancel { .. } => 0,
+        Frame::Data(d) => d.data.len(),
+        Frame::Trailers(t) => t.body_len()?,
+        Frame::Credit { .. }
+        | Frame::Reclaim { .. }
+        | Frame::Release { .. }
+        | Frame::Reset(_)
+        | Frame::Window { .. } => 4,
         Frame::Ping { .. } | Frame::Pong { .. } => 8,
     };
     within(body, max)
@@ -412,6 +458,9 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             if r.from_mesh {
                 flags |= FLAG_FROM_MESH;
             }
+            if r.more {
+                flags |= stream::FLAG_MORE;
+            }
             dst.put_u8(flags);
             dst.put_u64(r.id);
             dst.put_u16(r.status);
@@ -455,6 +504,7 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             takes_pushes,
             implicit_credit,
             releases_credit,
+            streams,
             reads_tracestate,
         } => {
             let mut flags = 0;
@@ -467,12 +517,43 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             if *releases_credit {
                 flags |= FLAG_RELEASES_CREDIT;
             }
+            if streams.is_some() {
+                flags |= FLAG_STREAMS;
+            }
             if *reads_tracestate {
                 flags |= FLAG_READS_TRACESTATE;
             }
             dst.put_u8(kind::HELLO);
             dst.put_u8(flags);
             dst.put_u64(0);
+            if let Some(window) = streams {
+                dst.put_u32(*window);
+            }
+        }
+        Frame::Data(d) => {
+            dst.reserve(FIXED + d.data.len());
+            dst.put_u8(stream::kind::DATA);
+            dst.put_u8(d.flags());
+            dst.put_u64(d.id);
+            dst.put_slice(&d.data);
+        }
+        Frame::Trailers(t) => {
+            dst.put_u8(stream::kind::TRAILERS);
+            dst.put_u8(t.flags());
+            dst.put_u64(t.id);
+            t.encode_body(dst)?;
+        }
+        Frame::Reset(r) => {
+            dst.put_u8(stream::kind::RESET);
+            dst.put_u8(r.flags());
+            dst.put_u64(r.id);
+            dst.put_u32(r.code);
+        }
+        Frame::Window { id, increment } => {
+            dst.put_u8(stream::kind::WINDOW);
+            dst.put_u8(0);
+            dst.put_u64(*id);
+            dst.put_u32(*increment);
         }
         Frame::Push(p) => {
             dst.reserve(
@@ -559,6 +640,7 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
                 payload: body,
                 returns_credit: flags & FLAG_RETURNS_CREDIT != 0,
                 from_mesh: flags & FLAG_FROM_MESH != 0,
+                more: flags & stream::FLAG_MORE != 0,
             })
         }
         kind::CANCEL => Frame::Cancel { id },
@@ -600,8 +682,24 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
             takes_pushes: flags & FLAG_TAKES_PUSHES != 0,
             implicit_credit: flags & FLAG_IMPLICIT_CREDIT != 0,
             releases_credit: flags & FLAG_RELEASES_CREDIT != 0,
+            streams: if flags & FLAG_STREAMS != 0 {
+                need(&body, 4, "window")?;
+                Some(body.get_u32())
+            } else {
+                None
+            },
             reads_tracestate: flags & FLAG_READS_TRACESTATE != 0,
         },
+        stream::kind::DATA => Frame::Data(Data::decode(id, flags, body)),
+        stream::kind::TRAILERS => Frame::Trailers(Trailers::decode(id, flags, body)?),
+        stream::kind::RESET => Frame::Reset(Reset::decode(id, flags, body)?),
+        stream::kind::WINDOW => {
+            need(&body, 4, "increment")?;
+            Frame::Window {
+                id,
+                increment: body.get_u32(),
+            }
+        }
         other => return Err(FrameError::UnknownKind(other)),
     };
     Ok(Some(frame))
@@ -701,6 +799,7 @@ mod tests {
             payload: Bytes::from_static(b"busy"),
             returns_credit: false,
             from_mesh: true,
+            more: false,
         }));
         roundtrip(Frame::Response(Response {
             id: 1,
@@ -711,6 +810,7 @@ mod tests {
             payload: Bytes::new(),
             returns_credit: true,
             from_mesh: false,
+            more: false,
         }));
         roundtrip(Frame::Cancel { id: 3 });
         roundtrip(Frame::Credit { credits: 64 });
@@ -721,11 +821,12 @@ mod tests {
         roundtrip(Frame::GoAway {
             reason: "draining".into(),
         });
-        for bits in 0..16u8 {
+        for bits in 0..32u8 {
             roundtrip(Frame::Hello {
                 takes_pushes: bits & 1 != 0,
                 implicit_credit: bits & 2 != 0,
                 releases_credit: bits & 4 != 0,
+                streams: (bits & 16 != 0).then_some(65_536),
                 reads_tracestate: bits & 8 != 0,
             });
         }
@@ -782,6 +883,7 @@ mod tests {
             payload: Bytes::new(),
             returns_credit,
             from_mesh: false,
+            more: false,
         })
     }
 
@@ -809,6 +911,7 @@ mod tests {
                 takes_pushes: true,
                 implicit_credit: false,
                 releases_credit: false,
+                streams: None,
                 reads_tracestate: false,
             }))
         );
@@ -863,6 +966,7 @@ mod tests {
                 payload: Bytes::from_static(b"{}"),
                 returns_credit: true,
                 from_mesh: false,
+                more: false,
             }),
             Frame::GoAway {
                 reason: "bye".into(),
@@ -876,6 +980,7 @@ mod tests {
                 takes_pushes: true,
                 implicit_credit: true,
                 releases_credit: true,
+                streams: Some(65_536),
                 reads_tracestate: true,
             },
         ];

@@ -10,8 +10,9 @@ const MAX: usize = 64 * 1024;
 
 /// Decodes every frame in `data`. Must never panic; every decoded frame must re-encode to bytes that
 /// decode to the same frame; an error must consume nothing it did not report. Credit accounting: only
-/// a CREDIT frame or an answer flagged as returning its credit gives credit back, an answer at most
-/// one, and the count survives re-encoding (a flag bit cannot appear or vanish on the way).
+/// a CREDIT frame or an answer (or a stream's last frame) flagged as returning its credit gives
+/// credit back, an answer at most one, and the count survives re-encoding (a flag bit cannot appear
+/// or vanish on the way).
 pub fn frame_decode(data: &[u8]) {
     let mut buf = BytesMut::from(data);
     loop {
@@ -35,6 +36,13 @@ fn credit_rule(frame: &Frame) {
     match frame {
         Frame::Credit { credits } => assert_eq!(frame.credits_returned(), *credits),
         Frame::Response(r) => assert_eq!(frame.credits_returned(), u32::from(r.returns_credit)),
+        Frame::Data(d) => {
+            // Only a stream's last frame carries its credit.
+            assert!(d.end || !d.returns_credit, "{d:?}");
+            assert_eq!(frame.credits_returned(), u32::from(d.returns_credit));
+        }
+        Frame::Trailers(t) => assert_eq!(frame.credits_returned(), u32::from(t.returns_credit)),
+        Frame::Reset(r) => assert_eq!(frame.credits_returned(), u32::from(r.returns_credit)),
         other => assert_eq!(other.credits_returned(), 0, "{other:?} returns no credit"),
     }
 }
@@ -59,6 +67,7 @@ fn roundtrip(frame: &Frame) {
 mod tests {
     use super::*;
     use crate::frame::{Push, Request, Response};
+    use crate::stream::{Data, Reset, Trailers};
     use bytes::Bytes;
 
     fn seeds() -> Vec<Vec<u8>> {
@@ -83,6 +92,7 @@ mod tests {
                 payload: Bytes::from_static(b"ok"),
                 returns_credit: true,
                 from_mesh: true,
+                more: false,
             }),
             Frame::Cancel { id: 3 },
             Frame::Credit { credits: 4 },
@@ -95,6 +105,7 @@ mod tests {
                 takes_pushes: true,
                 implicit_credit: true,
                 releases_credit: true,
+                streams: None,
                 reads_tracestate: true,
             },
             Frame::Push(Push {
@@ -104,6 +115,35 @@ mod tests {
                 content_type: "application/json".into(),
                 payload: Bytes::from_static(b"[1]"),
             }),
+            Frame::Hello {
+                takes_pushes: false,
+                implicit_credit: true,
+                releases_credit: false,
+                streams: Some(65536),
+                reads_tracestate: true,
+            },
+            Frame::Data(Data {
+                id: 8,
+                end: true,
+                returns_credit: true,
+                data: Bytes::from_static(b"data: 1\n\n"),
+            }),
+            Frame::Trailers(Trailers {
+                id: 9,
+                queue_us: 1,
+                app_us: 2,
+                fields: vec![("k".into(), "v".into())],
+                returns_credit: true,
+            }),
+            Frame::Reset(Reset {
+                id: 10,
+                code: 3,
+                returns_credit: false,
+            }),
+            Frame::Window {
+                id: 11,
+                increment: 4096,
+            },
         ];
         frames
             .iter()

@@ -11,6 +11,7 @@ pub mod fuzz_checks;
 pub mod labels;
 pub mod path_template;
 pub mod ports;
+pub mod stream;
 pub mod tracestate;
 
 /// The router's client-facing gRPC API (`proto/switchyard/v1/gateway.proto`) and the manager's local

@@ -60,6 +60,13 @@ pub fn is_json_media_type(value: &str) -> bool {
         || (essence.starts_with("application/") && essence.ends_with("+json"))
 }
 
+/// Whether a body route passes any body as it came (binary, `text/*`, multipart, ...): one with no
+/// schema to check and no path parameters to merge into a JSON object. Its JSON bodies are still
+/// checked for syntax (a JSON media type promises JSON).
+pub fn takes_any_body(route: &HttpRoute, path_params: &Map<String, Value>) -> bool {
+    route.schema.is_none() && path_params.is_empty()
+}
+
 /// Checks the `content-type` of a body route: missing or JSON is fine for an empty body, JSON otherwise.
 pub fn check_content_type(
     content_type: Option<&str>,

@@ -39,11 +39,13 @@ fn noop(id: u64) -> Frame {
     })
 }
 
-/// What a manager says first on a connection it accepted: it reads a tracestate.
+/// What a manager says first on a connection it accepted, to a router that reads a tracestate
+/// and speaks no streams: it reads a tracestate, and offers no stream window.
 const MANAGER_HELLO: Frame = Frame::Hello {
     takes_pushes: false,
     implicit_credit: false,
     releases_credit: false,
+    streams: None,
     reads_tracestate: true,
 };
 
@@ -61,6 +63,7 @@ async fn connect_with(mesh: &Mesh, implicit_credit: bool, releases_credit: bool)
         takes_pushes: false,
         implicit_credit,
         releases_credit,
+        streams: None,
         reads_tracestate: true,
     })
     .await
@@ -201,4 +204,66 @@ async fn idle_routers_give_credit_back_so_a_late_router_is_served() {
         released >= granted,
         "released {released}, granted late {granted}, first three {total}"
     );
+}
+
+/// The manager answers a router's HELLO with one HELLO of its own, before its grant, saying both
+/// of this version's offers: it reads a tracestate, and its stream window when the router speaks
+/// streams. A router whose HELLO had neither (the previous version) gets none: its first frame is
+/// the grant, as that version expects. Either way no HELLO comes later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_manager_hello_says_tracestate_and_streams_and_only_to_a_newer_router() {
+    let mesh = Mesh::start(Opts::default()).await;
+    for (streams, reads_tracestate) in [
+        (Some(65_536), true),
+        (Some(65_536), false),
+        (None, true),
+        (None, false),
+    ] {
+        let case = format!("router streams {streams:?}, reads tracestate {reads_tracestate}");
+        let stream = TcpStream::connect(("127.0.0.1", mesh.manager_port))
+            .await
+            .unwrap();
+        let mut conn = Framed::new(stream, FrameCodec::default());
+        conn.send(Frame::Hello {
+            takes_pushes: false,
+            implicit_credit: true,
+            releases_credit: false,
+            streams,
+            reads_tracestate,
+        })
+        .await
+        .unwrap();
+        let mut first = next(&mut conn).await;
+        if streams.is_some() || reads_tracestate {
+            let Frame::Hello {
+                takes_pushes: false,
+                implicit_credit: false,
+                releases_credit: false,
+                streams: window,
+                reads_tracestate: true,
+            } = first
+            else {
+                panic!("{case}: the manager's HELLO first, got {first:?}");
+            };
+            assert_eq!(
+                window.is_some_and(|w| w > 0),
+                streams.is_some(),
+                "{case}: a window only to a router that speaks streams: {window:?}"
+            );
+            first = next(&mut conn).await;
+        }
+        assert!(
+            matches!(first, Frame::Credit { credits } if credits > 0),
+            "{case}: the grant, got {first:?}"
+        );
+        let frames = exchange(&mut conn, 1).await;
+        assert!(
+            !frames.iter().any(|f| matches!(f, Frame::Hello { .. })),
+            "{case}: one HELLO at most: {frames:?}"
+        );
+        let Some(Frame::Response(r)) = frames.first() else {
+            panic!("{case}: {frames:?}")
+        };
+        assert_eq!(r.status, 200, "{case}");
+    }
 }

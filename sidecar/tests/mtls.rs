@@ -189,6 +189,7 @@ fn hello() -> Frame {
         takes_pushes: true,
         implicit_credit: true,
         releases_credit: false,
+        streams: None,
         reads_tracestate: true,
     }
 }
@@ -305,6 +306,7 @@ async fn requests_cross_mtls_over_one_handshake_and_hostile_peers_are_refused() 
         conn.next().await,
         Some(Ok(Frame::Hello {
             reads_tracestate: true,
+            streams: None,
             ..
         }))
     ));
@@ -485,6 +487,7 @@ async fn certificates_renewed_under_load_lose_no_request() {
         conn.next().await,
         Some(Ok(Frame::Hello {
             reads_tracestate: true,
+            streams: None,
             ..
         }))
     ));

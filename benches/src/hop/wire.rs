@@ -256,6 +256,8 @@ mod tests {
                 payload: Bytes::new(),
                 returns_credit: true,
                 from_mesh: false,
+                // The product's head now says MORE (bit 7) itself, as the prototype's flag does.
+                more: true,
             }),
             more: true,
         });

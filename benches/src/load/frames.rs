@@ -146,6 +146,7 @@ pub async fn serve(listener: TcpListener) {
                         // The sender keeps no credit count: it never says HELLO.
                         returns_credit: false,
                         from_mesh: false,
+                        more: false,
                     }),
                     Frame::Ping { .. } => Frame::Pong { nonce: received },
                     _ => continue,

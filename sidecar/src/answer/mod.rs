@@ -45,6 +45,17 @@ pub(crate) enum Failure {
         /// Its size in bytes.
         bytes: usize,
     },
+    /// A streamed request body went over the route's `bodyLimit` (413).
+    OverLimit {
+        /// The limit in bytes.
+        limit: usize,
+    },
+    /// The body is larger than the chosen Manager's sidecar takes whole: it is of a version that
+    /// does not speak streams (its HELLO offered none), so it takes one frame's worth (413).
+    PeerTakesNoStreams {
+        /// The most that sidecar takes, in bytes.
+        max: usize,
+    },
     /// The event store (JetStream) did not confirm a durable publish: it may or may not be kept,
     /// so a retry with the same ce-id is safe (the stream drops the duplicate).
     NotKept,
@@ -69,6 +80,8 @@ impl Failure {
             Failure::Timeout => "timeout",
             Failure::Lost => "lost",
             Failure::TooLarge { .. } => "too_large",
+            Failure::OverLimit { .. } => "over_limit",
+            Failure::PeerTakesNoStreams { .. } => "peer_takes_no_streams",
             Failure::NotKept => "not_kept",
             Failure::Manager { .. } => "manager",
         }
@@ -131,6 +144,15 @@ impl Answer {
                 format!(
                     "the event is {bytes} bytes; the mesh carries at most {} bytes",
                     switchyard_protocol::frame::MAX_PAYLOAD
+                ),
+            ),
+            Failure::OverLimit { limit } => {
+                Answer::refusal(413, format!("body is larger than {limit} bytes"))
+            }
+            Failure::PeerTakesNoStreams { max } => Answer::refusal(
+                413,
+                format!(
+                    "the body is larger than {max} bytes, the most the Manager's sidecar takes: it runs a version from before streamed bodies (its HELLO offered no streams); upgrade it, or send a smaller body"
                 ),
             ),
             Failure::NotKept => retry(

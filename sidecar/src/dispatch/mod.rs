@@ -14,10 +14,10 @@ pub(crate) use clock::Clock;
 
 use crate::answer::{DEADLINE_SLACK, Failure};
 use crate::durable::{Store, Target};
-use crate::upstream::{CallError, Outgoing, Upstream};
+use crate::upstream::{Answered, CallError, Collect, Outgoing, Upstream};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
-use switchyard_protocol::frame::Response;
+use switchyard_protocol::frame::{MAX_PAYLOAD, Response};
 
 /// The broker and the upstream of one process.
 pub(crate) struct Dispatch {
@@ -38,6 +38,8 @@ impl From<CallError> for Failure {
             CallError::Timeout => Failure::Timeout,
             CallError::Lost => Failure::Lost,
             CallError::TooLarge { bytes } => Failure::TooLarge { bytes },
+            CallError::OverLimit { limit } => Failure::OverLimit { limit },
+            CallError::PeerTakesNoStreams { max } => Failure::PeerTakesNoStreams { max },
         }
     }
 }
@@ -52,19 +54,57 @@ impl Dispatch {
     /// until `deadline`. Records the stage timestamps in `clock` (`checked` is taken on entry), and
     /// the broker and send spans when the request is traced. An answer the manager sidecar made
     /// itself (the app gave none) is a [`Failure::Manager`], or the deadline when it is that.
+    /// The answer is whole: a streamed one is read to its end within the deadline, at most
+    /// [`MAX_PAYLOAD`] bytes (the front doors that cannot stream: gRPC, WebSocket, the local API).
     pub(crate) async fn call(
         &self,
         out: Outgoing,
         deadline: Instant,
         clock: &mut Clock,
     ) -> Result<Response, Failure> {
+        let answered = self.call_streamed(out, deadline, clock).await?;
+        let whole = tokio::time::timeout_at(deadline.into(), answered.whole(MAX_PAYLOAD)).await;
+        match whole {
+            Err(_) => Err(Failure::Timeout),
+            Ok(Ok(resp)) => {
+                clock.app = Duration::from_micros(resp.app_us.into());
+                Ok(resp)
+            }
+            Ok(Err(Collect::TooLarge)) => Err(Failure::Manager {
+                status: 502,
+                detail: format!(
+                    "the app's streamed answer is larger than {MAX_PAYLOAD} bytes, the most this protocol takes whole"
+                ),
+            }),
+            Ok(Err(Collect::Reset(code))) => Err(Failure::Manager {
+                status: 502,
+                detail: format!(
+                    "the app's streamed answer was cut ({})",
+                    switchyard_protocol::stream::code::name(code)
+                ),
+            }),
+        }
+    }
+
+    /// [`Dispatch::call`] with a streamed answer left streaming: the head now, the body as it comes.
+    pub(crate) async fn call_streamed(
+        &self,
+        out: Outgoing,
+        deadline: Instant,
+        clock: &mut Clock,
+    ) -> Result<Answered, Failure> {
         clock.checked = Some(Instant::now());
         if let Some(t) = clock.trace.as_mut() {
             t.broker_start(&out.event, SystemTime::now());
         }
         let result = self.route(out, deadline, clock).await;
         if let Some(t) = clock.trace.as_mut() {
-            t.routed(result.as_ref().map(|r| r.status).map_err(Failure::name));
+            t.routed(
+                result
+                    .as_ref()
+                    .map(|r| r.head.status)
+                    .map_err(Failure::name),
+            );
         }
         result
     }
@@ -74,7 +114,7 @@ impl Dispatch {
         mut out: Outgoing,
         deadline: Instant,
         clock: &mut Clock,
-    ) -> Result<Response, Failure> {
+    ) -> Result<Answered, Failure> {
         let Some(_admitted) = self.broker.admit() else {
             return Err(Failure::Shed);
         };
@@ -95,9 +135,13 @@ impl Dispatch {
             .await;
         clock.call_end = Some(Instant::now());
         let resp = result?;
-        clock.queue = Duration::from_micros(resp.queue_us.into());
-        clock.app = Duration::from_micros(resp.app_us.into());
-        from_manager(resp, deadline)
+        clock.queue = Duration::from_micros(resp.head.queue_us.into());
+        clock.app = Duration::from_micros(resp.head.app_us.into());
+        let Answered { head, body } = resp;
+        Ok(Answered {
+            head: from_manager(head, deadline)?,
+            body,
+        })
     }
 
     /// Publishes `out` within the broker's bound: see [`publish_routed`].
@@ -199,6 +243,7 @@ mod tests {
             payload: Bytes::from_static(payload),
             returns_credit: false,
             from_mesh,
+            more: false,
         }
     }
 

@@ -2,21 +2,24 @@
 
 use super::Edge;
 use crate::answer::Answer;
-use crate::answer::http::{Reply, TIMING_ALLOW_ORIGIN};
+use crate::answer::http::{Reply, SERVER_TIMING, TIMING_ALLOW_ORIGIN};
 use crate::dispatch::{Clock, new_ce_id};
 use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
 use crate::net::accept::Policy;
 use crate::net::body::{Unconsumed, Unread, linger, read_limited};
 use crate::net::conn::tracked::track;
+use crate::net::stream;
+use crate::net::stream::body::StreamBody;
+use crate::net::stream::out_body::OutBody;
 use crate::otel::request::{Remote, RequestTrace};
 use crate::routes::http::Lookup;
 use crate::traceparent;
 use crate::upstream::Outgoing;
+use crate::upstream::upload::Upload;
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::body::Incoming;
-use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue};
+use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, TE, TRAILER};
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -92,14 +95,11 @@ pub(crate) async fn serve(
     }
 }
 
-async fn handle(
-    edge: Arc<Edge>,
-    req: Request<Incoming>,
-) -> Result<Response<Full<Bytes>>, Infallible> {
+async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Result<Response<OutBody>, Infallible> {
     if let Some(ws) = &edge.ws
         && req.uri().path() == ws.routes.path
     {
-        return Ok(super::ws::upgrade(&edge, req));
+        return Ok(super::ws::upgrade(&edge, req).map(OutBody::from));
     }
     let mut clock = Clock::new(Instant::now());
     if let Some(otel) = &edge.otel {
@@ -118,14 +118,27 @@ async fn handle(
             req.uri().path(),
         ));
     }
-    let (reply, label) = process(&edge, req, &mut clock).await;
+    let trailers_ok = takes_trailers(&req);
+    let (reply, label, stream) = process(&edge, req, &mut clock).await;
     let times = clock.stages();
     edge.metrics
         .observe(&label, reply.status, times.total.as_secs_f64());
     if let Some(t) = clock.trace.take() {
         t.finish_http(reply.status);
     }
-    let mut resp = reply.into_response(Some(&times));
+    let resp = reply.into_response(Some(&times));
+    let mut resp = match stream {
+        None => resp.map(OutBody::from),
+        Some(body) if trailers_ok => {
+            let mut resp =
+                resp.map(|_| OutBody::Stream(with_timing_trailer(body, times, clock.start)));
+            // HTTP/1.1 sends only the trailer fields its head announced.
+            resp.headers_mut()
+                .insert(TRAILER, HeaderValue::from_static("server-timing"));
+            resp
+        }
+        Some(body) => resp.map(|_| OutBody::Stream(body)),
+    };
     if let Some(tao) = &edge.timing_allow_origin {
         resp.headers_mut()
             .insert(TIMING_ALLOW_ORIGIN.clone(), tao.clone());
@@ -133,11 +146,72 @@ async fn handle(
     Ok(resp)
 }
 
+/// Whether the client takes trailers: h2 always, HTTP/1.1 when it says `TE: trailers`.
+fn takes_trailers(req: &Request<Incoming>) -> bool {
+    req.version() == hyper::Version::HTTP_2
+        || req
+            .headers()
+            .get_all(TE)
+            .iter()
+            .filter_map(|v| v.to_str().ok())
+            .flat_map(|v| v.split(','))
+            .any(|t| t.trim().eq_ignore_ascii_case("trailers"))
+}
+
+/// A streamed answer's `Server-Timing` header says what was known at its head (`app` up to the
+/// head); the one in its trailers (where the client takes trailers: `TE: trailers` on HTTP/1.1, or
+/// h2; hyper leaves them out otherwise) has `app` to the end of the body and the total.
+fn with_timing_trailer(
+    body: StreamBody,
+    mut times: crate::timing::StageTimes,
+    start: Instant,
+) -> StreamBody {
+    body.with_trailers(Box::new(move |t, h| {
+        times.app = Some(Duration::from_micros(t.app_us.into()));
+        times.total = start.elapsed();
+        if let Ok(v) = HeaderValue::from_str(&times.header_value()) {
+            h.insert(SERVER_TIMING.clone(), v);
+        }
+    }))
+}
+
+/// Bodies that pass as they came stream to the app above this size (or when it is not declared);
+/// smaller ones go whole in the event's one frame, the small-event path.
+const STREAM_ABOVE: u64 = 64 * 1024;
+
+/// The 503 of a body the router's byte budget has no room for now.
+fn no_room(edge: &Edge) -> Reply {
+    let mut r = Reply::problem(
+        503,
+        &format!(
+            "this router holds {} bytes of request bodies at most (broker.bodyBudgetBytes) and has no room for this one now",
+            edge.body_budget.total()
+        ),
+    );
+    r.retry_after = Some(1);
+    r
+}
+
 fn rejected(r: Rejection) -> Reply {
     Reply::problem(r.status, &r.detail)
 }
 
-async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Reply, EventLabel) {
+/// What a request came to: the answer's head, and the app's streamed body when it streams.
+type Processed = (Reply, EventLabel, Option<StreamBody>);
+
+async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> Processed {
+    let (reply, label) = match process_head(edge, req, clock).await {
+        Ok(done) => return done,
+        Err(early) => early,
+    };
+    (reply, label, None)
+}
+
+async fn process_head(
+    edge: &Edge,
+    req: Request<Incoming>,
+    clock: &mut Clock,
+) -> Result<Processed, (Reply, EventLabel)> {
     let (parts, body) = req.into_parts();
     // Any refusal below, before the body is read, lingers on it (see `Unconsumed`).
     let body = Unconsumed::new(body);
@@ -145,7 +219,7 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
         Lookup::Found { route, params } => (route, params),
         Lookup::NotFound => {
             let detail = format!("no route for {}", parts.uri.path());
-            return (Reply::problem(404, &detail), edge.unmatched.clone());
+            return Err((Reply::problem(404, &detail), edge.unmatched.clone()));
         }
         Lookup::MethodNotAllowed(allow) => {
             let mut r = Reply::problem(
@@ -153,11 +227,11 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
                 &format!("{} is not allowed here; use {allow}", parts.method),
             );
             r.allow = HeaderValue::from_str(&allow).ok();
-            return (r, edge.unmatched.clone());
+            return Err((r, edge.unmatched.clone()));
         }
         Lookup::BadParam(bad) => {
             let detail = format!("path parameter `{}` must be {}", bad.name, bad.expected);
-            return (Reply::problem(400, &detail), edge.unmatched.clone());
+            return Err((Reply::problem(400, &detail), edge.unmatched.clone()));
         }
     };
     let label = EventLabel(route.event.clone());
@@ -168,6 +242,9 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
     }
 
     let mut body_bytes = crate::net::budget::Held::default();
+    // The client's media type, when its body passes as it came (not JSON).
+    let mut passed_type: Option<String> = None;
+    let mut upload = None;
     let payload = if route.has_body() {
         let content_type = parts
             .headers
@@ -178,64 +255,78 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if let Err(r) = edge::check_content_type(content_type, declared_len) {
-            return (rejected(r), label);
+        let any = edge::takes_any_body(route, &params);
+        if !any && let Err(r) = edge::check_content_type(content_type, declared_len) {
+            return Err((rejected(r), label));
+        }
+        // A body that is not JSON passes as it came, with its media type, on routes that take any.
+        if any && let Some(ct) = content_type.filter(|ct| !edge::is_json_media_type(ct)) {
+            passed_type = Some(ct.to_owned());
         }
         let limit = edge.table.body_limit;
         if declared_len.is_some_and(|n| n > limit as u64) {
-            return (
+            return Err((
                 Reply::problem(413, &format!("body is larger than {limit} bytes")),
                 label,
-            );
+            ));
         }
-        let read = read_limited(body.into_inner(), limit, declared_len, &edge.body_budget);
-        let raw = match tokio::time::timeout_at(deadline.into(), read).await {
-            Ok(Ok((raw, held))) => {
-                // Held until this request is answered: its bytes live as long as it does.
-                body_bytes = held;
-                raw
-            }
-            Ok(Err(Unread::NoRoom(rest))) => {
-                linger(rest);
+        if passed_type.is_some() && declared_len.is_none_or(|n| n > STREAM_ABOVE) {
+            // Streamed to the app under the window: it holds one window of the body budget (what
+            // can be in this router at once), not its size.
+            if !edge
+                .body_budget
+                .grow(&mut body_bytes, stream::WINDOW as usize)
+            {
                 edge.metrics.shed.inc();
-                let mut r = Reply::problem(
-                    503,
-                    &format!(
-                        "this router holds {} bytes of request bodies at most (broker.bodyBudgetBytes) and has no room for this one now",
-                        edge.body_budget.total()
-                    ),
-                );
-                r.retry_after = Some(1);
-                return (r, label);
+                return Err((no_room(edge), label));
             }
-            Ok(Err(Unread::TooLarge(rest))) => {
-                linger(rest);
-                return (
-                    Reply::problem(413, &format!("body is larger than {limit} bytes")),
-                    label,
-                );
+            upload = Some(Upload::new(body.into_inner(), limit));
+            Bytes::new()
+        } else {
+            let read = read_limited(body.into_inner(), limit, declared_len, &edge.body_budget);
+            let raw = match tokio::time::timeout_at(deadline.into(), read).await {
+                Ok(Ok((raw, held))) => {
+                    // Held until this request is answered: its bytes live as long as it does.
+                    body_bytes = held;
+                    raw
+                }
+                Ok(Err(Unread::NoRoom(rest))) => {
+                    linger(rest);
+                    edge.metrics.shed.inc();
+                    return Err((no_room(edge), label));
+                }
+                Ok(Err(Unread::TooLarge(rest))) => {
+                    linger(rest);
+                    return Err((
+                        Reply::problem(413, &format!("body is larger than {limit} bytes")),
+                        label,
+                    ));
+                }
+                Ok(Err(Unread::Failed)) => {
+                    return Err((
+                        Reply::problem(400, "the request body could not be read"),
+                        label,
+                    ));
+                }
+                Err(_) => {
+                    return Err((
+                        Reply::problem(408, "the request body did not arrive in time"),
+                        label,
+                    ));
+                }
+            };
+            match passed_type.is_some() {
+                true => raw,
+                false => match edge::body_event(route, raw, params) {
+                    Ok(p) => p,
+                    Err(r) => return Err((rejected(r), label)),
+                },
             }
-            Ok(Err(Unread::Failed)) => {
-                return (
-                    Reply::problem(400, "the request body could not be read"),
-                    label,
-                );
-            }
-            Err(_) => {
-                return (
-                    Reply::problem(408, "the request body did not arrive in time"),
-                    label,
-                );
-            }
-        };
-        match edge::body_event(route, raw, params) {
-            Ok(p) => p,
-            Err(r) => return (rejected(r), label),
         }
     } else {
         match edge::params_payload(route, parts.uri.query(), params) {
             Ok(p) => p,
-            Err(r) => return (rejected(r), label),
+            Err(r) => return Err((rejected(r), label)),
         }
     };
     let tp = parts
@@ -254,7 +345,7 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
             .map(HeaderValue::as_bytes),
     ) {
         Ok(key) => key.unwrap_or_else(new_ce_id),
-        Err(r) => return (rejected(r), label),
+        Err(r) => return Err((rejected(r), label)),
     };
     let out = Outgoing {
         event: route.event.clone(),
@@ -262,11 +353,21 @@ async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> (Rep
         traceparent,
         tracestate,
         payload,
+        content_type: passed_type,
+        upload,
     };
-    let reply = match edge.dispatch.call(out, deadline, clock).await {
-        Ok(resp) => Reply::app(resp.status, &resp.content_type, resp.payload),
-        Err(f) => Reply::answer(&Answer::of(&f, &route.event, route.timeout)),
+    let done = match edge.dispatch.call_streamed(out, deadline, clock).await {
+        Ok(a) => (
+            Reply::app(a.head.status, &a.head.content_type, a.head.payload),
+            label,
+            a.body,
+        ),
+        Err(f) => (
+            Reply::answer(&Answer::of(&f, &route.event, route.timeout)),
+            label,
+            None,
+        ),
     };
     drop(body_bytes);
-    (reply, label)
+    Ok(done)
 }

@@ -11,10 +11,14 @@
 use super::access::Access;
 use super::credit::{ConnId, CreditBank, Orders};
 use super::routers::Routers;
+use super::streamed;
 use super::worker::Worker;
 use crate::metrics::Metrics;
 use crate::net::io::SplitIo;
 use crate::net::mesh::MeshTls;
+use crate::net::stream::body::StreamBody;
+use crate::net::stream::inbox::{End, Inbox};
+use crate::net::stream::{self, Peer as StreamPeer, window::SendWindow};
 use crate::problem;
 use futures::{SinkExt, StreamExt};
 use std::collections::HashMap;
@@ -38,11 +42,55 @@ const DEAD_AFTER: Duration = Duration::from_secs(15);
 const MAX_CONNECTIONS: usize = 4096;
 /// Frames written before a flush.
 const WRITE_BATCH: usize = 64;
+/// How long a new connection's first frame is awaited before credit is granted. The connecting side
+/// sends its HELLO as it connects, so it is normally there at once; a peer from before HELLO sends
+/// nothing until it holds credit, and is granted it after this.
+const HELLO_WAIT: Duration = Duration::from_secs(1);
 /// A write (or flush) to a router that takes longer than this closes the connection: a peer that
 /// stops reading cannot hold this sidecar's answers, and the memory behind them, for ever.
 pub(crate) const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 
 type Active = Arc<Mutex<HashMap<u64, CancellationToken>>>;
+/// The send windows of the answers streaming on a connection, by request id.
+type Windows = Arc<Mutex<HashMap<u64, Arc<SendWindow>>>>;
+/// The request bodies streaming in on a connection, by request id.
+type Uploads = Arc<Mutex<HashMap<u64, Arc<Inbox>>>>;
+
+/// A connection's writer, as streamed request bodies tell the router to send more or to stop.
+/// Weak: a body still held somewhere (an app connection's task) never keeps the writer open.
+struct ToRouter {
+    tx: mpsc::WeakSender<Frame>,
+    uploads: Uploads,
+}
+
+impl ToRouter {
+    /// Queues a frame from where nothing may wait (a body's poll): at once when there is room,
+    /// else from a task; such frames are bounded by the open streams.
+    fn send(&self, frame: Frame) {
+        let Some(tx) = self.tx.upgrade() else { return };
+        if let Err(mpsc::error::TrySendError::Full(f)) = tx.try_send(frame) {
+            tokio::spawn(async move {
+                let _ = tx.send(f).await;
+            });
+        }
+    }
+}
+
+impl StreamPeer for ToRouter {
+    fn window(&self, id: u64, increment: u32) {
+        self.send(Frame::Window { id, increment });
+    }
+
+    fn reset(&self, id: u64, code: u32) {
+        if lock(&self.uploads).remove(&id).is_some() {
+            self.send(Frame::Reset(switchyard_protocol::stream::Reset {
+                id,
+                code,
+                returns_credit: false,
+            }));
+        }
+    }
+}
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(|p| p.into_inner())
@@ -254,6 +302,7 @@ fn carriable(r: Response) -> Response {
         payload: problem::body(502, problem::title(502), &what),
         returns_credit: r.returns_credit,
         from_mesh: true,
+        more: false,
     }
 }
 
@@ -268,6 +317,7 @@ fn accepted(id: u64) -> Response {
         payload: bytes::Bytes::new(),
         returns_credit: false,
         from_mesh: true,
+        more: false,
     }
 }
 
@@ -297,30 +347,44 @@ async fn connection<S: SplitIo>(
     let (read, write) = stream.split_io();
     let mut frames = FramedRead::new(read, FrameCodec::default());
     let sink = FramedWrite::new(write, FrameCodec::default());
-    // Credits bound the requests on this connection, so acknowledgements, answers and credit frames
-    // fit without waiting.
+    // Credits bound the requests on this connection, and windows the DATA frames of each, so
+    // acknowledgements, answers, credit frames and every stream's window of DATA fit without waiting.
     let (tx, rx) = mpsc::channel::<Frame>(
         (total as usize)
-            .saturating_mul(3)
+            .saturating_mul(3 + stream::FRAMES_PER_STREAM)
             .saturating_add(64)
-            .min(1 << 20),
+            .min(1 << 22),
     );
     let dead = CancellationToken::new();
     let writer = tokio::spawn(write_loop(sink, rx, dead.clone()));
-    // This side's HELLO, before the first CREDIT (sent on joining), so the sender knows before its
-    // first request that a tracestate may come with it. An older router ignores it.
-    let _ = tx.try_send(Frame::Hello {
-        takes_pushes: false,
-        implicit_credit: false,
-        releases_credit: false,
-        reads_tracestate: true,
-    });
+    // The router's HELLO (its first frame) is read before the first CREDIT (sent on joining), so
+    // this side's one HELLO, its answer, precedes that CREDIT: the router knows before its first
+    // request that a tracestate may come with it, and the window its streamed bodies get.
+    let mut pending = tokio::time::timeout(HELLO_WAIT, frames.next()).await.ok();
+    // Set by the router's HELLO when it takes streams: its per-stream window for streamed answers.
+    let mut peer_window: Option<u32> = None;
+    let mut hello_answered = false;
+    if let Some(Some(Ok(Frame::Hello {
+        streams,
+        reads_tracestate,
+        ..
+    }))) = &pending
+    {
+        hello_answered = true;
+        peer_window = answer_hello(&tx, *streams, *reads_tracestate).await;
+    }
     let conn_id = inbound.join(tx.clone());
     // Registered for pushes once its HELLO says it is a router (a manager's outbound path is not).
     let mut registered = None;
     // Set by the router's HELLO: answers then carry their credit, and no CREDIT frame follows them.
     // The HELLO precedes the router's requests on the connection, so every answer sees it.
     let mut implicit_credit = false;
+    let windows: Windows = Arc::default();
+    let uploads: Uploads = Arc::default();
+    let to_router = Arc::new(ToRouter {
+        tx: tx.downgrade(),
+        uploads: uploads.clone(),
+    });
     // With mesh TLS only a Router's identity may take pushes; without, the HELLO is believed.
     let may_take_pushes = who.as_ref().is_none_or(|w| w.id.kind == Kind::Router);
     let shown = who.as_ref().map(|w| w.id.uri()).unwrap_or_default();
@@ -329,17 +393,21 @@ async fn connection<S: SplitIo>(
     let deliveries = TaskTracker::new();
     let mut goaway_sent = false;
     loop {
-        let next = tokio::select! {
-            _ = drain.cancelled(), if !goaway_sent => {
-                goaway_sent = true;
-                let _ = tx.send(Frame::GoAway { reason: "manager draining".into() }).await;
-                continue;
-            }
-            () = dead.cancelled() => {
-                tracing::warn!(%peer, "answers not read for {}s; closing", WRITE_TIMEOUT.as_secs());
-                break;
-            }
-            r = tokio::time::timeout(DEAD_AFTER, frames.next()) => r,
+        // The first frame, read before joining, is handled here like any other.
+        let next = match pending.take() {
+            Some(first) => Ok(first),
+            None => tokio::select! {
+                _ = drain.cancelled(), if !goaway_sent => {
+                    goaway_sent = true;
+                    let _ = tx.send(Frame::GoAway { reason: "manager draining".into() }).await;
+                    continue;
+                }
+                () = dead.cancelled() => {
+                    tracing::warn!(%peer, "answers not read for {}s; closing", WRITE_TIMEOUT.as_secs());
+                    break;
+                }
+                r = tokio::time::timeout(DEAD_AFTER, frames.next()) => r,
+            },
         };
         let frame = match next {
             Err(_) => {
@@ -356,6 +424,14 @@ async fn connection<S: SplitIo>(
         match frame {
             Frame::Request(req) => {
                 let id = req.id;
+                // A head flagged MORE: its body follows in DATA frames, into this inbox (at most a
+                // window of it held here at once), read by the delivery as the app takes it.
+                let upload = req.more().then(|| {
+                    let inbox = Inbox::new(stream::WINDOW);
+                    lock(&uploads).insert(id, inbox.clone());
+                    let peer: Arc<dyn StreamPeer> = to_router.clone();
+                    StreamBody::new(id, inbox, peer, req.payload.clone())
+                });
                 let no_reply = req.flags & FLAG_NO_REPLY != 0;
                 let ack = req.flags & FLAG_ACK != 0;
                 if !inbound.bank.spent(conn_id) {
@@ -389,16 +465,44 @@ async fn connection<S: SplitIo>(
                     break;
                 }
                 let (inbound, tx, active) = (inbound.clone(), tx.clone(), active.clone());
+                let windows = windows.clone();
                 // Only a published event needs these after the delivery: nobody reads its answer.
                 let published = no_reply.then(|| (req.event.clone(), req.ce_id.clone()));
+                // A publish's answer is never read: it never streams.
+                let streams = peer_window.filter(|_| !no_reply);
                 deliveries.spawn(async move {
-                    let resp = inbound.worker.handle(req, admission, cancel).await;
-                    let own = inbound.finished(conn_id);
+                    let handled = inbound
+                        .worker
+                        .handle(req, admission, cancel.clone(), streams.is_some(), upload)
+                        .await;
                     let Some((event, ce_id)) = published else {
+                        let resp = match (handled, streams) {
+                            (Some((head, Some(body))), Some(w)) => {
+                                let window = Arc::new(SendWindow::new(w));
+                                lock(&windows).insert(id, window.clone());
+                                let queue_us = head.queue_us;
+                                let ended = streamed::pump(&tx, head, body, &window, &cancel).await;
+                                lock(&windows).remove(&id);
+                                lock(&active).remove(&id);
+                                let own = inbound.finished(conn_id);
+                                let credit = own && implicit_credit;
+                                let _ = tx
+                                    .send(streamed::last_frame(id, queue_us, ended, credit))
+                                    .await;
+                                if own && !credit {
+                                    let _ = tx.send(Frame::Credit { credits: 1 }).await;
+                                }
+                                return;
+                            }
+                            (handled, _) => handled.map(|(r, _)| r),
+                        };
+                        let own = inbound.finished(conn_id);
                         lock(&active).remove(&id);
                         answer(&tx, resp, own, implicit_credit).await;
                         return;
                     };
+                    let own = inbound.finished(conn_id);
+                    let resp = handled.map(|(r, _)| r);
                     if let Some(r) = resp.as_ref().filter(|r| r.status >= 500) {
                         // Failed for good (dead-lettered when configured): never silent.
                         tracing::warn!(%event, %ce_id, status = r.status, "published event not handled");
@@ -417,6 +521,24 @@ async fn connection<S: SplitIo>(
                     t.cancel();
                 }
             }
+            Frame::Reset(r) => {
+                // The router's client went away from a streamed answer (or it refused the stream).
+                tracing::debug!(%peer, id = r.id, code = stream_code(r.code), "stream reset by the router");
+                if let Some(inbox) = lock(&uploads).remove(&r.id) {
+                    inbox.finish(End::Reset(r.code));
+                }
+                if let Some(t) = lock(&active).get(&r.id) {
+                    t.cancel();
+                }
+                if let Some(w) = lock(&windows).get(&r.id) {
+                    w.close();
+                }
+            }
+            Frame::Window { id, increment } => {
+                if let Some(w) = lock(&windows).get(&id) {
+                    w.add(increment);
+                }
+            }
             Frame::Ping { nonce } => {
                 let _ = tx.send(Frame::Pong { nonce }).await;
             }
@@ -430,9 +552,17 @@ async fn connection<S: SplitIo>(
                 takes_pushes,
                 implicit_credit: implicit,
                 releases_credit,
+                streams,
                 reads_tracestate,
             } => {
                 implicit_credit = implicit;
+                // Answered once: normally before joining, as the first frame; a HELLO that came
+                // later (after HELLO_WAIT) is answered after the grant, and until then the router
+                // sends no tracestate and no streamed body.
+                if !hello_answered {
+                    hello_answered = true;
+                    peer_window = answer_hello(&tx, streams, reads_tracestate).await;
+                }
                 if releases_credit {
                     inbound.releases(conn_id);
                 }
@@ -443,6 +573,33 @@ async fn connection<S: SplitIo>(
             Frame::Push(_) => {
                 tracing::warn!(%peer, "PUSH goes from managers to routers; ignored");
             }
+            Frame::Data(d) => {
+                let inbox = if d.end {
+                    lock(&uploads).remove(&d.id)
+                } else {
+                    lock(&uploads).get(&d.id).cloned()
+                };
+                // A body nobody reads any more (its delivery ended) is dropped as it comes.
+                if let Some(inbox) = inbox {
+                    if inbox.push(d.data).is_err() {
+                        tracing::warn!(%peer, id = d.id, "router overran a request body's window; stream reset");
+                        lock(&uploads).remove(&d.id);
+                        inbox.finish(End::Reset(switchyard_protocol::stream::code::FLOW_CONTROL));
+                        to_router.send(Frame::Reset(switchyard_protocol::stream::Reset {
+                            id: d.id,
+                            code: switchyard_protocol::stream::code::FLOW_CONTROL,
+                            returns_credit: false,
+                        }));
+                    } else if d.end {
+                        inbox.finish(End::Done(None));
+                    }
+                }
+            }
+            Frame::Trailers(t) => {
+                if let Some(inbox) = lock(&uploads).remove(&t.id) {
+                    inbox.finish(End::Done(Some(t)));
+                }
+            }
         }
     }
     drop(registered);
@@ -452,11 +609,44 @@ async fn connection<S: SplitIo>(
     for t in lock(&active).values() {
         t.cancel();
     }
+    // Bodies still streaming in end cut: their deliveries see an error, never a whole body.
+    for (_, inbox) in lock(&uploads).drain() {
+        inbox.finish(End::Reset(switchyard_protocol::stream::code::INTERNAL));
+    }
     deliveries.close();
     deliveries.wait().await;
     drop(tx);
     let _ = writer.await;
     tracing::info!(%peer, "router connection closed");
+}
+
+/// This side's one HELLO, the answer to the router's: it reads a tracestate, and it speaks streams
+/// (with its per-stream window) when the router does. Said only to a router whose HELLO had a flag
+/// of this version (streams or tracestate): a previous version would log it as unexpected. Nothing
+/// is pushed or released this way: the flags say so. Returns the router's per-stream window when
+/// it takes streams (a window of 0 means it takes none).
+async fn answer_hello(
+    tx: &mpsc::Sender<Frame>,
+    streams: Option<u32>,
+    reads_tracestate: bool,
+) -> Option<u32> {
+    let window = streams.and_then(stream::peer_window);
+    if streams.is_some() || reads_tracestate {
+        let _ = tx
+            .send(Frame::Hello {
+                takes_pushes: false,
+                implicit_credit: false,
+                releases_credit: false,
+                streams: window.map(|_| stream::WINDOW),
+                reads_tracestate: true,
+            })
+            .await;
+    }
+    window
+}
+
+fn stream_code(code: u32) -> &'static str {
+    switchyard_protocol::stream::code::name(code)
 }
 
 /// The outcome of a published event whose delivery was cancelled (the pod drains past its limit).
@@ -510,6 +700,7 @@ mod tests {
             payload: bytes::Bytes::from_static(b"{}"),
             returns_credit: true,
             from_mesh: false,
+            more: false,
         };
         assert_eq!(carriable(ok.clone()), ok);
         let long = Response {

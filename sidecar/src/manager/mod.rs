@@ -9,4 +9,5 @@ pub(crate) mod inbound;
 pub(crate) mod local_api;
 mod ordering;
 pub(crate) mod routers;
+pub(crate) mod streamed;
 pub(crate) mod worker;

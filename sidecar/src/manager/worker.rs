@@ -8,6 +8,7 @@ use super::ordering::{self, Lanes, Turn};
 use crate::backoff;
 use crate::durable::Store;
 use crate::metrics::{EventLabel, EventLabels, Metrics};
+use crate::net::stream::body::StreamBody;
 use crate::otel::Otel;
 use crate::otel::inbound::InboundTrace;
 use crate::otel::produce::Produce;
@@ -62,7 +63,23 @@ struct Job<'a> {
     ev: &'a Request,
     label: &'a EventLabel,
     deadline: Option<Instant>,
+    /// The router takes streamed answers.
+    streams: bool,
+    /// The event's body, when it streams.
+    upload: Option<StreamBody>,
 }
+
+/// How an event's bodies travel to and from the app.
+struct Bodies {
+    /// The answer may stream (the router takes streams).
+    streams: bool,
+    /// The request body, when it streams (taken by the first attempt).
+    upload: Option<StreamBody>,
+}
+
+/// A delivered event's answer: its head (the whole answer, unless it streams) and the app's unread
+/// body when it streams.
+pub type Handled = (Response, Option<hyper::body::Incoming>);
 
 /// An event's place in the ordering lanes, taken in arrival order by the connection's reader.
 pub enum Place {
@@ -106,6 +123,7 @@ fn problem_response(id: u64, status: u16, detail: &str) -> Response {
         payload: problem::body(status, problem::title(status), detail),
         returns_credit: false,
         from_mesh: true,
+        more: false,
     }
 }
 
@@ -222,22 +240,27 @@ impl Worker {
         })
     }
 
-    /// Delivers one admitted event; `None` when it was cancelled.
+    /// Delivers one admitted event; `None` when it was cancelled. With `streams` (the router takes
+    /// streamed answers) an app's streamed answer comes back as the head and its unread body.
     pub async fn handle(
         &self,
         ev: Request,
         admission: Admission,
         cancel: CancellationToken,
-    ) -> Option<Response> {
+        streams: bool,
+        upload: Option<StreamBody>,
+    ) -> Option<Handled> {
         let Some(otel) = &self.otel else {
-            return self.handle_traced(ev, admission, cancel, None).await;
+            return self
+                .handle_traced(ev, admission, cancel, None, streams, upload)
+                .await;
         };
         let mut trace =
             InboundTrace::start(otel, &ev.event, &ev.ce_id, &ev.traceparent, &ev.tracestate);
         let resp = self
-            .handle_traced(ev, admission, cancel, Some(&mut trace))
+            .handle_traced(ev, admission, cancel, Some(&mut trace), streams, upload)
             .await;
-        trace.finish(resp.as_ref().map(|r| r.status));
+        trace.finish(resp.as_ref().map(|r| r.0.status));
         resp
     }
 
@@ -247,7 +270,9 @@ impl Worker {
         admission: Admission,
         cancel: CancellationToken,
         trace: Option<&mut InboundTrace>,
-    ) -> Option<Response> {
+        streams: bool,
+        upload: Option<StreamBody>,
+    ) -> Option<Handled> {
         let arrived = Instant::now();
         // The guards live until the delivery ends: the event counts as admitted and underway.
         let Admission {
@@ -269,6 +294,8 @@ impl Worker {
                     ev: &ev,
                     label,
                     deadline,
+                    streams,
+                    upload,
                 },
                 place,
                 &cancel,
@@ -276,7 +303,7 @@ impl Worker {
                 trace,
             )
             .await;
-        let status = resp.as_ref().map_or(499, |r| r.status);
+        let status = resp.as_ref().map_or(499, |r| r.0.status);
         self.metrics
             .observe(label, status, started.elapsed().as_secs_f64());
         if let Some(reason) = failed_for_good {
@@ -292,12 +319,15 @@ impl Worker {
         cancel: &CancellationToken,
         failed_for_good: &mut Option<&'static str>,
         mut trace: Option<&mut InboundTrace>,
-    ) -> Option<Response> {
+    ) -> Option<Handled> {
         let Job {
             ev,
             label,
             deadline,
+            streams,
+            upload,
         } = job;
+        let mut bodies = Bodies { streams, upload };
         let arrived = Instant::now();
         self.metrics.queued.inc();
         let waiting = self.metrics.wait(&ev.event);
@@ -345,13 +375,16 @@ impl Worker {
                 "the deadline passed while the event waited for a worker",
             );
             r.queue_us = queue_us;
-            return Some(r);
+            return Some((r, None));
         };
         self.metrics.in_flight.inc();
         let _in_flight = GaugeGuard(&self.metrics);
         let app_start = Instant::now();
         let outcome = match trace {
-            None => self.with_retries(ev, label, deadline, cancel, None).await?,
+            None => {
+                self.with_retries(ev, label, deadline, cancel, None, &mut bodies)
+                    .await?
+            }
             Some(t) => {
                 // The app's traceparent is the delivery span's, so its spans hang under it.
                 let traced = Request {
@@ -359,7 +392,7 @@ impl Worker {
                     ..ev.clone()
                 };
                 let out = self
-                    .with_retries(&traced, label, deadline, cancel, Some(&mut *t))
+                    .with_retries(&traced, label, deadline, cancel, Some(&mut *t), &mut bodies)
                     .await;
                 t.deliver_end(match &out {
                     Some(Outcome::Answer { status, .. }) => Ok(*status),
@@ -372,11 +405,13 @@ impl Worker {
             }
         };
         let app_us = micros(app_start.elapsed());
+        let mut streamed = None;
         let mut resp = match outcome {
             Outcome::Answer {
                 status,
                 content_type,
                 body,
+                stream,
             } => {
                 if self.settings.dead_letter && retryable_status(status) {
                     *failed_for_good = Some("the handler app failed every attempt");
@@ -386,6 +421,7 @@ impl Worker {
                         "the handler app failed every attempt; the event was not handled",
                     )
                 } else {
+                    streamed = stream;
                     // The app's own answer passes through, error statuses included: it is the app's reply.
                     Response {
                         id: ev.id,
@@ -396,6 +432,7 @@ impl Worker {
                         payload: body,
                         returns_credit: false,
                         from_mesh: false,
+                        more: false,
                     }
                 }
             }
@@ -425,7 +462,8 @@ impl Worker {
         };
         resp.queue_us = queue_us;
         resp.app_us = app_us;
-        Some(resp)
+        resp.more = streamed.is_some();
+        Some((resp, streamed))
     }
 
     /// Publishes the event that failed for good to the dead-letter type (same id, payload and
@@ -456,6 +494,9 @@ impl Worker {
             None => (None, ev.traceparent.clone()),
         };
         let out = Outgoing {
+            upload: None,
+            content_type: (!crate::edge::is_json_media_type(&ev.content_type))
+                .then(|| ev.content_type.clone()),
             event: dl.event.clone(),
             ce_id: ev.ce_id.clone(),
             traceparent,
@@ -497,7 +538,14 @@ impl Worker {
         deadline: Option<Instant>,
         cancel: &CancellationToken,
         mut trace: Option<&mut InboundTrace>,
+        bodies: &mut Bodies,
     ) -> Option<Outcome> {
+        // A streamed body is read once, by the first attempt: it is not retried.
+        let attempts = if bodies.upload.is_some() {
+            1
+        } else {
+            self.settings.attempts
+        };
         let mut attempt = 0u32;
         loop {
             let mut per_attempt = self.settings.attempt_timeout;
@@ -508,7 +556,7 @@ impl Worker {
                 }
             }
             let outcome = tokio::select! {
-                o = self.delivery.attempt(ev, per_attempt) => o,
+                o = self.delivery.attempt(ev, per_attempt, bodies.streams, bodies.upload.take()) => o,
                 _ = cancel.cancelled() => return None,
             };
             attempt += 1;
@@ -517,7 +565,7 @@ impl Worker {
                 Outcome::Unreachable(_) => true,
                 Outcome::TimedOut | Outcome::Invalid(_) => false,
             };
-            if !retryable || attempt >= self.settings.attempts {
+            if !retryable || attempt >= attempts {
                 return Some(outcome);
             }
             let wait = backoff::delay(
@@ -590,7 +638,8 @@ impl Worker {
         let _in_flight = GaugeGuard(&self.metrics);
         let started = Instant::now();
         let outcome = tokio::select! {
-            o = self.delivery.attempt(ev, self.settings.attempt_timeout) => o,
+            // Nobody reads a durable event's answer: never streamed.
+            o = self.delivery.attempt(ev, self.settings.attempt_timeout, false, None) => o,
             _ = cancel.cancelled() => return Attempted::Cancelled,
         };
         let (status, attempted) = match outcome {

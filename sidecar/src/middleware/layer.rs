@@ -7,6 +7,7 @@ use super::grant::Grant;
 use super::{Stack, Step};
 use crate::answer::http::Reply;
 use crate::metrics::Metrics;
+use crate::net::stream::out_body::OutBody;
 use crate::timing::StageTimes;
 use bytes::Bytes;
 use futures::future::BoxFuture;
@@ -23,7 +24,7 @@ use tower::util::BoxCloneSyncService;
 use tower::{Layer, Service, ServiceExt as _};
 
 /// A boxed HTTP service, as the stack is built at run time from the spec.
-pub type HttpService<B> = BoxCloneSyncService<Request<B>, Response<Full<Bytes>>, Infallible>;
+pub type HttpService<B> = BoxCloneSyncService<Request<B>, Response<OutBody>, Infallible>;
 
 /// The response a denial gets: problem+json with `WWW-Authenticate` or `Retry-After` as fitting.
 pub(crate) fn denial_response(d: &Denial) -> Response<Full<Bytes>> {
@@ -37,7 +38,8 @@ pub(crate) fn denial_response(d: &Denial) -> Response<Full<Bytes>> {
 
 /// A refusal answered before the request body was read: on HTTP/1 the unread body means the
 /// connection cannot carry another request, so the answer says so (as the listener does for 413).
-fn refused<B>(req: &Request<B>, mut resp: Response<Full<Bytes>>) -> Response<Full<Bytes>> {
+fn refused<B>(req: &Request<B>, resp: Response<Full<Bytes>>) -> Response<OutBody> {
+    let mut resp = resp.map(OutBody::from);
     let h = req.headers();
     let has_body = h.contains_key(TRANSFER_ENCODING)
         || h.get(CONTENT_LENGTH).is_some_and(|v| v.as_bytes() != b"0");
@@ -76,16 +78,16 @@ pub struct MiddlewareService<S> {
 
 impl<S, B> Service<Request<B>> for MiddlewareService<S>
 where
-    S: Service<Request<B>, Response = Response<Full<Bytes>>, Error = Infallible>
+    S: Service<Request<B>, Response = Response<OutBody>, Error = Infallible>
         + Clone
         + Send
         + 'static,
     S::Future: Send + 'static,
     B: Send + 'static,
 {
-    type Response = Response<Full<Bytes>>;
+    type Response = Response<OutBody>;
     type Error = Infallible;
-    type Future = BoxFuture<'static, Result<Response<Full<Bytes>>, Infallible>>;
+    type Future = BoxFuture<'static, Result<Response<OutBody>, Infallible>>;
 
     fn poll_ready(&mut self, _cx: &mut Context<'_>) -> Poll<Result<(), Infallible>> {
         // Every service below is always ready; readiness is taken in `call` through `oneshot`.
@@ -122,15 +124,16 @@ where
             Step::Cors(policy) => match policy.decide(req.method(), req.headers()) {
                 Decision::Pass => Box::pin(inner.oneshot(req)),
                 Decision::Preflight(headers) => {
-                    let mut resp = Response::new(Full::new(Bytes::new()));
+                    let mut resp = Response::new(OutBody::from(Full::new(Bytes::new())));
                     *resp.status_mut() = StatusCode::NO_CONTENT;
                     resp.headers_mut().extend(headers);
                     Box::pin(async move { Ok(resp) })
                 }
                 Decision::Refuse(reason, detail) => {
                     metrics.rejected("cors", reason);
-                    let resp =
-                        Reply::problem(403, &detail).into_response(Some(&StageTimes::default()));
+                    let resp = Reply::problem(403, &detail)
+                        .into_response(Some(&StageTimes::default()))
+                        .map(OutBody::from);
                     Box::pin(async move { Ok(resp) })
                 }
                 Decision::Decorate(headers) => Box::pin(async move {
@@ -152,7 +155,7 @@ impl Stack {
     /// `inner` wrapped in every step, the first spec entry outermost, for a client at `peer`.
     pub fn wrap<S, B>(&self, inner: S, peer: IpAddr, metrics: &Arc<Metrics>) -> HttpService<B>
     where
-        S: Service<Request<B>, Response = Response<Full<Bytes>>, Error = Infallible>
+        S: Service<Request<B>, Response = Response<OutBody>, Error = Infallible>
             + Clone
             + Send
             + Sync

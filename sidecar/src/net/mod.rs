@@ -12,3 +12,4 @@ pub(crate) mod grpc_timeout;
 pub(crate) mod identity;
 pub(crate) mod io;
 pub(crate) mod mesh;
+pub(crate) mod stream;

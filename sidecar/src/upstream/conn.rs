@@ -8,12 +8,17 @@
 
 use super::pushes::Pushes;
 use crate::net::io::SplitIo;
+use crate::net::stream::body::StreamBody;
+use crate::net::stream::inbox::{End, Inbox};
+use crate::net::stream::window::SendWindow;
+use crate::net::stream::{self, Peer};
 use futures::{SinkExt, StreamExt};
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 use switchyard_protocol::frame::{Frame, FrameCodec, Response};
+use switchyard_protocol::stream::{Reset, code};
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
@@ -36,9 +41,36 @@ pub struct Lost {
     pub written: bool,
 }
 
+/// A manager's answer: its head, and its body when it streams (a head flagged MORE).
+pub struct Answered {
+    /// The RESPONSE (for a stream: its head; the payload is the body's first chunk).
+    pub head: Response,
+    /// The rest of a streamed answer.
+    pub(crate) body: Option<StreamBody>,
+}
+
+impl Answered {
+    /// The whole answer as one response: a streamed body is read to its end, at most `limit` bytes.
+    pub(crate) async fn whole(self, limit: usize) -> Result<Response, Collect> {
+        let Some(body) = self.body else {
+            return Ok(self.head);
+        };
+        let (payload, trailers) = body.read_whole(limit).await?;
+        let mut head = self.head;
+        if let Some(t) = trailers {
+            head.app_us = t.app_us.max(head.app_us);
+        }
+        head.payload = payload;
+        head.more = false;
+        Ok(head)
+    }
+}
+
+pub(crate) use crate::net::stream::body::Collect;
+
 struct Pending {
     /// Taken when the sender is answered; an accepted publish stays pending without it.
-    reply: Option<oneshot::Sender<Result<Response, Lost>>>,
+    reply: Option<oneshot::Sender<Result<Answered, Lost>>>,
     written: bool,
     kind: Kind,
 }
@@ -65,6 +97,10 @@ pub struct Published {
 #[derive(Default)]
 struct State {
     pending: HashMap<u64, Pending>,
+    /// Streamed answers being received, by request id.
+    streams: HashMap<u64, Arc<Inbox>>,
+    /// Request bodies being sent, by request id: their windows.
+    uploads: HashMap<u64, Arc<SendWindow>>,
     closed: bool,
     draining: bool,
 }
@@ -86,6 +122,8 @@ pub struct Conn {
     /// sends none) requests go without theirs, in the encoding it reads.
     reads_tracestate: AtomicBool,
     dead: CancellationToken,
+    /// The manager's per-stream window from its HELLO; 0 while it said none (it speaks no streams).
+    peer_window: AtomicU32,
 }
 
 /// A request slot on a connection.
@@ -93,7 +131,7 @@ pub struct Slot {
     /// Request id on this connection.
     pub id: u64,
     /// Resolves with the answer or the loss.
-    pub reply: oneshot::Receiver<Result<Response, Lost>>,
+    pub reply: oneshot::Receiver<Result<Answered, Lost>>,
 }
 
 impl Conn {
@@ -107,6 +145,7 @@ impl Conn {
             usable: AtomicBool::new(true),
             reads_tracestate: AtomicBool::new(false),
             dead: CancellationToken::new(),
+            peer_window: AtomicU32::new(0),
         };
         (Arc::new(conn), rx)
     }
@@ -174,9 +213,32 @@ impl Conn {
         self.close_if_drained();
     }
 
+    /// The manager's per-stream window, when it speaks streams (its HELLO said so).
+    pub fn peer_window(&self) -> Option<u32> {
+        Some(self.peer_window.load(Ordering::Acquire)).filter(|w| *w > 0)
+    }
+
+    /// Opens the send window of request `id`'s body, `window` bytes.
+    pub(crate) fn open_upload(&self, id: u64, window: u32) -> Arc<SendWindow> {
+        let w = Arc::new(SendWindow::new(window));
+        self.state().uploads.insert(id, w.clone());
+        w
+    }
+
+    /// Request `id`'s body is done with (sent, refused or abandoned); `reset` tells the manager
+    /// to drop what it has of it.
+    pub(crate) fn close_upload(&self, id: u64, reset: Option<u32>) {
+        if let Some(w) = self.state().uploads.remove(&id) {
+            w.close();
+        }
+        if let Some(code) = reset {
+            self.send_reset(id, code);
+        }
+    }
+
     fn close_if_drained(&self) {
         let st = self.state();
-        if st.draining && st.pending.is_empty() {
+        if st.draining && st.pending.is_empty() && st.streams.is_empty() {
             self.dead.cancel();
         }
     }
@@ -187,7 +249,7 @@ impl Conn {
         }
     }
 
-    fn resolve(&self, resp: Response) {
+    fn resolve(self: &Arc<Self>, resp: Response) {
         let reply = {
             let mut st = self.state();
             match st.pending.remove(&resp.id) {
@@ -220,7 +282,29 @@ impl Conn {
         };
         match reply {
             Some(r) => {
-                let _ = r.send(Ok(resp));
+                let id = resp.id;
+                let more = resp.more;
+                let body = more.then(|| {
+                    let inbox = Inbox::new(stream::WINDOW);
+                    self.state().streams.insert(id, inbox.clone());
+                    let first = resp.payload.clone();
+                    let peer: Arc<dyn Peer> = self.clone();
+                    StreamBody::new(id, inbox, peer, first)
+                });
+                let head = Response {
+                    payload: if more {
+                        bytes::Bytes::new()
+                    } else {
+                        resp.payload
+                    },
+                    ..resp
+                };
+                // A caller gone meanwhile drops the answer, and with it the body: its stream is reset.
+                let _ = r.send(Ok(Answered { head, body }));
+            }
+            None if resp.more => {
+                // Nobody reads this stream: stop it.
+                self.send_reset(resp.id, code::CANCEL);
             }
             None => tracing::trace!(
                 id = resp.id,
@@ -253,16 +337,94 @@ impl Conn {
         }
     }
 
+    /// A frame of stream `id` arrived: its inbox takes it, never waiting. A manager that overruns
+    /// the window gets the stream reset; a stream nobody holds any more is ignored.
+    fn stream_frame(&self, frame: Frame) {
+        let (id, end) = match &frame {
+            Frame::Data(d) => (d.id, d.end),
+            Frame::Trailers(t) => (t.id, true),
+            Frame::Reset(r) => {
+                // The manager stopped taking request `id`'s body (its delivery ended, or it refused it).
+                if let Some(w) = self.state().uploads.remove(&r.id) {
+                    w.close();
+                }
+                (r.id, true)
+            }
+            _ => return,
+        };
+        let inbox = {
+            let mut st = self.state();
+            if end {
+                st.streams.remove(&id)
+            } else {
+                st.streams.get(&id).cloned()
+            }
+        };
+        let Some(inbox) = inbox else { return };
+        match frame {
+            Frame::Data(d) => {
+                if inbox.push(d.data).is_err() {
+                    tracing::warn!(id, "manager overran a stream's window; stream reset");
+                    inbox.finish(End::Reset(code::FLOW_CONTROL));
+                    self.state().streams.remove(&id);
+                    self.send_reset(id, code::FLOW_CONTROL);
+                } else if d.end {
+                    inbox.finish(End::Done(None));
+                }
+            }
+            Frame::Trailers(t) => inbox.finish(End::Done(Some(t))),
+            Frame::Reset(r) => inbox.finish(End::Reset(r.code)),
+            _ => {}
+        }
+        if end {
+            self.close_if_drained();
+        }
+    }
+
+    fn send_reset(&self, id: u64, code: u32) {
+        self.send_control(Frame::Reset(Reset {
+            id,
+            code,
+            returns_credit: false,
+        }));
+    }
+
+    /// Queues a frame from a place that cannot wait (a body's poll, the reader): at once when
+    /// there is room, else from a task. Such frames are bounded by the open streams.
+    fn send_control(&self, frame: Frame) {
+        match self.tx.try_send(frame) {
+            Ok(()) => {}
+            Err(mpsc::error::TrySendError::Full(f)) => {
+                let tx = self.tx.clone();
+                tokio::spawn(async move {
+                    let _ = tx.send(f).await;
+                });
+            }
+            Err(mpsc::error::TrySendError::Closed(_)) => {}
+        }
+    }
+
     /// Fails every pending request; returns the accepted publishes whose outcome never came.
     fn close(&self) -> Vec<Published> {
         self.usable.store(false, Ordering::Release);
         self.credits.close();
         self.dead.cancel();
-        let pending = {
+        let (pending, streams) = {
             let mut st = self.state();
             st.closed = true;
-            std::mem::take(&mut st.pending)
+            for w in st.uploads.values() {
+                w.close();
+            }
+            st.uploads.clear();
+            (
+                std::mem::take(&mut st.pending),
+                std::mem::take(&mut st.streams),
+            )
         };
+        // A streamed answer cut by the connection ends in an error, never as a whole body.
+        for inbox in streams.values() {
+            inbox.finish(End::Reset(code::INTERNAL));
+        }
         let mut unconfirmed = Vec::new();
         for (_, p) in pending {
             if let Some(r) = p.reply {
@@ -294,6 +456,7 @@ pub async fn run<S: SplitIo>(
         takes_pushes: pushes.is_some(),
         implicit_credit: true,
         releases_credit: true,
+        streams: Some(stream::WINDOW),
         reads_tracestate: true,
     });
     // Halves the reader and writer own, not `Framed::split`: on TCP they never share a lock.
@@ -347,18 +510,33 @@ pub async fn run<S: SplitIo>(
                 );
                 conn.begin_drain();
             }
+            Frame::Data(_) | Frame::Trailers(_) | Frame::Reset(_) => conn.stream_frame(frame),
+            Frame::Window { id, increment } => {
+                let w = conn.state().uploads.get(&id).cloned();
+                if let Some(w) = w {
+                    w.add(increment);
+                }
+            }
             Frame::Push(p) => match pushes {
                 Some(sink) => sink.deliver(&p),
                 None => {
                     tracing::debug!(peer, event = %p.event, "push from a manager to a connection that takes none; ignored")
                 }
             },
-            // A manager's HELLO comes before its first CREDIT, so before any request is sent.
+            // A manager's one HELLO comes before its first CREDIT, so before any request is sent:
+            // whether it reads a tracestate, and its per-stream window if it speaks streams.
             Frame::Hello {
-                reads_tracestate, ..
-            } => conn
-                .reads_tracestate
-                .store(reads_tracestate, Ordering::Release),
+                streams,
+                reads_tracestate,
+                ..
+            } => {
+                conn.peer_window.store(
+                    streams.and_then(stream::peer_window).unwrap_or(0),
+                    Ordering::Release,
+                );
+                conn.reads_tracestate
+                    .store(reads_tracestate, Ordering::Release);
+            }
             Frame::Request(_) | Frame::Cancel { .. } | Frame::Release { .. } => {
                 tracing::warn!(peer, "unexpected frame from a manager; ignored");
             }
@@ -432,6 +610,20 @@ async fn feed<W: tokio::io::AsyncWrite + Unpin>(
     true
 }
 
+impl Peer for Conn {
+    fn window(&self, id: u64, increment: u32) {
+        self.send_control(Frame::Window { id, increment });
+    }
+
+    fn reset(&self, id: u64, code: u32) {
+        let held = self.state().streams.remove(&id).is_some();
+        if held {
+            self.send_reset(id, code);
+            self.close_if_drained();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -470,18 +662,26 @@ mod tests {
         let (s, _) = l.accept().await.expect("accept");
         let mut manager = Framed::new(s, FrameCodec::default());
         let Some(Ok(Frame::Hello {
-            reads_tracestate, ..
+            reads_tracestate,
+            streams,
+            ..
         })) = manager.next().await
         else {
             panic!("the router's HELLO first");
         };
         assert!(reads_tracestate, "the router says it reads a tracestate");
+        assert!(
+            streams.is_some(),
+            "and, in the same HELLO, that it speaks streams"
+        );
         if manager_says_hello {
             manager
                 .send(Frame::Hello {
                     takes_pushes: false,
                     implicit_credit: false,
                     releases_credit: false,
+                    // As a manager of the tracestate version without streams says it.
+                    streams: None,
                     reads_tracestate: true,
                 })
                 .await

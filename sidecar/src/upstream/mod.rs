@@ -18,6 +18,7 @@ mod pool;
 pub(crate) mod pushes;
 pub(crate) mod snapshot;
 mod table;
+pub(crate) mod upload;
 
 use crate::metrics::Metrics;
 use crate::net::mesh::MeshTls;
@@ -26,6 +27,7 @@ use arc_swap::ArcSwap;
 use bytes::Bytes;
 use changes::Changes;
 use conn::Conn;
+pub(crate) use conn::{Answered, Collect};
 use discovery::Source;
 use peer::{Peer, PeerTls};
 pub(crate) use pool::Pool;
@@ -65,6 +67,16 @@ pub enum CallError {
         /// The payload's size in bytes.
         bytes: usize,
     },
+    /// A streamed request body went over its limit (the route's `bodyLimit`; 413).
+    OverLimit {
+        /// The limit.
+        limit: usize,
+    },
+    /// The body is larger than a manager of a version without streams takes whole (413).
+    PeerTakesNoStreams {
+        /// What it takes.
+        max: usize,
+    },
 }
 
 /// An event ready to send.
@@ -77,8 +89,12 @@ pub struct Outgoing {
     pub traceparent: String,
     /// W3C tracestate, empty when none (sent only to a manager that reads it).
     pub tracestate: String,
-    /// JSON payload.
+    /// The payload.
     pub payload: Bytes,
+    /// Its media type when not JSON (a route without a schema passed the client's body as it came).
+    pub content_type: Option<String>,
+    /// The client's body, unread, to stream after the head (then `payload` is empty).
+    pub upload: Option<upload::Upload>,
 }
 
 /// When the call's stages ended, for Server-Timing.
@@ -393,7 +409,7 @@ impl Upstream {
         out: &Outgoing,
         deadline: Instant,
         times: &mut CallTimes,
-    ) -> Result<Response, CallError> {
+    ) -> Result<Answered, CallError> {
         self.send_to(pool, out, 0, deadline, times).await
     }
 
@@ -410,8 +426,10 @@ impl Upstream {
         deadline: Instant,
     ) -> Result<Response, CallError> {
         let mut times = CallTimes::default();
+        // An acknowledgement never streams; a body on one (a manager's bug) is dropped, resetting it.
         self.send_to(pool, out, FLAG_NO_REPLY | FLAG_ACK, deadline, &mut times)
             .await
+            .map(|a| a.head)
     }
 
     async fn send_to(
@@ -421,7 +439,7 @@ impl Upstream {
         flags: u8,
         deadline: Instant,
         times: &mut CallTimes,
-    ) -> Result<Response, CallError> {
+    ) -> Result<Answered, CallError> {
         fits(out)?;
         let mut tried: Vec<Arc<Peer>> = Vec::new();
         let mut refused = None;
@@ -454,7 +472,9 @@ impl Upstream {
                 }
             }
         }
-        refused.ok_or(CallError::NoEndpoint)
+        refused
+            .map(|head| Answered { head, body: None })
+            .ok_or(CallError::NoEndpoint)
     }
 
     async fn once(
@@ -464,7 +484,7 @@ impl Upstream {
         flags: u8,
         deadline: Instant,
         times: &mut CallTimes,
-    ) -> Result<Response, Attempt> {
+    ) -> Result<Answered, Attempt> {
         let waited = Instant::now();
         self.metrics.queued.inc();
         let waiting = self.metrics.wait(&out.event);
@@ -490,6 +510,36 @@ impl Upstream {
             // A published event belongs to the manager once written: nothing to cancel.
             armed: !no_reply,
         };
+        // A body to stream goes to a manager that speaks streams; one that does not (an older
+        // version) gets it whole in the head, when it fits a frame.
+        let mut payload = out.payload.clone();
+        let mut streamed = None;
+        let mut flags = flags;
+        if let Some(up) = &out.upload {
+            match conn.peer_window() {
+                Some(window) => {
+                    streamed = Some((up, window));
+                    flags |= switchyard_protocol::stream::FLAG_MORE;
+                }
+                None => {
+                    let Some(body) = up.take() else {
+                        return Err(Attempt::Failed(CallError::Lost));
+                    };
+                    let max = up.limit.min(MAX_PAYLOAD - 4096);
+                    match timeout_at(deadline.into(), upload::read_whole(body, max)).await {
+                        Err(_) => return Err(Attempt::Failed(CallError::Timeout)),
+                        Ok(Ok(whole)) => payload = whole,
+                        Ok(Err(upload::UploadError::TooLarge(_))) if max < up.limit => {
+                            return Err(Attempt::Failed(CallError::PeerTakesNoStreams { max }));
+                        }
+                        Ok(Err(upload::UploadError::TooLarge(_))) => {
+                            return Err(Attempt::Failed(CallError::OverLimit { limit: up.limit }));
+                        }
+                        Ok(Err(_)) => return Err(Attempt::Failed(CallError::Lost)),
+                    }
+                }
+            }
+        }
         let remaining = deadline.saturating_duration_since(Instant::now());
         let frame = Frame::Request(Request {
             id: slot.id,
@@ -507,9 +557,14 @@ impl Upstream {
             ce_id: out.ce_id.clone(),
             traceparent: out.traceparent.clone(),
             tracestate: out.tracestate.clone(),
-            content_type: crate::edge::JSON.to_owned(),
-            payload: out.payload.clone(),
+            content_type: out
+                .content_type
+                .clone()
+                .unwrap_or_else(|| crate::edge::JSON.to_owned()),
+            payload,
         });
+        // Opened before the head is queued, so a WINDOW answering it finds it.
+        let window = streamed.map(|(_, w)| conn.open_upload(slot.id, w));
         times.sent = Some(Instant::now());
         match timeout_at(deadline.into(), conn.send(frame)).await {
             Err(_) => return Err(Attempt::Failed(CallError::Timeout)),
@@ -519,14 +574,58 @@ impl Upstream {
             }
             Ok(Ok(())) => {}
         }
-        let answer = timeout_at(deadline.into(), slot.reply).await;
+        let answer = match (streamed, window) {
+            (Some((up, _)), Some(window)) => {
+                let Some(body) = up.take() else {
+                    return Err(Attempt::Failed(CallError::Lost));
+                };
+                let pumped = upload::pump(conn, slot.id, body, &window, up.limit);
+                let answer = timeout_at(deadline.into(), async {
+                    tokio::pin!(pumped);
+                    let mut reply = slot.reply;
+                    let mut pumping = true;
+                    loop {
+                        tokio::select! {
+                            r = &mut reply => return Ok(r),
+                            p = &mut pumped, if pumping => {
+                                pumping = false;
+                                p?;
+                            }
+                        }
+                    }
+                })
+                .await;
+                match answer {
+                    Err(elapsed) => {
+                        conn.close_upload(slot.id, None);
+                        Err(elapsed)
+                    }
+                    Ok(Ok(r)) => {
+                        // Answered: whatever is left of the body is not wanted.
+                        conn.close_upload(slot.id, None);
+                        Ok(r)
+                    }
+                    Ok(Err(e)) => {
+                        let code = switchyard_protocol::stream::code::CANCEL;
+                        conn.close_upload(slot.id, Some(code));
+                        return Err(Attempt::Failed(match e {
+                            upload::UploadError::TooLarge(_) => {
+                                CallError::OverLimit { limit: up.limit }
+                            }
+                            _ => CallError::Lost,
+                        }));
+                    }
+                }
+            }
+            _ => timeout_at(deadline.into(), slot.reply).await,
+        };
         match answer {
             Err(_) => Err(Attempt::Failed(CallError::Timeout)),
             Ok(Ok(Ok(resp))) => {
                 guard.armed = false;
                 times.received = Some(Instant::now());
-                if no_reply && resp.from_mesh && resp.status == 503 {
-                    return Err(Attempt::Refused(resp));
+                if no_reply && resp.head.from_mesh && resp.head.status == 503 {
+                    return Err(Attempt::Refused(resp.head));
                 }
                 Ok(resp)
             }
@@ -562,7 +661,10 @@ fn fits(out: &Outgoing) -> Result<(), CallError> {
         ce_id: out.ce_id.clone(),
         traceparent: out.traceparent.clone(),
         tracestate: out.tracestate.clone(),
-        content_type: crate::edge::JSON.to_owned(),
+        content_type: out
+            .content_type
+            .clone()
+            .unwrap_or_else(|| crate::edge::JSON.to_owned()),
         payload: out.payload.clone(),
     };
     probe

@@ -59,6 +59,7 @@ impl Pusher {
                                         // Like a manager from before implicit credit: the CREDIT frame follows.
                                         returns_credit: false,
                                         from_mesh: false,
+                                        more: false,
                                     });
                                     let _ = framed.send(resp).await;
                                     let _ = framed.send(Frame::Credit { credits: 1 }).await;

@@ -483,6 +483,7 @@ pub async fn connect(addr: &str, settings: Settings) -> std::io::Result<Arc<Conn
             implicit_credit: true,
             // The prototype's server never reclaims credit.
             releases_credit: false,
+            streams: None,
             reads_tracestate: true,
         },
         more: false,

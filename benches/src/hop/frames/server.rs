@@ -239,6 +239,7 @@ pub fn response(id: u64, status: u16, app_us: u32, content_type: &str, payload: 
         payload,
         returns_credit: true,
         from_mesh: false,
+        more: false,
     }
 }
 

@@ -118,6 +118,8 @@ async fn process(
         return (Err(Answer::refusal(400, payload_detail(r))), label);
     }
     let out = Outgoing {
+        upload: None,
+        content_type: None,
         event: route.event.clone(),
         ce_id: new_ce_id(),
         traceparent: traceparent::extract_or_new(msg.traceparent),

@@ -578,6 +578,8 @@ async fn call(
     }
     let _underway = edge.metrics.arrive(&route.event);
     let out = Outgoing {
+        upload: None,
+        content_type: None,
         event: route.event.clone(),
         ce_id: new_ce_id(),
         traceparent: traceparent::extract_or_new(None),

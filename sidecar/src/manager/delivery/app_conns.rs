@@ -4,8 +4,10 @@
 //! answer to hand the connection back to its pool and keys its pool by host on every request; a manager
 //! talks to exactly one app address, so a stack of idle senders is all the pooling it needs.
 
+use crate::net::stream::out_body::OutBody;
 use bytes::Bytes;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Limited};
+use hyper::body::Body as _;
 use hyper::client::conn::http1::{self, SendRequest};
 use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
 use hyper::{Request, Uri};
@@ -19,7 +21,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Idle connections older than this are closed rather than reused: the app may have dropped them.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 
-type Sender = SendRequest<Full<Bytes>>;
+type Sender = SendRequest<OutBody>;
 
 /// Why an exchange with the app gave no answer. Every case is a delivery the app did not complete,
 /// so the worker may retry it.
@@ -56,9 +58,15 @@ pub struct Answer {
     pub status: u16,
     /// Media type of the body, empty when none.
     pub content_type: String,
-    /// Body.
+    /// Body (empty when it streams).
     pub body: Bytes,
+    /// The body, unread, when it streams.
+    pub stream: Option<hyper::body::Incoming>,
 }
+
+/// Largest answer read whole when the app could stream it: one a known length this small is as
+/// good as complete at its head, and one frame carries it with its head (the small-event path).
+const INLINE_MAX: u64 = 64 * 1024;
 
 /// Connections to one app address.
 pub struct AppConns {
@@ -131,11 +139,15 @@ impl AppConns {
 
     /// Sends `req` (its URI in origin form, `/path`) and reads the answer, taking at most `max_body`
     /// bytes of body. A reused connection that turns out closed before the request went out is
-    /// replaced by a new one, once: the app never saw that request.
+    /// replaced by a new one, once: the app never saw that request. With `stream`, an answer that
+    /// is not small and of known length is handed back unread, to be streamed as the app writes
+    /// it; its connection is not reused (it closes when that body ends), so no request waits
+    /// behind a long stream.
     pub async fn exchange(
         &self,
-        mut req: Request<Full<Bytes>>,
+        mut req: Request<OutBody>,
         max_body: usize,
+        stream: bool,
     ) -> Result<Answer, AppError> {
         req.headers_mut().insert(HOST, self.host.clone());
         let (mut sender, mut reused) = match self.take_idle() {
@@ -170,6 +182,19 @@ impl AppConns {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned();
+        let small = {
+            let b = resp.body();
+            hyper::body::Body::is_end_stream(b)
+                || b.size_hint().exact().is_some_and(|n| n <= INLINE_MAX)
+        };
+        if stream && !small {
+            return Ok(Answer {
+                status,
+                content_type,
+                body: Bytes::new(),
+                stream: Some(resp.into_body()),
+            });
+        }
         let body = Limited::new(resp.into_body(), max_body)
             .collect()
             .await
@@ -181,6 +206,7 @@ impl AppConns {
             status,
             content_type,
             body,
+            stream: None,
         })
     }
 }
@@ -195,6 +221,7 @@ pub fn origin_form(uri: &Uri) -> Uri {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::Full;
     use hyper::service::service_fn;
     use std::convert::Infallible;
     use std::sync::Arc;
@@ -227,9 +254,9 @@ mod tests {
         (addr, accepted)
     }
 
-    fn request() -> Request<Full<Bytes>> {
+    fn request() -> Request<OutBody> {
         Request::post("/events")
-            .body(Full::new(Bytes::from_static(b"{}")))
+            .body(OutBody::from(Full::new(Bytes::from_static(b"{}"))))
             .expect("request")
     }
 
@@ -238,7 +265,10 @@ mod tests {
         let (addr, accepted) = app(true).await;
         let conns = AppConns::new(addr, 4).expect("conns");
         for _ in 0..3 {
-            let a = conns.exchange(request(), 1024).await.expect("answer");
+            let a = conns
+                .exchange(request(), 1024, false)
+                .await
+                .expect("answer");
             assert_eq!((a.status, &a.body[..]), (200, &b"ok"[..]));
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 1);
@@ -249,7 +279,10 @@ mod tests {
         let (addr, accepted) = app(false).await;
         let conns = AppConns::new(addr, 4).expect("conns");
         for _ in 0..3 {
-            let a = conns.exchange(request(), 1024).await.expect("answer");
+            let a = conns
+                .exchange(request(), 1024, false)
+                .await
+                .expect("answer");
             assert_eq!(a.status, 200);
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 3);
@@ -259,7 +292,7 @@ mod tests {
     async fn an_oversize_answer_is_an_error() {
         let (addr, _) = app(true).await;
         let conns = AppConns::new(addr, 4).expect("conns");
-        assert!(conns.exchange(request(), 1).await.is_err());
+        assert!(conns.exchange(request(), 1, false).await.is_err());
     }
 
     #[test]

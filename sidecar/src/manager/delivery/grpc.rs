@@ -87,6 +87,7 @@ impl GrpcDelivery {
                         reply.content_type
                     },
                     body: Bytes::from(reply.data),
+                    stream: None,
                 }
             }
             Ok(Err(status)) => status_outcome(&status),
@@ -135,6 +136,7 @@ fn status_outcome(status: &tonic::Status) -> Outcome {
                 status.message()
             ),
         ),
+        stream: None,
     }
 }
 

@@ -2,6 +2,8 @@
 
 use super::app_conns::{self, AppConns, AppError};
 use super::outcome::Outcome;
+use crate::net::stream::body::StreamBody;
+use crate::net::stream::out_body::OutBody;
 use http_body_util::Full;
 use hyper::Uri;
 use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue};
@@ -64,13 +66,24 @@ impl HttpDelivery {
     }
 
     /// One attempt, bounded by `timeout`.
-    pub async fn attempt(&self, ev: &Request, timeout: Duration) -> Outcome {
+    /// With `upload`, the request body is that stream (the router's client's, as it arrives);
+    /// else the event's payload.
+    pub async fn attempt(
+        &self,
+        ev: &Request,
+        timeout: Duration,
+        streams: bool,
+        upload: Option<StreamBody>,
+    ) -> Outcome {
         let header = |v: &str, name: &str| {
             HeaderValue::from_str(v).map_err(|_| format!("{name} is not a legal header value"))
         };
         let built = (|| {
             let mut req = hyper::Request::post(self.uri.clone())
-                .body(Full::new(ev.payload.clone()))
+                .body(match upload {
+                    Some(s) => OutBody::Stream(s),
+                    None => OutBody::Full(Full::new(ev.payload.clone())),
+                })
                 .map_err(|e| e.to_string())?;
             let h = req.headers_mut();
             h.insert(CE_ID.clone(), header(&ev.ce_id, "ce-id")?);
@@ -93,12 +106,13 @@ impl HttpDelivery {
             Err(e) => return Outcome::Invalid(e),
         };
         // A timeout drops the exchange and with it its connection, whose answer may still come.
-        match tokio::time::timeout(timeout, self.conns.exchange(req, MAX_REPLY)).await {
+        match tokio::time::timeout(timeout, self.conns.exchange(req, MAX_REPLY, streams)).await {
             Err(_) => Outcome::TimedOut,
             Ok(Ok(a)) => Outcome::Answer {
                 status: a.status,
                 content_type: a.content_type,
                 body: a.body,
+                stream: a.stream,
             },
             Ok(Err(e)) => Outcome::Unreachable(e.to_string()),
         }

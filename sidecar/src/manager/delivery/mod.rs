@@ -8,11 +8,12 @@ mod outcome;
 
 pub(crate) use outcome::Outcome;
 
+use crate::net::stream::body::StreamBody;
 use crate::otel::inbound::AppTarget;
 use grpc::GrpcDelivery;
 use http::HttpDelivery;
 use std::time::Duration;
-use switchyard_protocol::frame::Request;
+use switchyard_protocol::frame::{MAX_PAYLOAD, Request};
 
 /// The app's protocol, with its client.
 pub enum Delivery {
@@ -31,11 +32,34 @@ impl Delivery {
         }
     }
 
-    /// One delivery attempt bounded by `timeout`.
-    pub async fn attempt(&self, ev: &Request, timeout: Duration) -> Outcome {
+    /// One delivery attempt bounded by `timeout` (up to the answer's head, when it streams). The
+    /// app's answer may stream only when `streams` (its router takes streamed answers).
+    /// `upload` is the event's streamed body, when it streams (taken by this attempt).
+    pub async fn attempt(
+        &self,
+        ev: &Request,
+        timeout: Duration,
+        streams: bool,
+        upload: Option<StreamBody>,
+    ) -> Outcome {
         match self {
-            Delivery::Http(h) => h.attempt(ev, timeout).await,
-            Delivery::Grpc(g) => g.attempt(ev, timeout).await,
+            Delivery::Http(h) => h.attempt(ev, timeout, streams, upload).await,
+            Delivery::Grpc(g) => match upload {
+                None => g.attempt(ev, timeout).await,
+                // The Handler service takes a message whole: read what a frame carries.
+                Some(body) => match body.read_whole(MAX_PAYLOAD).await {
+                    Ok((payload, _)) => {
+                        let whole = Request {
+                            payload,
+                            ..ev.clone()
+                        };
+                        g.attempt(&whole, timeout).await
+                    }
+                    Err(_) => Outcome::Invalid(format!(
+                        "the streamed body did not arrive whole within {MAX_PAYLOAD} bytes, the most a gRPC app is sent"
+                    )),
+                },
+            },
         }
     }
 }

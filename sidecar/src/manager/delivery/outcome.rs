@@ -11,8 +11,11 @@ pub enum Outcome {
         status: u16,
         /// Media type of the body.
         content_type: String,
-        /// Body.
+        /// Body (empty when it streams).
         body: Bytes,
+        /// The rest of the body when the app streams it (chunked, `text/event-stream`, or larger
+        /// than one frame) to a router that takes streams: read as the app writes it.
+        stream: Option<hyper::body::Incoming>,
     },
     /// The app could not be reached or broke the connection.
     Unreachable(String),

@@ -184,6 +184,8 @@ impl LocalApi {
         traceparent: String,
     ) -> Result<Done, Answer> {
         let out = Outgoing {
+            upload: None,
+            content_type: None,
             event: Arc::from(call.event),
             ce_id: ce_id.clone(),
             traceparent,

@@ -1,0 +1,686 @@
+//! Streamed answers end to end (issue 14): an app's `text/event-stream` and chunked answers reach the
+//! client through both sidecars as the app writes them, under per-stream windows, with bounded
+//! memory in each sidecar; a client that goes away stops the app's stream. And a route without a
+//! schema passes any body with its media type.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use bytes::Bytes;
+use common::*;
+use futures::{SinkExt, StreamExt};
+use http_body_util::{BodyExt, Empty, combinators::BoxBody};
+use hyper::body::{Frame, Incoming};
+use hyper::service::service_fn;
+use hyper::{Request, Response};
+use hyper_util::rt::TokioIo;
+use serde_json::json;
+use std::convert::Infallible;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+use switchyard_protocol::frame::{
+    Frame as RawFrame, FrameCodec, Request as RawRequest, Response as RawResponse,
+};
+use tokio::net::{TcpListener, TcpStream};
+
+/// Events of the SSE answer.
+const EVENTS: usize = 10_000;
+/// Bytes of the download.
+const DOWNLOAD: u64 = 1 << 30;
+const CHUNK: usize = 64 * 1024;
+
+/// What the streaming app saw.
+#[derive(Default)]
+struct Seen {
+    /// The `ticks` stream found its reader gone (the client's went away through both sidecars).
+    ticks_stopped: AtomicBool,
+    /// Ticks written before that.
+    ticks: AtomicU64,
+}
+
+type Body = BoxBody<Bytes, Infallible>;
+
+/// An app answering `sse` with 10,000 events, `ticks` with an event every 10 ms until its reader
+/// goes away, `download` with 1 GiB in chunks, everything chunked (no Content-Length).
+async fn streaming_app() -> (u16, Arc<Seen>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let seen = Arc::new(Seen::default());
+    let state = seen.clone();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            let state = state.clone();
+            tokio::spawn(async move {
+                let svc = service_fn(move |req| answer(state.clone(), req));
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), svc)
+                    .await;
+            });
+        }
+    });
+    (port, seen)
+}
+
+async fn answer(seen: Arc<Seen>, req: Request<Incoming>) -> Result<Response<Body>, Infallible> {
+    let ce_type = req
+        .headers()
+        .get("ce-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    let their_type = req.headers().get("content-type").cloned();
+    if ce_type == "upload" {
+        // Reads the body as it comes, checking every byte, and says how much it read.
+        let mut body = req.into_body();
+        let (mut n, mut ok) = (0u64, true);
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else {
+                ok = false;
+                break;
+            };
+            if let Ok(d) = frame.into_data() {
+                ok &= d.iter().all(|b| *b == b'u');
+                n += d.len() as u64;
+            }
+        }
+        let out = json!({"bytes": n, "ok": ok}).to_string();
+        let mut resp = Response::new(BodyExt::boxed(http_body_util::Full::new(Bytes::from(out))));
+        resp.headers_mut()
+            .insert("content-type", "application/json".parse().unwrap());
+        return Ok(resp);
+    }
+    let body = req.into_body().collect().await.unwrap().to_bytes();
+    if ce_type == "blob" {
+        // Echoes the body and its media type.
+        let mut resp = Response::new(BodyExt::boxed(http_body_util::Full::new(body)));
+        if let Some(t) = their_type {
+            resp.headers_mut().insert("content-type", t);
+        }
+        return Ok(resp);
+    }
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Bytes>(16);
+    let content_type = match ce_type.as_str() {
+        "sse" => {
+            tokio::spawn(async move {
+                for i in 0..EVENTS {
+                    if tx
+                        .send(Bytes::from(format!("data: {i}\n\n")))
+                        .await
+                        .is_err()
+                    {
+                        return;
+                    }
+                }
+            });
+            "text/event-stream"
+        }
+        "ticks" => {
+            tokio::spawn(async move {
+                loop {
+                    if tx
+                        .send(Bytes::from_static(b"data: tick\n\n"))
+                        .await
+                        .is_err()
+                    {
+                        seen.ticks_stopped.store(true, Ordering::SeqCst);
+                        return;
+                    }
+                    seen.ticks.fetch_add(1, Ordering::SeqCst);
+                    tokio::time::sleep(Duration::from_millis(10)).await;
+                }
+            });
+            "text/event-stream"
+        }
+        "download" => {
+            tokio::spawn(async move {
+                let chunk = Bytes::from(vec![b'x'; CHUNK]);
+                for _ in 0..DOWNLOAD / CHUNK as u64 {
+                    if tx.send(chunk.clone()).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            "application/octet-stream"
+        }
+        _ => {
+            drop(tx);
+            "application/json"
+        }
+    };
+    let body = http_body_util::StreamBody::new(futures::stream::poll_fn(move |cx| {
+        rx.poll_recv(cx)
+            .map(|o| o.map(|b| Ok::<_, Infallible>(Frame::data(b))))
+    }));
+    let mut resp = Response::new(BodyExt::boxed(body));
+    resp.headers_mut()
+        .insert("content-type", content_type.parse().unwrap());
+    Ok(resp)
+}
+
+struct StreamMesh {
+    _dir: tempfile::TempDir,
+    manager: Proc,
+    router: Proc,
+    http_port: u16,
+    manager_port: u16,
+    seen: Arc<Seen>,
+}
+
+async fn start() -> StreamMesh {
+    start_limited(2 << 30).await
+}
+
+/// The mesh with a `bodyLimit` of `limit` bytes.
+async fn start_limited(limit: u64) -> StreamMesh {
+    let dir = tempfile::tempdir().unwrap();
+    let (app_port, seen) = streaming_app().await;
+    let events = ["noop", "sse", "ticks", "download", "blob", "upload"];
+    let mut mcfg = manager_config(app_port, &Opts::default());
+    mcfg["events"] = json!(events);
+    // The upload's answer comes once the app read all of it.
+    mcfg["workers"]["timeout"] = json!("120s");
+    let mcfg = write_json(dir.path(), "manager.json", &mcfg);
+    let (manager, ports) = start_manager(dir.path(), &mcfg, &[]).await;
+    let mut rcfg = router_config(ports.listen, "3s");
+    let dest = rcfg["destinations"]["noop"].clone();
+    for e in ["sse", "ticks", "download"] {
+        rcfg["spec"]["routes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"event": e, "http": {"method": "GET", "path": format!("/{e}")}}));
+        rcfg["destinations"][e] = dest.clone();
+    }
+    rcfg["spec"]["routes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"event": "blob", "http": {"method": "POST", "path": "/blob"}}));
+    rcfg["destinations"]["blob"] = dest.clone();
+    rcfg["spec"]["routes"].as_array_mut().unwrap().push(
+        json!({"event": "upload", "http": {"method": "POST", "path": "/upload"}, "timeout": "120s"}),
+    );
+    rcfg["destinations"]["upload"] = dest.clone();
+    // Beyond what the CRD lets a user set today (16 MiB): the data path streams any size.
+    rcfg["spec"]["middleware"] = json!([{"bodyLimit": {"maxBytes": limit}}]);
+    rcfg["spec"]["broker"]["bodyBudgetBytes"] = json!(4u64 << 30);
+    let rcfg = write_json(dir.path(), "router.json", &rcfg);
+    let (router, rports) = start_router(dir.path(), &rcfg, &[], &[]).await;
+    let client = Http::new();
+    poll(
+        Duration::from_secs(10),
+        "router connected to manager",
+        || async {
+            let r = client
+                .get(&format!("http://127.0.0.1:{}/noop", rports.http))
+                .await
+                .ok()?;
+            (r.status == 200).then_some(())
+        },
+    )
+    .await;
+    StreamMesh {
+        _dir: dir,
+        manager,
+        router,
+        http_port: rports.http,
+        manager_port: ports.listen,
+        seen,
+    }
+}
+
+/// A raw HTTP/1.1 client on a fresh connection: the answer's head, its body read frame by frame.
+async fn get(port: u16, path: &str, te_trailers: bool) -> Response<Incoming> {
+    let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let mut req = Request::get(path)
+        .header("host", "127.0.0.1")
+        .body(Empty::<Bytes>::new())
+        .unwrap();
+    if te_trailers {
+        req.headers_mut()
+            .insert("te", hyper::header::HeaderValue::from_static("trailers"));
+    }
+    sender.send_request(req).await.unwrap()
+}
+
+/// Samples both sidecars' VmRSS until `done`; returns the peaks.
+fn sample_rss(
+    router: u32,
+    manager: u32,
+    done: Arc<AtomicBool>,
+) -> tokio::task::JoinHandle<(u64, u64)> {
+    tokio::spawn(async move {
+        let mut peak = (0u64, 0u64);
+        while !done.load(Ordering::SeqCst) {
+            peak.0 = peak.0.max(vm_rss_kib(router));
+            peak.1 = peak.1.max(vm_rss_kib(manager));
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        peak
+    })
+}
+
+fn vm_rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_sse_stream_of_10000_events_arrives_in_order_as_the_app_writes_it() {
+    let mesh = start().await;
+    let sent = Instant::now();
+    let resp = get(mesh.http_port, "/sse", true).await;
+    assert_eq!(resp.status(), 200);
+    assert_eq!(
+        resp.headers().get("content-type").unwrap(),
+        "text/event-stream"
+    );
+    let timing = resp
+        .headers()
+        .get("server-timing")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_owned();
+    assert!(timing.contains("queue;dur="), "head timing: {timing}");
+    let mut body = resp.into_body();
+    let mut first_event = None;
+    let mut text = Vec::new();
+    let mut trailers = None;
+    while let Some(frame) = body.frame().await {
+        let frame = frame.unwrap();
+        match frame.into_data() {
+            Ok(d) => {
+                first_event.get_or_insert_with(|| sent.elapsed());
+                text.extend_from_slice(&d);
+            }
+            Err(f) => trailers = f.into_trailers().ok(),
+        }
+    }
+    let text = String::from_utf8(text).unwrap();
+    let events: Vec<&str> = text.split_terminator("\n\n").collect();
+    assert_eq!(events.len(), EVENTS);
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(*e, format!("data: {i}"), "event {i} in order");
+    }
+    let first = first_event.unwrap();
+    eprintln!(
+        "first SSE event after {:.3} ms (request sent to first body bytes); all {EVENTS} after {:.1} ms",
+        first.as_secs_f64() * 1e3,
+        sent.elapsed().as_secs_f64() * 1e3
+    );
+    // A sanity bound only: a stream held back until its end would take as long as all of it.
+    assert!(
+        first < Duration::from_secs(2),
+        "first event after {first:?}"
+    );
+    // The client said `TE: trailers`: the app's time to the end of its body comes as a trailer.
+    let trailers = trailers.expect("a Server-Timing trailer");
+    let st = trailers.get("server-timing").unwrap().to_str().unwrap();
+    assert!(st.contains("app;dur=") && st.contains("total;dur="), "{st}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_stops_the_apps_stream() {
+    let mesh = start().await;
+    let resp = get(mesh.http_port, "/ticks", false).await;
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut got = 0;
+    while got < 3 {
+        if body.frame().await.unwrap().unwrap().is_data() {
+            got += 1;
+        }
+    }
+    assert!(!mesh.seen.ticks_stopped.load(Ordering::SeqCst));
+    // The connection goes with the body (the client task ends when both sides are dropped).
+    drop(body);
+    poll(
+        Duration::from_secs(10),
+        "the app's stream stopped",
+        || async { mesh.seen.ticks_stopped.load(Ordering::SeqCst).then_some(()) },
+    )
+    .await;
+    // And the connection still serves the next request.
+    let r = Http::new()
+        .get(&format!("http://127.0.0.1:{}/noop", mesh.http_port))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_1_gib_download_streams_through_with_both_sidecars_memory_bounded() {
+    let mesh = start().await;
+    let (router_pid, manager_pid) = (mesh.router.child.id(), mesh.manager.child.id());
+    let before = (vm_rss_kib(router_pid), vm_rss_kib(manager_pid));
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = sample_rss(router_pid, manager_pid, done.clone());
+    let started = Instant::now();
+    let resp = get(mesh.http_port, "/download", false).await;
+    assert_eq!(resp.status(), 200);
+    let mut body = resp.into_body();
+    let mut n = 0u64;
+    while let Some(frame) = body.frame().await {
+        if let Ok(d) = frame.unwrap().into_data() {
+            assert!(d.iter().all(|b| *b == b'x'));
+            n += d.len() as u64;
+        }
+    }
+    let took = started.elapsed();
+    done.store(true, Ordering::SeqCst);
+    let peak = sampler.await.unwrap();
+    assert_eq!(n, DOWNLOAD);
+    eprintln!(
+        "1 GiB in {:.1} s ({:.0} MiB/s); VmRSS router {} -> peak {} KiB, manager {} -> peak {} KiB",
+        took.as_secs_f64(),
+        1024.0 / took.as_secs_f64(),
+        before.0,
+        peak.0,
+        before.1,
+        peak.1
+    );
+    // What the stream adds to each sidecar is bounded by its windows (256 KiB per stream), not the
+    // body (1 GiB). Issue 14's bar is <= 32 MiB each absolute, for release builds; these are debug
+    // builds, whose idle router already holds ~35 MiB (printed above), so the bound here is on
+    // what the download adds.
+    let grown = (
+        peak.0.saturating_sub(before.0),
+        peak.1.saturating_sub(before.1),
+    );
+    assert!(grown.0 <= 8 * 1024, "router grew by {} KiB", grown.0);
+    assert!(grown.1 <= 8 * 1024, "manager grew by {} KiB", grown.1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_route_without_a_schema_passes_any_body_with_its_media_type() {
+    let mesh = start().await;
+    let c = Http::new();
+    let url = format!("http://127.0.0.1:{}/blob", mesh.http_port);
+    let binary: Vec<u8> = (0..=255u8).cycle().take(70_000).collect();
+    for (media, body) in [
+        ("application/octet-stream", binary.clone()),
+        ("text/plain; charset=utf-8", b"not json at all".to_vec()),
+        (
+            "multipart/form-data; boundary=xyz",
+            b"--xyz\r\ncontent-disposition: form-data; name=a\r\n\r\n1\r\n--xyz--\r\n".to_vec(),
+        ),
+        ("image/png", vec![0x89, b'P', b'N', b'G', 0, 0xff]),
+    ] {
+        let r = c
+            .post(&url, media, Bytes::from(body.clone()))
+            .await
+            .unwrap();
+        assert_eq!(r.status, 200, "{media}: {:?}", r.body);
+        assert_eq!(&r.body[..], &body[..], "{media} passes byte for byte");
+        assert_eq!(r.header("content-type"), Some(media));
+    }
+    // A JSON media type still promises JSON.
+    let r = c.post(&url, "application/json", "{nope").await.unwrap();
+    assert_eq!(r.status, 400);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_1_gib_upload_streams_to_the_app_with_both_sidecars_memory_bounded() {
+    let mesh = start().await;
+    let (router_pid, manager_pid) = (mesh.router.child.id(), mesh.manager.child.id());
+    let before = (vm_rss_kib(router_pid), vm_rss_kib(manager_pid));
+    let done = Arc::new(AtomicBool::new(false));
+    let sampler = sample_rss(router_pid, manager_pid, done.clone());
+    let stream = TcpStream::connect(("127.0.0.1", mesh.http_port))
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let body = chunked(DOWNLOAD / CHUNK as u64);
+    let req = Request::post("/upload")
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/octet-stream")
+        .body(body)
+        .unwrap();
+    let started = Instant::now();
+    let resp = sender.send_request(req).await.unwrap();
+    let status = resp.status();
+    let answer = resp.into_body().collect().await.unwrap().to_bytes();
+    let took = started.elapsed();
+    done.store(true, Ordering::SeqCst);
+    let peak = sampler.await.unwrap();
+    assert_eq!(status, 200, "{answer:?}");
+    let v: serde_json::Value = serde_json::from_slice(&answer).unwrap();
+    assert_eq!(v, json!({"bytes": DOWNLOAD, "ok": true}));
+    eprintln!(
+        "1 GiB upload in {:.1} s ({:.0} MiB/s); VmRSS router {} -> peak {} KiB, manager {} -> peak {} KiB",
+        took.as_secs_f64(),
+        1024.0 / took.as_secs_f64(),
+        before.0,
+        peak.0,
+        before.1,
+        peak.1
+    );
+    let grown = (
+        peak.0.saturating_sub(before.0),
+        peak.1.saturating_sub(before.1),
+    );
+    assert!(grown.0 <= 8 * 1024, "router grew by {} KiB", grown.0);
+    assert!(grown.1 <= 8 * 1024, "manager grew by {} KiB", grown.1);
+}
+
+type Raw = tokio_util::codec::Framed<TcpStream, FrameCodec>;
+
+async fn next_frame(conn: &mut Raw) -> RawFrame {
+    tokio::time::timeout(Duration::from_secs(10), conn.next())
+        .await
+        .expect("a frame within 10 s")
+        .expect("connection open")
+        .expect("valid frame")
+}
+
+fn raw_request(id: u64, event: &str, content_type: &str, payload: Bytes) -> RawFrame {
+    RawFrame::Request(RawRequest {
+        id,
+        flags: 0,
+        deadline_ms: 10_000,
+        event: event.into(),
+        ce_id: format!("old-{id}"),
+        traceparent: String::new(),
+        tracestate: String::new(),
+        content_type: content_type.into(),
+        payload,
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_router_of_the_previous_version_gets_whole_answers_and_no_hello() {
+    let mesh = start().await;
+    let stream = TcpStream::connect(("127.0.0.1", mesh.manager_port))
+        .await
+        .unwrap();
+    let mut conn = tokio_util::codec::Framed::new(stream, FrameCodec::default());
+    // The previous version's HELLO: no STREAMS bit, no window, no tracestate bit.
+    conn.send(RawFrame::Hello {
+        takes_pushes: false,
+        implicit_credit: true,
+        releases_credit: false,
+        streams: None,
+        reads_tracestate: false,
+    })
+    .await
+    .unwrap();
+    assert!(
+        matches!(next_frame(&mut conn).await, RawFrame::Credit { .. }),
+        "its first frame is the grant, not a HELLO it would not know"
+    );
+    let blob: Bytes = (0..=255u8).cycle().take(70_000).collect::<Vec<u8>>().into();
+    conn.send(raw_request(
+        1,
+        "blob",
+        "application/octet-stream",
+        blob.clone(),
+    ))
+    .await
+    .unwrap();
+    conn.send(raw_request(
+        2,
+        "sse",
+        "application/json",
+        Bytes::from_static(b"{}"),
+    ))
+    .await
+    .unwrap();
+    let mut answers = std::collections::HashMap::new();
+    while answers.len() < 2 {
+        match next_frame(&mut conn).await {
+            RawFrame::Response(r) => {
+                answers.insert(r.id, r);
+            }
+            RawFrame::Credit { .. } | RawFrame::Pong { .. } | RawFrame::Ping { .. } => {}
+            other => panic!("a frame the previous version does not know: {other:?}"),
+        }
+    }
+    let (b, e) = (&answers[&1], &answers[&2]);
+    assert!(!b.more && !e.more, "whole answers");
+    assert_eq!(b.payload, blob);
+    assert_eq!(b.content_type, "application/octet-stream");
+    let text = String::from_utf8_lossy(&e.payload);
+    assert!(text.starts_with("data: 0\n\n") && text.ends_with("data: 9999\n\n"));
+}
+
+/// A manager of the previous version, in the test: takes the router's connection, grants credit,
+/// never says STREAMS, and answers every request with its payload's length.
+async fn old_manager() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        while let Ok((stream, _)) = listener.accept().await {
+            tokio::spawn(async move {
+                let mut conn = tokio_util::codec::Framed::new(stream, FrameCodec::default());
+                if conn.send(RawFrame::Credit { credits: 64 }).await.is_err() {
+                    return;
+                }
+                while let Some(Ok(f)) = conn.next().await {
+                    let reply = match f {
+                        RawFrame::Request(r) => RawFrame::Response(RawResponse {
+                            id: r.id,
+                            status: 200,
+                            queue_us: 0,
+                            app_us: 0,
+                            content_type: "text/plain".into(),
+                            payload: Bytes::from(r.payload.len().to_string()),
+                            returns_credit: true,
+                            from_mesh: false,
+                            more: false,
+                        }),
+                        RawFrame::Ping { nonce } => RawFrame::Pong { nonce },
+                        _ => continue,
+                    };
+                    if conn.send(reply).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_of_the_previous_version_gets_whole_bodies_and_a_larger_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = old_manager().await;
+    let mut rcfg = router_config(port, "10s");
+    let dest = rcfg["destinations"]["noop"].clone();
+    rcfg["spec"]["routes"]
+        .as_array_mut()
+        .unwrap()
+        .push(json!({"event": "upload", "http": {"method": "POST", "path": "/upload"}}));
+    rcfg["destinations"]["upload"] = dest;
+    rcfg["spec"]["middleware"] = json!([{"bodyLimit": {"maxBytes": 64u64 << 20}}]);
+    let rcfg = write_json(dir.path(), "router.json", &rcfg);
+    let (_router, rports) = start_router(dir.path(), &rcfg, &[], &[]).await;
+    let client = Http::new();
+    let url = format!("http://127.0.0.1:{}/upload", rports.http);
+    poll(Duration::from_secs(10), "router connected", || async {
+        let r = client
+            .get(&format!("http://127.0.0.1:{}/noop", rports.http))
+            .await
+            .ok()?;
+        (r.status == 200).then_some(())
+    })
+    .await;
+    // Larger than the small-event size, so it would stream to a manager that takes streams.
+    let r = client
+        .post(&url, "application/octet-stream", vec![b'u'; 1 << 20])
+        .await
+        .unwrap();
+    assert_eq!(
+        (r.status, &r.body[..]),
+        (200, &b"1048576"[..]),
+        "sent whole"
+    );
+    let r = client
+        .post(&url, "application/octet-stream", vec![b'u'; 20 << 20])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 413, "{:?}", r.body);
+    let detail = r.json()["detail"].as_str().unwrap_or("").to_owned();
+    assert!(
+        detail.contains("a version from before streamed bodies"),
+        "{detail}"
+    );
+}
+
+/// A body of `n` chunks of 64 KiB, without a declared length (chunked), so only counting finds
+/// its size.
+fn chunked(n: u64) -> impl hyper::body::Body<Data = Bytes, Error = Infallible> {
+    let chunk = Bytes::from(vec![b'u'; CHUNK]);
+    let mut left = n;
+    http_body_util::StreamBody::new(futures::stream::poll_fn(move |_| {
+        if left == 0 {
+            return std::task::Poll::Ready(None);
+        }
+        left -= 1;
+        std::task::Poll::Ready(Some(Ok::<_, Infallible>(Frame::data(chunk.clone()))))
+    }))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_streamed_body_over_the_limit_is_refused_413_and_the_next_request_is_served() {
+    let mesh = start_limited(1 << 20).await;
+    let stream = TcpStream::connect(("127.0.0.1", mesh.http_port))
+        .await
+        .unwrap();
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    let req = Request::post("/upload")
+        .header("host", "127.0.0.1")
+        .header("content-type", "application/octet-stream")
+        .body(chunked(32))
+        .unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 413);
+    let body = resp.into_body().collect().await.unwrap().to_bytes();
+    let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(v["detail"], "body is larger than 1048576 bytes");
+    // Within the limit, the same route takes it.
+    let r = Http::new()
+        .post(
+            &format!("http://127.0.0.1:{}/upload", mesh.http_port),
+            "application/octet-stream",
+            vec![b'u'; 1 << 20],
+        )
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "{:?}", r.body);
+    assert_eq!(r.json(), json!({"bytes": 1 << 20, "ok": true}));
+}
