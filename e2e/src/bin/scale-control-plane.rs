@@ -459,6 +459,13 @@ async fn run(
         pods_api.clone(),
         api_watch.clone(),
     )));
+    let listed_by = Instant::now() + Duration::from_secs(120);
+    while !api_watch.listed() {
+        if Instant::now() > listed_by {
+            bail!("the benchmark's pod watch did not list the pods in 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 
     // The churn.
     let mut rng = fastrand::Rng::with_seed(16);

@@ -10,6 +10,7 @@ use kube::ResourceExt;
 use kube::api::Api;
 use kube::runtime::{WatchStreamExt, watcher};
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -25,6 +26,7 @@ struct Wanted {
 pub struct ApiWatch {
     wanted: Mutex<HashMap<String, Wanted>>,
     seen: Mutex<HashMap<usize, Duration>>,
+    listed: AtomicBool,
 }
 
 impl ApiWatch {
@@ -36,6 +38,12 @@ impl ApiWatch {
             sent: Instant::now(),
         };
         lock(&self.wanted).insert(name.to_owned(), w);
+    }
+
+    /// Whether the watch's initial list is done: flips made before it would be timed by the list
+    /// of every pod, not by the API server's watch path.
+    pub fn listed(&self) -> bool {
+        self.listed.load(Ordering::Acquire)
     }
 
     /// From sending each change to the benchmark's watch showing it, by change id.
@@ -66,13 +74,12 @@ impl ApiWatch {
 /// Watches the manager pods of `api` into `watch` until the task is aborted.
 pub async fn run(api: Api<Pod>, watch: Arc<ApiWatch>) {
     let config = watcher::Config::default().labels("app.kubernetes.io/name=switchyard-manager");
-    let mut events = watcher(api, config)
-        .default_backoff()
-        .applied_objects()
-        .boxed();
+    let mut events = watcher(api, config).default_backoff().boxed();
     while let Some(ev) = events.next().await {
         match ev {
-            Ok(pod) => watch.observe(&pod),
+            Ok(watcher::Event::Apply(pod) | watcher::Event::InitApply(pod)) => watch.observe(&pod),
+            Ok(watcher::Event::InitDone) => watch.listed.store(true, Ordering::Release),
+            Ok(watcher::Event::Delete(_) | watcher::Event::Init) => {}
             Err(e) => eprintln!("[scale] the benchmark's pod watch: {e}"),
         }
     }
