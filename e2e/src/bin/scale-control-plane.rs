@@ -27,6 +27,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use switchyard_crds::{Manager, Router};
 use switchyard_e2e::operator::OperatorLock;
+use switchyard_e2e::scale::api_watch::{self, ApiWatch};
 use switchyard_e2e::scale::stats::{self, Summary};
 use switchyard_e2e::scale::streams::{self, Condition, Streams};
 use switchyard_e2e::scale::{plot, procfs};
@@ -452,6 +453,20 @@ async fn run(
         .map(|s| s.whole.load(Ordering::Relaxed))
         .sum();
 
+    // The benchmark's own pod watch, to split each flip's time at the API server.
+    let api_watch = Arc::new(ApiWatch::default());
+    tasks.push(tokio::spawn(api_watch::run(
+        pods_api.clone(),
+        api_watch.clone(),
+    )));
+    let listed_by = Instant::now() + Duration::from_secs(120);
+    while !api_watch.listed() {
+        if Instant::now() > listed_by {
+            bail!("the benchmark's pod watch did not list the pods in 120 s");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
     // The churn.
     let mut rng = fastrand::Rng::with_seed(16);
     let scaled: Vec<usize> = (0..args.managers)
@@ -530,6 +545,7 @@ async fn run(
                 },
             );
             kinds.insert(id, "flip");
+            api_watch.expect(&p.name, p.ready, id);
             busy.insert(p.name.clone(), id);
             let (pods_api, name, ready) = (pods_api.clone(), p.name.clone(), p.ready);
             let failed = failed.clone();
@@ -562,16 +578,24 @@ async fn run(
     }
 
     let done = streams.take_done();
+    let watched = api_watch.seen();
     let mut flip_max = Vec::new();
     let mut flip_each = Vec::new();
+    let mut flip_api = Vec::new();
+    let mut flip_after_api = Vec::new();
     let mut scale_max = Vec::new();
     for d in &done {
-        let max = d.per_stream.iter().copied().max().map_or(0.0, ms);
+        let slowest = d.per_stream.iter().copied().max();
+        let max = slowest.map_or(0.0, ms);
         match kinds.get(&d.id).copied() {
             Some("scale") => scale_max.push(max),
             _ => {
                 flip_max.push(max);
                 flip_each.extend(d.per_stream.iter().map(|x| ms(*x)));
+                if let (Some(api), Some(slowest)) = (watched.get(&d.id), slowest) {
+                    flip_api.push(ms(*api));
+                    flip_after_api.push(ms(slowest.saturating_sub(*api)));
+                }
             }
         }
     }
@@ -615,6 +639,10 @@ async fn run(
         "propagation_ms": {
             "flip_all_streams": summary(&flip_max),
             "flip_per_stream": summary(&flip_each),
+            // Patch sent until the benchmark's own pod watch showed it (the API server's path).
+            "flip_api_server_watch": summary(&flip_api),
+            // From there until the slowest stream had it (the operator's part, and the streams').
+            "flip_after_api_server_watch": summary(&flip_after_api),
             "scale_all_streams_incl_scheduling": summary(&scale_max),
             "unfinished": unfinished,
             "failed_requests": failed.load(Ordering::Relaxed),

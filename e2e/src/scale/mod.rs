@@ -1,8 +1,10 @@
 //! The control plane at scale (`cargo run -p switchyard-e2e --bin scale-control-plane`): pieces of
 //! the benchmark that are worth testing alone. `mirror` (a stream's table from whole tables and
 //! deltas) and `stats` are pure; `streams` runs the simulated router sidecars; `procfs` reads the
-//! operator's CPU and memory; `plot` draws the SVGs.
+//! operator's CPU and memory; `api_watch` times the API server's share of a change; `plot` draws the
+//! SVGs.
 
+pub mod api_watch;
 pub mod mirror;
 pub mod plot;
 pub mod procfs;

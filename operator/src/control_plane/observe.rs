@@ -32,6 +32,13 @@ use switchyard_crds::{Manager, Router};
 /// Most events folded into one publish, so a flood of events still publishes now and then.
 const BATCH: usize = 1024;
 
+/// What the caches do not keep of an object: its managed fields, the field owners of server-side
+/// apply, which nothing here reads and which take as much room as the spec (every Manager has
+/// the controller's, the autoscaler's and the backlog reader's entries).
+pub(crate) fn strip<K: kube::Resource>(obj: &mut K) {
+    obj.meta_mut().managed_fields = None;
+}
+
 /// The caches every part of the operator shares.
 #[derive(Clone)]
 pub struct Caches {
@@ -94,6 +101,7 @@ pub fn start(client: Client, scope: &Scope) -> Observer {
                 watcher::Config::default(),
             )
             .default_backoff()
+            .modify(strip)
             .reflect(rw),
             "routers",
             slot,
@@ -105,6 +113,7 @@ pub fn start(client: Client, scope: &Scope) -> Observer {
                 watcher::Config::default(),
             )
             .default_backoff()
+            .modify(strip)
             .reflect(mw),
             "managers",
             slot,

@@ -13,6 +13,7 @@ use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
+use kube::core::PartialObjectMeta as Meta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -36,12 +37,20 @@ pub async fn run(
         target.api::<Manager>(client.clone()),
         watcher::Config::default(),
     );
-    let owned = super::owned_children();
     let managers = controller.store();
     let stream = controller
-        .owns(target.api::<Deployment>(client.clone()), owned.clone())
-        .owns(target.api::<Service>(client.clone()), owned.clone())
-        .owns(target.api::<ConfigMap>(client.clone()), owned)
+        .owns(
+            target.api::<Meta<Deployment>>(client.clone()),
+            super::owned_children(),
+        )
+        .owns(
+            target.api::<Meta<Service>>(client.clone()),
+            super::owned_children(),
+        )
+        .owns(
+            target.api::<Meta<ConfigMap>>(client.clone()),
+            super::owned_children(),
+        )
         // A Router appearing or going away changes the RouterNotFound condition of its Managers.
         .watches(
             target.api::<Router>(client),

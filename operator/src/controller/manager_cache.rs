@@ -33,6 +33,7 @@ impl ManagerCache {
                 watcher::Config::default(),
             )
             .default_backoff()
+            .modify(crate::control_plane::observe::strip)
             .reflect(writer)
             .map(move |event| match event {
                 Ok(watcher::Event::InitDone) => {

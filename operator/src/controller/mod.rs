@@ -53,6 +53,10 @@ pub async fn run(
 pub const AUTOSCALER_FIELD_MANAGER: &str = "switchyard-autoscaler";
 
 /// Watch only the children we manage, so the caches hold our objects and not the whole cluster's.
+/// The children this operator made. The controllers watch them by metadata only
+/// (`PartialObjectMeta`): a reconcile needs to know that a child changed, not what it holds, and a
+/// full watch would deserialize every rendered ConfigMap and pod template of a thousand Managers on
+/// each change and at each relist, twice (both controllers own them).
 fn owned_children() -> watcher::Config {
     watcher::Config::default().labels(&format!(
         "{}={}",

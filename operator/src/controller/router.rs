@@ -13,6 +13,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::core::PartialObjectMeta as Meta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -40,14 +41,22 @@ pub(super) async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
     let client = ctx.client.clone();
-    let owned = super::owned_children();
     let stream = Controller::new(
         target.api::<Router>(client.clone()),
         watcher::Config::default(),
     )
-    .owns(target.api::<Deployment>(client.clone()), owned.clone())
-    .owns(target.api::<Service>(client.clone()), owned.clone())
-    .owns(target.api::<ConfigMap>(client.clone()), owned)
+    .owns(
+        target.api::<Meta<Deployment>>(client.clone()),
+        super::owned_children(),
+    )
+    .owns(
+        target.api::<Meta<Service>>(client.clone()),
+        super::owned_children(),
+    )
+    .owns(
+        target.api::<Meta<ConfigMap>>(client.clone()),
+        super::owned_children(),
+    )
     // A Manager's event types are part of its Router's rendered config.
     .watches(
         target.api::<Manager>(client),
