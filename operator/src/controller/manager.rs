@@ -9,11 +9,9 @@ use crate::scope::Target;
 use crate::validate;
 use crate::{Error, Result};
 use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::api::Api;
-use kube::core::PartialObjectMeta as Meta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
@@ -38,19 +36,7 @@ pub async fn run(
         watcher::Config::default(),
     );
     let managers = controller.store();
-    let stream = controller
-        .owns(
-            target.api::<Meta<Deployment>>(client.clone()),
-            super::owned_children(),
-        )
-        .owns(
-            target.api::<Meta<Service>>(client.clone()),
-            super::owned_children(),
-        )
-        .owns(
-            target.api::<Meta<ConfigMap>>(client.clone()),
-            super::owned_children(),
-        )
+    let stream = super::owns_children(controller, target, &client)
         // A Router appearing or going away changes the RouterNotFound condition of its Managers.
         .watches(
             target.api::<Router>(client),

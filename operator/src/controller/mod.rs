@@ -7,9 +7,13 @@ mod manager_cache;
 pub mod router;
 
 use crate::context::Context;
+use crate::scope::Target;
 use crate::{Error, Result};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use kube::api::{Api, Patch, PatchParams};
-use kube::runtime::controller::Action;
+use kube::core::PartialObjectMeta;
+use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
@@ -52,11 +56,35 @@ pub async fn run(
 /// controllers' so server-side apply merges the two writers' fields instead of one erasing the other.
 pub const AUTOSCALER_FIELD_MANAGER: &str = "switchyard-autoscaler";
 
+/// `controller` reconciles its object when one of the Deployments, Services or ConfigMaps it owns
+/// changes. They are watched by metadata only (`PartialObjectMeta`): a reconcile needs to know that
+/// a child changed, not what it holds, and a full watch would deserialize every rendered ConfigMap
+/// and pod template of a thousand Managers on each change and at each relist, twice (both
+/// controllers own them).
+fn owns_children<K>(
+    controller: Controller<K>,
+    target: &Target,
+    client: &kube::Client,
+) -> Controller<K>
+where
+    K: Resource<DynamicType = ()> + Clone + DeserializeOwned + Debug + Send + Sync + 'static,
+{
+    controller
+        .owns(
+            target.api::<PartialObjectMeta<Deployment>>(client.clone()),
+            owned_children(),
+        )
+        .owns(
+            target.api::<PartialObjectMeta<Service>>(client.clone()),
+            owned_children(),
+        )
+        .owns(
+            target.api::<PartialObjectMeta<ConfigMap>>(client.clone()),
+            owned_children(),
+        )
+}
+
 /// Watch only the children we manage, so the caches hold our objects and not the whole cluster's.
-/// The children this operator made. The controllers watch them by metadata only
-/// (`PartialObjectMeta`): a reconcile needs to know that a child changed, not what it holds, and a
-/// full watch would deserialize every rendered ConfigMap and pod template of a thousand Managers on
-/// each change and at each relist, twice (both controllers own them).
 fn owned_children() -> watcher::Config {
     watcher::Config::default().labels(&format!(
         "{}={}",

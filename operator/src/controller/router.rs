@@ -9,11 +9,8 @@ use crate::render::{self, meta};
 use crate::scope::Target;
 use crate::validate;
 use crate::{Error, Result};
-use k8s_openapi::api::apps::v1::Deployment;
-use k8s_openapi::api::core::v1::{ConfigMap, Service};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::core::PartialObjectMeta as Meta;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
@@ -41,21 +38,13 @@ pub(super) async fn run(
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
     let client = ctx.client.clone();
-    let stream = Controller::new(
-        target.api::<Router>(client.clone()),
-        watcher::Config::default(),
-    )
-    .owns(
-        target.api::<Meta<Deployment>>(client.clone()),
-        super::owned_children(),
-    )
-    .owns(
-        target.api::<Meta<Service>>(client.clone()),
-        super::owned_children(),
-    )
-    .owns(
-        target.api::<Meta<ConfigMap>>(client.clone()),
-        super::owned_children(),
+    let stream = super::owns_children(
+        Controller::new(
+            target.api::<Router>(client.clone()),
+            watcher::Config::default(),
+        ),
+        target,
+        &client,
     )
     // A Manager's event types are part of its Router's rendered config.
     .watches(
