@@ -176,6 +176,24 @@ impl Cluster {
         Cmd::helm(&self.kubeconfig)
     }
 
+    /// `helm uninstall RELEASE` in `namespace`, without waiting for its objects to be gone
+    /// (callers that need them gone wait on that themselves).
+    pub async fn helm_uninstall(&self, release: &str, namespace: &str) -> Result<()> {
+        self.helm()
+            .args([
+                "uninstall",
+                release,
+                "--namespace",
+                namespace,
+                "--wait=false",
+            ])
+            .timeout(Duration::from_secs(120))
+            .ok()
+            .await
+            .with_context(|| format!("helm uninstall {release} in {namespace}"))?;
+        Ok(())
+    }
+
     /// A kubeconfig that authenticates as the chart's ServiceAccount (`switchyard` in
     /// switchyard-system) with a 2-hour token, server and CA taken from the admin kubeconfig.
     /// Made once per process.

@@ -75,19 +75,6 @@ impl MeshRelease {
     /// `helm uninstall` (its ClusterRole and binding go with it; the namespace and the CA Secret
     /// stay until the next run's install).
     pub async fn uninstall(self, cluster: &Cluster) -> Result<()> {
-        cluster
-            .helm()
-            .args([
-                "uninstall",
-                RELEASE,
-                "--namespace",
-                NAMESPACE,
-                "--wait=false",
-            ])
-            .timeout(Duration::from_secs(120))
-            .ok()
-            .await
-            .with_context(|| format!("helm uninstall {RELEASE}"))?;
-        Ok(())
+        cluster.helm_uninstall(RELEASE, NAMESPACE).await
     }
 }

@@ -1082,18 +1082,7 @@ async fn a_release_with_jetstream_installs_its_nats_cluster() -> Result<()> {
         anyhow::Ok(())
     }
     .await;
-    let uninstalled = c
-        .helm()
-        .args([
-            "uninstall",
-            release,
-            "--namespace",
-            &ns.name,
-            "--wait=false",
-        ])
-        .timeout(std::time::Duration::from_secs(120))
-        .ok()
-        .await;
+    let uninstalled = c.helm_uninstall(release, &ns.name).await;
     result?;
     uninstalled?;
     Ok(())

@@ -41,22 +41,6 @@ async fn helm_install(c: &Cluster, watched: &str) -> Result<()> {
     Ok(())
 }
 
-async fn helm_uninstall(c: &Cluster) -> Result<()> {
-    c.helm()
-        .args([
-            "uninstall",
-            RELEASE,
-            "--namespace",
-            NAMESPACE,
-            "--wait=false",
-        ])
-        .timeout(Duration::from_secs(120))
-        .ok()
-        .await
-        .with_context(|| format!("helm uninstall {RELEASE}"))?;
-    Ok(())
-}
-
 /// `kubectl auth can-i VERB RESOURCE[/SUBRESOURCE]` as the release's ServiceAccount, in `ns` or
 /// (None) across all namespaces.
 async fn can_i(c: &Cluster, verb: &str, resource: &str, ns: Option<&str>) -> Result<bool> {
@@ -112,7 +96,7 @@ async fn a_namespaced_install_reconciles_only_its_namespaces() -> Result<()> {
     let unwatched = TestNamespace::create(c, "unwatched").await?;
     helm_install(c, &watched.name).await?;
     let result = run(c, &lock, &watched.name, &unwatched.name).await;
-    let uninstalled = helm_uninstall(c).await;
+    let uninstalled = c.helm_uninstall(RELEASE, NAMESPACE).await;
     result?;
     uninstalled
 }
