@@ -149,23 +149,7 @@ impl TableState {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use switchyard_protocol::control::v1::Endpoint;
-
-    fn route(event: &str, addrs: &[&str]) -> Route {
-        Route {
-            event_type: event.into(),
-            manager: "m".into(),
-            pool: "m-manager".into(),
-            endpoints: addrs
-                .iter()
-                .map(|a| Endpoint {
-                    address: (*a).into(),
-                    pod: String::new(),
-                })
-                .collect(),
-            durable: None,
-        }
-    }
+    use crate::control_plane::fixtures::route;
 
     fn state(n: usize) -> TableState {
         let routes = (0..n)

@@ -186,28 +186,12 @@ impl Subscription {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use switchyard_protocol::control::v1::{Endpoint, Route};
+    use crate::control_plane::fixtures::route;
 
     fn key(name: &str) -> RouterKey {
         RouterKey {
             namespace: "shop".into(),
             name: name.into(),
-        }
-    }
-
-    fn route(event: &str, addrs: &[&str]) -> Route {
-        Route {
-            event_type: event.into(),
-            manager: "m".into(),
-            pool: "m-manager".into(),
-            endpoints: addrs
-                .iter()
-                .map(|a| Endpoint {
-                    address: (*a).into(),
-                    pod: String::new(),
-                })
-                .collect(),
-            durable: None,
         }
     }
 

@@ -18,6 +18,8 @@ pub mod activation;
 pub mod caller;
 pub mod delta;
 pub mod directory;
+#[cfg(test)]
+mod fixtures;
 pub mod forward;
 pub mod hub;
 pub mod index;
