@@ -201,9 +201,9 @@ async fn start_limited(limit: u64) -> StreamMesh {
         json!({"event": "upload", "http": {"method": "POST", "path": "/upload"}, "timeout": "120s"}),
     );
     rcfg["destinations"]["upload"] = dest.clone();
-    // Beyond what the CRD lets a user set today (16 MiB): the data path streams any size.
+    // Above one frame (16 MiB) and above the byte budget (the default 256 MiB): a streamed body
+    // holds one window of the budget, so a router starts with it.
     rcfg["spec"]["middleware"] = json!([{"bodyLimit": {"maxBytes": limit}}]);
-    rcfg["spec"]["broker"]["bodyBudgetBytes"] = json!(4u64 << 30);
     let rcfg = write_json(dir.path(), "router.json", &rcfg);
     let (router, rports) = start_router(dir.path(), &rcfg, &[], &[]).await;
     let client = Http::new();
@@ -265,12 +265,44 @@ fn sample_rss(
 }
 
 fn vm_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A `/proc/<pid>/status` field in KiB (`VmRSS:`, `VmHWM:`, the peak since the process started).
+fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// Issue 14's bar: router and manager RSS each <= 32 MiB throughout a 1 GiB transfer. Checked
+/// absolutely, sampled and by the kernel's high-water mark, where the sidecars are release builds;
+/// the debug build CI runs holds ~35 MiB idle (unoptimized code and tables), so there the bound is
+/// on what the transfer adds (windows of 256 KiB per stream, not the body).
+fn assert_memory_bounded(what: &str, before: (u64, u64), peak: (u64, u64), pids: (u32, u32)) {
+    let hwm = (status_kib(pids.0, "VmHWM:"), status_kib(pids.1, "VmHWM:"));
+    eprintln!(
+        "{what}: VmRSS router {} -> peak {} KiB (VmHWM {}), manager {} -> peak {} KiB (VmHWM {})",
+        before.0, peak.0, hwm.0, before.1, peak.1, hwm.1
+    );
+    if cfg!(debug_assertions) {
+        let grown = (
+            peak.0.saturating_sub(before.0),
+            peak.1.saturating_sub(before.1),
+        );
+        assert!(grown.0 <= 8 * 1024, "router grew by {} KiB", grown.0);
+        assert!(grown.1 <= 8 * 1024, "manager grew by {} KiB", grown.1);
+    } else {
+        for (who, kib) in [
+            ("router", peak.0.max(hwm.0)),
+            ("manager", peak.1.max(hwm.1)),
+        ] {
+            assert!(kib <= 32 * 1024, "{who} held {kib} KiB (bar: 32 MiB)");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -379,24 +411,11 @@ async fn a_1_gib_download_streams_through_with_both_sidecars_memory_bounded() {
     let peak = sampler.await.unwrap();
     assert_eq!(n, DOWNLOAD);
     eprintln!(
-        "1 GiB in {:.1} s ({:.0} MiB/s); VmRSS router {} -> peak {} KiB, manager {} -> peak {} KiB",
+        "1 GiB download in {:.1} s ({:.0} MiB/s)",
         took.as_secs_f64(),
         1024.0 / took.as_secs_f64(),
-        before.0,
-        peak.0,
-        before.1,
-        peak.1
     );
-    // What the stream adds to each sidecar is bounded by its windows (256 KiB per stream), not the
-    // body (1 GiB). Issue 14's bar is <= 32 MiB each absolute, for release builds; these are debug
-    // builds, whose idle router already holds ~35 MiB (printed above), so the bound here is on
-    // what the download adds.
-    let grown = (
-        peak.0.saturating_sub(before.0),
-        peak.1.saturating_sub(before.1),
-    );
-    assert!(grown.0 <= 8 * 1024, "router grew by {} KiB", grown.0);
-    assert!(grown.1 <= 8 * 1024, "manager grew by {} KiB", grown.1);
+    assert_memory_bounded("download", before, peak, (router_pid, manager_pid));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -425,6 +444,17 @@ async fn a_route_without_a_schema_passes_any_body_with_its_media_type() {
     // A JSON media type still promises JSON.
     let r = c.post(&url, "application/json", "{nope").await.unwrap();
     assert_eq!(r.status, 400);
+    // And JSON is read whole: above one event (16 MiB) it is refused, though bodyLimit is 2 GiB.
+    let r = c
+        .post(&url, "application/json", vec![b' '; (16 << 20) + 1])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 413, "{:?}", r.body);
+    let detail = r.json()["detail"].as_str().unwrap_or("").to_owned();
+    assert!(
+        detail.starts_with("body is larger than 16777216 bytes, the most read whole"),
+        "{detail}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -458,20 +488,11 @@ async fn a_1_gib_upload_streams_to_the_app_with_both_sidecars_memory_bounded() {
     let v: serde_json::Value = serde_json::from_slice(&answer).unwrap();
     assert_eq!(v, json!({"bytes": DOWNLOAD, "ok": true}));
     eprintln!(
-        "1 GiB upload in {:.1} s ({:.0} MiB/s); VmRSS router {} -> peak {} KiB, manager {} -> peak {} KiB",
+        "1 GiB upload in {:.1} s ({:.0} MiB/s)",
         took.as_secs_f64(),
         1024.0 / took.as_secs_f64(),
-        before.0,
-        peak.0,
-        before.1,
-        peak.1
     );
-    let grown = (
-        peak.0.saturating_sub(before.0),
-        peak.1.saturating_sub(before.1),
-    );
-    assert!(grown.0 <= 8 * 1024, "router grew by {} KiB", grown.0);
-    assert!(grown.1 <= 8 * 1024, "manager grew by {} KiB", grown.1);
+    assert_memory_bounded("upload", before, peak, (router_pid, manager_pid));
 }
 
 type Raw = tokio_util::codec::Framed<TcpStream, FrameCodec>;

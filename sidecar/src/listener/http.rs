@@ -192,6 +192,18 @@ fn no_room(edge: &Edge) -> Reply {
     r
 }
 
+/// The 413 of a body over `limit`; one read whole under a larger `bodyLimit` says why it stopped.
+fn too_large(edge: &Edge, limit: usize) -> Reply {
+    let detail = match limit < edge.table.body_limit {
+        true => format!(
+            "body is larger than {limit} bytes, the most read whole; only a body that is not JSON, on a route without a schema or path parameters, streams up to bodyLimit ({} bytes)",
+            edge.table.body_limit
+        ),
+        false => format!("body is larger than {limit} bytes"),
+    };
+    Reply::problem(413, &detail)
+}
+
 fn rejected(r: Rejection) -> Reply {
     Reply::problem(r.status, &r.detail)
 }
@@ -263,14 +275,16 @@ async fn process_head(
         if any && let Some(ct) = content_type.filter(|ct| !edge::is_json_media_type(ct)) {
             passed_type = Some(ct.to_owned());
         }
-        let limit = edge.table.body_limit;
+        // A streamed body may reach `bodyLimit`; one read whole stops at what one event carries.
+        let streams = passed_type.is_some() && declared_len.is_none_or(|n| n > STREAM_ABOVE);
+        let limit = match streams {
+            true => edge.table.body_limit,
+            false => edge.table.whole_limit,
+        };
         if declared_len.is_some_and(|n| n > limit as u64) {
-            return Err((
-                Reply::problem(413, &format!("body is larger than {limit} bytes")),
-                label,
-            ));
+            return Err((too_large(edge, limit), label));
         }
-        if passed_type.is_some() && declared_len.is_none_or(|n| n > STREAM_ABOVE) {
+        if streams {
             // Streamed to the app under the window: it holds one window of the body budget (what
             // can be in this router at once), not its size.
             if !edge
@@ -297,10 +311,7 @@ async fn process_head(
                 }
                 Ok(Err(Unread::TooLarge(rest))) => {
                     linger(rest);
-                    return Err((
-                        Reply::problem(413, &format!("body is larger than {limit} bytes")),
-                        label,
-                    ));
+                    return Err((too_large(edge, limit), label));
                 }
                 Ok(Err(Unread::Failed)) => {
                     return Err((
