@@ -172,6 +172,7 @@ async fn frames_until_closed<S: AsyncRead + AsyncWrite + Unpin>(
 
 fn noop(id: u64) -> Frame {
     Frame::Request(Request {
+        headers: Vec::new(),
         id,
         flags: 0,
         deadline_ms: 5_000,
@@ -186,6 +187,7 @@ fn noop(id: u64) -> Frame {
 
 fn hello() -> Frame {
     Frame::Hello {
+        reads_headers: false,
         takes_pushes: true,
         implicit_credit: true,
         releases_credit: false,

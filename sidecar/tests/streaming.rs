@@ -91,6 +91,9 @@ async fn answer(seen: Arc<Seen>, req: Request<Incoming>) -> Result<Response<Body
             .insert("content-type", "application/json".parse().unwrap());
         return Ok(resp);
     }
+    if ce_type == "file" {
+        return Ok(file_answer(req.headers()));
+    }
     let body = req.into_body().collect().await.unwrap().to_bytes();
     if ce_type == "blob" {
         // Echoes the body and its media type.
@@ -159,6 +162,55 @@ async fn answer(seen: Arc<Seen>, req: Request<Incoming>) -> Result<Response<Body
     Ok(resp)
 }
 
+/// Bytes of the app's `file`, larger than the small-answer size so that its answers stream.
+const FILE: usize = 1 << 20;
+const FILE_ETAG: &str = "\"file-v1\"";
+
+fn file_byte(i: usize) -> u8 {
+    (i % 251) as u8
+}
+
+/// The app's `file` as a file server answers it: `bytes=a-b` gives 206 with `Content-Range` and
+/// its length, unless an `If-Range` names another version; else 200, the whole of it. Always
+/// `Accept-Ranges`, `ETag` and a `Content-Length`, the body streamed in chunks.
+fn file_answer(h: &hyper::HeaderMap) -> Response<Body> {
+    let range = h
+        .get("range")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("bytes="))
+        .and_then(|v| v.split_once('-'))
+        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+        .filter(|(a, b)| a <= b && *b < FILE);
+    let fresh = h.get("if-range").is_none_or(|v| v == FILE_ETAG);
+    let (status, from, to) = match range {
+        Some((a, b)) if fresh => (206, a, b),
+        _ => (200, 0, FILE - 1),
+    };
+    let mut left: Vec<u8> = (from..=to).map(file_byte).collect();
+    let body = http_body_util::StreamBody::new(futures::stream::poll_fn(move |_| {
+        if left.is_empty() {
+            return std::task::Poll::Ready(None);
+        }
+        let rest = left.split_off(left.len().min(CHUNK));
+        let chunk = std::mem::replace(&mut left, rest);
+        std::task::Poll::Ready(Some(Ok::<_, Infallible>(Frame::data(Bytes::from(chunk)))))
+    }));
+    let mut resp = Response::new(BodyExt::boxed(body));
+    *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+    let hs = resp.headers_mut();
+    hs.insert("content-type", "application/octet-stream".parse().unwrap());
+    hs.insert("accept-ranges", "bytes".parse().unwrap());
+    hs.insert("etag", FILE_ETAG.parse().unwrap());
+    hs.insert("content-length", (to - from + 1).into());
+    if status == 206 {
+        hs.insert(
+            "content-range",
+            format!("bytes {from}-{to}/{FILE}").parse().unwrap(),
+        );
+    }
+    resp
+}
+
 struct StreamMesh {
     _dir: tempfile::TempDir,
     manager: Proc,
@@ -176,7 +228,7 @@ async fn start() -> StreamMesh {
 async fn start_limited(limit: u64) -> StreamMesh {
     let dir = tempfile::tempdir().unwrap();
     let (app_port, seen) = streaming_app().await;
-    let events = ["noop", "sse", "ticks", "download", "blob", "upload"];
+    let events = ["noop", "sse", "ticks", "download", "blob", "upload", "file"];
     let mut mcfg = manager_config(app_port, &Opts::default());
     mcfg["events"] = json!(events);
     // The upload's answer comes once the app read all of it.
@@ -185,7 +237,7 @@ async fn start_limited(limit: u64) -> StreamMesh {
     let (manager, ports) = start_manager(dir.path(), &mcfg, &[]).await;
     let mut rcfg = router_config(ports.listen, "3s");
     let dest = rcfg["destinations"]["noop"].clone();
-    for e in ["sse", "ticks", "download"] {
+    for e in ["sse", "ticks", "download", "file"] {
         rcfg["spec"]["routes"]
             .as_array_mut()
             .unwrap()
@@ -231,6 +283,16 @@ async fn start_limited(limit: u64) -> StreamMesh {
 
 /// A raw HTTP/1.1 client on a fresh connection: the answer's head, its body read frame by frame.
 async fn get(port: u16, path: &str, te_trailers: bool) -> Response<Incoming> {
+    get_with(port, path, te_trailers, &[]).await
+}
+
+/// [`get`] with request headers.
+async fn get_with(
+    port: u16,
+    path: &str,
+    te_trailers: bool,
+    headers: &[(&str, &str)],
+) -> Response<Incoming> {
     let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -243,6 +305,12 @@ async fn get(port: u16, path: &str, te_trailers: bool) -> Response<Incoming> {
     if te_trailers {
         req.headers_mut()
             .insert("te", hyper::header::HeaderValue::from_static("trailers"));
+    }
+    for (name, value) in headers {
+        req.headers_mut().insert(
+            hyper::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
     }
     sender.send_request(req).await.unwrap()
 }
@@ -507,6 +575,7 @@ async fn next_frame(conn: &mut Raw) -> RawFrame {
 
 fn raw_request(id: u64, event: &str, content_type: &str, payload: Bytes) -> RawFrame {
     RawFrame::Request(RawRequest {
+        headers: Vec::new(),
         id,
         flags: 0,
         deadline_ms: 10_000,
@@ -528,6 +597,7 @@ async fn a_router_of_the_previous_version_gets_whole_answers_and_no_hello() {
     let mut conn = tokio_util::codec::Framed::new(stream, FrameCodec::default());
     // The previous version's HELLO: no STREAMS bit, no window, no tracestate bit.
     conn.send(RawFrame::Hello {
+        reads_headers: false,
         takes_pushes: false,
         implicit_credit: true,
         releases_credit: false,
@@ -590,6 +660,7 @@ async fn old_manager() -> u16 {
                 while let Some(Ok(f)) = conn.next().await {
                     let reply = match f {
                         RawFrame::Request(r) => RawFrame::Response(RawResponse {
+                            headers: Vec::new(),
                             id: r.id,
                             status: 200,
                             queue_us: 0,
@@ -704,4 +775,86 @@ async fn a_streamed_body_over_the_limit_is_refused_413_and_the_next_request_is_s
         .unwrap();
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.json(), json!({"bytes": 1 << 20, "ok": true}));
+}
+
+/// The answer's body, its data frames joined.
+async fn body_of(resp: Response<Incoming>) -> Vec<u8> {
+    let mut body = resp.into_body();
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(d) = frame.unwrap().into_data() {
+            out.extend_from_slice(&d);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn range_requests_and_content_length_pass_through_both_sidecars() {
+    let mesh = start().await;
+    let header = |r: &Response<Incoming>, n: &str| {
+        r.headers()
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    // The whole file: streamed (1 MiB), yet with the app's length, not chunked; its validators.
+    let r = get(mesh.http_port, "/file", true).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "content-length").as_deref(), Some("1048576"));
+    assert_eq!(header(&r, "transfer-encoding"), None, "not chunked");
+    assert_eq!(header(&r, "accept-ranges").as_deref(), Some("bytes"));
+    assert_eq!(header(&r, "etag").as_deref(), Some(FILE_ETAG));
+    assert_eq!(
+        header(&r, "trailer"),
+        None,
+        "no trailers after a declared length"
+    );
+    let whole = body_of(r).await;
+    assert_eq!(whole.len(), FILE);
+    assert!(whole.iter().enumerate().all(|(i, b)| *b == file_byte(i)));
+    // A range large enough to stream: 206 with its range and length, byte for byte.
+    let (a, b) = (100_000usize, 899_999usize);
+    let r = get_with(
+        mesh.http_port,
+        "/file",
+        false,
+        &[("range", &format!("bytes={a}-{b}"))],
+    )
+    .await;
+    assert_eq!(r.status(), 206);
+    assert_eq!(
+        header(&r, "content-range"),
+        Some(format!("bytes {a}-{b}/{FILE}"))
+    );
+    assert_eq!(header(&r, "content-length"), Some((b - a + 1).to_string()));
+    assert_eq!(header(&r, "transfer-encoding"), None);
+    assert_eq!(body_of(r).await, whole[a..=b]);
+    // A small range goes whole in one frame each way, with the same fields.
+    let r = get_with(
+        mesh.http_port,
+        "/file",
+        false,
+        &[("range", "bytes=10-19"), ("if-range", FILE_ETAG)],
+    )
+    .await;
+    assert_eq!(r.status(), 206);
+    assert_eq!(
+        header(&r, "content-range").as_deref(),
+        Some("bytes 10-19/1048576")
+    );
+    assert_eq!(header(&r, "content-length").as_deref(), Some("10"));
+    assert_eq!(header(&r, "accept-ranges").as_deref(), Some("bytes"));
+    assert_eq!(body_of(r).await, whole[10..20]);
+    // An If-Range naming another version: the app answers the whole file, as HTTP says.
+    let r = get_with(
+        mesh.http_port,
+        "/file",
+        false,
+        &[("range", "bytes=10-19"), ("if-range", "\"file-v0\"")],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "content-range"), None);
+    assert_eq!(body_of(r).await.len(), FILE);
 }

@@ -28,6 +28,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use switchyard_protocol::headers;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -119,6 +120,7 @@ async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Result<Response<OutB
         ));
     }
     let trailers_ok = takes_trailers(&req);
+    let h2 = req.version() == hyper::Version::HTTP_2;
     let (reply, label, stream) = process(&edge, req, &mut clock).await;
     let times = clock.stages();
     edge.metrics
@@ -126,7 +128,14 @@ async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Result<Response<OutB
     if let Some(t) = clock.trace.take() {
         t.finish_http(reply.status);
     }
-    let resp = reply.into_response(Some(&times));
+    // A streamed answer of known length keeps it (else it reaches an HTTP/1.1 client chunked);
+    // HTTP/1.1 has no trailers after a body of declared length.
+    let length = stream.as_ref().and_then(|_| reply.passed_length());
+    let trailers_ok = trailers_ok && (length.is_none() || h2);
+    let mut resp = reply.into_response(Some(&times));
+    if let Some(n) = length {
+        resp.headers_mut().insert(CONTENT_LENGTH, n);
+    }
     let mut resp = match stream {
         None => resp.map(OutBody::from),
         Some(body) if trailers_ok => {
@@ -359,6 +368,9 @@ async fn process_head(
         Err(r) => return Err((rejected(r), label)),
     };
     let out = Outgoing {
+        headers: headers::pick(headers::REQUEST, |n| {
+            parts.headers.get(n).map(HeaderValue::as_bytes)
+        }),
         event: route.event.clone(),
         ce_id,
         traceparent,
@@ -369,7 +381,7 @@ async fn process_head(
     };
     let done = match edge.dispatch.call_streamed(out, deadline, clock).await {
         Ok(a) => (
-            Reply::app(a.head.status, &a.head.content_type, a.head.payload),
+            Reply::app(a.head.status, &a.head.content_type, a.head.payload).with(a.head.headers),
             label,
             a.body,
         ),

@@ -118,6 +118,7 @@ async fn process(
         return (Err(Answer::refusal(400, payload_detail(r))), label);
     }
     let out = Outgoing {
+        headers: Vec::new(),
         upload: None,
         content_type: None,
         event: route.event.clone(),
