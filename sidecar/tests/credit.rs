@@ -43,7 +43,7 @@ fn noop(id: u64) -> Frame {
 /// What a manager says first on a connection it accepted, to a router that reads a tracestate
 /// and speaks no streams: it reads a tracestate, and offers no stream window.
 const MANAGER_HELLO: Frame = Frame::Hello {
-    reads_headers: false,
+    reads_headers: true,
     takes_pushes: false,
     implicit_credit: false,
     releases_credit: false,

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 use switchyard_protocol::frame::{
     Frame as RawFrame, FrameCodec, Request as RawRequest, Response as RawResponse,
 };
+use switchyard_protocol::gateway::v1::CallRequest;
+use switchyard_protocol::gateway::v1::gateway_client::GatewayClient;
 use tokio::net::{TcpListener, TcpStream};
 
 /// Events of the SSE answer.
@@ -216,6 +218,7 @@ struct StreamMesh {
     manager: Proc,
     router: Proc,
     http_port: u16,
+    grpc_port: u16,
     manager_port: u16,
     seen: Arc<Seen>,
 }
@@ -253,6 +256,14 @@ async fn start_limited(limit: u64) -> StreamMesh {
         json!({"event": "upload", "http": {"method": "POST", "path": "/upload"}, "timeout": "120s"}),
     );
     rcfg["destinations"]["upload"] = dest.clone();
+    // The same events over gRPC, for `CallStream`.
+    rcfg["spec"]["listeners"]["grpc"] = json!({"port": 0});
+    for e in ["sse", "download", "noop"] {
+        rcfg["spec"]["routes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"event": e, "grpc": {"method": e}}));
+    }
     // Above one frame (16 MiB) and above the byte budget (the default 256 MiB): a streamed body
     // holds one window of the budget, so a router starts with it.
     rcfg["spec"]["middleware"] = json!([{"bodyLimit": {"maxBytes": limit}}]);
@@ -275,6 +286,7 @@ async fn start_limited(limit: u64) -> StreamMesh {
         _dir: dir,
         manager,
         router,
+        grpc_port: rports.grpc.unwrap(),
         http_port: rports.http,
         manager_port: ports.listen,
         seen,
@@ -627,8 +639,17 @@ async fn a_router_of_the_previous_version_gets_whole_answers_and_no_hello() {
     ))
     .await
     .unwrap();
+    // An answer with header fields to pass (a 1 MiB file with its length and validators).
+    conn.send(raw_request(
+        3,
+        "file",
+        "application/json",
+        Bytes::from_static(b"{}"),
+    ))
+    .await
+    .unwrap();
     let mut answers = std::collections::HashMap::new();
-    while answers.len() < 2 {
+    while answers.len() < 3 {
         match next_frame(&mut conn).await {
             RawFrame::Response(r) => {
                 answers.insert(r.id, r);
@@ -639,6 +660,9 @@ async fn a_router_of_the_previous_version_gets_whole_answers_and_no_hello() {
     }
     let (b, e) = (&answers[&1], &answers[&2]);
     assert!(!b.more && !e.more, "whole answers");
+    let f = &answers[&3];
+    assert_eq!(f.payload.len(), FILE);
+    assert!(f.headers.is_empty(), "no headers list it would not read");
     assert_eq!(b.payload, blob);
     assert_eq!(b.content_type, "application/octet-stream");
     let text = String::from_utf8_lossy(&e.payload);
@@ -857,4 +881,84 @@ async fn range_requests_and_content_length_pass_through_both_sidecars() {
     assert_eq!(r.status(), 200);
     assert_eq!(header(&r, "content-range"), None);
     assert_eq!(body_of(r).await.len(), FILE);
+}
+
+async fn gateway(port: u16) -> GatewayClient<tonic::transport::Channel> {
+    let ch = poll(Duration::from_secs(10), "gRPC listener", || async {
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .unwrap()
+            .connect()
+            .await
+            .ok()
+    })
+    .await;
+    GatewayClient::new(ch)
+}
+
+fn call(method: &str) -> CallRequest {
+    CallRequest {
+        method: method.into(),
+        payload: Vec::new(),
+        metadata: Default::default(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_call_stream_relays_the_apps_streamed_answer_as_it_comes() {
+    let mesh = start().await;
+    let mut client = gateway(mesh.grpc_port).await;
+    // 10,000 SSE events: the first message has the head, then the body in order.
+    let sent = Instant::now();
+    let mut stream = client.call_stream(call("sse")).await.unwrap().into_inner();
+    let first = stream.message().await.unwrap().expect("a first message");
+    assert_eq!(
+        (first.status, first.content_type.as_str()),
+        (200, "text/event-stream")
+    );
+    let mut text = first.data;
+    let (mut messages, mut first_data) = (1usize, None);
+    while let Some(m) = stream.message().await.unwrap() {
+        first_data.get_or_insert_with(|| sent.elapsed());
+        assert_eq!((m.status, m.content_type.as_str()), (0, ""), "head once");
+        text.extend_from_slice(&m.data);
+        messages += 1;
+    }
+    let text = String::from_utf8(text).unwrap();
+    let events: Vec<&str> = text.split_terminator("\n\n").collect();
+    assert_eq!(events.len(), EVENTS);
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(*e, format!("data: {i}"), "event {i} in order");
+    }
+    eprintln!(
+        "CallStream: {EVENTS} events in {messages} messages, first body after {:?}, all after {:?}",
+        first_data.unwrap(),
+        sent.elapsed()
+    );
+    assert!(messages > 2, "streamed in parts, not whole: {messages}");
+    // A whole answer is one message.
+    let mut stream = client.call_stream(call("noop")).await.unwrap().into_inner();
+    let m = stream.message().await.unwrap().expect("one message");
+    assert_eq!(m.status, 200);
+    assert!(stream.message().await.unwrap().is_none());
+    // Far larger than `Call` takes whole (16 MiB): 64 MiB of the 1 GiB download read as it comes,
+    // then the client goes away mid-stream.
+    let mut stream = client
+        .call_stream(call("download"))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut n = 0usize;
+    while n < 64 << 20 {
+        let m = stream
+            .message()
+            .await
+            .unwrap()
+            .expect("more of the download");
+        assert!(m.data.iter().all(|b| *b == b'x'));
+        n += m.data.len();
+    }
+    drop(stream);
+    // The mesh still serves the next call.
+    let r = client.call(call("noop")).await.unwrap().into_inner();
+    assert_eq!(r.status, 200);
 }
