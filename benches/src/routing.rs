@@ -70,6 +70,7 @@ impl Loop {
                 self.next_id += 1;
                 self.conn
                     .feed(Frame::Request(Request {
+                        headers: Vec::new(),
                         id: self.next_id,
                         flags: 0,
                         deadline_ms: 30_000,
@@ -103,6 +104,7 @@ async fn manager_side(mut conn: Framed<DuplexStream, FrameCodec>) {
     while let Some(Ok(frame)) = conn.next().await {
         let Frame::Request(req) = frame else { continue };
         let resp = Frame::Response(Response {
+            headers: Vec::new(),
             id: req.id,
             status: 200,
             queue_us: 0,

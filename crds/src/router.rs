@@ -111,9 +111,19 @@ fn one() -> i32 {
     1
 }
 
-/// Largest event the mesh carries, in bytes (the frame's payload limit); `bodyLimit.maxBytes`
-/// and `listeners.websocket.maxMessageBytes` are capped at it.
+/// Largest event the mesh carries whole, in bytes (the frame's payload limit): a body read whole
+/// (schema routes, JSON, gRPC messages) and `listeners.websocket.maxMessageBytes` are capped at it.
 pub const MAX_EVENT_BYTES: i64 = 16 * 1024 * 1024;
+
+/// Largest `bodyLimit.maxBytes`: a streamed body (issue 14) is held one window at a time, so its
+/// length is bounded only by what a client and an app sensibly move in one request.
+pub const MAX_STREAMED_BODY_BYTES: i64 = 64 * 1024 * 1024 * 1024;
+
+/// The most of a body a router reads whole under `body_limit` (`bodyLimit.maxBytes`): the limit,
+/// capped at what one event carries.
+pub fn whole_body_limit(body_limit: i64) -> i64 {
+    body_limit.min(MAX_EVENT_BYTES)
+}
 
 /// Whether the operator generates NetworkPolicies.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq, JsonSchema)]
@@ -653,10 +663,18 @@ pub enum RateLimitKey {
 /// Request body limit.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": "self.maxBytes <= 68719476736",
+    "message": "bodyLimit.maxBytes is at most 64 GiB (68719476736); bodies above 16 MiB stream to the app, only on routes without a schema",
+    "fieldPath": ".maxBytes",
+}]))]
 pub struct BodyLimit {
-    /// Largest body in bytes; a larger one gets 413. At most 16 MiB, what one event carries over
-    /// the mesh.
-    #[schemars(range(min = 1, max = 16777216))]
+    /// Largest body in bytes; a larger one gets 413. At most 64 GiB ([`MAX_STREAMED_BODY_BYTES`]).
+    /// A body that streams to the app (a non-JSON body on a route without a schema or path
+    /// parameters) may be that large: it holds one stream window in each sidecar, not its size. A
+    /// body read whole (a route with a schema or path parameters, a JSON body, a gRPC message) is
+    /// also capped at 16 MiB, what one event carries over the mesh.
+    #[schemars(range(min = 1))]
     pub max_bytes: i64,
 }
 
@@ -698,8 +716,10 @@ pub struct Broker {
     #[schemars(schema_with = "schema::duration")]
     pub activation_timeout: Duration,
     /// Bytes of request bodies a router pod holds at once (bodies being read, waiting and in
-    /// flight); a body that does not fit now gets 503 with Retry-After, unread. At least
-    /// `bodyLimit.maxBytes` (1 MiB when unset), at most 64 GiB; default 256 MiB.
+    /// flight); a body that does not fit now gets 503 with Retry-After, unread. A body read whole
+    /// counts its size, a streamed one its window (256 KiB). At least one body read whole of the
+    /// largest size (`bodyLimit.maxBytes` capped at 16 MiB; 1 MiB when unset), at most 64 GiB;
+    /// default 256 MiB.
     #[serde(default = "default_body_budget_bytes")]
     #[schemars(range(min = 1048576, max = 68719476736_i64))]
     pub body_budget_bytes: i64,

@@ -337,6 +337,20 @@ fn subscribe_rules_with_scopes_or_claims_need_jwt_auth() {
 }
 
 #[test]
+fn body_limit_goes_up_to_64_gib_for_streamed_bodies() {
+    let limit =
+        |n: i64| serde_json::json!({"spec": {"middleware": [{"bodyLimit": {"maxBytes": n}}]}});
+    // Far above one frame (16 MiB): a streamed body holds a window, not its size.
+    assert_eq!(cel_errors(&router(limit(1 << 30))), "");
+    assert_eq!(cel_errors(&router(limit(64 << 30))), "");
+    let err = cel_errors(&router(limit((64 << 30) + 1)));
+    assert!(
+        err.contains("bodyLimit.maxBytes is at most 64 GiB (68719476736)"),
+        "{err}"
+    );
+}
+
+#[test]
 fn jwt_leeway_is_at_most_five_minutes() {
     let jwt = |leeway: &str| {
         serde_json::json!({"spec": {"middleware": [{"auth": {"jwt": {"algorithm": "HS256",

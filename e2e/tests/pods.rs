@@ -833,6 +833,7 @@ async fn plain_frames(addr: SocketAddr) -> Result<Vec<String>> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut out = bytes::BytesMut::new();
     let hello = Frame::Hello {
+        reads_headers: false,
         takes_pushes: false,
         implicit_credit: true,
         releases_credit: false,
@@ -840,6 +841,7 @@ async fn plain_frames(addr: SocketAddr) -> Result<Vec<String>> {
         reads_tracestate: true,
     };
     let request = Frame::Request(Request {
+        headers: Vec::new(),
         id: 1,
         flags: 0,
         deadline_ms: 5_000,

@@ -304,7 +304,30 @@ fn invalid_router_reports_every_field() {
             "spec.routes[4].websocket.command: command \"go\" is already routed by spec.routes[3]",
             "spec.routes[5].http.path: segment \"x{id}\": a parameter must be a whole segment such as {id}",
             "spec.middleware[1].bodyLimit: bodyLimit is already configured at spec.middleware[0]",
-            "spec.broker.bodyBudgetBytes: 1048576 is less than one body of the largest size accepted (2097152 bytes, bodyLimit.maxBytes): no such body could ever be read",
+            "spec.broker.bodyBudgetBytes: 1048576 is less than one body of the largest size read whole (2097152 bytes: bodyLimit.maxBytes, at most 16 MiB): no such body could ever be read",
+        ]
+    );
+}
+
+#[test]
+fn a_body_limit_above_the_budget_is_valid_since_streamed_bodies_hold_a_window() {
+    let (mut router, _) = quickstart();
+    router.spec.middleware = vec![
+        serde_json::from_value(serde_json::json!({"bodyLimit": {"maxBytes": 1i64 << 30}}))
+            .expect("middleware"),
+    ];
+    // 1 GiB of body, 256 MiB of budget (the default): streamed, it holds one window.
+    assert_eq!(validate::router::validate("edge", &router.spec), []);
+    // A body read whole still needs room for one: up to 16 MiB of it.
+    router.spec.broker.body_budget_bytes = 1 << 20;
+    let errors: Vec<String> = validate::router::validate("edge", &router.spec)
+        .iter()
+        .map(ToString::to_string)
+        .collect();
+    assert_eq!(
+        errors,
+        [
+            "spec.broker.bodyBudgetBytes: 1048576 is less than one body of the largest size read whole (16777216 bytes: bodyLimit.maxBytes, at most 16 MiB): no such body could ever be read"
         ]
     );
 }

@@ -4,17 +4,21 @@
 //! ```text
 //! frame   := len:u32 kind:u8 flags:u8 id:u64 body        (len counts everything after itself)
 //! REQUEST  body := deadline_ms:u32 event:str8 ce_id:str8 traceparent:str8 [tracestate:str16]
-//!                  content_type:str8 payload
+//!                  content_type:str8 [headers] payload
 //!                                          flags bit 0: fire-and-forget (no answer body is awaited)
 //!                                          flags bit 1: acknowledge: a RESPONSE 202 once the manager
 //!                                          admitted it to its queue (or its refusal, 503), then a second
 //!                                          RESPONSE, empty, carrying the credit, once it is done
 //!                                          flags bit 6: the tracestate field is there (only to a
 //!                                          peer whose HELLO has bit 6; `crate::tracestate`)
-//! RESPONSE body := status:u16 queue_us:u32 app_us:u32 content_type:str8 payload
+//!                                          flags bit 5: the headers list is there (HTTP fields
+//!                                          passed end to end, only to a peer whose HELLO has
+//!                                          bit 5; `crate::headers`)
+//! RESPONSE body := status:u16 queue_us:u32 app_us:u32 content_type:str8 [headers] payload
 //!                                          flags bit 0: the answer also returns its request's credit
 //!                                          flags bit 1: the manager sidecar answered, not the app
 //!                                          (its problem+json says why: queue full, app down, deadline)
+//!                                          flags bit 5: the headers list is there, as on REQUEST
 //! CANCEL   body := (empty)                 the client went away; the manager stops the work
 //! CREDIT   body := credits:u32             the manager grants that many more requests
 //! PING/PONG body := nonce:u64              heartbeats
@@ -27,6 +31,7 @@
 //!                                          flags bit 2: the sender answers RECLAIM with RELEASE
 //!                                          flags bit 3: the sender speaks streams; then body := window:u32
 //!                                          (DATA bytes it takes per stream before it returns window)
+//!                                          flags bit 5: the sender reads the headers list
 //!                                          flags bit 6: the sender reads the tracestate field
 //!                                          first frame of the connecting side; the accepting side
 //!                                          reads it, then answers with one HELLO of its own (bit 6,
@@ -43,6 +48,7 @@
 //! ```
 //! Pure: no I/O. [`FrameCodec`] plugs it into `tokio_util::codec::Framed`.
 
+use crate::headers::{self, Fields};
 use crate::stream::{self, Data, Reset, Trailers};
 use crate::tracestate;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
@@ -152,6 +158,8 @@ pub enum Frame {
         streams: Option<u32>,
         /// Whether the sender reads a tracestate ([`FLAG_READS_TRACESTATE`]).
         reads_tracestate: bool,
+        /// Whether the sender reads a head's headers list ([`headers::FLAG_READS_HEADERS`]).
+        reads_headers: bool,
     },
     /// A chunk of a stream's body.
     Data(Data),
@@ -217,6 +225,8 @@ pub struct Request {
     pub tracestate: String,
     /// Media type of the payload.
     pub content_type: String,
+    /// The client's HTTP fields passed to the app (`crate::headers`), empty when none.
+    pub headers: Fields,
     /// The event data.
     pub payload: Bytes,
 }
@@ -234,6 +244,8 @@ pub struct Response {
     pub app_us: u32,
     /// Media type of the payload.
     pub content_type: String,
+    /// The app's HTTP fields passed to the client (`crate::headers`), empty when none.
+    pub headers: Fields,
     /// The reply data.
     pub payload: Bytes,
     /// The answer also returns its request's credit ([`FLAG_RETURNS_CREDIT`]).
@@ -393,6 +405,7 @@ impl Request {
             + str8_len(&self.traceparent, "traceparent")?
             + tracestate::wire_len(&self.tracestate)
             + str8_len(&self.content_type, "content_type")?
+            + headers::wire_len(&self.headers)?
             + self.payload.len())
     }
 
@@ -404,7 +417,11 @@ impl Request {
 
 impl Response {
     fn body_len(&self) -> Result<usize, FrameError> {
-        Ok(2 + 4 + 4 + str8_len(&self.content_type, "content_type")? + self.payload.len())
+        Ok(2 + 4
+            + 4
+            + str8_len(&self.content_type, "content_type")?
+            + headers::wire_len(&self.headers)?
+            + self.payload.len())
     }
 
     /// [`check`] for this answer's frame.
@@ -437,8 +454,13 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
                     + r.content_type.len()
                     + r.payload.len(),
             );
+            headers::wire_len(&r.headers)?;
             dst.put_u8(kind::REQUEST);
-            dst.put_u8(r.flags & !FLAG_TRACESTATE | tracestate::flag(&r.tracestate));
+            dst.put_u8(
+                r.flags & !(FLAG_TRACESTATE | headers::FLAG_HEADERS)
+                    | tracestate::flag(&r.tracestate)
+                    | headers::flag(&r.headers),
+            );
             dst.put_u64(r.id);
             dst.put_u32(r.deadline_ms);
             put_str8(dst, &r.event, "event")?;
@@ -446,9 +468,11 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             put_str8(dst, &r.traceparent, "traceparent")?;
             tracestate::put(dst, &r.tracestate);
             put_str8(dst, &r.content_type, "content_type")?;
+            headers::put(dst, &r.headers);
             dst.put_slice(&r.payload);
         }
         Frame::Response(r) => {
+            headers::wire_len(&r.headers)?;
             dst.reserve(FIXED + 2 + 8 + 1 + r.content_type.len() + r.payload.len());
             dst.put_u8(kind::RESPONSE);
             let mut flags = 0;
@@ -461,12 +485,14 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             if r.more {
                 flags |= stream::FLAG_MORE;
             }
+            flags |= headers::flag(&r.headers);
             dst.put_u8(flags);
             dst.put_u64(r.id);
             dst.put_u16(r.status);
             dst.put_u32(r.queue_us);
             dst.put_u32(r.app_us);
             put_str8(dst, &r.content_type, "content_type")?;
+            headers::put(dst, &r.headers);
             dst.put_slice(&r.payload);
         }
         Frame::Cancel { id } => {
@@ -506,6 +532,7 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             releases_credit,
             streams,
             reads_tracestate,
+            reads_headers,
         } => {
             let mut flags = 0;
             if *takes_pushes {
@@ -522,6 +549,9 @@ fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), Fram
             }
             if *reads_tracestate {
                 flags |= FLAG_READS_TRACESTATE;
+            }
+            if *reads_headers {
+                flags |= headers::FLAG_READS_HEADERS;
             }
             dst.put_u8(kind::HELLO);
             dst.put_u8(flags);
@@ -613,15 +643,17 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
             let traceparent = get_str8(&mut body, "traceparent")?;
             let tracestate = tracestate::get(&mut body, flags)?;
             let content_type = get_str8(&mut body, "content_type")?;
+            let headers = headers::get(&mut body, flags)?;
             Frame::Request(Request {
                 id,
-                flags: flags & !FLAG_TRACESTATE,
+                flags: flags & !(FLAG_TRACESTATE | headers::FLAG_HEADERS),
                 deadline_ms,
                 event,
                 ce_id,
                 traceparent,
                 tracestate,
                 content_type,
+                headers,
                 payload: body,
             })
         }
@@ -631,12 +663,14 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
             let queue_us = body.get_u32();
             let app_us = body.get_u32();
             let content_type = get_str8(&mut body, "content_type")?;
+            let headers = headers::get(&mut body, flags)?;
             Frame::Response(Response {
                 id,
                 status,
                 queue_us,
                 app_us,
                 content_type,
+                headers,
                 payload: body,
                 returns_credit: flags & FLAG_RETURNS_CREDIT != 0,
                 from_mesh: flags & FLAG_FROM_MESH != 0,
@@ -689,6 +723,7 @@ pub fn decode(src: &mut BytesMut, max: usize) -> Result<Option<Frame>, FrameErro
                 None
             },
             reads_tracestate: flags & FLAG_READS_TRACESTATE != 0,
+            reads_headers: flags & headers::FLAG_READS_HEADERS != 0,
         },
         stream::kind::DATA => Frame::Data(Data::decode(id, flags, body)),
         stream::kind::TRAILERS => Frame::Trailers(Trailers::decode(id, flags, body)?),
@@ -774,6 +809,7 @@ mod tests {
 
     fn request(payload: &[u8]) -> Frame {
         Frame::Request(Request {
+            headers: Vec::new(),
             id: 7,
             flags: FLAG_NO_REPLY,
             deadline_ms: 30_000,
@@ -787,10 +823,54 @@ mod tests {
     }
 
     #[test]
+    fn heads_with_headers_roundtrip_and_without_them_keep_the_older_bytes() {
+        let plain = request(b"{}");
+        let Frame::Request(r) = plain.clone() else {
+            unreachable!()
+        };
+        let mut old = BytesMut::new();
+        encode(&plain, &mut old).expect("encodes");
+        assert_eq!(old[5] & headers::FLAG_HEADERS, 0, "no flag without headers");
+        let with = Frame::Request(Request {
+            headers: vec![("range".into(), "bytes=0-9".into())],
+            ..r
+        });
+        roundtrip(with.clone());
+        let mut new = BytesMut::new();
+        encode(&with, &mut new).expect("encodes");
+        assert_eq!(new[5] & headers::FLAG_HEADERS, headers::FLAG_HEADERS);
+        assert_eq!(new.len(), old.len() + 1 + 1 + 5 + 2 + 9);
+        roundtrip(Frame::Response(Response {
+            id: 3,
+            status: 206,
+            queue_us: 1,
+            app_us: 2,
+            content_type: "application/octet-stream".into(),
+            headers: vec![
+                ("content-range".into(), "bytes 0-9/100".into()),
+                ("content-length".into(), "10".into()),
+            ],
+            payload: Bytes::from_static(b"0123456789"),
+            returns_credit: true,
+            from_mesh: false,
+            more: true,
+        }));
+        roundtrip(Frame::Hello {
+            takes_pushes: true,
+            implicit_credit: true,
+            releases_credit: true,
+            streams: Some(65_536),
+            reads_tracestate: true,
+            reads_headers: true,
+        });
+    }
+
+    #[test]
     fn every_kind_roundtrips() {
         roundtrip(request(b"{\"value\":1}"));
         roundtrip(request(b""));
         roundtrip(Frame::Response(Response {
+            headers: Vec::new(),
             id: u64::MAX,
             status: 503,
             queue_us: 12,
@@ -802,6 +882,7 @@ mod tests {
             more: false,
         }));
         roundtrip(Frame::Response(Response {
+            headers: Vec::new(),
             id: 1,
             status: 200,
             queue_us: 0,
@@ -823,6 +904,7 @@ mod tests {
         });
         for bits in 0..32u8 {
             roundtrip(Frame::Hello {
+                reads_headers: false,
                 takes_pushes: bits & 1 != 0,
                 implicit_credit: bits & 2 != 0,
                 releases_credit: bits & 4 != 0,
@@ -875,6 +957,7 @@ mod tests {
 
     fn response(returns_credit: bool) -> Frame {
         Frame::Response(Response {
+            headers: Vec::new(),
             id: 4,
             status: 200,
             queue_us: 0,
@@ -908,6 +991,7 @@ mod tests {
         assert_eq!(
             decode(&mut hello, 1024),
             Ok(Some(Frame::Hello {
+                reads_headers: false,
                 takes_pushes: true,
                 implicit_credit: false,
                 releases_credit: false,
@@ -958,6 +1042,7 @@ mod tests {
         let frames = [
             request(b"{}"),
             Frame::Response(Response {
+                headers: Vec::new(),
                 id: 3,
                 status: 200,
                 queue_us: 1,
@@ -977,6 +1062,7 @@ mod tests {
             Frame::Ping { nonce: 1 },
             Frame::Cancel { id: 1 },
             Frame::Hello {
+                reads_headers: false,
                 takes_pushes: true,
                 implicit_credit: true,
                 releases_credit: true,

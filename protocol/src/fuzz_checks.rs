@@ -73,6 +73,7 @@ mod tests {
     fn seeds() -> Vec<Vec<u8>> {
         let frames = [
             Frame::Request(Request {
+                headers: Vec::new(),
                 id: 1,
                 flags: 1,
                 deadline_ms: 5,
@@ -84,6 +85,7 @@ mod tests {
                 payload: Bytes::from_static(b"{}"),
             }),
             Frame::Response(Response {
+                headers: Vec::new(),
                 id: 2,
                 status: 200,
                 queue_us: 1,
@@ -102,6 +104,7 @@ mod tests {
             Frame::Reclaim { credits: 7 },
             Frame::Release { credits: 2 },
             Frame::Hello {
+                reads_headers: false,
                 takes_pushes: true,
                 implicit_credit: true,
                 releases_credit: true,
@@ -116,6 +119,7 @@ mod tests {
                 payload: Bytes::from_static(b"[1]"),
             }),
             Frame::Hello {
+                reads_headers: false,
                 takes_pushes: false,
                 implicit_credit: true,
                 releases_credit: false,

@@ -8,6 +8,7 @@ pub mod env;
 pub mod frame;
 #[doc(hidden)]
 pub mod fuzz_checks;
+pub mod headers;
 pub mod labels;
 pub mod path_template;
 pub mod ports;

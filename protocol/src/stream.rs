@@ -312,6 +312,7 @@ mod tests {
         });
         for streams in [None, Some(DEFAULT_WINDOW), Some(0)] {
             roundtrip(Frame::Hello {
+                reads_headers: false,
                 takes_pushes: true,
                 implicit_credit: true,
                 releases_credit: false,
@@ -324,6 +325,7 @@ mod tests {
     #[test]
     fn heads_carry_more_in_bit_7_beside_the_other_flags() {
         let head = Frame::Response(Response {
+            headers: Vec::new(),
             id: 3,
             status: 200,
             queue_us: 1,
@@ -339,6 +341,7 @@ mod tests {
         assert_eq!(buf[5], FLAG_MORE);
         roundtrip(head);
         let req = Request {
+            headers: Vec::new(),
             id: 4,
             flags: FLAG_MORE | crate::frame::FLAG_NO_REPLY,
             deadline_ms: 100,
@@ -461,6 +464,7 @@ mod tests {
         let mut buf = BytesMut::new();
         encode(
             &Frame::Hello {
+                reads_headers: false,
                 takes_pushes: true,
                 implicit_credit: true,
                 releases_credit: true,

@@ -328,6 +328,7 @@ mod tests {
 
     fn request(tracestate: &str) -> Request {
         Request {
+            headers: Vec::new(),
             id: 9,
             flags: FLAG_NO_REPLY | FLAG_ACK,
             deadline_ms: 500,

@@ -27,6 +27,7 @@ async fn next(conn: &mut Conn) -> Frame {
 
 fn noop(id: u64) -> Frame {
     Frame::Request(Request {
+        headers: Vec::new(),
         id,
         flags: 0,
         deadline_ms: 5_000,
@@ -42,6 +43,7 @@ fn noop(id: u64) -> Frame {
 /// What a manager says first on a connection it accepted, to a router that reads a tracestate
 /// and speaks no streams: it reads a tracestate, and offers no stream window.
 const MANAGER_HELLO: Frame = Frame::Hello {
+    reads_headers: true,
     takes_pushes: false,
     implicit_credit: false,
     releases_credit: false,
@@ -60,6 +62,7 @@ async fn connect_with(mesh: &Mesh, implicit_credit: bool, releases_credit: bool)
         .unwrap();
     let mut conn = Framed::new(stream, FrameCodec::default());
     conn.send(Frame::Hello {
+        reads_headers: false,
         takes_pushes: false,
         implicit_credit,
         releases_credit,
@@ -225,6 +228,7 @@ async fn one_manager_hello_says_tracestate_and_streams_and_only_to_a_newer_route
             .unwrap();
         let mut conn = Framed::new(stream, FrameCodec::default());
         conn.send(Frame::Hello {
+            reads_headers: false,
             takes_pushes: false,
             implicit_credit: true,
             releases_credit: false,
@@ -241,6 +245,7 @@ async fn one_manager_hello_says_tracestate_and_streams_and_only_to_a_newer_route
                 releases_credit: false,
                 streams: window,
                 reads_tracestate: true,
+                reads_headers: true,
             } = first
             else {
                 panic!("{case}: the manager's HELLO first, got {first:?}");

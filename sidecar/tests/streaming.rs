@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 use switchyard_protocol::frame::{
     Frame as RawFrame, FrameCodec, Request as RawRequest, Response as RawResponse,
 };
+use switchyard_protocol::gateway::v1::CallRequest;
+use switchyard_protocol::gateway::v1::gateway_client::GatewayClient;
 use tokio::net::{TcpListener, TcpStream};
 
 /// Events of the SSE answer.
@@ -90,6 +92,9 @@ async fn answer(seen: Arc<Seen>, req: Request<Incoming>) -> Result<Response<Body
         resp.headers_mut()
             .insert("content-type", "application/json".parse().unwrap());
         return Ok(resp);
+    }
+    if ce_type == "file" {
+        return Ok(file_answer(req.headers()));
     }
     let body = req.into_body().collect().await.unwrap().to_bytes();
     if ce_type == "blob" {
@@ -159,11 +164,61 @@ async fn answer(seen: Arc<Seen>, req: Request<Incoming>) -> Result<Response<Body
     Ok(resp)
 }
 
+/// Bytes of the app's `file`, larger than the small-answer size so that its answers stream.
+const FILE: usize = 1 << 20;
+const FILE_ETAG: &str = "\"file-v1\"";
+
+fn file_byte(i: usize) -> u8 {
+    (i % 251) as u8
+}
+
+/// The app's `file` as a file server answers it: `bytes=a-b` gives 206 with `Content-Range` and
+/// its length, unless an `If-Range` names another version; else 200, the whole of it. Always
+/// `Accept-Ranges`, `ETag` and a `Content-Length`, the body streamed in chunks.
+fn file_answer(h: &hyper::HeaderMap) -> Response<Body> {
+    let range = h
+        .get("range")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("bytes="))
+        .and_then(|v| v.split_once('-'))
+        .and_then(|(a, b)| Some((a.parse::<usize>().ok()?, b.parse::<usize>().ok()?)))
+        .filter(|(a, b)| a <= b && *b < FILE);
+    let fresh = h.get("if-range").is_none_or(|v| v == FILE_ETAG);
+    let (status, from, to) = match range {
+        Some((a, b)) if fresh => (206, a, b),
+        _ => (200, 0, FILE - 1),
+    };
+    let mut left: Vec<u8> = (from..=to).map(file_byte).collect();
+    let body = http_body_util::StreamBody::new(futures::stream::poll_fn(move |_| {
+        if left.is_empty() {
+            return std::task::Poll::Ready(None);
+        }
+        let rest = left.split_off(left.len().min(CHUNK));
+        let chunk = std::mem::replace(&mut left, rest);
+        std::task::Poll::Ready(Some(Ok::<_, Infallible>(Frame::data(Bytes::from(chunk)))))
+    }));
+    let mut resp = Response::new(BodyExt::boxed(body));
+    *resp.status_mut() = hyper::StatusCode::from_u16(status).unwrap();
+    let hs = resp.headers_mut();
+    hs.insert("content-type", "application/octet-stream".parse().unwrap());
+    hs.insert("accept-ranges", "bytes".parse().unwrap());
+    hs.insert("etag", FILE_ETAG.parse().unwrap());
+    hs.insert("content-length", (to - from + 1).into());
+    if status == 206 {
+        hs.insert(
+            "content-range",
+            format!("bytes {from}-{to}/{FILE}").parse().unwrap(),
+        );
+    }
+    resp
+}
+
 struct StreamMesh {
     _dir: tempfile::TempDir,
     manager: Proc,
     router: Proc,
     http_port: u16,
+    grpc_port: u16,
     manager_port: u16,
     seen: Arc<Seen>,
 }
@@ -176,7 +231,7 @@ async fn start() -> StreamMesh {
 async fn start_limited(limit: u64) -> StreamMesh {
     let dir = tempfile::tempdir().unwrap();
     let (app_port, seen) = streaming_app().await;
-    let events = ["noop", "sse", "ticks", "download", "blob", "upload"];
+    let events = ["noop", "sse", "ticks", "download", "blob", "upload", "file"];
     let mut mcfg = manager_config(app_port, &Opts::default());
     mcfg["events"] = json!(events);
     // The upload's answer comes once the app read all of it.
@@ -185,7 +240,7 @@ async fn start_limited(limit: u64) -> StreamMesh {
     let (manager, ports) = start_manager(dir.path(), &mcfg, &[]).await;
     let mut rcfg = router_config(ports.listen, "3s");
     let dest = rcfg["destinations"]["noop"].clone();
-    for e in ["sse", "ticks", "download"] {
+    for e in ["sse", "ticks", "download", "file"] {
         rcfg["spec"]["routes"]
             .as_array_mut()
             .unwrap()
@@ -201,9 +256,17 @@ async fn start_limited(limit: u64) -> StreamMesh {
         json!({"event": "upload", "http": {"method": "POST", "path": "/upload"}, "timeout": "120s"}),
     );
     rcfg["destinations"]["upload"] = dest.clone();
-    // Beyond what the CRD lets a user set today (16 MiB): the data path streams any size.
+    // The same events over gRPC, for `CallStream`.
+    rcfg["spec"]["listeners"]["grpc"] = json!({"port": 0});
+    for e in ["sse", "download", "noop"] {
+        rcfg["spec"]["routes"]
+            .as_array_mut()
+            .unwrap()
+            .push(json!({"event": e, "grpc": {"method": e}}));
+    }
+    // Above one frame (16 MiB) and above the byte budget (the default 256 MiB): a streamed body
+    // holds one window of the budget, so a router starts with it.
     rcfg["spec"]["middleware"] = json!([{"bodyLimit": {"maxBytes": limit}}]);
-    rcfg["spec"]["broker"]["bodyBudgetBytes"] = json!(4u64 << 30);
     let rcfg = write_json(dir.path(), "router.json", &rcfg);
     let (router, rports) = start_router(dir.path(), &rcfg, &[], &[]).await;
     let client = Http::new();
@@ -223,6 +286,7 @@ async fn start_limited(limit: u64) -> StreamMesh {
         _dir: dir,
         manager,
         router,
+        grpc_port: rports.grpc.unwrap(),
         http_port: rports.http,
         manager_port: ports.listen,
         seen,
@@ -231,6 +295,16 @@ async fn start_limited(limit: u64) -> StreamMesh {
 
 /// A raw HTTP/1.1 client on a fresh connection: the answer's head, its body read frame by frame.
 async fn get(port: u16, path: &str, te_trailers: bool) -> Response<Incoming> {
+    get_with(port, path, te_trailers, &[]).await
+}
+
+/// [`get`] with request headers.
+async fn get_with(
+    port: u16,
+    path: &str,
+    te_trailers: bool,
+    headers: &[(&str, &str)],
+) -> Response<Incoming> {
     let stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
     let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
@@ -243,6 +317,12 @@ async fn get(port: u16, path: &str, te_trailers: bool) -> Response<Incoming> {
     if te_trailers {
         req.headers_mut()
             .insert("te", hyper::header::HeaderValue::from_static("trailers"));
+    }
+    for (name, value) in headers {
+        req.headers_mut().insert(
+            hyper::header::HeaderName::from_bytes(name.as_bytes()).unwrap(),
+            value.parse().unwrap(),
+        );
     }
     sender.send_request(req).await.unwrap()
 }
@@ -265,12 +345,44 @@ fn sample_rss(
 }
 
 fn vm_rss_kib(pid: u32) -> u64 {
+    status_kib(pid, "VmRSS:")
+}
+
+/// A `/proc/<pid>/status` field in KiB (`VmRSS:`, `VmHWM:`, the peak since the process started).
+fn status_kib(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
     status
         .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .find_map(|l| l.strip_prefix(field))
         .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
         .unwrap_or(0)
+}
+
+/// Issue 14's bar: router and manager RSS each <= 32 MiB throughout a 1 GiB transfer. Checked
+/// absolutely, sampled and by the kernel's high-water mark, where the sidecars are release builds;
+/// the debug build CI runs holds ~35 MiB idle (unoptimized code and tables), so there the bound is
+/// on what the transfer adds (windows of 256 KiB per stream, not the body).
+fn assert_memory_bounded(what: &str, before: (u64, u64), peak: (u64, u64), pids: (u32, u32)) {
+    let hwm = (status_kib(pids.0, "VmHWM:"), status_kib(pids.1, "VmHWM:"));
+    eprintln!(
+        "{what}: VmRSS router {} -> peak {} KiB (VmHWM {}), manager {} -> peak {} KiB (VmHWM {})",
+        before.0, peak.0, hwm.0, before.1, peak.1, hwm.1
+    );
+    if cfg!(debug_assertions) {
+        let grown = (
+            peak.0.saturating_sub(before.0),
+            peak.1.saturating_sub(before.1),
+        );
+        assert!(grown.0 <= 8 * 1024, "router grew by {} KiB", grown.0);
+        assert!(grown.1 <= 8 * 1024, "manager grew by {} KiB", grown.1);
+    } else {
+        for (who, kib) in [
+            ("router", peak.0.max(hwm.0)),
+            ("manager", peak.1.max(hwm.1)),
+        ] {
+            assert!(kib <= 32 * 1024, "{who} held {kib} KiB (bar: 32 MiB)");
+        }
+    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -379,24 +491,11 @@ async fn a_1_gib_download_streams_through_with_both_sidecars_memory_bounded() {
     let peak = sampler.await.unwrap();
     assert_eq!(n, DOWNLOAD);
     eprintln!(
-        "1 GiB in {:.1} s ({:.0} MiB/s); VmRSS router {} -> peak {} KiB, manager {} -> peak {} KiB",
+        "1 GiB download in {:.1} s ({:.0} MiB/s)",
         took.as_secs_f64(),
         1024.0 / took.as_secs_f64(),
-        before.0,
-        peak.0,
-        before.1,
-        peak.1
     );
-    // What the stream adds to each sidecar is bounded by its windows (256 KiB per stream), not the
-    // body (1 GiB). Issue 14's bar is <= 32 MiB each absolute, for release builds; these are debug
-    // builds, whose idle router already holds ~35 MiB (printed above), so the bound here is on
-    // what the download adds.
-    let grown = (
-        peak.0.saturating_sub(before.0),
-        peak.1.saturating_sub(before.1),
-    );
-    assert!(grown.0 <= 8 * 1024, "router grew by {} KiB", grown.0);
-    assert!(grown.1 <= 8 * 1024, "manager grew by {} KiB", grown.1);
+    assert_memory_bounded("download", before, peak, (router_pid, manager_pid));
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -425,6 +524,17 @@ async fn a_route_without_a_schema_passes_any_body_with_its_media_type() {
     // A JSON media type still promises JSON.
     let r = c.post(&url, "application/json", "{nope").await.unwrap();
     assert_eq!(r.status, 400);
+    // And JSON is read whole: above one event (16 MiB) it is refused, though bodyLimit is 2 GiB.
+    let r = c
+        .post(&url, "application/json", vec![b' '; (16 << 20) + 1])
+        .await
+        .unwrap();
+    assert_eq!(r.status, 413, "{:?}", r.body);
+    let detail = r.json()["detail"].as_str().unwrap_or("").to_owned();
+    assert!(
+        detail.starts_with("body is larger than 16777216 bytes, the most read whole"),
+        "{detail}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -458,20 +568,11 @@ async fn a_1_gib_upload_streams_to_the_app_with_both_sidecars_memory_bounded() {
     let v: serde_json::Value = serde_json::from_slice(&answer).unwrap();
     assert_eq!(v, json!({"bytes": DOWNLOAD, "ok": true}));
     eprintln!(
-        "1 GiB upload in {:.1} s ({:.0} MiB/s); VmRSS router {} -> peak {} KiB, manager {} -> peak {} KiB",
+        "1 GiB upload in {:.1} s ({:.0} MiB/s)",
         took.as_secs_f64(),
         1024.0 / took.as_secs_f64(),
-        before.0,
-        peak.0,
-        before.1,
-        peak.1
     );
-    let grown = (
-        peak.0.saturating_sub(before.0),
-        peak.1.saturating_sub(before.1),
-    );
-    assert!(grown.0 <= 8 * 1024, "router grew by {} KiB", grown.0);
-    assert!(grown.1 <= 8 * 1024, "manager grew by {} KiB", grown.1);
+    assert_memory_bounded("upload", before, peak, (router_pid, manager_pid));
 }
 
 type Raw = tokio_util::codec::Framed<TcpStream, FrameCodec>;
@@ -486,6 +587,7 @@ async fn next_frame(conn: &mut Raw) -> RawFrame {
 
 fn raw_request(id: u64, event: &str, content_type: &str, payload: Bytes) -> RawFrame {
     RawFrame::Request(RawRequest {
+        headers: Vec::new(),
         id,
         flags: 0,
         deadline_ms: 10_000,
@@ -507,6 +609,7 @@ async fn a_router_of_the_previous_version_gets_whole_answers_and_no_hello() {
     let mut conn = tokio_util::codec::Framed::new(stream, FrameCodec::default());
     // The previous version's HELLO: no STREAMS bit, no window, no tracestate bit.
     conn.send(RawFrame::Hello {
+        reads_headers: false,
         takes_pushes: false,
         implicit_credit: true,
         releases_credit: false,
@@ -536,8 +639,17 @@ async fn a_router_of_the_previous_version_gets_whole_answers_and_no_hello() {
     ))
     .await
     .unwrap();
+    // An answer with header fields to pass (a 1 MiB file with its length and validators).
+    conn.send(raw_request(
+        3,
+        "file",
+        "application/json",
+        Bytes::from_static(b"{}"),
+    ))
+    .await
+    .unwrap();
     let mut answers = std::collections::HashMap::new();
-    while answers.len() < 2 {
+    while answers.len() < 3 {
         match next_frame(&mut conn).await {
             RawFrame::Response(r) => {
                 answers.insert(r.id, r);
@@ -548,6 +660,9 @@ async fn a_router_of_the_previous_version_gets_whole_answers_and_no_hello() {
     }
     let (b, e) = (&answers[&1], &answers[&2]);
     assert!(!b.more && !e.more, "whole answers");
+    let f = &answers[&3];
+    assert_eq!(f.payload.len(), FILE);
+    assert!(f.headers.is_empty(), "no headers list it would not read");
     assert_eq!(b.payload, blob);
     assert_eq!(b.content_type, "application/octet-stream");
     let text = String::from_utf8_lossy(&e.payload);
@@ -569,6 +684,7 @@ async fn old_manager() -> u16 {
                 while let Some(Ok(f)) = conn.next().await {
                     let reply = match f {
                         RawFrame::Request(r) => RawFrame::Response(RawResponse {
+                            headers: Vec::new(),
                             id: r.id,
                             status: 200,
                             queue_us: 0,
@@ -683,4 +799,166 @@ async fn a_streamed_body_over_the_limit_is_refused_413_and_the_next_request_is_s
         .unwrap();
     assert_eq!(r.status, 200, "{:?}", r.body);
     assert_eq!(r.json(), json!({"bytes": 1 << 20, "ok": true}));
+}
+
+/// The answer's body, its data frames joined.
+async fn body_of(resp: Response<Incoming>) -> Vec<u8> {
+    let mut body = resp.into_body();
+    let mut out = Vec::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(d) = frame.unwrap().into_data() {
+            out.extend_from_slice(&d);
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn range_requests_and_content_length_pass_through_both_sidecars() {
+    let mesh = start().await;
+    let header = |r: &Response<Incoming>, n: &str| {
+        r.headers()
+            .get(n)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned)
+    };
+    // The whole file: streamed (1 MiB), yet with the app's length, not chunked; its validators.
+    let r = get(mesh.http_port, "/file", true).await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "content-length").as_deref(), Some("1048576"));
+    assert_eq!(header(&r, "transfer-encoding"), None, "not chunked");
+    assert_eq!(header(&r, "accept-ranges").as_deref(), Some("bytes"));
+    assert_eq!(header(&r, "etag").as_deref(), Some(FILE_ETAG));
+    assert_eq!(
+        header(&r, "trailer"),
+        None,
+        "no trailers after a declared length"
+    );
+    let whole = body_of(r).await;
+    assert_eq!(whole.len(), FILE);
+    assert!(whole.iter().enumerate().all(|(i, b)| *b == file_byte(i)));
+    // A range large enough to stream: 206 with its range and length, byte for byte.
+    let (a, b) = (100_000usize, 899_999usize);
+    let r = get_with(
+        mesh.http_port,
+        "/file",
+        false,
+        &[("range", &format!("bytes={a}-{b}"))],
+    )
+    .await;
+    assert_eq!(r.status(), 206);
+    assert_eq!(
+        header(&r, "content-range"),
+        Some(format!("bytes {a}-{b}/{FILE}"))
+    );
+    assert_eq!(header(&r, "content-length"), Some((b - a + 1).to_string()));
+    assert_eq!(header(&r, "transfer-encoding"), None);
+    assert_eq!(body_of(r).await, whole[a..=b]);
+    // A small range goes whole in one frame each way, with the same fields.
+    let r = get_with(
+        mesh.http_port,
+        "/file",
+        false,
+        &[("range", "bytes=10-19"), ("if-range", FILE_ETAG)],
+    )
+    .await;
+    assert_eq!(r.status(), 206);
+    assert_eq!(
+        header(&r, "content-range").as_deref(),
+        Some("bytes 10-19/1048576")
+    );
+    assert_eq!(header(&r, "content-length").as_deref(), Some("10"));
+    assert_eq!(header(&r, "accept-ranges").as_deref(), Some("bytes"));
+    assert_eq!(body_of(r).await, whole[10..20]);
+    // An If-Range naming another version: the app answers the whole file, as HTTP says.
+    let r = get_with(
+        mesh.http_port,
+        "/file",
+        false,
+        &[("range", "bytes=10-19"), ("if-range", "\"file-v0\"")],
+    )
+    .await;
+    assert_eq!(r.status(), 200);
+    assert_eq!(header(&r, "content-range"), None);
+    assert_eq!(body_of(r).await.len(), FILE);
+}
+
+async fn gateway(port: u16) -> GatewayClient<tonic::transport::Channel> {
+    let ch = poll(Duration::from_secs(10), "gRPC listener", || async {
+        tonic::transport::Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
+            .unwrap()
+            .connect()
+            .await
+            .ok()
+    })
+    .await;
+    GatewayClient::new(ch)
+}
+
+fn call(method: &str) -> CallRequest {
+    CallRequest {
+        method: method.into(),
+        payload: Vec::new(),
+        metadata: Default::default(),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpc_call_stream_relays_the_apps_streamed_answer_as_it_comes() {
+    let mesh = start().await;
+    let mut client = gateway(mesh.grpc_port).await;
+    // 10,000 SSE events: the first message has the head, then the body in order.
+    let sent = Instant::now();
+    let mut stream = client.call_stream(call("sse")).await.unwrap().into_inner();
+    let first = stream.message().await.unwrap().expect("a first message");
+    assert_eq!(
+        (first.status, first.content_type.as_str()),
+        (200, "text/event-stream")
+    );
+    let mut text = first.data;
+    let (mut messages, mut first_data) = (1usize, None);
+    while let Some(m) = stream.message().await.unwrap() {
+        first_data.get_or_insert_with(|| sent.elapsed());
+        assert_eq!((m.status, m.content_type.as_str()), (0, ""), "head once");
+        text.extend_from_slice(&m.data);
+        messages += 1;
+    }
+    let text = String::from_utf8(text).unwrap();
+    let events: Vec<&str> = text.split_terminator("\n\n").collect();
+    assert_eq!(events.len(), EVENTS);
+    for (i, e) in events.iter().enumerate() {
+        assert_eq!(*e, format!("data: {i}"), "event {i} in order");
+    }
+    eprintln!(
+        "CallStream: {EVENTS} events in {messages} messages, first body after {:?}, all after {:?}",
+        first_data.unwrap(),
+        sent.elapsed()
+    );
+    assert!(messages > 2, "streamed in parts, not whole: {messages}");
+    // A whole answer is one message.
+    let mut stream = client.call_stream(call("noop")).await.unwrap().into_inner();
+    let m = stream.message().await.unwrap().expect("one message");
+    assert_eq!(m.status, 200);
+    assert!(stream.message().await.unwrap().is_none());
+    // Far larger than `Call` takes whole (16 MiB): 64 MiB of the 1 GiB download read as it comes,
+    // then the client goes away mid-stream.
+    let mut stream = client
+        .call_stream(call("download"))
+        .await
+        .unwrap()
+        .into_inner();
+    let mut n = 0usize;
+    while n < 64 << 20 {
+        let m = stream
+            .message()
+            .await
+            .unwrap()
+            .expect("more of the download");
+        assert!(m.data.iter().all(|b| *b == b'x'));
+        n += m.data.len();
+    }
+    drop(stream);
+    // The mesh still serves the next call.
+    let r = client.call(call("noop")).await.unwrap().into_inner();
+    assert_eq!(r.status, 200);
 }

@@ -7,6 +7,7 @@ use switchyard_protocol::frame::{DEFAULT_MAX_FRAME, Frame, Request, decode, enco
 
 fn request(size: usize) -> Frame {
     Frame::Request(Request {
+        headers: Vec::new(),
         id: 42,
         flags: 0,
         deadline_ms: 30_000,

@@ -1,9 +1,12 @@
 //! Raw tonic serving `switchyard.v1.Gateway` with a fixed `{"ok":true}` reply: `Call` answers at once,
-//! `Connect` answers each message with its id. The same client drives this and the router's listener.
+//! `Connect` answers each message with its id, `CallStream` with one message. The same client drives
+//! this and the router's listener.
 
 use futures::StreamExt;
 use switchyard_protocol::gateway::v1::gateway_server::{Gateway, GatewayServer};
-use switchyard_protocol::gateway::v1::{CallReply, CallRequest, ConnectReply, ConnectRequest};
+use switchyard_protocol::gateway::v1::{
+    CallChunk, CallReply, CallRequest, ConnectReply, ConnectRequest,
+};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::{ReceiverStream, TcpListenerStream};
@@ -23,6 +26,21 @@ impl Gateway for Fixed {
             payload: OK.to_vec(),
             content_type: "application/json".to_owned(),
         }))
+    }
+
+    type CallStreamStream = ReceiverStream<Result<CallChunk, Status>>;
+
+    async fn call_stream(
+        &self,
+        _req: Request<CallRequest>,
+    ) -> Result<Response<Self::CallStreamStream>, Status> {
+        let (tx, rx) = mpsc::channel(1);
+        let _ = tx.try_send(Ok(CallChunk {
+            status: 200,
+            content_type: "application/json".to_owned(),
+            data: OK.to_vec(),
+        }));
+        Ok(Response::new(ReceiverStream::new(rx)))
     }
 
     type ConnectStream = ReceiverStream<Result<ConnectReply, Status>>;

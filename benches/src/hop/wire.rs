@@ -234,6 +234,7 @@ mod tests {
     fn every_stream_kind_roundtrips_and_heads_keep_the_product_encoding() {
         roundtrip(Frame::Base {
             frame: base::Frame::Request(Request {
+                headers: Vec::new(),
                 id: 3,
                 flags: FLAG_MORE,
                 deadline_ms: 100,
@@ -248,6 +249,7 @@ mod tests {
         });
         roundtrip(Frame::Base {
             frame: base::Frame::Response(Response {
+                headers: Vec::new(),
                 id: 3,
                 status: 200,
                 queue_us: 1,

@@ -46,6 +46,7 @@ impl Fired {
 
 fn request(id: u64, flags: u8, payload: &Bytes) -> Frame {
     Frame::Request(Request {
+        headers: Vec::new(),
         id,
         flags,
         deadline_ms: 0,
@@ -137,6 +138,7 @@ pub async fn serve(listener: TcpListener) {
                         continue;
                     }
                     Frame::Request(r) => Frame::Response(Response {
+                        headers: Vec::new(),
                         id: r.id,
                         status: 200,
                         queue_us: 0,

@@ -3,7 +3,7 @@
 use super::{FieldError, check_name};
 use std::collections::HashMap;
 use switchyard_crds::RouterSpec;
-use switchyard_crds::router::HttpMethod;
+use switchyard_crds::router::{HttpMethod, whole_body_limit};
 use switchyard_protocol::path_template;
 
 /// Every problem of `spec`, in field order; empty when valid.
@@ -89,16 +89,17 @@ pub fn validate(name: &str, spec: &RouterSpec) -> Vec<FieldError> {
         }
     }
     // The sidecar refuses this at start too; here it is a status condition instead of a crash loop.
+    // A streamed body holds one window of the budget, so only the largest body read whole counts.
     let largest = spec
         .middleware
         .iter()
         .find_map(|m| m.body_limit.as_ref())
-        .map_or(DEFAULT_BODY_LIMIT, |b| b.max_bytes);
+        .map_or(DEFAULT_BODY_LIMIT, |b| whole_body_limit(b.max_bytes));
     if spec.broker.body_budget_bytes < largest {
         out.push(FieldError::new(
             "spec.broker.bodyBudgetBytes",
             format!(
-                "{} is less than one body of the largest size accepted ({largest} bytes, bodyLimit.maxBytes): no such body could ever be read",
+                "{} is less than one body of the largest size read whole ({largest} bytes: bodyLimit.maxBytes, at most 16 MiB): no such body could ever be read",
                 spec.broker.body_budget_bytes
             ),
         ));

@@ -35,6 +35,8 @@ pub(crate) struct Reply {
     pub(crate) allow: Option<HeaderValue>,
     /// `Retry-After` seconds.
     pub(crate) retry_after: Option<u64>,
+    /// The app's header fields that pass to the client (`switchyard_protocol::headers`).
+    pub(crate) passed: switchyard_protocol::headers::Fields,
 }
 
 impl Reply {
@@ -46,6 +48,7 @@ impl Reply {
             body: answer.problem_body(),
             allow: None,
             retry_after: answer.retry_after,
+            passed: Vec::new(),
         }
     }
 
@@ -66,7 +69,22 @@ impl Reply {
             body,
             allow: None,
             retry_after: None,
+            passed: Vec::new(),
         }
+    }
+
+    /// With the app's header fields that pass to the client (a range answer, validators, length).
+    pub(crate) fn with(mut self, passed: switchyard_protocol::headers::Fields) -> Reply {
+        self.passed = passed;
+        self
+    }
+
+    /// The app's `Content-Length`, for a streamed answer (a whole one is measured by its body).
+    pub(crate) fn passed_length(&self) -> Option<HeaderValue> {
+        self.passed
+            .iter()
+            .find(|(n, _)| n == "content-length")
+            .and_then(|(_, v)| HeaderValue::from_str(v).ok())
     }
 
     /// The final response, with `Server-Timing` when `times` is given.
@@ -84,6 +102,18 @@ impl Reply {
         }
         if let Some(secs) = self.retry_after {
             h.insert(RETRY_AFTER, HeaderValue::from(secs));
+        }
+        for (name, value) in &self.passed {
+            // The body sets the length of a whole answer; a streamed one takes `passed_length`.
+            if name == "content-length" {
+                continue;
+            }
+            if let (Ok(n), Ok(v)) = (
+                HeaderName::from_bytes(name.as_bytes()),
+                HeaderValue::from_str(value),
+            ) {
+                h.insert(n, v);
+            }
         }
         // 413 and 408 leave the request body unread, so the connection cannot carry another
         // request; saying so stops a client from reusing it and failing its next request.

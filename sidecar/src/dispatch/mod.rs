@@ -235,6 +235,7 @@ mod tests {
 
     fn response(status: u16, from_mesh: bool, payload: &'static [u8]) -> Response {
         Response {
+            headers: Vec::new(),
             id: 1,
             status,
             queue_us: 0,

@@ -28,6 +28,7 @@ use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use switchyard_protocol::headers;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
@@ -119,6 +120,7 @@ async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Result<Response<OutB
         ));
     }
     let trailers_ok = takes_trailers(&req);
+    let h2 = req.version() == hyper::Version::HTTP_2;
     let (reply, label, stream) = process(&edge, req, &mut clock).await;
     let times = clock.stages();
     edge.metrics
@@ -126,7 +128,14 @@ async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Result<Response<OutB
     if let Some(t) = clock.trace.take() {
         t.finish_http(reply.status);
     }
-    let resp = reply.into_response(Some(&times));
+    // A streamed answer of known length keeps it (else it reaches an HTTP/1.1 client chunked);
+    // HTTP/1.1 has no trailers after a body of declared length.
+    let length = stream.as_ref().and_then(|_| reply.passed_length());
+    let trailers_ok = trailers_ok && (length.is_none() || h2);
+    let mut resp = reply.into_response(Some(&times));
+    if let Some(n) = length {
+        resp.headers_mut().insert(CONTENT_LENGTH, n);
+    }
     let mut resp = match stream {
         None => resp.map(OutBody::from),
         Some(body) if trailers_ok => {
@@ -190,6 +199,18 @@ fn no_room(edge: &Edge) -> Reply {
     );
     r.retry_after = Some(1);
     r
+}
+
+/// The 413 of a body over `limit`; one read whole under a larger `bodyLimit` says why it stopped.
+fn too_large(edge: &Edge, limit: usize) -> Reply {
+    let detail = match limit < edge.table.body_limit {
+        true => format!(
+            "body is larger than {limit} bytes, the most read whole; only a body that is not JSON, on a route without a schema or path parameters, streams up to bodyLimit ({} bytes)",
+            edge.table.body_limit
+        ),
+        false => format!("body is larger than {limit} bytes"),
+    };
+    Reply::problem(413, &detail)
 }
 
 fn rejected(r: Rejection) -> Reply {
@@ -263,14 +284,16 @@ async fn process_head(
         if any && let Some(ct) = content_type.filter(|ct| !edge::is_json_media_type(ct)) {
             passed_type = Some(ct.to_owned());
         }
-        let limit = edge.table.body_limit;
+        // A streamed body may reach `bodyLimit`; one read whole stops at what one event carries.
+        let streams = passed_type.is_some() && declared_len.is_none_or(|n| n > STREAM_ABOVE);
+        let limit = match streams {
+            true => edge.table.body_limit,
+            false => edge.table.whole_limit,
+        };
         if declared_len.is_some_and(|n| n > limit as u64) {
-            return Err((
-                Reply::problem(413, &format!("body is larger than {limit} bytes")),
-                label,
-            ));
+            return Err((too_large(edge, limit), label));
         }
-        if passed_type.is_some() && declared_len.is_none_or(|n| n > STREAM_ABOVE) {
+        if streams {
             // Streamed to the app under the window: it holds one window of the body budget (what
             // can be in this router at once), not its size.
             if !edge
@@ -297,10 +320,7 @@ async fn process_head(
                 }
                 Ok(Err(Unread::TooLarge(rest))) => {
                     linger(rest);
-                    return Err((
-                        Reply::problem(413, &format!("body is larger than {limit} bytes")),
-                        label,
-                    ));
+                    return Err((too_large(edge, limit), label));
                 }
                 Ok(Err(Unread::Failed)) => {
                     return Err((
@@ -348,6 +368,9 @@ async fn process_head(
         Err(r) => return Err((rejected(r), label)),
     };
     let out = Outgoing {
+        headers: headers::pick(headers::REQUEST, |n| {
+            parts.headers.get(n).map(HeaderValue::as_bytes)
+        }),
         event: route.event.clone(),
         ce_id,
         traceparent,
@@ -358,7 +381,7 @@ async fn process_head(
     };
     let done = match edge.dispatch.call_streamed(out, deadline, clock).await {
         Ok(a) => (
-            Reply::app(a.head.status, &a.head.content_type, a.head.payload),
+            Reply::app(a.head.status, &a.head.content_type, a.head.payload).with(a.head.headers),
             label,
             a.body,
         ),

@@ -141,6 +141,7 @@ fn request_of(event: &str, msg: &Message) -> Request {
     };
     let content_type = get(header::CONTENT_TYPE);
     Request {
+        headers: Vec::new(),
         id: 0,
         flags: 0,
         deadline_ms: 0,

@@ -294,6 +294,7 @@ fn carriable(r: Response) -> Response {
     };
     tracing::warn!(id = r.id, status = r.status, "{what}; answered 502");
     Response {
+        headers: Vec::new(),
         id: r.id,
         status: 502,
         queue_us: r.queue_us,
@@ -309,6 +310,7 @@ fn carriable(r: Response) -> Response {
 /// The acknowledgement of a publish: admitted to the queue. Its credit comes with the outcome.
 fn accepted(id: u64) -> Response {
     Response {
+        headers: Vec::new(),
         id,
         status: 202,
         queue_us: 0,
@@ -379,6 +381,8 @@ async fn connection<S: SplitIo>(
     // Set by the router's HELLO: answers then carry their credit, and no CREDIT frame follows them.
     // The HELLO precedes the router's requests on the connection, so every answer sees it.
     let mut implicit_credit = false;
+    // Whether the router reads the app's header fields on an answer (`headers`, HELLO bit 5).
+    let mut reads_headers = false;
     let windows: Windows = Arc::default();
     let uploads: Uploads = Arc::default();
     let to_router = Arc::new(ToRouter {
@@ -474,7 +478,14 @@ async fn connection<S: SplitIo>(
                     let handled = inbound
                         .worker
                         .handle(req, admission, cancel.clone(), streams.is_some(), upload)
-                        .await;
+                        .await
+                        .map(|(mut head, body)| {
+                            // A router of an older version would misread them.
+                            if !reads_headers {
+                                head.headers.clear();
+                            }
+                            (head, body)
+                        });
                     let Some((event, ce_id)) = published else {
                         let resp = match (handled, streams) {
                             (Some((head, Some(body))), Some(w)) => {
@@ -554,8 +565,10 @@ async fn connection<S: SplitIo>(
                 releases_credit,
                 streams,
                 reads_tracestate,
+                reads_headers: headers,
             } => {
                 implicit_credit = implicit;
+                reads_headers = headers;
                 // Answered once: normally before joining, as the first frame; a HELLO that came
                 // later (after HELLO_WAIT) is answered after the grant, and until then the router
                 // sends no tracestate and no streamed body.
@@ -620,7 +633,8 @@ async fn connection<S: SplitIo>(
     tracing::info!(%peer, "router connection closed");
 }
 
-/// This side's one HELLO, the answer to the router's: it reads a tracestate, and it speaks streams
+/// This side's one HELLO, the answer to the router's: it reads a tracestate and a head's headers
+/// list, and it speaks streams
 /// (with its per-stream window) when the router does. Said only to a router whose HELLO had a flag
 /// of this version (streams or tracestate): a previous version would log it as unexpected. Nothing
 /// is pushed or released this way: the flags say so. Returns the router's per-stream window when
@@ -634,6 +648,7 @@ async fn answer_hello(
     if streams.is_some() || reads_tracestate {
         let _ = tx
             .send(Frame::Hello {
+                reads_headers: true,
                 takes_pushes: false,
                 implicit_credit: false,
                 releases_credit: false,
@@ -692,6 +707,7 @@ mod tests {
     #[test]
     fn an_answer_the_frame_cannot_carry_becomes_the_meshs_502() {
         let ok = Response {
+            headers: Vec::new(),
             id: 9,
             status: 201,
             queue_us: 1,

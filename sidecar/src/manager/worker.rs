@@ -115,6 +115,7 @@ pub struct Worker {
 
 fn problem_response(id: u64, status: u16, detail: &str) -> Response {
     Response {
+        headers: Vec::new(),
         id,
         status,
         queue_us: 0,
@@ -410,6 +411,7 @@ impl Worker {
             Outcome::Answer {
                 status,
                 content_type,
+                headers,
                 body,
                 stream,
             } => {
@@ -424,6 +426,7 @@ impl Worker {
                     streamed = stream;
                     // The app's own answer passes through, error statuses included: it is the app's reply.
                     Response {
+                        headers,
                         id: ev.id,
                         status,
                         queue_us: 0,
@@ -494,6 +497,7 @@ impl Worker {
             None => (None, ev.traceparent.clone()),
         };
         let out = Outgoing {
+            headers: Vec::new(),
             upload: None,
             content_type: (!crate::edge::is_json_media_type(&ev.content_type))
                 .then(|| ev.content_type.clone()),

@@ -68,13 +68,14 @@ pub(crate) async fn run(
         .transpose()?;
     let table = RouteTable::build(&settings.config.spec)
         .map_err(|e| crate::config::field_error(config_file, e.field, e.message))?;
-    if settings.body_budget < table.body_limit {
+    // A streamed body holds one window of the budget; only a body read whole holds its size.
+    if settings.body_budget < table.whole_limit {
         return Err(crate::config::field_error(
             config_file,
             "spec.broker.bodyBudgetBytes",
             format!(
-                "{} is less than one body of the largest size accepted ({} bytes, bodyLimit.maxBytes): no such body could ever be read",
-                settings.body_budget, table.body_limit
+                "{} is less than one body of the largest size read whole ({} bytes: bodyLimit.maxBytes, at most 16 MiB): no such body could ever be read",
+                settings.body_budget, table.whole_limit
             ),
         )
         .into());

@@ -2,7 +2,7 @@
 //!
 //! Pure. When two routes name the same method, the first one wins.
 
-use super::{RouteError, body_limit, compile_schema};
+use super::{RouteError, body_limit, compile_schema, whole_limit};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -52,7 +52,8 @@ impl GrpcRoutes {
                 },
             );
         }
-        let max_message = body_limit(spec, DEFAULT_MAX_MESSAGE);
+        // A message is read whole, so a streamed-size bodyLimit still caps it at one event.
+        let max_message = whole_limit(body_limit(spec, DEFAULT_MAX_MESSAGE));
         Ok(GrpcRoutes {
             by_method,
             max_message,

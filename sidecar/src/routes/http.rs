@@ -4,7 +4,7 @@
 //! template matches with another method gets 405 with `Allow`; a typed parameter that does not parse
 //! gets 400 unless a later route matches the path.
 
-use super::{RouteError, body_limit, compile_schema};
+use super::{RouteError, body_limit, compile_schema, whole_limit};
 use crate::params::{self, BadParam};
 use serde_json::{Map, Value};
 use std::collections::BTreeMap;
@@ -88,8 +88,11 @@ pub enum Lookup<'a> {
 /// The compiled table.
 pub struct RouteTable {
     routes: Vec<HttpRoute>,
-    /// Largest accepted body.
+    /// Largest accepted body (`bodyLimit.maxBytes`): what a streamed body may reach.
     pub body_limit: usize,
+    /// Largest body read whole (schema or path-parameter routes, JSON bodies, small bodies): the
+    /// limit capped at what one event carries. Only these hold their size of the byte budget.
+    pub whole_limit: usize,
 }
 
 impl RouteTable {
@@ -130,7 +133,11 @@ impl RouteTable {
             });
         }
         let body_limit = body_limit(spec, DEFAULT_BODY_LIMIT);
-        Ok(RouteTable { routes, body_limit })
+        Ok(RouteTable {
+            routes,
+            body_limit,
+            whole_limit: whole_limit(body_limit),
+        })
     }
 
     /// The routes, in order.

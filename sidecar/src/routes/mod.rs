@@ -45,3 +45,8 @@ pub(crate) fn body_limit(spec: &RouterSpec, default: usize) -> usize {
         .and_then(|b| usize::try_from(b.max_bytes).ok())
         .unwrap_or(default)
 }
+
+/// The most of a body read whole under `limit`: capped at what one event carries.
+pub(crate) fn whole_limit(limit: usize) -> usize {
+    limit.min(switchyard_protocol::frame::MAX_PAYLOAD)
+}

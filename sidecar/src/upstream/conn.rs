@@ -121,6 +121,8 @@ pub struct Conn {
     /// The manager's HELLO said it reads a tracestate; until then (and for an older manager that
     /// sends none) requests go without theirs, in the encoding it reads.
     reads_tracestate: AtomicBool,
+    /// The manager's HELLO said it reads a head's headers list; until then requests go without.
+    reads_headers: AtomicBool,
     dead: CancellationToken,
     /// The manager's per-stream window from its HELLO; 0 while it said none (it speaks no streams).
     peer_window: AtomicU32,
@@ -144,6 +146,7 @@ impl Conn {
             next_id: AtomicU64::new(1),
             usable: AtomicBool::new(true),
             reads_tracestate: AtomicBool::new(false),
+            reads_headers: AtomicBool::new(false),
             dead: CancellationToken::new(),
             peer_window: AtomicU32::new(0),
         };
@@ -453,6 +456,7 @@ pub async fn run<S: SplitIo>(
     // credit inside the RESPONSE instead of a CREDIT frame after it (half the frames back); and it
     // offers to give unused credit back on request, so idle connections do not starve new ones.
     let _ = conn.tx.try_send(Frame::Hello {
+        reads_headers: true,
         takes_pushes: pushes.is_some(),
         implicit_credit: true,
         releases_credit: true,
@@ -528,8 +532,10 @@ pub async fn run<S: SplitIo>(
             Frame::Hello {
                 streams,
                 reads_tracestate,
+                reads_headers,
                 ..
             } => {
+                conn.reads_headers.store(reads_headers, Ordering::Release);
                 conn.peer_window.store(
                     streams.and_then(stream::peer_window).unwrap_or(0),
                     Ordering::Release,
@@ -596,6 +602,9 @@ async fn feed<W: tokio::io::AsyncWrite + Unpin>(
             if !conn.reads_tracestate.load(Ordering::Acquire) {
                 r.tracestate.clear();
             }
+            if !conn.reads_headers.load(Ordering::Acquire) {
+                r.headers.clear();
+            }
             Some(r.id)
         }
         _ => None,
@@ -634,6 +643,7 @@ mod tests {
 
     fn request(id: u64) -> Frame {
         Frame::Request(Request {
+            headers: Vec::new(),
             id,
             flags: 0,
             deadline_ms: 1000,
@@ -677,6 +687,7 @@ mod tests {
         if manager_says_hello {
             manager
                 .send(Frame::Hello {
+                    reads_headers: false,
                     takes_pushes: false,
                     implicit_credit: false,
                     releases_credit: false,

@@ -95,6 +95,8 @@ pub struct Outgoing {
     pub content_type: Option<String>,
     /// The client's body, unread, to stream after the head (then `payload` is empty).
     pub upload: Option<upload::Upload>,
+    /// The client's HTTP fields that pass to the app (a range request; `protocol::headers`).
+    pub headers: switchyard_protocol::headers::Fields,
 }
 
 /// When the call's stages ended, for Server-Timing.
@@ -542,6 +544,7 @@ impl Upstream {
         }
         let remaining = deadline.saturating_duration_since(Instant::now());
         let frame = Frame::Request(Request {
+            headers: out.headers.clone(),
             id: slot.id,
             flags,
             // The publisher's deadline only bounds getting the event out; the manager then delivers
@@ -654,6 +657,7 @@ fn fits(out: &Outgoing) -> Result<(), CallError> {
         return Ok(());
     }
     let probe = Request {
+        headers: Vec::new(),
         id: 0,
         flags: 0,
         deadline_ms: 0,

@@ -50,6 +50,7 @@ impl Pusher {
                                 }
                                 Some(Ok(Frame::Request(r))) => {
                                     let resp = Frame::Response(Response {
+                                        headers: Vec::new(),
                                         id: r.id,
                                         status: 200,
                                         queue_us: 0,

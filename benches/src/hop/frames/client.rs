@@ -140,6 +140,7 @@ impl Conn {
         let more = call.stream.is_some();
         let head = Frame::Base {
             frame: Base::Request(Request {
+                headers: Vec::new(),
                 id,
                 flags: if more { FLAG_MORE } else { 0 },
                 deadline_ms: call.deadline_ms,
@@ -479,6 +480,7 @@ pub async fn connect(addr: &str, settings: Settings) -> std::io::Result<Arc<Conn
     });
     let _ = conn.tx.try_send(Frame::Base {
         frame: Base::Hello {
+            reads_headers: false,
             takes_pushes: true,
             implicit_credit: true,
             // The prototype's server never reclaims credit.

@@ -231,6 +231,7 @@ pub struct Task {
 /// A RESPONSE head.
 pub fn response(id: u64, status: u16, app_us: u32, content_type: &str, payload: Bytes) -> Response {
     Response {
+        headers: Vec::new(),
         id,
         status,
         queue_us: 0,

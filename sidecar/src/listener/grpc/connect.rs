@@ -95,6 +95,7 @@ pub(super) async fn read_stream(
                     tracestate: &ts,
                     start,
                     client_deadline: stream_deadline,
+                    streams: false,
                 },
             );
             // A client gone away cancels the work (the router sends CANCEL to the manager).

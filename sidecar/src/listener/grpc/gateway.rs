@@ -1,5 +1,7 @@
-//! The tonic service tree: `switchyard.v1.Gateway` (`Call`, `Connect`) and reflection (v1, v1alpha).
+//! The tonic service tree: `switchyard.v1.Gateway` (`Call`, `CallStream`, `Connect`) and
+//! reflection (v1, v1alpha).
 
+use super::call_stream::{self, CHUNKS_QUEUED};
 use super::connect;
 use super::message::{Message, handle};
 use crate::answer::grpc::{status, timing_metadata};
@@ -12,7 +14,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use switchyard_protocol::gateway::v1::gateway_server::{self, GatewayServer};
 use switchyard_protocol::gateway::v1::{
-    CallReply, CallRequest, ConnectReply, ConnectRequest, FILE_DESCRIPTOR_SET,
+    CallChunk, CallReply, CallRequest, ConnectReply, ConnectRequest, FILE_DESCRIPTOR_SET,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -67,6 +69,7 @@ impl gateway_server::Gateway for Gateway {
                 tracestate: &ts,
                 start: arrival.at,
                 client_deadline: arrival.deadline,
+                streams: false,
             },
         )
         .await;
@@ -82,6 +85,41 @@ impl gateway_server::Gateway for Gateway {
             }
             Err(r) => Err(status(&r, Some(&outcome.times))),
         }
+    }
+
+    type CallStreamStream = ReceiverStream<Result<CallChunk, Status>>;
+
+    async fn call_stream(
+        &self,
+        request: tonic::Request<CallRequest>,
+    ) -> Result<tonic::Response<Self::CallStreamStream>, Status> {
+        let arrival = arrival_of(&request);
+        let (meta, _, req) = request.into_parts();
+        let tp = meta.get(traceparent::HEADER).map(|v| v.as_bytes());
+        let ts = traceparent::tracestate_in_meta(tp, &meta);
+        let outcome = handle(
+            &self.edge,
+            &self.routes,
+            Message {
+                rpc: "CallStream",
+                method: &req.method,
+                payload: Bytes::from(req.payload),
+                traceparent: tp,
+                tracestate: &ts,
+                start: arrival.at,
+                client_deadline: arrival.deadline,
+                streams: true,
+            },
+        )
+        .await;
+        let a = outcome
+            .result
+            .map_err(|r| status(&r, Some(&outcome.times)))?;
+        let (tx, rx) = mpsc::channel(CHUNKS_QUEUED);
+        tokio::spawn(call_stream::relay(a, tx));
+        let mut resp = tonic::Response::new(ReceiverStream::new(rx));
+        timing_metadata(resp.metadata_mut(), &outcome.times);
+        Ok(resp)
     }
 
     type ConnectStream = ReceiverStream<Result<ConnectReply, Status>>;

@@ -7,6 +7,7 @@ use crate::dispatch::{Clock, new_ce_id};
 use crate::edge::{self, Rejection};
 use crate::listener::Edge;
 use crate::metrics::EventLabel;
+use crate::net::stream::body::StreamBody;
 use crate::otel::request::{Remote, RequestTrace};
 use crate::routes::grpc::GrpcRoutes;
 use crate::timing::StageTimes;
@@ -20,6 +21,8 @@ pub(super) struct AppAnswer {
     pub(super) status: u16,
     pub(super) payload: Bytes,
     pub(super) content_type: String,
+    /// The rest of a streamed answer, for a message that takes one ([`Message::streams`]).
+    pub(super) stream: Option<StreamBody>,
 }
 
 /// What one message came to, and its stages.
@@ -41,6 +44,8 @@ pub(super) struct Message<'a> {
     pub(super) start: Instant,
     /// The client's deadline, if it set one.
     pub(super) client_deadline: Option<Instant>,
+    /// The answer may stay streaming (`CallStream`); else a streamed one is read whole.
+    pub(super) streams: bool,
 }
 
 /// When the reply must be out for a client that allows `timeout`: a little early, so that the
@@ -118,6 +123,7 @@ async fn process(
         return (Err(Answer::refusal(400, payload_detail(r))), label);
     }
     let out = Outgoing {
+        headers: Vec::new(),
         upload: None,
         content_type: None,
         event: route.event.clone(),
@@ -126,11 +132,24 @@ async fn process(
         tracestate: msg.tracestate.to_owned(),
         payload,
     };
-    let answer = match edge.dispatch.call(out, deadline, clock).await {
-        Ok(resp) => Ok(AppAnswer {
+    let called = match msg.streams {
+        true => edge
+            .dispatch
+            .call_streamed(out, deadline, clock)
+            .await
+            .map(|a| (a.head, a.body)),
+        false => edge
+            .dispatch
+            .call(out, deadline, clock)
+            .await
+            .map(|r| (r, None)),
+    };
+    let answer = match called {
+        Ok((resp, stream)) => Ok(AppAnswer {
             status: app_status(resp.status),
             payload: resp.payload,
             content_type: resp.content_type,
+            stream,
         }),
         // The client's deadline (a little before its own) is what it waited for.
         Err(f) => Err(Answer::of(

@@ -1,5 +1,5 @@
-//! The gRPC listener (h2c, or TLS with ALPN h2): `switchyard.v1.Gateway` (`Call`, `Connect`) and
-//! server reflection.
+//! The gRPC listener (h2c, or TLS with ALPN h2): `switchyard.v1.Gateway` (`Call`, `CallStream`,
+//! `Connect`) and server reflection.
 //!
 //! A message's `method` names a gRPC route of the Router spec (`routes::grpc`), which maps it to an
 //! event type; the event then takes the same path as an HTTP request (the dispatch stage: broker ->
@@ -8,8 +8,10 @@
 //! one answer mapping.
 //!
 //! Rooms: `message.rs` (one message, from checks to the answer), `gateway.rs` (the tonic service),
-//! `connect.rs` (a `Connect` stream), `serve.rs` (connections, middleware gates).
+//! `call_stream.rs` (an app's streamed answer as server-streamed messages), `connect.rs` (a
+//! `Connect` stream), `serve.rs` (connections, middleware gates).
 
+mod call_stream;
 mod connect;
 mod gateway;
 mod message;

@@ -578,6 +578,7 @@ async fn call(
     }
     let _underway = edge.metrics.arrive(&route.event);
     let out = Outgoing {
+        headers: Vec::new(),
         upload: None,
         content_type: None,
         event: route.event.clone(),

@@ -58,6 +58,8 @@ pub struct Answer {
     pub status: u16,
     /// Media type of the body, empty when none.
     pub content_type: String,
+    /// The fields that pass to the client (`switchyard_protocol::headers::RESPONSE`).
+    pub headers: switchyard_protocol::headers::Fields,
     /// Body (empty when it streams).
     pub body: Bytes,
     /// The body, unread, when it streams.
@@ -182,6 +184,10 @@ impl AppConns {
             .and_then(|v| v.to_str().ok())
             .unwrap_or("")
             .to_owned();
+        let headers =
+            switchyard_protocol::headers::pick(switchyard_protocol::headers::RESPONSE, |n| {
+                resp.headers().get(n).map(HeaderValue::as_bytes)
+            });
         let small = {
             let b = resp.body();
             hyper::body::Body::is_end_stream(b)
@@ -191,6 +197,7 @@ impl AppConns {
             return Ok(Answer {
                 status,
                 content_type,
+                headers,
                 body: Bytes::new(),
                 stream: Some(resp.into_body()),
             });
@@ -205,6 +212,7 @@ impl AppConns {
         Ok(Answer {
             status,
             content_type,
+            headers,
             body,
             stream: None,
         })

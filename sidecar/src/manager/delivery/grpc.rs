@@ -86,6 +86,7 @@ impl GrpcDelivery {
                     } else {
                         reply.content_type
                     },
+                    headers: Vec::new(),
                     body: Bytes::from(reply.data),
                     stream: None,
                 }
@@ -127,6 +128,7 @@ fn status_outcome(status: &tonic::Status) -> Outcome {
     Outcome::Answer {
         status: http,
         content_type: crate::problem::CONTENT_TYPE.to_owned(),
+        headers: Vec::new(),
         body: crate::problem::body(
             http,
             crate::problem::title(http),

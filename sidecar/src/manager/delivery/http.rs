@@ -99,6 +99,12 @@ impl HttpDelivery {
             if !ev.content_type.is_empty() {
                 h.insert(CONTENT_TYPE, header(&ev.content_type, "content-type")?);
             }
+            // The client's fields the router passed (a range request): the app answers them.
+            for (name, value) in &ev.headers {
+                if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
+                    h.insert(name, header(value, "a passed header")?);
+                }
+            }
             Ok::<_, String>(req)
         })();
         let req = match built {
@@ -111,6 +117,7 @@ impl HttpDelivery {
             Ok(Ok(a)) => Outcome::Answer {
                 status: a.status,
                 content_type: a.content_type,
+                headers: a.headers,
                 body: a.body,
                 stream: a.stream,
             },

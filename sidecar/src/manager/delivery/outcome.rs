@@ -11,6 +11,8 @@ pub enum Outcome {
         status: u16,
         /// Media type of the body.
         content_type: String,
+        /// The app's header fields that pass to the client (`switchyard_protocol::headers::RESPONSE`).
+        headers: switchyard_protocol::headers::Fields,
         /// Body (empty when it streams).
         body: Bytes,
         /// The rest of the body when the app streams it (chunked, `text/event-stream`, or larger

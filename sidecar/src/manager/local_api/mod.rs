@@ -184,6 +184,7 @@ impl LocalApi {
         traceparent: String,
     ) -> Result<Done, Answer> {
         let out = Outgoing {
+            headers: Vec::new(),
             upload: None,
             content_type: None,
             event: Arc::from(call.event),
