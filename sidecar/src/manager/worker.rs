@@ -308,7 +308,9 @@ impl Worker {
         self.metrics
             .observe(label, status, started.elapsed().as_secs_f64());
         if let Some(reason) = failed_for_good {
-            self.dead_letter(&ev, label, reason).await;
+            // Boxed: rare, and its publish future would otherwise size (and be copied with) every
+            // delivery's.
+            Box::pin(self.dead_letter(&ev, label, reason)).await;
         }
         resp
     }

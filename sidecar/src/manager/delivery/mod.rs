@@ -44,21 +44,33 @@ impl Delivery {
     ) -> Outcome {
         match self {
             Delivery::Http(h) => h.attempt(ev, timeout, streams, upload).await,
-            Delivery::Grpc(g) => match upload {
-                None => g.attempt(ev, timeout).await,
-                // The Handler service takes a message whole: read what a frame carries.
-                Some(body) => match body.read_whole(MAX_PAYLOAD).await {
-                    Ok((payload, _)) => {
-                        let whole = Request {
-                            payload,
-                            ..ev.clone()
-                        };
-                        g.attempt(&whole, timeout).await
-                    }
-                    Err(_) => Outcome::Invalid(format!(
-                        "the streamed body did not arrive whole within {MAX_PAYLOAD} bytes, the most a gRPC app is sent"
-                    )),
-                },
+            // Boxed: a tonic call's future is many times an HTTP attempt's, and unboxed it would size
+            // every delivery future, copied at each await and at each delivery's spawn.
+            Delivery::Grpc(g) => Box::pin(Self::grpc(g, ev, timeout, upload)).await,
+        }
+    }
+
+    /// One attempt to the gRPC Handler service, which takes a message whole.
+    async fn grpc(
+        g: &GrpcDelivery,
+        ev: &Request,
+        timeout: Duration,
+        upload: Option<StreamBody>,
+    ) -> Outcome {
+        match upload {
+            None => g.attempt(ev, timeout).await,
+            // Read what a frame carries.
+            Some(body) => match body.read_whole(MAX_PAYLOAD).await {
+                Ok((payload, _)) => {
+                    let whole = Request {
+                        payload,
+                        ..ev.clone()
+                    };
+                    g.attempt(&whole, timeout).await
+                }
+                Err(_) => Outcome::Invalid(format!(
+                    "the streamed body did not arrive whole within {MAX_PAYLOAD} bytes, the most a gRPC app is sent"
+                )),
             },
         }
     }
