@@ -374,5 +374,9 @@ spec:
             (ok.reason.as_str(), ok.last_transition_time),
             ("Read", t(30))
         );
+        // Not durable: not read, and the condition it still carries is one to remove.
+        assert!(!is_read(&m) && carries_condition(&m));
+        m.status = None;
+        assert!(!carries_condition(&m));
     }
 }
