@@ -4,13 +4,14 @@
 //! exist yet), raise its replicas from 0 by the backlog the leader reads; draining the backlog
 //! through the Manager's own durable consumer (created here with the sidecars' plan, each event
 //! acknowledged) takes it back to zero after the short windows. A JetStream server that goes away
-//! turns the `BacklogRead` condition False and is counted as a failed read.
+//! turns the `BacklogRead` condition False and is counted as a failed read; a Manager that stops
+//! being durable loses the condition.
 
 use anyhow::{Context, Result, bail, ensure};
 use async_nats::jetstream::{self, consumer, stream};
 use futures::StreamExt;
 use k8s_openapi::api::events::v1::Event;
-use kube::api::{Api, ListParams};
+use kube::api::{Api, ListParams, Patch, PatchParams};
 use std::time::{Duration, Instant};
 use switchyard_crds::Manager;
 use switchyard_e2e::k8s::wait_rolled_out;
@@ -225,6 +226,26 @@ async fn a_backlog_scales_a_durable_manager_from_zero_and_draining_it_back() -> 
                 "timeout",
             );
         ensure!(failed >= 1.0, "failed backlog reads: {failed}");
+
+        // No longer durable: its backlog is not read, and the condition goes with it.
+        managers
+            .patch(
+                "queue",
+                &PatchParams::default(),
+                &Patch::Merge(serde_json::json!({"spec": {"delivery": "direct"}})),
+            )
+            .await?;
+        eventually("the BacklogRead condition removed", timeout(), || async {
+            let s = managers.get("queue").await?.status.unwrap_or_default();
+            let left: Vec<_> = s
+                .conditions
+                .iter()
+                .filter(|c| c.type_ == "BacklogRead")
+                .collect();
+            ensure!(left.is_empty(), "still there: {left:?}");
+            Ok(())
+        })
+        .await?;
         anyhow::Ok(())
     }
     .await;

@@ -942,6 +942,43 @@ async fn operator_chart_deploys_a_jetstream_cluster_or_points_at_one() -> Result
     ensure!(svc["spec"]["clusterIP"] == "None" && svc["spec"]["publishNotReadyAddresses"] == true);
     let pdb = find(&docs, "PodDisruptionBudget", "switchyard-nats")?;
     ensure!(pdb["spec"]["maxUnavailable"] == 1, "pdb: {pdb}");
+    // Its NetworkPolicy: the client port from the mesh's sidecars and the operator only, the cluster
+    // port from the other servers only.
+    let policy = find(&docs, "NetworkPolicy", "switchyard-nats")?;
+    let pol = &policy["spec"];
+    ensure!(
+        pol["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "switchyard-nats"
+            && strings(&pol["policyTypes"]) == ["Ingress"],
+        "NATS NetworkPolicy selects: {policy}"
+    );
+    let rule = |port: &str| {
+        pol["ingress"]
+            .as_array()
+            .and_then(|rs| rs.iter().find(|r| r["ports"][0]["port"] == port))
+            .with_context(|| format!("no ingress rule for port {port}: {policy}"))
+    };
+    let client = &rule("client")?["from"];
+    ensure!(
+        client.as_array().map(Vec::len) == Some(2)
+            && client[0]["namespaceSelector"].is_object()
+            && strings(&client[0]["podSelector"]["matchExpressions"][0]["values"])
+                == ["switchyard-router", "switchyard-manager"]
+            && client[1]["podSelector"]["matchLabels"]["app.kubernetes.io/name"] == "switchyard"
+            && client[1]["namespaceSelector"].is_null(),
+        "NATS client port is open to more than the sidecars and the operator: {client}"
+    );
+    let routes = &rule("cluster")?["from"];
+    ensure!(
+        routes.as_array().map(Vec::len) == Some(1)
+            && routes[0]["podSelector"]["matchLabels"]["app.kubernetes.io/name"]
+                == "switchyard-nats"
+            && routes[0]["namespaceSelector"].is_null(),
+        "NATS cluster port is open to more than the other servers: {routes}"
+    );
+    ensure!(
+        rule("monitor").is_ok() && pol["ingress"].as_array().map(Vec::len) == Some(3),
+        "NATS NetworkPolicy rules: {policy}"
+    );
     let conf = find(&docs, "ConfigMap", "switchyard-nats")?["data"]["nats.conf"]
         .as_str()
         .unwrap_or_default()
@@ -981,6 +1018,19 @@ async fn operator_chart_deploys_a_jetstream_cluster_or_points_at_one() -> Result
             .iter()
             .any(|v| v["name"] == "data" && v["emptyDir"].is_object()),
         "volumes: {volumes:?}"
+    );
+    // NetworkPolicies off: none for the servers either.
+    let docs = template(
+        "switchyard",
+        &[
+            "--set",
+            "jetstream.enabled=true,networkPolicy.enabled=false",
+        ],
+    )
+    .await?;
+    ensure!(
+        !docs.iter().any(|d| d["kind"] == "NetworkPolicy"),
+        "a NetworkPolicy with networkPolicy.enabled=false"
     );
 
     // An existing JetStream: only the URL.

@@ -142,6 +142,10 @@ enum Mode {
         /// Event type (names the subject).
         #[arg(long, default_value = "echo")]
         event: String,
+        /// `NAMESPACE/MANAGER`: publish into that Manager's existing stream (its consumers running)
+        /// instead of the bench's own.
+        #[arg(long)]
+        into: Option<String>,
     },
     /// The core routing loop in this process (route lookup, admission, REQUEST frame to a manager task over an
     /// in-memory pipe, RESPONSE back), `-c` events in flight; reports events/s. Ignores `--threads` (one thread).
@@ -280,10 +284,17 @@ async fn run(args: &Args) -> anyhow::Result<Summary> {
             url,
             payload,
             event,
+            into,
         } => {
+            let into = match into.as_deref().map(|s| s.split_once('/')) {
+                None => None,
+                Some(Some((ns, m))) if !ns.is_empty() && !m.is_empty() => Some((ns, m)),
+                Some(_) => bail!("--into takes NAMESPACE/MANAGER"),
+            };
             // Connected and set up before the window: only publishes are timed.
-            let p = jetstream::Publisher::start(url, event, payload.clone().into_bytes().into())
-                .await?;
+            let p =
+                jetstream::Publisher::start(url, event, payload.clone().into_bytes().into(), into)
+                    .await?;
             let w = Window::new(args.warmup, args.duration);
             let m = run_workers(n, w, |i| jetstream::worker(p.clone(), w, i)).await;
             Summary::new("jetstream", url, n, None, &m)

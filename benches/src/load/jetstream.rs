@@ -3,7 +3,10 @@
 //! sidecar sends (`Nats-Msg-Id` = a fresh ce-id, the `ce-id` and `content-type` headers, the same
 //! payload) into a stream configured as the sidecars create theirs (`switchyard_protocol::durable`:
 //! work queue, file storage, the duplicate window, new messages refused when full). The stream is
-//! emptied first, so runs do not fill it.
+//! emptied first; nothing consumes it, so its cap is set above what one run can publish (at the
+//! sidecars' cap of 1,000,000 a run at ~80,000/s filled it within its 12 s, and every publish after
+//! that was refused with "maximum messages exceeded", 10077: the errors earlier runs reported).
+//! A failed publish is reported by kind on stderr, so errors are never anonymous.
 
 use super::{RETRY_PAUSE, Tally, Window};
 use anyhow::Context;
@@ -15,8 +18,9 @@ use tokio::time::Instant;
 /// Namespace and Manager the bench's stream is named after (no Switchyard uses it).
 const NAMESPACE: &str = "bench";
 const MANAGER: &str = "bare";
-/// As the sidecars' streams: past it a publish is refused, never an old event dropped.
-const MAX_MESSAGES: i64 = 1_000_000;
+/// Past it a publish is refused, never an old event dropped (as the sidecars' streams); room for
+/// a run of two minutes at 80,000/s, as this stream is never consumed.
+const MAX_MESSAGES: i64 = 10_000_000;
 
 /// The publisher's connection and where it publishes.
 #[derive(Clone)]
@@ -29,7 +33,31 @@ pub struct Publisher {
 impl Publisher {
     /// Connects to `url`, creates (or updates) the stream, empties it, and publishes `payload` to
     /// event type `event`'s unordered subject.
-    pub async fn start(url: &str, event: &str, payload: Bytes) -> anyhow::Result<Publisher> {
+    pub async fn start(
+        url: &str,
+        event: &str,
+        payload: Bytes,
+        into: Option<(&str, &str)>,
+    ) -> anyhow::Result<Publisher> {
+        // `into`: (namespace, Manager) of a sidecar's stream, published into as it is (for a
+        // comparison with its consumer running); the bench's own stream otherwise.
+        if let Some((ns, manager)) = into {
+            let js = jetstream::new(
+                async_nats::ConnectOptions::new()
+                    .name("switchyard-load")
+                    .connect(url)
+                    .await
+                    .with_context(|| format!("connecting to {url}"))?,
+            );
+            js.get_stream(plan::stream_name(ns, manager))
+                .await
+                .with_context(|| format!("no stream of Manager {ns}/{manager}"))?;
+            return Ok(Publisher {
+                js,
+                subject: plan::subject(ns, manager, event, Lane::Unordered),
+                payload,
+            });
+        }
         let client = async_nats::ConnectOptions::new()
             .name("switchyard-load")
             .connect(url)
@@ -71,10 +99,15 @@ impl Publisher {
             .payload(self.payload.clone())
             .headers(headers)
             .message_id(ce_id);
-        match self.js.send_publish(self.subject.clone(), msg).await {
-            Ok(ack) => ack.await.is_ok(),
-            Err(_) => false,
-        }
+        let failed = match self.js.send_publish(self.subject.clone(), msg).await {
+            Ok(ack) => match ack.await {
+                Ok(_) => return true,
+                Err(e) => format!("PubAck {:?}: {e}", e.kind()),
+            },
+            Err(e) => format!("send {:?}: {e}", e.kind()),
+        };
+        eprintln!("jetstream publish failed: {failed}");
+        false
     }
 }
 

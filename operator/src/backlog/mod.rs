@@ -9,7 +9,8 @@
 //!
 //! Each durable Manager with scaling enabled carries a `BacklogRead` condition, written under its
 //! own field manager only when its status, reason or message changes: True while reads succeed,
-//! False with the error while they fail. Reads are counted in
+//! False with the error while they fail, and removed once the Manager is no longer read (no
+//! longer durable or scaled). Reads are counted in
 //! `switchyard_operator_backlog_reads_total{result}`.
 //!
 //! `lag` is pure; `read` does the JetStream calls; this module is the loop.
@@ -107,6 +108,13 @@ pub fn is_read(m: &Manager) -> bool {
     m.spec.scaling.enabled && !m.spec.durable_events().is_empty()
 }
 
+/// Whether `m`'s status carries the `BacklogRead` condition.
+pub fn carries_condition(m: &Manager) -> bool {
+    m.status
+        .as_ref()
+        .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == BACKLOG_READ))
+}
+
 /// Reads the backlogs of the scaled durable Managers every `settings.interval` until `shutdown`.
 pub async fn run(
     ctx: Arc<Context>,
@@ -139,8 +147,15 @@ pub async fn run(
             () = &mut shutdown => break,
             _ = tick.tick() => {}
         }
-        let managers: Vec<Arc<Manager>> =
-            reader.state().into_iter().filter(|m| is_read(m)).collect();
+        let (managers, unread): (Vec<Arc<Manager>>, Vec<Arc<Manager>>) =
+            reader.state().into_iter().partition(|m| is_read(m));
+        // A Manager that stopped being durable (or scaled) keeps no stale condition: cleared until
+        // the watch shows it gone (a failed write is tried again next tick).
+        for m in unread.iter().filter(|m| carries_condition(m)) {
+            if let Some(ns) = m.namespace() {
+                clear_condition(&ctx, &ns, &m.name_any()).await;
+            }
+        }
         let alive: HashSet<(String, String)> = managers
             .iter()
             .filter_map(|m| Some((m.namespace()?, m.name_any())))
@@ -284,6 +299,32 @@ async fn write_condition(
     }
 }
 
+/// Removes the `BacklogRead` condition: an apply under its field manager that no longer names it
+/// (server-side apply drops the fields a manager stops sending and no other one owns).
+async fn clear_condition(ctx: &Context, ns: &str, name: &str) {
+    let patch = serde_json::json!({
+        "apiVersion": <Manager as kube::Resource>::api_version(&()),
+        "kind": <Manager as kube::Resource>::kind(&()),
+        "status": {},
+    });
+    let api = Api::<Manager>::namespaced(ctx.client.clone(), ns);
+    match api
+        .patch_status(
+            name,
+            &PatchParams::apply(FIELD_MANAGER).force(),
+            &Patch::Apply(&patch),
+        )
+        .await
+    {
+        Ok(_) => {
+            tracing::info!(manager = %name, namespace = %ns, "backlog no longer read; BacklogRead condition removed");
+        }
+        Err(e) => {
+            tracing::warn!(manager = %name, namespace = %ns, error = %e, "could not remove the BacklogRead condition");
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -333,5 +374,9 @@ spec:
             (ok.reason.as_str(), ok.last_transition_time),
             ("Read", t(30))
         );
+        // Not durable: not read, and the condition it still carries is one to remove.
+        assert!(!is_read(&m) && carries_condition(&m));
+        m.status = None;
+        assert!(!carries_condition(&m));
     }
 }
