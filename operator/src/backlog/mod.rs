@@ -277,21 +277,9 @@ async fn write_condition(
     (ok, message): &(bool, String),
 ) -> bool {
     let now = Time(k8s_openapi::jiff::Timestamp::now());
-    let patch = serde_json::json!({
-        "apiVersion": <Manager as kube::Resource>::api_version(&()),
-        "kind": <Manager as kube::Resource>::kind(&()),
-        "status": { "conditions": [condition(m, *ok, message, now)] },
-    });
-    let api = Api::<Manager>::namespaced(ctx.client.clone(), ns);
-    match api
-        .patch_status(
-            name,
-            &PatchParams::apply(FIELD_MANAGER).force(),
-            &Patch::Apply(&patch),
-        )
-        .await
-    {
-        Ok(_) => true,
+    let status = serde_json::json!({ "conditions": [condition(m, *ok, message, now)] });
+    match apply_status(ctx, ns, name, status).await {
+        Ok(()) => true,
         Err(e) => {
             tracing::warn!(manager = %name, namespace = %ns, error = %e, "could not write the BacklogRead condition");
             false
@@ -299,24 +287,34 @@ async fn write_condition(
     }
 }
 
-/// Removes the `BacklogRead` condition: an apply under its field manager that no longer names it
-/// (server-side apply drops the fields a manager stops sending and no other one owns).
-async fn clear_condition(ctx: &Context, ns: &str, name: &str) {
+/// Applies `status` to Manager `ns/name` under the backlog reader's field manager: what it sent
+/// before and leaves out now is dropped.
+async fn apply_status(
+    ctx: &Context,
+    ns: &str,
+    name: &str,
+    status: serde_json::Value,
+) -> Result<(), kube::Error> {
     let patch = serde_json::json!({
         "apiVersion": <Manager as kube::Resource>::api_version(&()),
         "kind": <Manager as kube::Resource>::kind(&()),
-        "status": {},
+        "status": status,
     });
-    let api = Api::<Manager>::namespaced(ctx.client.clone(), ns);
-    match api
+    Api::<Manager>::namespaced(ctx.client.clone(), ns)
         .patch_status(
             name,
             &PatchParams::apply(FIELD_MANAGER).force(),
             &Patch::Apply(&patch),
         )
-        .await
-    {
-        Ok(_) => {
+        .await?;
+    Ok(())
+}
+
+/// Removes the `BacklogRead` condition: an apply under its field manager that no longer names it
+/// (server-side apply drops the fields a manager stops sending and no other one owns).
+async fn clear_condition(ctx: &Context, ns: &str, name: &str) {
+    match apply_status(ctx, ns, name, serde_json::json!({})).await {
+        Ok(()) => {
             tracing::info!(manager = %name, namespace = %ns, "backlog no longer read; BacklogRead condition removed");
         }
         Err(e) => {

@@ -3,7 +3,7 @@
 
 use super::call_stream::{self, CHUNKS_QUEUED};
 use super::connect;
-use super::message::{Message, handle};
+use super::message::{Message, Outcome, handle};
 use crate::answer::grpc::{status, timing_metadata};
 use crate::listener::Edge;
 use crate::middleware::Grant;
@@ -48,31 +48,44 @@ pub(super) struct Gateway {
     pub(super) drain: CancellationToken,
 }
 
-#[tonic::codegen::async_trait]
-impl gateway_server::Gateway for Gateway {
-    async fn call(
+impl Gateway {
+    /// One `CallRequest` through the mesh (`Call` and `CallStream`); the answer may stream only
+    /// when `streams`.
+    async fn unary(
         &self,
         request: tonic::Request<CallRequest>,
-    ) -> Result<tonic::Response<CallReply>, Status> {
+        rpc: &'static str,
+        streams: bool,
+    ) -> Outcome {
         let arrival = arrival_of(&request);
         let (meta, _, req) = request.into_parts();
         let tp = meta.get(traceparent::HEADER).map(|v| v.as_bytes());
         let ts = traceparent::tracestate_in_meta(tp, &meta);
-        let outcome = handle(
+        handle(
             &self.edge,
             &self.routes,
             Message {
-                rpc: "Call",
+                rpc,
                 method: &req.method,
                 payload: Bytes::from(req.payload),
                 traceparent: tp,
                 tracestate: &ts,
                 start: arrival.at,
                 client_deadline: arrival.deadline,
-                streams: false,
+                streams,
             },
         )
-        .await;
+        .await
+    }
+}
+
+#[tonic::codegen::async_trait]
+impl gateway_server::Gateway for Gateway {
+    async fn call(
+        &self,
+        request: tonic::Request<CallRequest>,
+    ) -> Result<tonic::Response<CallReply>, Status> {
+        let outcome = self.unary(request, "Call", false).await;
         match outcome.result {
             Ok(a) => {
                 let mut resp = tonic::Response::new(CallReply {
@@ -93,25 +106,7 @@ impl gateway_server::Gateway for Gateway {
         &self,
         request: tonic::Request<CallRequest>,
     ) -> Result<tonic::Response<Self::CallStreamStream>, Status> {
-        let arrival = arrival_of(&request);
-        let (meta, _, req) = request.into_parts();
-        let tp = meta.get(traceparent::HEADER).map(|v| v.as_bytes());
-        let ts = traceparent::tracestate_in_meta(tp, &meta);
-        let outcome = handle(
-            &self.edge,
-            &self.routes,
-            Message {
-                rpc: "CallStream",
-                method: &req.method,
-                payload: Bytes::from(req.payload),
-                traceparent: tp,
-                tracestate: &ts,
-                start: arrival.at,
-                client_deadline: arrival.deadline,
-                streams: true,
-            },
-        )
-        .await;
+        let outcome = self.unary(request, "CallStream", true).await;
         let a = outcome
             .result
             .map_err(|r| status(&r, Some(&outcome.times)))?;
