@@ -24,9 +24,9 @@ pub const PARTITIONS: u32 = 16;
 /// How long the stream remembers a `Nats-Msg-Id` to drop a duplicate publish. It covers the retry
 /// horizon of a publish (the sidecar's own PubAck wait is 5 s; a client retrying a 503 with the same
 /// ce-id or `Idempotency-Key` has 30 s), not NATS's default of 2 min: nats-server keeps every id of
-/// the window in memory, and at 20,000 events/s two minutes are 2.4M ids (about 700 MB of Go heap
-/// in the bench), whose garbage collection on two cores cut the durable rate by a third within
-/// three rounds and grew its p99 round after round (docs/performance.md, issue 13).
+/// the window in memory, and at 20,000 events/s two minutes are 2.4M ids (nats-server at 712 MB RSS
+/// in the bench, 350 MB with 30 s; in one of two measured pairs the durable rate also fell round
+/// after round with 2 min and not with 30 s: docs/performance.md, issue 13).
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(30);
 /// Added to the attempt timeout for AckWait: the ack travels after the app's answer.
 pub const ACK_SLACK: Duration = Duration::from_secs(2);
