@@ -194,10 +194,11 @@ impl ControlPlane for Service {
                         last = Some((report.namespace.clone(), report.pod.clone()));
                     }
                     if !self.loads.record(report) {
-                        break Err(Status::resource_exhausted(format!(
-                            "load reports of more than {} pods are held; retry later",
-                            super::load::MAX_PODS
-                        )));
+                        // The book is full and this pod is new: its report is dropped and
+                        // counted, not the stream, which may carry other pods' reports too
+                        // (a forwarding replica's does).
+                        self.metrics.control_plane_refused("load_book_full");
+                        continue;
                     }
                 }
                 Ok(None) => break Ok(()),
