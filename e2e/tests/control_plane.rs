@@ -345,6 +345,7 @@ async fn watch(
             namespace: ns.to_owned(),
             pod: "e2e-deltas".into(),
             deltas: true,
+            parts: false,
         })
         .await?
         .into_inner())

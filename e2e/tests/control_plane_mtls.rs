@@ -141,6 +141,7 @@ fn watch_request(ns: &str, router: &str, pod: &str) -> WatchRoutesRequest {
         namespace: ns.into(),
         pod: pod.into(),
         deltas: false,
+        parts: false,
     }
 }
 

@@ -84,6 +84,9 @@ fn main() -> ExitCode {
         ("spec_changes_propagate_to_children", |e| {
             Box::pin(spec_changes_propagate(e))
         }),
+        ("children_changed_by_hand_are_put_back", |e| {
+            Box::pin(children_changed_by_hand_are_put_back(e))
+        }),
         ("split_per_event_type_and_back", |e| {
             Box::pin(split_per_event_type(e))
         }),
@@ -567,6 +570,94 @@ async fn spec_changes_propagate(env: &'static Env) -> Result<()> {
     kubectl(c, &ns.name, &["scale", "router/edge", "--replicas", "1"]).await?;
     wait_ready(&routers, "edge").await?;
     wait_rolled_out(&client, &ns.name, "edge-router", 1).await?;
+    Ok(())
+}
+
+// --- 3b: drift --------------------------------------------------------------------------------
+
+/// The operator does not re-send children it applied lately when nothing changed (see the
+/// controller's `applied` memo); an edit by someone else, or a deletion, must still be put back,
+/// because each moves what the operator's watches see.
+async fn children_changed_by_hand_are_put_back(env: &'static Env) -> Result<()> {
+    let c = env.cluster;
+    let client = c.client().await?;
+    let ns = TestNamespace::create(c, "drift").await?;
+    let (_, _manager) = quickstart(c, &client, &ns.name).await?;
+    let configmaps: Api<ConfigMap> = Api::namespaced(client.clone(), &ns.name);
+    let services: Api<Service> = Api::namespaced(client.clone(), &ns.name);
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &ns.name);
+    wait_rolled_out(&client, &ns.name, "handlers-manager", 1).await?;
+    let rendered = configmaps
+        .get("handlers-manager-config")
+        .await?
+        .data
+        .unwrap_or_default();
+
+    // The rendered config overwritten by hand.
+    let key = rendered
+        .keys()
+        .next()
+        .context("the manager ConfigMap has no data")?
+        .clone();
+    let patch = serde_json::json!({ "data": { key.clone(): "edited: by hand" } }).to_string();
+    kubectl(
+        c,
+        &ns.name,
+        &[
+            "patch",
+            "configmap",
+            "handlers-manager-config",
+            "--type",
+            "merge",
+            "-p",
+            &patch,
+        ],
+    )
+    .await?;
+    eventually("the rendered config put back", timeout(), || async {
+        let data = configmaps
+            .get("handlers-manager-config")
+            .await?
+            .data
+            .unwrap_or_default();
+        ensure!(
+            data == rendered,
+            "ConfigMap data still {:?}",
+            data.get(&key)
+        );
+        Ok(())
+    })
+    .await?;
+
+    // The Deployment scaled by hand (a spec change: its generation moves).
+    kubectl(
+        c,
+        &ns.name,
+        &["scale", "deployment/handlers-manager", "--replicas", "3"],
+    )
+    .await?;
+    eventually("the Manager's replicas put back", timeout(), || async {
+        let d = deployments.get("handlers-manager").await?;
+        let replicas = d.spec.as_ref().and_then(|s| s.replicas);
+        ensure!(replicas == Some(1), "Deployment spec.replicas {replicas:?}");
+        Ok(())
+    })
+    .await?;
+
+    // The Service deleted.
+    let uid = services.get("handlers-manager").await?.uid();
+    kubectl(
+        c,
+        &ns.name,
+        &["delete", "service", "handlers-manager", "--wait=true"],
+    )
+    .await?;
+    eventually("the Service made again", timeout(), || async {
+        let s = services.get("handlers-manager").await?;
+        ensure!(s.uid() != uid, "still the deleted Service");
+        Ok(())
+    })
+    .await?;
     Ok(())
 }
 

@@ -74,18 +74,29 @@ where
             .any(|r| r.uid == owner_uid && r.controller == Some(true));
         let name = obj.name_any();
         if owned && !keep.contains(&name) {
-            match api.delete(&name, &DeleteParams::background()).await {
-                Ok(_) => deleted.push(name),
-                // Already gone: the goal is reached.
-                Err(kube::Error::Api(e)) if e.code == 404 => {}
-                Err(source) => {
-                    return Err(Error::Prune {
-                        what: format!("delete {} {ns}/{name}", K::kind(&())),
-                        source,
-                    });
-                }
-            }
+            delete::<K>(client, ns, &name).await?;
+            deleted.push(name);
         }
     }
     Ok(deleted)
+}
+
+/// Deletes `ns/name` of kind `K` in the background; one already gone counts as deleted.
+pub async fn delete<K>(client: &Client, ns: &str, name: &str) -> Result<()>
+where
+    K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), ns);
+    match api.delete(name, &DeleteParams::background()).await {
+        Ok(_) => Ok(()),
+        // Already gone: the goal is reached.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+        Err(source) => Err(Error::Prune {
+            what: format!("delete {} {ns}/{name}", K::kind(&())),
+            source,
+        }),
+    }
 }

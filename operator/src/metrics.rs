@@ -28,6 +28,7 @@ pub struct FailureLabels {
 pub struct Metrics {
     registry: Registry,
     reconciles: Family<ControllerLabels, Counter>,
+    applies_skipped: Family<ControllerLabels, Counter>,
     failures: Family<FailureLabels, Counter>,
     invalid: Family<ControllerLabels, Counter>,
     duration: Family<ControllerLabels, Histogram>,
@@ -87,6 +88,7 @@ impl Default for Metrics {
     fn default() -> Self {
         let mut registry = Registry::with_prefix("switchyard_operator");
         let reconciles = Family::<ControllerLabels, Counter>::default();
+        let applies_skipped = Family::<ControllerLabels, Counter>::default();
         let failures = Family::<FailureLabels, Counter>::default();
         let invalid = Family::<ControllerLabels, Counter>::default();
         let duration = Family::<ControllerLabels, Histogram>::new_with_constructor(|| {
@@ -94,6 +96,11 @@ impl Default for Metrics {
         });
         let leader = Gauge::default();
         registry.register("reconciles", "Reconciles started", reconciles.clone());
+        registry.register(
+            "applies_skipped",
+            "Child applies not sent: the same object on the same live version was applied lately",
+            applies_skipped.clone(),
+        );
         registry.register(
             "reconcile_failures",
             "Reconciles that failed, by pipeline step",
@@ -253,6 +260,7 @@ impl Default for Metrics {
             cp_forwarded,
             cp_forward_dropped,
             reconciles,
+            applies_skipped,
             failures,
             invalid,
             duration,
@@ -284,6 +292,13 @@ impl Metrics {
     /// Counts a reconcile start.
     pub fn reconcile(&self, controller: &'static str) {
         self.reconciles
+            .get_or_create(&ControllerLabels { controller })
+            .inc();
+    }
+
+    /// Counts a child apply that was not sent (see `controller::applied`).
+    pub fn apply_skipped(&self, controller: &'static str) {
+        self.applies_skipped
             .get_or_create(&ControllerLabels { controller })
             .inc();
     }

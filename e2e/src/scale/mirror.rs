@@ -9,6 +9,8 @@ use switchyard_protocol::control::v1::RoutingTable;
 pub struct Mirror {
     version: u64,
     routes: BTreeMap<String, BTreeSet<String>>,
+    /// A whole table whose parts are still coming (`more`): its version and routes so far.
+    assembling: Option<(u64, BTreeMap<String, BTreeSet<String>>)>,
 }
 
 /// A delta that does not apply to the version held.
@@ -20,8 +22,33 @@ pub struct Gap {
 }
 
 impl Mirror {
-    /// Applies one message.
-    pub fn apply(&mut self, msg: RoutingTable) -> Result<(), Gap> {
+    /// Applies one message; false while a whole table's parts are still coming (the table held
+    /// is then the one before it).
+    pub fn apply(&mut self, msg: RoutingTable) -> Result<bool, Gap> {
+        if let Some((version, _)) = &self.assembling
+            && (msg.base != 0 || msg.version != *version)
+        {
+            return Err(Gap {
+                held: *version,
+                base: msg.base,
+            });
+        }
+        if msg.base == 0 && (msg.more || self.assembling.is_some()) {
+            let (_, routes) = self
+                .assembling
+                .get_or_insert_with(|| (msg.version, BTreeMap::new()));
+            for r in msg.routes {
+                let addrs = r.endpoints.into_iter().map(|e| e.address).collect();
+                routes.insert(r.event_type, addrs);
+            }
+            if msg.more {
+                return Ok(false);
+            }
+            let (_, routes) = self.assembling.take().unwrap_or_default();
+            self.routes = routes;
+            self.version = msg.version;
+            return Ok(true);
+        }
         if msg.base == 0 {
             self.routes.clear();
         } else if msg.base != self.version {
@@ -38,7 +65,7 @@ impl Mirror {
             self.routes.insert(r.event_type, addrs);
         }
         self.version = msg.version;
-        Ok(())
+        Ok(true)
     }
 
     /// Whether `event` lists `addr`.
@@ -98,5 +125,20 @@ mod tests {
             })
             .is_err()
         );
+    }
+
+    #[test]
+    fn a_table_in_parts_counts_once_complete() {
+        let mut m = Mirror::default();
+        let part = |event: &str, more: bool| RoutingTable {
+            version: 3,
+            routes: vec![route(event, &["x:1"])],
+            more,
+            ..RoutingTable::default()
+        };
+        assert!(!m.apply(part("a", true)).expect("first part"));
+        assert!(!m.has("a", "x:1"), "not before the table is complete");
+        assert!(m.apply(part("b", false)).expect("last part"));
+        assert!(m.has("a", "x:1") && m.has("b", "x:1"));
     }
 }

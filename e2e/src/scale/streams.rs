@@ -195,6 +195,8 @@ pub async fn follow(
                     namespace: ns.clone(),
                     pod: format!("sim-{s}"),
                     deltas,
+                    // As the sidecars ask (whole tables in parts), unless measuring old ones.
+                    parts: deltas,
                 })
                 .await?
                 .into_inner();
@@ -204,11 +206,12 @@ pub async fn follow(
                     .bytes
                     .fetch_add(msg.encoded_len() as u64, Ordering::Relaxed);
                 stats.messages.fetch_add(1, Ordering::Relaxed);
-                if msg.base == 0 {
+                if msg.base == 0 && !msg.more {
                     stats.whole.fetch_add(1, Ordering::Relaxed);
                 }
-                mirror.apply(msg)?;
-                streams.check(s, &mirror);
+                if mirror.apply(msg)? {
+                    streams.check(s, &mirror);
+                }
             }
             anyhow::Ok(())
         }

@@ -73,9 +73,9 @@ pub struct Policy {
 
 /// The averaged load of one event type.
 #[derive(Clone, Debug, PartialEq)]
-pub struct TypeLoad {
+pub struct TypeLoad<'a> {
     /// Event type.
-    pub event: String,
+    pub event: &'a str,
     /// Its target.
     pub target: Target,
     /// Mean over the stable window.
@@ -124,7 +124,7 @@ fn pods_for(value: f64, per_pod: f64) -> u32 {
 /// Decides the pods for `loads` (empty: no reports, hold) when `current` pods are asked for now.
 pub fn decide(
     policy: &Policy,
-    loads: &[TypeLoad],
+    loads: &[TypeLoad<'_>],
     current: u32,
     state: &mut State,
     now_ms: u64,
@@ -322,7 +322,7 @@ mod tests {
                         p.stable_ms,
                     );
                     TypeLoad {
-                        event: (*e).into(),
+                        event: e,
                         target: *t,
                         stable: windows[i].average(now, p.stable_ms).unwrap_or_default(),
                         panic: windows[i].average(now, p.panic_ms).unwrap_or_default(),
@@ -448,7 +448,7 @@ mod tests {
     fn rate_targets_and_reasons() {
         let mut state = State::default();
         let load = TypeLoad {
-            event: "orders.create".into(),
+            event: "orders.create",
             target: Target {
                 metric: Metric::Rate,
                 per_pod: 100.0,
@@ -512,7 +512,7 @@ mod tests {
         assert!(activate(&p, 1, &mut state, 1_500, "orders.create", 3).is_none());
         // No load reported yet: the stabilization window keeps the pod the activation asked for.
         let idle = TypeLoad {
-            event: "orders.create".into(),
+            event: "orders.create",
             target: in_flight(10.0),
             stable: Sample::default(),
             panic: Sample::default(),
@@ -532,13 +532,13 @@ mod tests {
     }
 
     /// A durable type's load as the loop feeds it: its backlog counted as in flight.
-    fn durable(backlog: f64, target: Target) -> TypeLoad {
+    fn durable(backlog: f64, target: Target) -> TypeLoad<'static> {
         let s = Sample {
             in_flight: backlog,
             ..Sample::default()
         };
         TypeLoad {
-            event: "orders.created".into(),
+            event: "orders.created",
             target,
             stable: s,
             panic: s,

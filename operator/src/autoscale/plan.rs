@@ -53,18 +53,39 @@ pub fn groups(manager: &Manager) -> Vec<Vec<String>> {
     }
 }
 
-/// Pods currently asked for the group: the Manager's replicas with `shared`; with `perEventType`
-/// the replicas the autoscaler last recorded for that event type, else the Manager's replicas.
-pub fn current(manager: &Manager, group: &[String]) -> u32 {
+/// Pods currently asked for the group whose first event type is `first`: the Manager's replicas
+/// with `shared`; with `perEventType` the replicas the autoscaler last recorded for that event
+/// type, else the Manager's replicas.
+pub fn current(manager: &Manager, first: Option<&str>) -> u32 {
     let spec = u32::try_from(manager.spec.replicas).unwrap_or(0);
     if manager.spec.scaling.split == Split::Shared {
         return spec;
     }
-    group
-        .first()
+    first
         .and_then(|e| crate::render::manager::recorded_replicas(manager, e))
         .and_then(|n| u32::try_from(n).ok())
         .unwrap_or(spec)
+}
+
+/// The event types of each group of [`groups`], borrowed (the tick's form: nothing allocated).
+pub fn each_group(manager: &Manager) -> impl Iterator<Item = &[switchyard_crds::EventType]> {
+    let events = manager.spec.events.as_slice();
+    let shared = manager.spec.scaling.split == Split::Shared;
+    let (whole, each) = if shared {
+        (Some(events), &[][..])
+    } else {
+        (None, events)
+    };
+    whole
+        .into_iter()
+        .chain(each.chunks(1))
+        .filter(|g| !g.is_empty())
+}
+
+/// Whether `key` (a group's event types joined by ',', as the autoscaler names a group) names
+/// the group `events`.
+pub fn is_group(key: &str, events: &[switchyard_crds::EventType]) -> bool {
+    key.split(',').eq(events.iter().map(|e| e.as_str()))
 }
 
 #[cfg(test)]
@@ -117,8 +138,14 @@ status:
         assert_eq!((t.metric, t.per_pod), (Metric::Rate, 150.5));
         assert!(target(&m.spec.scaling, "nope").is_none());
         assert_eq!(groups(&m).len(), 2);
-        assert_eq!(current(&m, &["orders.create".into()]), 5);
-        assert_eq!(current(&m, &["orders.get".into()]), 2);
+        assert_eq!(current(&m, Some("orders.create")), 5);
+        assert_eq!(current(&m, Some("orders.get")), 2);
+        let each: Vec<Vec<&str>> = each_group(&m)
+            .map(|g| g.iter().map(|e| e.as_str()).collect())
+            .collect();
+        assert_eq!(each, [["orders.create"], ["orders.get"]]);
+        assert!(is_group("orders.get", &m.spec.events[1..]));
+        assert!(!is_group("orders.get", &m.spec.events));
     }
 
     #[test]
@@ -128,6 +155,8 @@ status:
             groups(&m),
             vec![vec!["orders.create".to_owned(), "orders.get".to_owned()]]
         );
-        assert_eq!(current(&m, &["orders.create".into()]), 2);
+        assert_eq!(current(&m, Some("orders.create")), 2);
+        assert_eq!(each_group(&m).count(), 1);
+        assert!(is_group("orders.create,orders.get", &m.spec.events));
     }
 }

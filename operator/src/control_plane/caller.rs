@@ -388,6 +388,7 @@ mod tests {
             router: router.into(),
             pod: pod.into(),
             deltas: false,
+            parts: false,
         }
     }
 

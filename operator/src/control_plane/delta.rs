@@ -7,12 +7,17 @@
 //! Memory is bounded by the table plus [`LOG`] entries of event-type names; nothing is kept per
 //! watcher.
 
+use prost::Message;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 use switchyard_protocol::control::v1::{Route, RoutingTable};
 
 /// Changes remembered for composing deltas; a watcher further behind gets the whole table.
 pub const LOG: usize = 256;
+
+/// Most bytes of routes in one part of a whole table (a part holds at least one route), for
+/// watchers that take whole tables in parts.
+pub const PART_BYTES: usize = 16 * 1024;
 
 /// A route's new value (`Some`) or its removal (`None`), by event type.
 pub type Changes = BTreeMap<String, Option<Route>>;
@@ -98,25 +103,47 @@ impl TableState {
             routes: self.routes.values().map(|r| Route::clone(r)).collect(),
             base: 0,
             removed: Vec::new(),
+            more: false,
+        }
+    }
+
+    /// The whole table as parts to send one after the other (see [`Whole`]).
+    pub fn whole(&self) -> Whole {
+        Whole {
+            version: self.version,
+            router: self.router.clone(),
+            namespace: self.namespace.clone(),
+            routes: self.routes.values().cloned().collect(),
+            next: 0,
         }
     }
 
     /// What a watcher holding version `base` needs (None: a whole table), or nothing when it is up
     /// to date. `deltas` false: always the whole table.
     pub fn since(&self, base: Option<u64>, deltas: bool) -> Option<RoutingTable> {
+        match self.next_for(base, deltas, usize::MAX)? {
+            Next::Delta(d) => Some(d),
+            Next::Whole(w) => Some(w.into_table()),
+        }
+    }
+
+    /// [`TableState::since`] for a watcher that takes whole tables in parts: a whole table comes
+    /// as a [`Whole`] to send part by part, and so does a delta that would be larger than
+    /// `max_delta` bytes (a watcher far behind), so no message is much larger than a part.
+    pub fn next_for(&self, base: Option<u64>, deltas: bool, max_delta: usize) -> Option<Next> {
         let Some(base) = base else {
-            return Some(self.full());
+            return Some(Next::Whole(self.whole()));
         };
         if base == self.version {
             return None;
         }
         if !deltas || base > self.version {
-            return Some(self.full());
+            return Some(Next::Whole(self.whole()));
         }
         // The log must hold every version after `base`.
         let covered = self.log.front().is_some_and(|(v, _)| *v <= base + 1);
         if !covered {
-            return Some(self.full());
+            return Some(Next::Whole(self.whole()));
         }
         let touched: BTreeSet<&String> = self
             .log
@@ -125,7 +152,7 @@ impl TableState {
             .flat_map(|(_, events)| events)
             .collect();
         if touched.len() >= self.routes.len().max(1) {
-            return Some(self.full());
+            return Some(Next::Whole(self.whole()));
         }
         let mut routes = Vec::new();
         let mut removed = Vec::new();
@@ -135,14 +162,77 @@ impl TableState {
                 None => removed.push(event.clone()),
             }
         }
-        Some(RoutingTable {
+        let delta = RoutingTable {
             version: self.version,
             router: self.router.clone(),
             namespace: self.namespace.clone(),
             routes,
             base,
             removed,
-        })
+            more: false,
+        };
+        if delta.encoded_len() > max_delta {
+            return Some(Next::Whole(self.whole()));
+        }
+        Some(Next::Delta(delta))
+    }
+}
+
+/// What a watcher is sent next.
+#[derive(Debug)]
+pub enum Next {
+    /// One message: the routes changed since the watcher's version.
+    Delta(RoutingTable),
+    /// The whole table, as one message or in parts.
+    Whole(Whole),
+}
+
+/// A whole table at one version, handed out in parts. It holds the routes' `Arc`s, not copies:
+/// a part's routes are copied only when it is sent, so a watcher being sent a table holds at most
+/// one part's worth of bytes of its own.
+#[derive(Debug, Clone)]
+pub struct Whole {
+    version: u64,
+    router: String,
+    namespace: String,
+    routes: Vec<Arc<Route>>,
+    next: usize,
+}
+
+impl Whole {
+    /// The version of the table.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// The next part: routes in order while they fit in `max_bytes` (always at least one), with
+    /// `more` set when routes are left. A table without routes is one empty part.
+    pub fn next_part(&mut self, max_bytes: usize) -> RoutingTable {
+        let mut routes = Vec::new();
+        let mut bytes = 0usize;
+        while let Some(r) = self.routes.get(self.next) {
+            let len = r.encoded_len();
+            if !routes.is_empty() && bytes + len > max_bytes {
+                break;
+            }
+            bytes += len;
+            routes.push(Route::clone(r));
+            self.next += 1;
+        }
+        RoutingTable {
+            version: self.version,
+            router: self.router.clone(),
+            namespace: self.namespace.clone(),
+            routes,
+            base: 0,
+            removed: Vec::new(),
+            more: self.next < self.routes.len(),
+        }
+    }
+
+    /// The whole table as one message.
+    pub fn into_table(mut self) -> RoutingTable {
+        self.next_part(usize::MAX)
     }
 }
 
@@ -258,5 +348,67 @@ mod tests {
         let t = s.since(Some(1), true).expect("update");
         assert_eq!(t.base, 0);
         assert_eq!(t.routes.len(), 2);
+    }
+
+    #[test]
+    fn a_whole_table_in_parts_is_the_table_in_order_each_part_bounded() {
+        let ten: Vec<String> = (0..10).map(|i| format!("10.0.1.{i}:7070")).collect();
+        let ten: Vec<&str> = ten.iter().map(String::as_str).collect();
+        let routes = (0..300).map(|i| route(&format!("e{i:03}"), &ten)).collect();
+        let s = TableState::new("edge".into(), "shop".into(), routes);
+        let mut w = s.whole();
+        let mut parts = Vec::new();
+        loop {
+            let p = w.next_part(PART_BYTES);
+            let more = p.more;
+            parts.push(p);
+            if !more {
+                break;
+            }
+        }
+        assert!(parts.len() > 1, "300 routes do not fit one part");
+        for p in &parts {
+            assert_eq!((p.version, p.base), (s.version(), 0));
+            let routes: usize = p.routes.iter().map(|r| r.encoded_len()).sum();
+            assert!(routes <= PART_BYTES, "a part of {routes} bytes");
+        }
+        let joined: Vec<Route> = parts.into_iter().flat_map(|p| p.routes).collect();
+        assert_eq!(joined, s.full().routes);
+    }
+
+    #[test]
+    fn an_empty_table_is_one_empty_part_and_a_big_route_still_goes() {
+        let mut w = state(0).whole();
+        let p = w.next_part(PART_BYTES);
+        assert!(p.routes.is_empty() && !p.more);
+        let mut w = state(2).whole();
+        let p = w.next_part(1);
+        assert_eq!(
+            (p.routes.len(), p.more),
+            (1, true),
+            "one route per part at least"
+        );
+    }
+
+    #[test]
+    fn a_delta_larger_than_asked_becomes_a_whole_table() {
+        let mut s = state(300);
+        let ten: Vec<String> = (0..10).map(|i| format!("10.0.1.{i}:7070")).collect();
+        let ten: Vec<&str> = ten.iter().map(String::as_str).collect();
+        for i in 0..200 {
+            s.apply(set(&format!("e{i:03}"), &ten));
+        }
+        assert!(matches!(
+            s.next_for(Some(1), true, usize::MAX),
+            Some(Next::Delta(_))
+        ));
+        assert!(matches!(
+            s.next_for(Some(1), true, PART_BYTES),
+            Some(Next::Whole(_))
+        ));
+        assert!(matches!(
+            s.next_for(Some(s.version() - 1), true, PART_BYTES),
+            Some(Next::Delta(_))
+        ));
     }
 }

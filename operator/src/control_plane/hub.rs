@@ -3,7 +3,7 @@
 //! message when its stream is polled, so a slow one holds no backlog: it skips to the latest state
 //! (one merged delta, or the whole table when too far behind). Nothing is queued per watcher.
 
-use super::delta::{Changes, TableState};
+use super::delta::{Changes, Next, PART_BYTES, TableState, Whole};
 use super::table::RouterKey;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -122,8 +122,14 @@ impl Hub {
         self.synced.load(Ordering::Acquire)
     }
 
-    /// A watcher of the Router's table; `deltas` false sends whole tables only.
-    pub fn subscribe(&self, key: &RouterKey, deltas: bool) -> Result<Subscription, SubscribeError> {
+    /// A watcher of the Router's table; `deltas` false sends whole tables only, `parts` true sends
+    /// whole tables in parts of about [`PART_BYTES`].
+    pub fn subscribe(
+        &self,
+        key: &RouterKey,
+        deltas: bool,
+        parts: bool,
+    ) -> Result<Subscription, SubscribeError> {
         if self.closed.load(Ordering::Acquire) {
             return Err(SubscribeError::Closed);
         }
@@ -140,6 +146,8 @@ impl Hub {
             rx: ch.tx.subscribe(),
             sent: None,
             deltas,
+            parts,
+            sending: None,
         })
     }
 
@@ -150,12 +158,15 @@ impl Hub {
     }
 }
 
-/// One watcher: what it was sent last, and the signal of new versions.
+/// One watcher: what it was sent last, the whole table it is being sent part by part, and the
+/// signal of new versions.
 pub struct Subscription {
     state: State,
     rx: watch::Receiver<u64>,
     sent: Option<u64>,
     deltas: bool,
+    parts: bool,
+    sending: Option<Whole>,
 }
 
 impl Subscription {
@@ -163,11 +174,7 @@ impl Subscription {
     /// from the state as it is now. None once the Router is gone or the hub closed.
     pub async fn next(&mut self) -> Option<RoutingTable> {
         loop {
-            // Marked seen before reading, so a change landing in between wakes the next wait.
-            self.rx.borrow_and_update();
-            let message = lock(&self.state).since(self.sent, self.deltas);
-            if let Some(m) = message {
-                self.sent = Some(m.version);
+            if let Some(m) = self.ready() {
                 return Some(m);
             }
             self.rx.changed().await.ok()?;
@@ -176,10 +183,33 @@ impl Subscription {
 
     /// The message that would be sent now, without waiting (None: up to date).
     pub fn ready(&mut self) -> Option<RoutingTable> {
+        if let Some(whole) = self.sending.as_mut() {
+            let part = whole.next_part(PART_BYTES);
+            if !part.more {
+                self.sending = None;
+            }
+            return Some(part);
+        }
+        // Marked seen before reading, so a change landing in between wakes the next wait.
         self.rx.borrow_and_update();
-        let message = lock(&self.state).since(self.sent, self.deltas)?;
-        self.sent = Some(message.version);
-        Some(message)
+        if !self.parts {
+            let message = lock(&self.state).since(self.sent, self.deltas)?;
+            self.sent = Some(message.version);
+            return Some(message);
+        }
+        let next = lock(&self.state).next_for(self.sent, self.deltas, PART_BYTES)?;
+        match next {
+            Next::Delta(d) => {
+                self.sent = Some(d.version);
+                Some(d)
+            }
+            Next::Whole(whole) => {
+                // The parts carry this version; what changes meanwhile follows as a delta.
+                self.sent = Some(whole.version());
+                self.sending = Some(whole);
+                self.ready()
+            }
+        }
     }
 }
 
@@ -212,12 +242,12 @@ mod tests {
     fn refuses_before_sync_and_for_unknown_routers() {
         let hub = Hub::default();
         assert_eq!(
-            hub.subscribe(&key("edge"), true).err(),
+            hub.subscribe(&key("edge"), true, false).err(),
             Some(SubscribeError::NotSynced)
         );
         hub.mark_synced();
         assert!(matches!(
-            hub.subscribe(&key("edge"), true),
+            hub.subscribe(&key("edge"), true, false),
             Err(SubscribeError::NotFound { .. })
         ));
     }
@@ -230,7 +260,9 @@ mod tests {
             routes(&[("a.b", &["10.0.0.1:7070"]), ("c.d", &[])]),
         ));
         hub.mark_synced();
-        let mut sub = hub.subscribe(&key("edge"), true).expect("subscribed");
+        let mut sub = hub
+            .subscribe(&key("edge"), true, false)
+            .expect("subscribed");
         let first = sub.next().await.expect("first");
         assert_eq!((first.version, first.base, first.routes.len()), (1, 0, 2));
         assert!(sub.ready().is_none());
@@ -252,6 +284,41 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_watcher_taking_parts_gets_the_whole_table_in_parts_then_what_changed_meanwhile() {
+        let hub = Hub::default();
+        let ten: Vec<String> = (0..10).map(|i| format!("10.0.0.{i}:7070")).collect();
+        let ten: Vec<&str> = ten.iter().map(String::as_str).collect();
+        let events: Vec<String> = (0..200).map(|i| format!("e{i:03}")).collect();
+        let all: Vec<(&str, &[&str])> = events.iter().map(|e| (e.as_str(), &ten[..])).collect();
+        hub.publish(one("edge", routes(&all)));
+        hub.mark_synced();
+        let mut sub = hub.subscribe(&key("edge"), true, true).expect("subscribed");
+        let first = sub.next().await.expect("first part");
+        assert!(
+            first.more,
+            "200 routes of 10 endpoints take more than one part"
+        );
+        // A change while the parts go out: the parts stay at version 1, the change follows.
+        hub.publish(one("edge", routes(&[("e000", &["10.0.9.9:7070"])])));
+        let mut got = first.routes.len();
+        loop {
+            let p = sub.ready().expect("the next part, without waiting");
+            assert_eq!((p.version, p.base), (1, 0));
+            got += p.routes.len();
+            if !p.more {
+                break;
+            }
+        }
+        assert_eq!(got, 200);
+        let d = sub.next().await.expect("the change after the table");
+        assert_eq!(
+            (d.version, d.base, d.routes.len(), d.more),
+            (2, 1, 1, false)
+        );
+        assert!(sub.ready().is_none());
+    }
+
+    #[tokio::test]
     async fn a_slow_watcher_skips_to_the_latest_state() {
         let hub = Hub::default();
         hub.publish(one(
@@ -259,7 +326,9 @@ mod tests {
             routes(&[("a.b", &[]), ("c.d", &[]), ("e.f", &[])]),
         ));
         hub.mark_synced();
-        let mut sub = hub.subscribe(&key("edge"), true).expect("subscribed");
+        let mut sub = hub
+            .subscribe(&key("edge"), true, false)
+            .expect("subscribed");
         sub.next().await.expect("first");
         for i in 1..=50 {
             let addr = format!("10.0.0.{i}:7070");
@@ -277,7 +346,9 @@ mod tests {
         let hub = Hub::default();
         hub.publish(one("edge", routes(&[("a.b", &[]), ("c.d", &[])])));
         hub.mark_synced();
-        let mut sub = hub.subscribe(&key("edge"), false).expect("subscribed");
+        let mut sub = hub
+            .subscribe(&key("edge"), false, false)
+            .expect("subscribed");
         sub.next().await.expect("first");
         hub.publish(one("edge", routes(&[("a.b", &["10.0.0.1:7070"])])));
         let t = sub.next().await.expect("table");
@@ -290,8 +361,8 @@ mod tests {
         hub.publish(one("edge", routes(&[])));
         hub.publish(one("admin", routes(&[])));
         hub.mark_synced();
-        let mut edge = hub.subscribe(&key("edge"), true).expect("edge");
-        let mut admin = hub.subscribe(&key("admin"), true).expect("admin");
+        let mut edge = hub.subscribe(&key("edge"), true, false).expect("edge");
+        let mut admin = hub.subscribe(&key("admin"), true, false).expect("admin");
         edge.next().await.expect("first");
         admin.next().await.expect("first");
         hub.publish(one("edge", RouterChange::Removed));
@@ -299,7 +370,7 @@ mod tests {
         hub.close();
         assert!(admin.next().await.is_none());
         assert_eq!(
-            hub.subscribe(&key("admin"), true).err(),
+            hub.subscribe(&key("admin"), true, false).err(),
             Some(SubscribeError::Closed)
         );
     }

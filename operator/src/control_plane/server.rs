@@ -120,13 +120,16 @@ impl ControlPlane for Service {
             namespace: required(&req.namespace, "namespace")?,
             name: required(&req.router, "router")?,
         };
-        let sub = self.hub.subscribe(&key, req.deltas).map_err(|e| match e {
-            SubscribeError::NotFound { .. } => Status::not_found(e.to_string()),
-            SubscribeError::NotSynced | SubscribeError::Closed => {
-                Status::unavailable(e.to_string())
-            }
-        })?;
-        tracing::info!(router = %key.name, namespace = %key.namespace, pod = %req.pod, deltas = req.deltas, "routing-table subscriber");
+        let sub = self
+            .hub
+            .subscribe(&key, req.deltas, req.parts)
+            .map_err(|e| match e {
+                SubscribeError::NotFound { .. } => Status::not_found(e.to_string()),
+                SubscribeError::NotSynced | SubscribeError::Closed => {
+                    Status::unavailable(e.to_string())
+                }
+            })?;
+        tracing::info!(router = %key.name, namespace = %key.namespace, pod = %req.pod, deltas = req.deltas, parts = req.parts, "routing-table subscriber");
         let guard = Subscriber::new(self.metrics.clone());
         // Pulled: the next message is built only when the transport wants one, from the state as it
         // is then, so a slow stream skips to the latest instead of queueing.
@@ -191,10 +194,11 @@ impl ControlPlane for Service {
                         last = Some((report.namespace.clone(), report.pod.clone()));
                     }
                     if !self.loads.record(report) {
-                        break Err(Status::resource_exhausted(format!(
-                            "load reports of more than {} pods are held; retry later",
-                            super::load::MAX_PODS
-                        )));
+                        // The book is full and this pod is new: its report is dropped and
+                        // counted, not the stream, which may carry other pods' reports too
+                        // (a forwarding replica's does).
+                        self.metrics.control_plane_refused("load_book_full");
+                        continue;
                     }
                 }
                 Ok(None) => break Ok(()),

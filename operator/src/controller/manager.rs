@@ -1,7 +1,9 @@
 //! Manager controller: Manager → Deployment(s) with the native sidecar, Service and rendered config.
 
+use super::applied::{self, Applied};
 use super::events;
-use crate::apply::{apply, prune};
+use super::owned::Owned;
+use crate::apply::{apply, delete, prune};
 use crate::conditions::{self, Problem, Rollout};
 use crate::context::Context;
 use crate::render::{self, meta};
@@ -11,18 +13,26 @@ use crate::{Error, Result};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
-use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
 use kube::{Resource, ResourceExt};
 use std::future::Future;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
 use switchyard_crds::status::{EventTypeStatus, ManagerStatus};
 use switchyard_crds::{Manager, Router};
 
 const NAME: &str = "manager";
+
+/// What a Manager reconcile reads besides the Manager: the caches of its children and Routers, and
+/// what this replica applied last.
+struct Shared {
+    ctx: Arc<Context>,
+    owned: Owned,
+    applied: Mutex<Applied>,
+}
 
 /// Runs the Manager controller of `target` until `shutdown` resolves.
 pub async fn run(
@@ -36,24 +46,32 @@ pub async fn run(
         watcher::Config::default(),
     );
     let managers = controller.store();
-    let stream = super::owns_children(controller, target, &client)
+    let (owned, triggers) = Owned::start(&client, target, super::owned_children());
+    let stream = controller
+        .owns_stream(triggers.deployments)
+        .owns_stream(triggers.services)
+        .owns_stream(triggers.config_maps)
         // A Router appearing or going away changes the RouterNotFound condition of its Managers.
-        .watches(
-            target.api::<Router>(client),
-            watcher::Config::default(),
-            move |r: Router| {
-                let ns = r.namespace();
-                let name = r.name_any();
-                managers
-                    .state()
-                    .into_iter()
-                    .filter(|m| m.namespace() == ns && m.spec.router_ref.name == name)
-                    .map(|m| ObjectRef::from_obj(&*m))
-                    .collect::<Vec<_>>()
-            },
-        )
+        .watches_stream(triggers.routers, move |r: Router| {
+            let ns = r.namespace();
+            let name = r.name_any();
+            managers
+                .state()
+                .into_iter()
+                .filter(|m| m.namespace() == ns && m.spec.router_ref.name == name)
+                .map(|m| ObjectRef::from_obj(&*m))
+                .collect::<Vec<_>>()
+        })
         .graceful_shutdown_on(shutdown.clone())
-        .run(reconcile, error_policy, ctx);
+        .run(
+            reconcile,
+            error_policy,
+            Arc::new(Shared {
+                ctx,
+                owned,
+                applied: Mutex::default(),
+            }),
+        );
     super::drain(stream, NAME, shutdown).await;
 }
 
@@ -68,11 +86,12 @@ pub async fn run(
         error.type = tracing::field::Empty,
     )
 )]
-async fn reconcile(manager: Arc<Manager>, ctx: Arc<Context>) -> Result<Action> {
-    super::timed(&ctx, NAME, reconcile_inner(&manager, &ctx)).await
+async fn reconcile(manager: Arc<Manager>, shared: Arc<Shared>) -> Result<Action> {
+    super::timed(&shared.ctx, NAME, reconcile_inner(&manager, &shared)).await
 }
 
-async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
+async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
+    let ctx = &*shared.ctx;
     let ns = manager
         .namespace()
         .ok_or(Error::MissingMetadata("namespace"))?;
@@ -81,13 +100,11 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
 
     // observe
     let router_name = &manager.spec.router_ref.name;
-    let router = Api::<Router>::namespaced(ctx.client.clone(), &ns)
-        .get_opt(router_name)
+    let router = shared
+        .owned
+        .router(&ns, router_name)
         .await
-        .map_err(|source| Error::Observe {
-            what: format!("router {ns}/{router_name}"),
-            source,
-        })?;
+        .map_err(|()| Error::CacheClosed("routers"))?;
 
     // validate
     let errors = validate::manager::validate(&name, &manager.spec);
@@ -116,12 +133,22 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
     let mut applied = String::new();
     if !problem.as_ref().is_some_and(|p| p.blocks_apply) {
         let children = render::manager::build(manager, router.as_ref(), &ctx.render)?;
-        apply(&ctx.client, &children.config_map).await?;
-        apply(&ctx.client, &children.service).await?;
+        let owned = &shared.owned;
+        let cm_name = render::manager::config_map_name(&name);
+        let cm_live = owned.config_map_version(&ns, &cm_name);
+        shared
+            .apply_child(&children.config_map, cm_live.as_deref(), Watched::Yes)
+            .await?;
+        let svc_name = render::manager::service_name(&name);
+        let svc_live = owned.service_version(&ns, &svc_name);
+        shared
+            .apply_child(&children.service, svc_live.as_deref(), Watched::Yes)
+            .await?;
         let selector = meta::selector_string(&meta::selector(meta::MANAGER, &name));
         match &children.network_policy {
             Some(np) => {
-                apply(&ctx.client, np).await?;
+                // Not watched: judged by content and age alone.
+                shared.apply_child(np, None, Watched::No).await?;
             }
             // Turned off on the Router: the one made before goes.
             None => {
@@ -131,9 +158,21 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
         let mut rollouts = Vec::new();
         let mut names = Vec::new();
         for d in &children.deployments {
-            let stored = apply(&ctx.client, d).await?;
+            let dep_name = d.name_any();
+            let cached = owned.deployment(&ns, &dep_name);
+            let live = cached
+                .as_ref()
+                .and_then(|c| c.metadata.generation)
+                .map(|g| g.to_string());
+            let stored = match shared
+                .apply_child(d, live.as_deref(), Watched::ByGeneration)
+                .await?
+            {
+                Some(stored) => Arc::new(stored),
+                // Skipped only when the cache holds it.
+                None => cached.ok_or(Error::CacheClosed("deployments"))?,
+            };
             let r = Rollout::of(&stored);
-            let dep_name = stored.name_any();
             // Which event types this Deployment serves: all with `shared`, its own with `perEventType`.
             let served = served_event_types(manager, &stored);
             for e in served {
@@ -148,7 +187,7 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
             rollouts.push(r);
             names.push(dep_name);
         }
-        let pruned = prune::<Deployment>(&ctx.client, &ns, &selector, &uid, &names).await?;
+        let pruned = shared.prune_deployments(&ns, &uid, &names).await?;
         if !pruned.is_empty() {
             let note = format!(
                 "deleted Deployments no longer wanted: {}",
@@ -225,6 +264,83 @@ async fn reconcile_inner(manager: &Manager, ctx: &Context) -> Result<Action> {
     Ok(super::resync())
 }
 
+/// How a child's live version is read from its watch, to tell whether it changed since our apply.
+#[derive(Clone, Copy)]
+enum Watched {
+    /// By `resourceVersion` (ConfigMaps, Services: nothing else writes them).
+    Yes,
+    /// By `generation` (Deployments, whose status moves their `resourceVersion` all the time).
+    ByGeneration,
+    /// Not watched: judged by content and age alone.
+    No,
+}
+
+impl Shared {
+    fn applied(&self) -> std::sync::MutexGuard<'_, Applied> {
+        self.applied.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Server-side applies `obj` unless this replica applied the same object to the same live
+    /// version lately (see [`applied`]); `live` is the child's version as its watch sees it.
+    /// Returns the stored object, or `None` when nothing was sent.
+    async fn apply_child<K>(&self, obj: &K, live: Option<&str>, how: Watched) -> Result<Option<K>>
+    where
+        K: Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+            + Clone
+            + serde::de::DeserializeOwned
+            + serde::Serialize
+            + std::fmt::Debug,
+    {
+        let bytes = serde_json::to_vec(obj).map_err(|e| Error::Render {
+            what: format!("{} {}", K::kind(&()), obj.name_any()),
+            message: e.to_string(),
+        })?;
+        let hash = applied::fingerprint(&bytes);
+        let key = (
+            K::kind(&()).into_owned(),
+            obj.namespace().unwrap_or_default(),
+            obj.name_any(),
+        );
+        let watched = !matches!(how, Watched::No);
+        if !self
+            .applied()
+            .needs_apply(&key, hash, live, watched, Instant::now())
+        {
+            self.ctx.metrics.apply_skipped(NAME);
+            return Ok(None);
+        }
+        match apply(&self.ctx.client, obj).await {
+            Ok(stored) => {
+                let version = match how {
+                    Watched::Yes => stored.meta().resource_version.clone(),
+                    Watched::ByGeneration => stored.meta().generation.map(|g| g.to_string()),
+                    Watched::No => None,
+                };
+                self.applied().record(key, hash, version, Instant::now());
+                Ok(Some(stored))
+            }
+            Err(e) => {
+                self.applied().forget(&key);
+                Err(e)
+            }
+        }
+    }
+
+    /// Deletes the Deployments of the Manager with `uid` that are not named in `keep`, as the
+    /// cache sees them: one the cache has not seen yet triggers a reconcile once it does.
+    async fn prune_deployments(&self, ns: &str, uid: &str, keep: &[String]) -> Result<Vec<String>> {
+        let mut deleted = Vec::new();
+        for d in self.owned.deployments_of(uid) {
+            let name = d.name_any();
+            if d.namespace().as_deref() == Some(ns) && !keep.contains(&name) {
+                delete::<Deployment>(&self.ctx.client, ns, &name).await?;
+                deleted.push(name);
+            }
+        }
+        Ok(deleted)
+    }
+}
+
 /// Event types a stored Deployment of `manager` serves.
 fn served_event_types(manager: &Manager, deployment: &Deployment) -> Vec<String> {
     let label = deployment.labels().get(meta::EVENT_TYPE);
@@ -264,6 +380,6 @@ fn controller_view(s: &ManagerStatus) -> ManagerStatus {
     }
 }
 
-fn error_policy(manager: Arc<Manager>, err: &Error, ctx: Arc<Context>) -> Action {
-    super::error_policy(NAME, &*manager, err, ctx)
+fn error_policy(manager: Arc<Manager>, err: &Error, shared: Arc<Shared>) -> Action {
+    super::error_policy(NAME, &*manager, err, shared.ctx.clone())
 }

@@ -1,10 +1,13 @@
 //! The controllers: one per custom resource, run together while this replica leads. What both share
 //! (owned-object watch config, timing, error policy, status writes) lives here.
 
+mod applied;
 pub mod events;
 pub mod manager;
 mod manager_cache;
+mod owned;
 pub mod router;
+mod spec_changes;
 
 use crate::context::Context;
 use crate::scope::Target;

@@ -2,6 +2,7 @@
 
 use super::events;
 use super::manager_cache::ManagerCache;
+use super::spec_changes::SpecChanges;
 use crate::apply::{apply, prune};
 use crate::conditions::{self, Problem, Rollout};
 use crate::context::Context;
@@ -13,7 +14,7 @@ use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -46,18 +47,32 @@ pub(super) async fn run(
         target,
         &client,
     )
-    // A Manager's event types are part of its Router's rendered config.
-    .watches(
-        target.api::<Manager>(client),
-        watcher::Config::default(),
-        |m: Manager| {
-            m.namespace()
-                .map(|ns| ObjectRef::<Router>::new(&m.spec.router_ref.name).within(&ns))
-        },
-    )
+    // A Manager's event types are part of its Router's rendered config; its status is not.
+    .watches_stream(manager_spec_changes(target, client), |m: Manager| {
+        m.namespace()
+            .map(|ns| ObjectRef::<Router>::new(&m.spec.router_ref.name).within(&ns))
+    })
     .graceful_shutdown_on(shutdown.clone())
     .run(reconcile, error_policy, Arc::new(Shared { ctx, managers }));
     super::drain(stream, NAME, shutdown).await;
+}
+
+/// The Managers of `target` whose spec changed, appeared or went (see [`SpecChanges`]).
+fn manager_spec_changes(
+    target: &Target,
+    client: kube::Client,
+) -> impl futures::Stream<Item = Result<Manager, watcher::Error>> + Send + 'static {
+    use futures::StreamExt;
+    let mut changes = SpecChanges::default();
+    watcher(target.api::<Manager>(client), watcher::Config::default())
+        .default_backoff()
+        .flat_map(move |ev| {
+            let out: Vec<Result<Manager, watcher::Error>> = match ev {
+                Ok(e) => changes.admit(e).into_iter().map(Ok).collect(),
+                Err(e) => vec![Err(e)],
+            };
+            futures::stream::iter(out)
+        })
 }
 
 /// One reconcile, a span of its own (exported when the operator's tracing is on).

@@ -14,7 +14,7 @@ use switchyard_protocol::control::v1::control_plane_client::ControlPlaneClient;
 use tonic::transport::Channel;
 
 /// Largest routing table accepted (thousands of endpoints fit easily).
-const MAX_TABLE: usize = 8 << 20;
+const MAX_TABLE: usize = table::MAX_TABLE;
 
 /// Follows the control plane `cp` for `upstream` forever (the task is dropped at shutdown).
 pub(crate) async fn run(cp: ControlPlane, upstream: Arc<Upstream>, pod: String) {
@@ -57,6 +57,7 @@ async fn watch(
         namespace: namespace.to_owned(),
         pod: pod.to_owned(),
         deltas: true,
+        parts: true,
     };
     let mut stream = match client.watch_routes(request).await {
         Ok(r) => r.into_inner(),
@@ -68,7 +69,9 @@ async fn watch(
     loop {
         match stream.message().await {
             Ok(Some(msg)) => match held.apply(msg) {
-                Ok(table) => upstream.apply(&table),
+                Ok(Some(table)) => upstream.apply(&table),
+                // More parts of a whole table to come: routing keeps the table it has.
+                Ok(None) => {}
                 Err(gap) => return gap.to_string(),
             },
             Ok(None) => return "the operator closed the stream".into(),

@@ -7,54 +7,115 @@ use std::net::SocketAddr;
 use switchyard_protocol::control::v1::{Route, RoutingTable};
 use switchyard_protocol::durable::DurableRoute;
 
-/// The table as the stream has built it so far: deltas apply to it.
+/// The table as the stream has built it so far: deltas apply to it. A whole table sent in parts
+/// (`more`) is assembled apart and replaces the held one only once complete, so routing never
+/// sees half a table.
 #[derive(Debug, Default)]
 pub struct Held {
     version: u64,
     router: String,
     namespace: String,
     routes: BTreeMap<String, Route>,
+    /// The parts of a whole table received so far: its version, routes and encoded bytes.
+    assembling: Option<(u64, BTreeMap<String, Route>, usize)>,
 }
 
-/// A delta that does not follow what is held: something was missed, and only a resubscription
+/// Most encoded bytes of one whole table, whether it comes as one message or in parts (a stream
+/// that keeps sending parts cannot grow the sidecar without bound).
+pub const MAX_TABLE: usize = 8 << 20;
+
+/// A message that does not follow what is held: something was missed, and only a resubscription
 /// (which starts with a whole table) can repair it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("a delta from version {base} arrived while holding version {held}; resubscribing")]
-pub struct Gap {
-    /// Version held.
-    pub held: u64,
-    /// Version the delta applies to.
-    pub base: u64,
+pub enum Gap {
+    /// A delta against another version than the one held.
+    #[error("a delta from version {base} arrived while holding version {held}; resubscribing")]
+    Delta {
+        /// Version held.
+        held: u64,
+        /// Version the delta applies to.
+        base: u64,
+    },
+    /// A part of another table, or a delta, while a table's parts were still coming.
+    #[error(
+        "a message of version {got} (base {base}) arrived while the parts of whole table version {assembling} were still coming; resubscribing"
+    )]
+    Parts {
+        /// Version being assembled.
+        assembling: u64,
+        /// Version of the message that arrived.
+        got: u64,
+        /// Its base.
+        base: u64,
+    },
+    /// The parts of one table add up to more than [`MAX_TABLE`].
+    #[error("a whole table sent in parts passed {MAX_TABLE} bytes; resubscribing")]
+    TooLarge,
 }
 
 impl Held {
-    /// Applies one message of the stream and returns the whole table as of it.
-    pub fn apply(&mut self, msg: RoutingTable) -> Result<RoutingTable, Gap> {
-        if msg.base == 0 {
-            self.routes.clear();
-        } else if msg.base != self.version || self.version == 0 {
-            return Err(Gap {
-                held: self.version,
+    /// Applies one message of the stream and returns the whole table as of it, or `None` while a
+    /// whole table's parts are still coming.
+    pub fn apply(&mut self, msg: RoutingTable) -> Result<Option<RoutingTable>, Gap> {
+        if let Some((version, _, _)) = &self.assembling
+            && (msg.base != 0 || msg.version != *version)
+        {
+            return Err(Gap::Parts {
+                assembling: *version,
+                got: msg.version,
                 base: msg.base,
             });
         }
-        for event in &msg.removed {
-            self.routes.remove(event);
-        }
-        for route in msg.routes {
-            self.routes.insert(route.event_type.clone(), route);
+        if msg.base == 0 && (msg.more || self.assembling.is_some()) {
+            let len = prost::Message::encoded_len(&msg);
+            let (_, routes, bytes) = self
+                .assembling
+                .get_or_insert_with(|| (msg.version, BTreeMap::new(), 0));
+            *bytes += len;
+            if *bytes > MAX_TABLE {
+                self.assembling = None;
+                return Err(Gap::TooLarge);
+            }
+            for route in msg.routes {
+                routes.insert(route.event_type.clone(), route);
+            }
+            if msg.more {
+                return Ok(None);
+            }
+            let (_, routes, _) = self.assembling.take().unwrap_or_default();
+            self.routes = routes;
+        } else if msg.base == 0 {
+            self.routes.clear();
+            self.take_routes(msg.routes);
+        } else if msg.base != self.version || self.version == 0 {
+            return Err(Gap::Delta {
+                held: self.version,
+                base: msg.base,
+            });
+        } else {
+            for event in &msg.removed {
+                self.routes.remove(event);
+            }
+            self.take_routes(msg.routes);
         }
         self.version = msg.version;
         self.router = msg.router;
         self.namespace = msg.namespace;
-        Ok(RoutingTable {
+        Ok(Some(RoutingTable {
             version: self.version,
             router: self.router.clone(),
             namespace: self.namespace.clone(),
             routes: self.routes.values().cloned().collect(),
             base: 0,
             removed: Vec::new(),
-        })
+            more: false,
+        }))
+    }
+
+    fn take_routes(&mut self, routes: Vec<Route>) {
+        for route in routes {
+            self.routes.insert(route.event_type.clone(), route);
+        }
     }
 }
 
@@ -197,7 +258,8 @@ mod tests {
                 route("a.b", "m", &["10.0.0.1:7070"]),
                 route("c.d", "m", &[]),
             ]))
-            .expect("whole table");
+            .expect("whole table")
+            .expect("complete");
         assert_eq!(first.routes.len(), 2);
         let t = held
             .apply(delta(
@@ -209,14 +271,15 @@ mod tests {
                 ],
                 &["c.d"],
             ))
-            .expect("delta");
+            .expect("delta")
+            .expect("complete");
         assert_eq!(t.version, 2);
         let events: Vec<&str> = t.routes.iter().map(|r| r.event_type.as_str()).collect();
         assert_eq!(events, ["a.b", "e.f"], "sorted, c.d removed");
         assert_eq!(t.routes[0].endpoints.len(), 2);
         assert_eq!(
             held.apply(delta(5, 6, vec![], &[])),
-            Err(Gap { held: 2, base: 5 })
+            Err(Gap::Delta { held: 2, base: 5 })
         );
         // A whole table replaces everything, whatever was held.
         let t = held
@@ -224,9 +287,85 @@ mod tests {
                 version: 9,
                 ..table(vec![])
             })
-            .expect("resync");
+            .expect("resync")
+            .expect("complete");
         assert!(t.routes.is_empty());
         assert_eq!(t.version, 9);
+    }
+
+    #[test]
+    fn a_table_in_parts_replaces_the_held_one_only_when_complete() {
+        let mut held = Held::default();
+        held.apply(table(vec![route("old", "m", &[])]))
+            .expect("whole")
+            .expect("complete");
+        let part = |version: u64, event: &str, more: bool| RoutingTable {
+            version,
+            more,
+            ..table(vec![route(event, "m", &["10.0.0.1:7070"])])
+        };
+        assert_eq!(held.apply(part(4, "a.b", true)), Ok(None), "first part");
+        assert_eq!(held.apply(part(4, "c.d", true)), Ok(None), "second part");
+        let t = held
+            .apply(part(4, "e.f", false))
+            .expect("last part")
+            .expect("complete");
+        let events: Vec<&str> = t.routes.iter().map(|r| r.event_type.as_str()).collect();
+        assert_eq!((t.version, events), (4, vec!["a.b", "c.d", "e.f"]));
+        // Deltas apply to the assembled table.
+        let t = held
+            .apply(delta(4, 5, vec![], &["c.d"]))
+            .expect("delta")
+            .expect("complete");
+        assert_eq!(t.routes.len(), 2);
+    }
+
+    #[test]
+    fn a_message_out_of_place_among_parts_is_a_gap() {
+        let part = |version: u64, more: bool| RoutingTable {
+            version,
+            more,
+            ..table(vec![route("a.b", "m", &[])])
+        };
+        let mut held = Held::default();
+        held.apply(part(3, true)).expect("first part");
+        assert_eq!(
+            held.apply(part(4, false)),
+            Err(Gap::Parts {
+                assembling: 3,
+                got: 4,
+                base: 0
+            })
+        );
+        let mut held = Held::default();
+        held.apply(part(3, true)).expect("first part");
+        assert!(matches!(
+            held.apply(delta(3, 4, vec![], &[])),
+            Err(Gap::Parts { .. })
+        ));
+    }
+
+    #[test]
+    fn parts_past_the_table_limit_are_refused() {
+        let mut held = Held::default();
+        let big = "x".repeat(1 << 20);
+        let mut refused = false;
+        for _ in 0..10 {
+            let msg = RoutingTable {
+                version: 1,
+                more: true,
+                ..table(vec![route(&big, "m", &[])])
+            };
+            match held.apply(msg) {
+                Ok(None) => {}
+                Err(Gap::TooLarge) => {
+                    refused = true;
+                    break;
+                }
+                other => panic!("unexpected {other:?}"),
+            }
+        }
+        assert!(refused, "8 MiB of parts must be refused");
     }
 
     #[test]

@@ -1,0 +1,425 @@
+//! What the autoscaler remembers between ticks and what one tick decides (pure: the Managers, the
+//! samples and the time are passed in; the shell in `mod.rs` writes what this returns).
+//!
+//! A tick visits every scaled Manager (1,000 at the scale benchmark's size, with 10,000 reports a
+//! second behind the samples), so it is kept allocation-light: the state is nested by namespace,
+//! Manager and group and looked up by `&str` (no key is built per visit), the samples are keyed by
+//! slices of the reports, a group's loads go into one reused buffer, and a status patch is only
+//! built when the figures it carries moved.
+
+use super::decide::{self, Decision, Policy, State, TypeLoad};
+use super::observe;
+use super::plan;
+use super::window::{Sample, Window};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use switchyard_crds::{EventType, Manager};
+
+/// Load figures in status are refreshed this often when nothing else changes.
+pub const STATUS_EVERY: Duration = Duration::from_secs(5);
+/// How long a written replica count is trusted over a cache that has not caught up yet, ms.
+const WRITE_SETTLE_MS: u64 = 10_000;
+
+/// Backlogs read from JetStream, by (namespace, Manager, event type).
+pub type Backlog = HashMap<crate::backlog::Key, u64>;
+
+/// One group (event types scaled together) of one Manager.
+#[derive(Default)]
+struct Group {
+    /// The group's event types joined by ',' (its name in Events and spans).
+    key: String,
+    state: State,
+    /// Replicas last written, and when (ms).
+    asked: Option<(u32, u64)>,
+    /// Replicas the latest decision wanted.
+    desired: u32,
+    /// The tick that last visited the group: groups the spec no longer has are dropped.
+    seen: u64,
+}
+
+/// One scaled Manager.
+#[derive(Default)]
+struct Tracked {
+    /// The tick that last visited it: Managers deleted or no longer scaled are dropped (and start
+    /// afresh if they come back).
+    seen: u64,
+    /// Per event type.
+    windows: HashMap<String, Window>,
+    groups: Vec<Group>,
+    /// The autoscaler's figures last written into the Manager's status, and when: unchanged ones
+    /// are not written again.
+    last_status: Option<(Instant, Figures)>,
+}
+
+/// The autoscaler-owned figures of one status patch: desired replicas, and per event type desired
+/// replicas, rate, in flight, p99 and backlog.
+#[derive(Clone, Debug, Default, PartialEq)]
+struct Figures {
+    total: Option<u32>,
+    events: Vec<EventFigures>,
+}
+
+/// One event type's figures: its name, desired replicas, rounded (rate, in flight, p99) and backlog.
+type EventFigures = (String, Option<u32>, Option<[f64; 3]>, Option<u64>);
+
+/// A replica change one tick decided, for the shell to write.
+pub struct Change {
+    /// The Manager.
+    pub manager: Arc<Manager>,
+    /// Its namespace.
+    pub namespace: String,
+    /// The group's event types, joined by ','.
+    pub group: String,
+    /// Pods asked for now.
+    pub current: u32,
+    /// What is wanted.
+    pub decision: Decision,
+}
+
+/// Everything remembered between ticks.
+#[derive(Default)]
+pub struct Scaler {
+    /// By namespace, then Manager name.
+    managers: HashMap<String, HashMap<String, Tracked>>,
+    /// Ticks so far (the `seen` marks).
+    tick: u64,
+}
+
+impl Scaler {
+    /// One tick's decisions over `managers` (the scaled ones among them): every group's window
+    /// gets this tick's sample and a decision; returns the groups whose replicas change, for the
+    /// shell to write ([`Scaler::written`] then records each write that went through).
+    pub fn decide<'m>(
+        &mut self,
+        managers: &'m [Arc<Manager>],
+        samples: &HashMap<observe::Key<'_>, Sample>,
+        backlog: &Backlog,
+        now_ms: u64,
+    ) -> Vec<Change> {
+        self.tick += 1;
+        let tick = self.tick;
+        let mut changes = Vec::new();
+        // One buffer for every group's loads (they borrow the event names from `managers`).
+        let mut loads: Vec<TypeLoad<'m>> = Vec::new();
+        for m in managers.iter().filter(|m| m.spec.scaling.enabled) {
+            let (Some(ns), Some(name)) =
+                (m.metadata.namespace.as_deref(), m.metadata.name.as_deref())
+            else {
+                continue;
+            };
+            let t = tracked(&mut self.managers, ns, name);
+            t.seen = tick;
+            let scaling = &m.spec.scaling;
+            let policy = plan::policy(scaling);
+            let keep_ms = plan::keep_ms(&policy);
+            for e in &m.spec.events {
+                let e = e.as_str();
+                let reported = samples.get(&(ns, e)).copied();
+                if let Some(s) = observe::with_backlog(reported, waiting(backlog, ns, name, e)) {
+                    match t.windows.get_mut(e) {
+                        Some(w) => w.push(now_ms, s, keep_ms),
+                        None => {
+                            let mut w = Window::default();
+                            w.push(now_ms, s, keep_ms);
+                            t.windows.insert(e.to_owned(), w);
+                        }
+                    }
+                }
+            }
+            for events in plan::each_group(m) {
+                loads.clear();
+                for e in events {
+                    let e = e.as_str();
+                    let Some(target) = plan::target(scaling, e) else {
+                        continue;
+                    };
+                    let Some(w) = t.windows.get(e) else { continue };
+                    let Some(stable) = w.average(now_ms, policy.stable_ms) else {
+                        continue;
+                    };
+                    loads.push(TypeLoad {
+                        event: e,
+                        target,
+                        stable,
+                        panic: w.average(now_ms, policy.panic_ms).unwrap_or_default(),
+                        backlog: waiting(backlog, ns, name, e).map_or(0.0, |n| n as f64),
+                    });
+                }
+                let first = events.first().map(EventType::as_str);
+                let g = group(&mut t.groups, events);
+                g.seen = tick;
+                let current = current(m, g, first, now_ms);
+                let d = decide::decide(&policy, &loads, current, &mut g.state, now_ms);
+                g.desired = d.replicas;
+                if d.replicas != current {
+                    changes.push(Change {
+                        manager: m.clone(),
+                        namespace: ns.to_owned(),
+                        group: g.key.clone(),
+                        current,
+                        decision: d,
+                    });
+                }
+            }
+            t.groups.retain(|g| g.seen == tick);
+        }
+        for by_name in self.managers.values_mut() {
+            by_name.retain(|_, t| t.seen == tick);
+        }
+        self.managers.retain(|_, by_name| !by_name.is_empty());
+        changes
+    }
+
+    /// Records that `replicas` were written for `group` of `ns/name` at `now_ms`.
+    pub fn written(&mut self, ns: &str, name: &str, group: &str, replicas: u32, now_ms: u64) {
+        if let Some(g) = self
+            .managers
+            .get_mut(ns)
+            .and_then(|by| by.get_mut(name))
+            .and_then(|t| t.groups.iter_mut().find(|g| g.key == group))
+        {
+            g.asked = Some((replicas, now_ms));
+            g.desired = replicas;
+        }
+    }
+
+    /// The status patches due after a tick: of each scaled Manager in `changed` (its replicas were
+    /// just written), or whose figures were last written [`STATUS_EVERY`] ago and moved since.
+    pub fn statuses(
+        &mut self,
+        managers: &[Arc<Manager>],
+        changed: &[(String, String)],
+        backlog: &Backlog,
+        now: Instant,
+        now_ms: u64,
+    ) -> Vec<(String, String, serde_json::Value)> {
+        let mut out = Vec::new();
+        for m in managers.iter().filter(|m| m.spec.scaling.enabled) {
+            let (Some(ns), Some(name)) =
+                (m.metadata.namespace.as_deref(), m.metadata.name.as_deref())
+            else {
+                continue;
+            };
+            let Some(t) = self.managers.get_mut(ns).and_then(|by| by.get_mut(name)) else {
+                continue;
+            };
+            let was_changed = changed.iter().any(|(n, m)| n == ns && m == name);
+            let due = t
+                .last_status
+                .as_ref()
+                .is_none_or(|(at, _)| now.saturating_duration_since(*at) >= STATUS_EVERY);
+            if !(was_changed || due) {
+                continue;
+            }
+            let policy = plan::policy(&m.spec.scaling);
+            let figures = figures(m, t, &policy, backlog, now_ms);
+            // At scale most Managers' figures hold still; rewriting them would be API load for
+            // nothing. Only the autoscaler's own figures count (the controller's replica counts
+            // move with readiness and are the controller's to write).
+            let same = t.last_status.as_ref().is_some_and(|(_, f)| *f == figures);
+            let patch = (was_changed || !same).then(|| patch(&figures));
+            t.last_status = Some((now, figures));
+            if let Some(p) = patch {
+                out.push((ns.to_owned(), name.to_owned(), p));
+            }
+        }
+        out
+    }
+
+    /// Forgets the status last written for `ns/name`, so the next due tick writes it again (the
+    /// write failed).
+    pub fn unwritten(&mut self, ns: &str, name: &str) {
+        if let Some(t) = self.managers.get_mut(ns).and_then(|by| by.get_mut(name)) {
+            t.last_status = None;
+        }
+    }
+
+    /// An activation for `m`: each group with `woke(group's event types)` and no pod asked for is
+    /// decided by [`decide::activate`]; returns the changes to write.
+    pub fn activate(
+        &mut self,
+        m: &Arc<Manager>,
+        woke: impl Fn(&[EventType]) -> Option<(String, u32)>,
+        now_ms: u64,
+    ) -> Vec<Change> {
+        let (Some(ns), Some(name)) = (m.metadata.namespace.as_deref(), m.metadata.name.as_deref())
+        else {
+            return Vec::new();
+        };
+        let policy = plan::policy(&m.spec.scaling);
+        let tick = self.tick;
+        let t = tracked(&mut self.managers, ns, name);
+        t.seen = tick;
+        let mut changes = Vec::new();
+        for events in plan::each_group(m) {
+            let first = events.first().map(EventType::as_str);
+            let g = group(&mut t.groups, events);
+            g.seen = tick;
+            let current = current(m, g, first, now_ms);
+            let Some((event, held)) = woke(events) else {
+                continue;
+            };
+            if let Some(d) = decide::activate(&policy, current, &mut g.state, now_ms, &event, held)
+            {
+                changes.push(Change {
+                    manager: m.clone(),
+                    namespace: ns.to_owned(),
+                    group: g.key.clone(),
+                    current,
+                    decision: d,
+                });
+            }
+        }
+        changes
+    }
+
+    /// The status patch of `m` now (after an activation).
+    pub fn status_now(
+        &self,
+        m: &Manager,
+        backlog: &Backlog,
+        now_ms: u64,
+    ) -> Option<serde_json::Value> {
+        let ns = m.metadata.namespace.as_deref()?;
+        let name = m.metadata.name.as_deref()?;
+        let t = self.managers.get(ns)?.get(name)?;
+        let policy = plan::policy(&m.spec.scaling);
+        Some(patch(&figures(m, t, &policy, backlog, now_ms)))
+    }
+}
+
+/// The state of `ns/name`, created on first sight (the only allocation of a visit).
+fn tracked<'a>(
+    managers: &'a mut HashMap<String, HashMap<String, Tracked>>,
+    ns: &str,
+    name: &str,
+) -> &'a mut Tracked {
+    if !managers.contains_key(ns) {
+        managers.insert(ns.to_owned(), HashMap::new());
+    }
+    let by_name = managers.get_mut(ns).expect("inserted above");
+    if !by_name.contains_key(name) {
+        by_name.insert(name.to_owned(), Tracked::default());
+    }
+    by_name.get_mut(name).expect("inserted above")
+}
+
+/// The group of `events`, created on first sight.
+fn group<'a>(groups: &'a mut Vec<Group>, events: &[EventType]) -> &'a mut Group {
+    let at = match groups.iter().position(|g| plan::is_group(&g.key, events)) {
+        Some(i) => i,
+        None => {
+            let key = events
+                .iter()
+                .map(EventType::as_str)
+                .collect::<Vec<_>>()
+                .join(",");
+            groups.push(Group {
+                key,
+                ..Group::default()
+            });
+            groups.len() - 1
+        }
+    };
+    &mut groups[at]
+}
+
+/// Pods asked for `g` now: the Manager's, unless a count written lately is newer than the cache.
+fn current(m: &Manager, g: &Group, first: Option<&str>, now_ms: u64) -> u32 {
+    let seen = plan::current(m, first);
+    match g.asked {
+        Some((n, at)) if n != seen && now_ms.saturating_sub(at) < WRITE_SETTLE_MS => n,
+        _ => seen,
+    }
+}
+
+/// The backlog of one event type of `ns/name`, if read (no key is built when nothing was read:
+/// without JetStream, or before its first read).
+fn waiting(backlog: &Backlog, ns: &str, name: &str, event: &str) -> Option<u64> {
+    if backlog.is_empty() {
+        return None;
+    }
+    backlog
+        .get(&(ns.to_owned(), name.to_owned(), event.to_owned()))
+        .copied()
+}
+
+/// The autoscaler's figures for `m`'s status: per event type the spec lists and the controller
+/// has an entry for, its group's desired replicas and the recent load.
+fn figures(m: &Manager, t: &Tracked, policy: &Policy, backlog: &Backlog, now_ms: u64) -> Figures {
+    let round = |v: f64| (v * 100.0).round() / 100.0;
+    let ns = m.metadata.namespace.as_deref().unwrap_or_default();
+    let name = m.metadata.name.as_deref().unwrap_or_default();
+    let desired_of = |event: &str| {
+        t.groups
+            .iter()
+            .find(|g| g.key.split(',').any(|e| e == event))
+            .map(|g| g.desired)
+    };
+    let events = m
+        .status
+        .as_ref()
+        .map(|s| s.events.as_slice())
+        .unwrap_or_default()
+        .iter()
+        .filter(|s| !s.deployment.is_empty() && m.spec.events.iter().any(|e| e.as_str() == s.event))
+        .map(|s| {
+            let recent = t
+                .windows
+                .get(&s.event)
+                .and_then(|w| w.average(now_ms, policy.panic_ms))
+                .map(|r| [round(r.rate), round(r.in_flight), round(r.p99_ms)]);
+            (
+                s.event.clone(),
+                desired_of(&s.event),
+                recent,
+                waiting(backlog, ns, name, &s.event),
+            )
+        })
+        .collect();
+    // The groups are the spec's (the tick drops the others).
+    let total = t.groups.iter().map(|g| g.desired).max();
+    Figures { total, events }
+}
+
+/// The status patch carrying `f`: only the autoscaler's fields, applied under its own field manager
+/// (the controller owns the rest of each entry, deployment and replicas, and server-side apply
+/// merges the two by event). Entries only for the event types the spec still lists and the
+/// controller has created: an entry the autoscaler kept writing after its type left the spec would
+/// never go away.
+fn patch(f: &Figures) -> serde_json::Value {
+    let clamp = |n: u32| i32::try_from(n).unwrap_or(i32::MAX);
+    let events: Vec<serde_json::Value> = f
+        .events
+        .iter()
+        .map(|(event, desired, recent, backlog)| {
+            let mut entry = serde_json::json!({ "event": event });
+            if let Some(n) = desired {
+                entry["desiredReplicas"] = serde_json::json!(clamp(*n));
+            }
+            if let Some([rate, in_flight, p99]) = recent {
+                entry["rate"] = serde_json::json!(rate);
+                entry["inFlight"] = serde_json::json!(in_flight);
+                entry["p99Ms"] = serde_json::json!(p99);
+            }
+            if let Some(n) = backlog {
+                entry["backlog"] = serde_json::json!(i64::try_from(*n).unwrap_or(i64::MAX));
+            }
+            entry
+        })
+        .collect();
+    let mut status = serde_json::json!({});
+    if let Some(t) = f.total {
+        status["desiredReplicas"] = serde_json::json!(clamp(t));
+    }
+    // The controller creates the per-type entries; until it has, only the total is written.
+    if !events.is_empty() {
+        status["events"] = serde_json::Value::Array(events);
+    }
+    serde_json::json!({
+        "apiVersion": <Manager as kube::Resource>::api_version(&()),
+        "kind": <Manager as kube::Resource>::kind(&()),
+        "status": status,
+    })
+}
