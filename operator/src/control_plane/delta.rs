@@ -96,15 +96,7 @@ impl TableState {
 
     /// The whole table.
     pub fn full(&self) -> RoutingTable {
-        RoutingTable {
-            version: self.version,
-            router: self.router.clone(),
-            namespace: self.namespace.clone(),
-            routes: self.routes.values().map(|r| Route::clone(r)).collect(),
-            base: 0,
-            removed: Vec::new(),
-            more: false,
-        }
+        self.whole().into_table()
     }
 
     /// The whole table as parts to send one after the other (see [`Whole`]).

@@ -137,12 +137,12 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
         let cm_name = render::manager::config_map_name(&name);
         let cm_live = owned.config_map_version(&ns, &cm_name);
         shared
-            .apply_child(&children.config_map, cm_live.as_deref(), Watched::Yes)
+            .apply_child(&children.config_map, cm_live.as_deref(), Watched::ByVersion)
             .await?;
         let svc_name = render::manager::service_name(&name);
         let svc_live = owned.service_version(&ns, &svc_name);
         shared
-            .apply_child(&children.service, svc_live.as_deref(), Watched::Yes)
+            .apply_child(&children.service, svc_live.as_deref(), Watched::ByVersion)
             .await?;
         let selector = meta::selector_string(&meta::selector(meta::MANAGER, &name));
         match &children.network_policy {
@@ -268,7 +268,7 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
 #[derive(Clone, Copy)]
 enum Watched {
     /// By `resourceVersion` (ConfigMaps, Services: nothing else writes them).
-    Yes,
+    ByVersion,
     /// By `generation` (Deployments, whose status moves their `resourceVersion` all the time).
     ByGeneration,
     /// Not watched: judged by content and age alone.
@@ -312,7 +312,7 @@ impl Shared {
         match apply(&self.ctx.client, obj).await {
             Ok(stored) => {
                 let version = match how {
-                    Watched::Yes => stored.meta().resource_version.clone(),
+                    Watched::ByVersion => stored.meta().resource_version.clone(),
                     Watched::ByGeneration => stored.meta().generation.map(|g| g.to_string()),
                     Watched::No => None,
                 };

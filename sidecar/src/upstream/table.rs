@@ -76,9 +76,7 @@ impl Held {
                 self.assembling = None;
                 return Err(Gap::TooLarge);
             }
-            for route in msg.routes {
-                routes.insert(route.event_type.clone(), route);
-            }
+            insert_routes(routes, msg.routes);
             if msg.more {
                 return Ok(None);
             }
@@ -86,7 +84,7 @@ impl Held {
             self.routes = routes;
         } else if msg.base == 0 {
             self.routes.clear();
-            self.take_routes(msg.routes);
+            insert_routes(&mut self.routes, msg.routes);
         } else if msg.base != self.version || self.version == 0 {
             return Err(Gap::Delta {
                 held: self.version,
@@ -96,7 +94,7 @@ impl Held {
             for event in &msg.removed {
                 self.routes.remove(event);
             }
-            self.take_routes(msg.routes);
+            insert_routes(&mut self.routes, msg.routes);
         }
         self.version = msg.version;
         self.router = msg.router;
@@ -111,11 +109,12 @@ impl Held {
             more: false,
         }))
     }
+}
 
-    fn take_routes(&mut self, routes: Vec<Route>) {
-        for route in routes {
-            self.routes.insert(route.event_type.clone(), route);
-        }
+/// Adds or replaces `routes` in `into`, by event type.
+fn insert_routes(into: &mut BTreeMap<String, Route>, routes: Vec<Route>) {
+    for route in routes {
+        into.insert(route.event_type.clone(), route);
     }
 }
 
