@@ -38,6 +38,13 @@ pub struct Authenticated {
     info: PeerInfo,
 }
 
+impl Authenticated {
+    /// Who is on the other end (for servers that are not tonic's, which read it as connect info).
+    pub fn info(&self) -> &PeerInfo {
+        &self.info
+    }
+}
+
 impl tonic::transport::server::Connected for Authenticated {
     type ConnectInfo = PeerInfo;
 

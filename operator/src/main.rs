@@ -273,10 +273,8 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     if *lost_rx.borrow() {
         return Ok(ExitCode::FAILURE);
     }
-    match control_plane.await {
-        Ok(Ok(())) => {}
-        Ok(Err(e)) => tracing::warn!(error = %e, "control plane stopped with an error"),
-        Err(e) => tracing::warn!(error = %e, "control plane task failed"),
+    if let Err(e) = control_plane.await {
+        tracing::warn!(error = %e, "control plane task failed");
     }
     ready.store(false, Ordering::Relaxed);
     if settings.leader_election {

@@ -7,7 +7,7 @@
 //! `index` is the pure core (Routers, Managers, Pods -> routing tables, one object at a time, with
 //! `table` as its from-scratch reference); `delta` is one table as versions and deltas; `hub` holds
 //! every Router's table and its watchers; `observe` feeds the index from the watches and shares the
-//! Router and Manager caches; `server` is the tonic shell; `caller` is where a call's origin is read
+//! Router and Manager caches; `server` is the tonic shell and `transport` the h2 server under it; `caller` is where a call's origin is read
 //! and what it may ask is decided (pure), from `directory` (who is who).
 //!
 //! With mesh TLS the server is TLS only, with the operator's certificate, and serves the
@@ -27,18 +27,19 @@ pub mod load;
 pub mod observe;
 pub mod server;
 pub mod table;
+mod transport;
 
 use crate::leader::view::LeaderView;
 use crate::metrics::Metrics;
+use futures::StreamExt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Duration;
 use switchyard_identity::connect::MeshConnector;
 use switchyard_identity::service::IdentityService;
 use switchyard_protocol::control::v1::control_plane_server::ControlPlaneServer;
 use switchyard_protocol::control::v1::identity_server::IdentityServer;
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tonic::service::Routes;
 
 /// What the control plane needs to serve mesh TLS.
 pub struct MeshServing {
@@ -62,7 +63,7 @@ pub async fn serve(
     metrics: Arc<Metrics>,
     mesh: Option<MeshServing>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<(), tonic::transport::Error> {
+) {
     let hub = Arc::new(Hub::default());
     let directory = Arc::new(directory::Current::default());
     let service = server::Service {
@@ -89,19 +90,9 @@ pub async fn serve(
             hub.close();
         }
     };
-    let router = tonic::transport::Server::builder()
-        // Finds sidecars that vanished without closing their stream (node loss, partitions).
-        .http2_keepalive_interval(Some(Duration::from_secs(20)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(10)))
-        .add_service(
-            ControlPlaneServer::new(service).max_decoding_message_size(caller::MAX_MESSAGE),
-        );
-    let result = match mesh {
-        None => {
-            router
-                .serve_with_incoming_shutdown(TcpListenerStream::new(listener), closing)
-                .await
-        }
+    let control = ControlPlaneServer::new(service).max_decoding_message_size(caller::MAX_MESSAGE);
+    match mesh {
+        None => transport::serve(transport::plain(listener), Routes::new(control), closing).await,
         Some(m) => {
             // A plain-TCP client, another CA's certificate or a stalled handshake never reaches
             // a handler: counted here.
@@ -109,18 +100,21 @@ pub async fn serve(
                 listener,
                 tokio_rustls::TlsAcceptor::from(Arc::new(m.config)),
                 move || metrics.control_plane_refused("handshake"),
+            )
+            .map(|accepted| {
+                accepted.map(|conn| {
+                    let info = conn.info().clone();
+                    (conn, info)
+                })
+            });
+            let routes = Routes::new(control).add_service(
+                IdentityServer::new(m.identity)
+                    .max_decoding_message_size(switchyard_identity::service::MAX_MESSAGE),
             );
-            router
-                .add_service(
-                    IdentityServer::new(m.identity)
-                        .max_decoding_message_size(switchyard_identity::service::MAX_MESSAGE),
-                )
-                .serve_with_incoming_shutdown(incoming, closing)
-                .await
+            transport::serve(incoming, routes, closing).await;
         }
-    };
+    }
     observer.abort();
-    result
 }
 
 pub use hub::Hub;
