@@ -11,7 +11,6 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use switchyard_protocol::control::v1::identity_server::IdentityServer;
-use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
 /// Trust domain of local runs.
@@ -127,9 +126,8 @@ impl LocalIdentity {
             ClientAuth::Optional,
             &[tls::H2_ALPN],
         )?;
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|source| LocalError::Bind { addr, source })?;
+        let listener =
+            crate::incoming::bind(addr).map_err(|source| LocalError::Bind { addr, source })?;
         let bound = listener
             .local_addr()
             .map_err(|source| LocalError::Bind { addr, source })?;

@@ -62,8 +62,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
 
-    let listener = tokio::net::TcpListener::bind(settings.metrics_addr)
-        .await
+    let listener = switchyard_identity::incoming::bind(settings.metrics_addr)
         .map_err(|e| anyhow::anyhow!("--metrics-addr {}: {e}", settings.metrics_addr))?;
     let app = admin::router(Admin {
         metrics: metrics.clone(),
@@ -133,9 +132,9 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
 
     // Every replica serves the control plane: routing tables come from its own caches, so sidecars
     // spread over all replicas; a standby forwards load reports and activations to the leader.
-    let cp_listener = tokio::net::TcpListener::bind(settings.control_plane_addr)
-        .await
-        .map_err(|e| {
+    // A large backlog: after a restart or a failover every sidecar resubscribes at once.
+    let cp_listener =
+        switchyard_identity::incoming::bind(settings.control_plane_addr).map_err(|e| {
             anyhow::anyhow!("--control-plane-addr {}: {e}", settings.control_plane_addr)
         })?;
     tracing::info!(addr = %settings.control_plane_addr, "control plane listening");

@@ -73,30 +73,17 @@ impl From<OtelError> for RunError {
     }
 }
 
-/// Handshakes the kernel queues for a listener before it is accepted (capped by
-/// `net.core.somaxconn`, 4096 by default). std's and mio's 128 drop the handshakes of a burst of
-/// new clients (the client counts its connection as open; the router never sees it) as soon as
-/// accepting lags by a few milliseconds.
-const BACKLOG: u32 = 4096;
-
-/// Binds `addr` for `what`, naming both when it fails.
+/// Binds `addr` for `what` (with a backlog that takes a burst of new clients), naming both when it
+/// fails.
 pub(crate) async fn bind(
     what: &'static str,
     addr: SocketAddr,
 ) -> Result<tokio::net::TcpListener, RunError> {
-    let socket = if addr.is_ipv4() {
-        tokio::net::TcpSocket::new_v4()
-    } else {
-        tokio::net::TcpSocket::new_v6()
-    };
-    socket
-        .and_then(|s| {
-            // As std and mio do, so a restarted process rebinds at once.
-            s.set_reuseaddr(true)?;
-            s.bind(addr)?;
-            s.listen(BACKLOG)
-        })
-        .map_err(|source| RunError::Bind { what, addr, source })
+    switchyard_identity::incoming::bind(addr).map_err(|source| RunError::Bind {
+        what,
+        addr,
+        source,
+    })
 }
 
 /// The address `listener` is bound to, for the ready line: with port 0 the kernel picked the port,
