@@ -19,6 +19,12 @@ use switchyard_operator::settings::{self, Settings};
 use switchyard_operator::{autoscale, backlog, control_plane, controller, telemetry};
 use tokio::sync::watch;
 
+/// mimalloc instead of glibc's malloc: the initial lists of a large cluster and the routing tables
+/// sent at start-up allocate in bursts across the runtime's threads, and glibc's per-thread arenas
+/// kept that memory long after it was freed (docs/performance.md, "The control plane at scale").
+#[global_allocator]
+static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let settings = Settings::parse();
