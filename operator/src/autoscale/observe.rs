@@ -11,10 +11,50 @@ use switchyard_protocol::control::v1::LoadReport;
 /// Namespace and event type, borrowed from the reports (a tick over 10,000 reports builds no key).
 pub type Key<'a> = (&'a str, &'a str);
 
-#[derive(Default)]
+/// The hash of the tick's maps: their keys are short strings looked up 10,000 times a tick, where
+/// SipHash was most of the aggregation. Seeded per process; the keys are namespaces and event types
+/// the control plane already checked against the reporting pod's owner.
+pub type Hash = foldhash::fast::RandomState;
+
+#[derive(Clone, Copy, Default)]
 struct Sums {
     router: Sample,
     manager: Sample,
+}
+
+impl Sums {
+    /// The larger role's figures: both roles see the same events.
+    fn merged(&self) -> Sample {
+        Sample {
+            rate: self.router.rate.max(self.manager.rate),
+            in_flight: self.router.in_flight.max(self.manager.in_flight),
+            p99_ms: self.router.p99_ms.max(self.manager.p99_ms),
+        }
+    }
+}
+
+/// One sample per (namespace, event type) of one tick: the sums of each role, merged when read
+/// (so aggregating fills one map, and a key no Manager asks for is never merged).
+#[derive(Default)]
+pub struct Samples<'a> {
+    sums: HashMap<Key<'a>, Sums, Hash>,
+}
+
+impl Samples<'_> {
+    /// The sample of `event` in namespace `ns`, if a pod reported it.
+    pub fn get(&self, ns: &str, event: &str) -> Option<Sample> {
+        self.sums.get(&(ns, event)).map(Sums::merged)
+    }
+
+    /// How many (namespace, event type) were reported.
+    pub fn len(&self) -> usize {
+        self.sums.len()
+    }
+
+    /// Whether no pod reported anything.
+    pub fn is_empty(&self) -> bool {
+        self.sums.is_empty()
+    }
 }
 
 fn add(into: &mut Sample, rate: f64, in_flight: f64, p99_ms: f64) {
@@ -24,11 +64,14 @@ fn add(into: &mut Sample, rate: f64, in_flight: f64, p99_ms: f64) {
 }
 
 /// One sample per (namespace, event type) from the reports of pods still reporting.
-pub fn aggregate<'a>(
-    reports: impl IntoIterator<Item = &'a LoadReport>,
-) -> HashMap<Key<'a>, Sample> {
-    let mut sums: HashMap<Key<'a>, Sums> = HashMap::new();
+pub fn aggregate<'a>(reports: impl IntoIterator<Item = &'a LoadReport>) -> Samples<'a> {
+    let reports = reports.into_iter();
+    // Most reports carry one event type, and several pods report each: a quarter of the reports
+    // is room for the keys of most meshes without a rehash mid-tick.
+    let mut sums: HashMap<Key<'a>, Sums, Hash> =
+        HashMap::with_capacity_and_hasher(reports.size_hint().0 / 4, Hash::default());
     for r in reports {
+        let manager = r.role == "manager";
         for e in &r.events {
             // A NaN or negative figure from a confused sidecar must not poison the sum.
             let rate = finite(e.arrivals_per_second);
@@ -37,7 +80,7 @@ pub fn aggregate<'a>(
             let s = sums
                 .entry((r.namespace.as_str(), e.event_type.as_str()))
                 .or_default();
-            let side = if r.role == "manager" {
+            let side = if manager {
                 &mut s.manager
             } else {
                 &mut s.router
@@ -45,16 +88,7 @@ pub fn aggregate<'a>(
             add(side, rate, in_flight, p99);
         }
     }
-    sums.into_iter()
-        .map(|(k, s)| {
-            let merged = Sample {
-                rate: s.router.rate.max(s.manager.rate),
-                in_flight: s.router.in_flight.max(s.manager.in_flight),
-                p99_ms: s.router.p99_ms.max(s.manager.p99_ms),
-            };
-            (k, merged)
-        })
-        .collect()
+    Samples { sums }
 }
 
 /// The sample of one Manager's event type: what its pods reported, with the backlog read from
@@ -107,15 +141,19 @@ mod tests {
             report("r1", "router", "users.get", 7.0, 0),
         ];
         let got = aggregate(&rs);
-        let o = got[&("shop", "orders.create")];
+        assert_eq!(got.len(), 2);
+        let o = got.get("shop", "orders.create").expect("reported");
         assert_eq!((o.rate, o.in_flight, o.p99_ms), (100.0, 12.0, 90.0));
-        assert_eq!(got[&("shop", "users.get")].rate, 7.0);
+        assert_eq!(got.get("shop", "users.get").map(|s| s.rate), Some(7.0));
+        assert_eq!(got.get("shop", "nope"), None);
+        assert_eq!(got.get("other", "users.get"), None);
+        assert!(aggregate(&[]).is_empty());
     }
 
     #[test]
     fn bad_figures_count_as_zero() {
         let rs = [report("r1", "router", "a", f64::NAN, 0)];
-        assert_eq!(aggregate(&rs)[&("shop", "a")].rate, 0.0);
+        assert_eq!(aggregate(&rs).get("shop", "a").map(|s| s.rate), Some(0.0));
     }
 
     #[test]
