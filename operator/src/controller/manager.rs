@@ -44,7 +44,8 @@ pub async fn run(
     let controller = Controller::new(
         target.api::<Manager>(client.clone()),
         watcher::Config::default(),
-    );
+    )
+    .with_config(super::reconciles());
     let managers = controller.store();
     let (owned, triggers) = Owned::start(&client, target, super::owned_children());
     let stream = controller

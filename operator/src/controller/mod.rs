@@ -59,6 +59,17 @@ pub async fn run(
 /// controllers' so server-side apply merges the two writers' fields instead of one erasing the other.
 pub const AUTOSCALER_FIELD_MANAGER: &str = "switchyard-autoscaler";
 
+/// Reconciles one controller runs at once. kube's default is no limit, and at start-up every object
+/// is due: 1,000 Managers reconciled together held their rendered children, requests and answers at
+/// the same moment, the peak of the operator's memory (docs/performance.md, "The control plane at
+/// scale"). Each takes a few API round trips, so 16 still clear a thousand in seconds.
+pub const RECONCILES_AT_ONCE: u16 = 16;
+
+/// The controllers' settings.
+fn reconciles() -> kube::runtime::controller::Config {
+    kube::runtime::controller::Config::default().concurrency(RECONCILES_AT_ONCE)
+}
+
 /// `controller` reconciles its object when one of the Deployments, Services or ConfigMaps it owns
 /// changes. They are watched by metadata only (`PartialObjectMeta`): a reconcile needs to know that
 /// a child changed, not what it holds, and a full watch would deserialize every rendered ConfigMap

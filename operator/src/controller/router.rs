@@ -43,7 +43,8 @@ pub(super) async fn run(
         Controller::new(
             target.api::<Router>(client.clone()),
             watcher::Config::default(),
-        ),
+        )
+        .with_config(super::reconciles()),
         target,
         &client,
     )
