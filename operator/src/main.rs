@@ -19,9 +19,10 @@ use switchyard_operator::settings::{self, Settings};
 use switchyard_operator::{autoscale, backlog, control_plane, controller, telemetry};
 use tokio::sync::watch;
 
-/// mimalloc instead of glibc's malloc: the initial lists of a large cluster and the routing tables
-/// sent at start-up allocate in bursts across the runtime's threads, and glibc's per-thread arenas
-/// kept that memory long after it was freed (docs/performance.md, "The control plane at scale").
+/// mimalloc instead of glibc's malloc: start-up in a large cluster (the initial lists, every
+/// Manager's reconcile, every router stream's whole table) allocates in a burst, and glibc kept what
+/// the burst freed, so RSS stayed at the start-up peak (with `MALLOC_ARENA_MAX=2` too); mimalloc
+/// returns it (docs/performance.md, "The control plane at scale").
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

@@ -7,8 +7,9 @@
 //! `index` is the pure core (Routers, Managers, Pods -> routing tables, one object at a time, with
 //! `table` as its from-scratch reference); `delta` is one table as versions and deltas; `hub` holds
 //! every Router's table and its watchers; `observe` feeds the index from the watches and shares the
-//! Router and Manager caches; `server` is the tonic shell and `transport` the h2 server under it; `caller` is where a call's origin is read
-//! and what it may ask is decided (pure), from `directory` (who is who).
+//! Router and Manager caches; `server` is the tonic shell and `transport` the h2 server under it;
+//! `caller` is where a call's origin is read and what it may ask is decided (pure), from
+//! `directory` (who is who).
 //!
 //! With mesh TLS the server is TLS only, with the operator's certificate, and serves the
 //! `Identity` service next to the control plane: a sidecar without a certificate may only ask for
