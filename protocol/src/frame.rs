@@ -440,6 +440,26 @@ pub fn encode(frame: &Frame, dst: &mut BytesMut) -> Result<(), FrameError> {
     result
 }
 
+/// Appends the encoding of `frame` to `dst`, except a DATA frame's bytes: those are handed back, to
+/// be written right after `dst` as they are. A vectored write then sends a stream's body without
+/// copying it into the write buffer first. On an error `dst` is left as it was.
+pub fn encode_head(frame: Frame, dst: &mut BytesMut) -> Result<Option<Bytes>, FrameError> {
+    let Frame::Data(d) = frame else {
+        return encode(&frame, dst).map(|()| None);
+    };
+    let len = FIXED + d.data.len();
+    let len32 = u32::try_from(len).map_err(|_| FrameError::TooLarge {
+        len,
+        max: u32::MAX as usize,
+    })?;
+    dst.reserve(4 + FIXED);
+    dst.put_u32(len32);
+    dst.put_u8(stream::kind::DATA);
+    dst.put_u8(d.flags());
+    dst.put_u64(d.id);
+    Ok(Some(d.data))
+}
+
 fn encode_at(frame: &Frame, dst: &mut BytesMut, start: usize) -> Result<(), FrameError> {
     dst.put_u32(0); // patched below
     match frame {
@@ -781,6 +801,32 @@ impl tokio_util::codec::Encoder<Frame> for FrameCodec {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_head_and_its_data_written_in_turn_are_the_whole_frame() {
+        let data = Frame::Data(crate::stream::Data {
+            id: 9,
+            end: true,
+            returns_credit: true,
+            data: Bytes::from_static(b"a body, not copied"),
+        });
+        let mut whole = BytesMut::new();
+        encode(&data, &mut whole).expect("encodes");
+        let mut split = BytesMut::new();
+        let rest = encode_head(data, &mut split).expect("encodes");
+        split.extend_from_slice(&rest.expect("DATA hands its bytes back"));
+        assert_eq!(split, whole);
+        // Any other frame is encoded whole.
+        let mut other = BytesMut::new();
+        let ping = Frame::Ping { nonce: 3 };
+        assert_eq!(
+            encode_head(ping.clone(), &mut other).expect("encodes"),
+            None
+        );
+        let mut want = BytesMut::new();
+        encode(&ping, &mut want).expect("encodes");
+        assert_eq!(other, want);
+    }
 
     #[test]
     fn the_crds_cap_events_at_what_a_frame_carries() {
