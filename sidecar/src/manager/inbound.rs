@@ -14,6 +14,7 @@ use super::routers::Routers;
 use super::streamed;
 use super::worker::Worker;
 use crate::metrics::Metrics;
+use crate::net::frame_writer::FrameWriter;
 use crate::net::io::SplitIo;
 use crate::net::mesh::MeshTls;
 use crate::net::stream::body::StreamBody;
@@ -348,7 +349,7 @@ async fn connection<S: SplitIo>(
     // Separate halves, not `Framed::split`: reader and writer never contend on a shared lock.
     let (read, write) = stream.split_io();
     let mut frames = FramedRead::new(read, FrameCodec::default());
-    let sink = FramedWrite::new(write, FrameCodec::default());
+    let sink = FrameWriter::new(write);
     // Credits bound the requests on this connection, and windows the DATA frames of each, so
     // acknowledgements, answers, credit frames and every stream's window of DATA fit without waiting.
     let (tx, rx) = mpsc::channel::<Frame>(
@@ -675,7 +676,7 @@ fn cancelled(id: u64) -> Response {
 /// Writes queued frames in batches; a write that does not finish within [`WRITE_TIMEOUT`] (the
 /// peer stopped reading) ends it and fires `dead`.
 async fn write_loop<W: AsyncWrite + Unpin>(
-    mut sink: FramedWrite<W, FrameCodec>,
+    mut sink: FrameWriter<W>,
     mut rx: mpsc::Receiver<Frame>,
     dead: CancellationToken,
 ) {

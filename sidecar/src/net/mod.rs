@@ -8,6 +8,7 @@ pub(crate) mod body;
 pub(crate) mod budget;
 pub(crate) mod conn;
 pub(crate) mod control_plane;
+pub(crate) mod frame_writer;
 pub(crate) mod grpc_timeout;
 pub(crate) mod identity;
 pub(crate) mod io;

@@ -7,12 +7,13 @@
 //! or may have lost: [`run`] returns them.
 
 use super::pushes::Pushes;
+use crate::net::frame_writer::FrameWriter;
 use crate::net::io::SplitIo;
 use crate::net::stream::body::StreamBody;
 use crate::net::stream::inbox::{End, Inbox};
 use crate::net::stream::window::SendWindow;
 use crate::net::stream::{self, Peer};
-use futures::{SinkExt, StreamExt};
+use futures::StreamExt;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -20,7 +21,7 @@ use std::time::Duration;
 use switchyard_protocol::frame::{Frame, FrameCodec, Response};
 use switchyard_protocol::stream::{Reset, code};
 use tokio::sync::{Semaphore, mpsc, oneshot};
-use tokio_util::codec::{FramedRead, FramedWrite};
+use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 /// Heartbeat period.
@@ -466,7 +467,7 @@ pub async fn run<S: SplitIo>(
     // Halves the reader and writer own, not `Framed::split`: on TCP they never share a lock.
     let (read, write) = stream.split_io();
     let mut frames = FramedRead::new(read, FrameCodec::default());
-    let sink = FramedWrite::new(write, FrameCodec::default());
+    let sink = FrameWriter::new(write);
     let writer = tokio::spawn(write_loop(sink, rx, conn.clone()));
     on_open(conn.clone());
     loop {
@@ -553,7 +554,7 @@ pub async fn run<S: SplitIo>(
     unconfirmed
 }
 
-type Sink<W> = FramedWrite<W, FrameCodec>;
+type Sink<W> = FrameWriter<W>;
 
 async fn write_loop<W: tokio::io::AsyncWrite + Unpin>(
     mut sink: Sink<W>,
@@ -637,6 +638,7 @@ impl Peer for Conn {
 mod tests {
     use super::*;
     use bytes::Bytes;
+    use futures::SinkExt;
     use switchyard_protocol::frame::Request;
     use tokio::net::{TcpListener, TcpStream};
     use tokio_util::codec::Framed;
