@@ -3,10 +3,10 @@
 //! then TRAILERS (the app's time to the end, the app's trailers) or a RESET. Holds at most one
 //! chunk of the app's body: the app is read only as fast as the router takes it.
 
+use crate::manager::delivery::app_body::AppBody;
 use crate::net::stream::window::SendWindow;
 use bytes::Bytes;
 use http_body_util::BodyExt;
-use hyper::body::Incoming;
 use std::time::Instant;
 use switchyard_protocol::frame::{Frame, Response};
 use switchyard_protocol::stream::{self, Data, Reset, Trailers, code};
@@ -32,7 +32,7 @@ pub(crate) enum Ended {
 pub(crate) async fn pump(
     tx: &mpsc::Sender<Frame>,
     head: Response,
-    mut body: Incoming,
+    mut body: AppBody,
     window: &SendWindow,
     cancel: &CancellationToken,
 ) -> Ended {

@@ -79,7 +79,10 @@ struct Bodies {
 
 /// A delivered event's answer: its head (the whole answer, unless it streams) and the app's unread
 /// body when it streams.
-pub type Handled = (Response, Option<hyper::body::Incoming>);
+pub type Handled = (
+    Response,
+    Option<crate::manager::delivery::app_body::AppBody>,
+);
 
 /// An event's place in the ordering lanes, taken in arrival order by the connection's reader.
 pub enum Place {

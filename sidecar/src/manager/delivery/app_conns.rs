@@ -4,24 +4,23 @@
 //! answer to hand the connection back to its pool and keys its pool by host on every request; a manager
 //! talks to exactly one app address, so a stack of idle senders is all the pooling it needs.
 
+use super::app_body::{AppBody, Idle, Sender};
 use crate::net::stream::out_body::OutBody;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Limited};
 use hyper::body::Body as _;
-use hyper::client::conn::http1::{self, SendRequest};
+use hyper::client::conn::http1;
 use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
 use hyper::{Request, Uri};
 use hyper_util::rt::TokioIo;
 use std::net::SocketAddr;
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
+use std::time::Duration;
 use tokio::net::TcpStream;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Idle connections older than this are closed rather than reused: the app may have dropped them.
 const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
-
-type Sender = SendRequest<OutBody>;
 
 /// Why an exchange with the app gave no answer. Every case is a delivery the app did not complete,
 /// so the worker may retry it.
@@ -63,7 +62,7 @@ pub struct Answer {
     /// Body (empty when it streams).
     pub body: Bytes,
     /// The body, unread, when it streams.
-    pub stream: Option<hyper::body::Incoming>,
+    pub stream: Option<AppBody>,
 }
 
 /// Largest answer read whole when the app could stream it: one a known length this small is as
@@ -74,8 +73,7 @@ const INLINE_MAX: u64 = 64 * 1024;
 pub struct AppConns {
     addr: SocketAddr,
     host: HeaderValue,
-    idle: Mutex<Vec<(Sender, Instant)>>,
-    max_idle: usize,
+    idle: Arc<Idle>,
 }
 
 impl AppConns {
@@ -85,19 +83,13 @@ impl AppConns {
         Ok(AppConns {
             addr,
             host,
-            idle: Mutex::new(Vec::new()),
-            max_idle,
+            idle: Arc::new(Idle::new(max_idle)),
         })
-    }
-
-    fn idle(&self) -> MutexGuard<'_, Vec<(Sender, Instant)>> {
-        // The stack holds no invariant a panic could break: keep using it.
-        self.idle.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The most recently used open connection, if any is fresh enough.
     fn take_idle(&self) -> Option<Sender> {
-        let mut idle = self.idle();
+        let mut idle = self.idle.stack();
         while let Some((sender, since)) = idle.pop() {
             if since.elapsed() >= IDLE_TIMEOUT {
                 // Everything below is older still.
@@ -109,16 +101,6 @@ impl AppConns {
             }
         }
         None
-    }
-
-    fn give_back(&self, sender: Sender) {
-        if sender.is_closed() {
-            return;
-        }
-        let mut idle = self.idle();
-        if idle.len() < self.max_idle {
-            idle.push((sender, Instant::now()));
-        }
     }
 
     async fn connect(&self) -> Result<Sender, AppError> {
@@ -143,7 +125,7 @@ impl AppConns {
     /// bytes of body. A reused connection that turns out closed before the request went out is
     /// replaced by a new one, once: the app never saw that request. With `stream`, an answer that
     /// is not small and of known length is handed back unread, to be streamed as the app writes
-    /// it; its connection is not reused (it closes when that body ends), so no request waits
+    /// it; its connection is reused only once that body was read to its end, so no request waits
     /// behind a long stream.
     pub async fn exchange(
         &self,
@@ -199,7 +181,7 @@ impl AppConns {
                 content_type,
                 headers,
                 body: Bytes::new(),
-                stream: Some(resp.into_body()),
+                stream: Some(AppBody::new(resp.into_body(), sender, self.idle.clone())),
             });
         }
         let body = Limited::new(resp.into_body(), max_body)
@@ -208,7 +190,7 @@ impl AppConns {
             .map_err(|e| AppError::Body(e.to_string()))?
             .to_bytes();
         // The whole answer was read, so the connection is ready for the next request.
-        self.give_back(sender);
+        self.idle.give_back(sender);
         Ok(Answer {
             status,
             content_type,
@@ -238,6 +220,11 @@ mod tests {
 
     /// An app on loopback answering `ok`; counts the connections it accepted.
     async fn app(keep_alive: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+        app_answering(keep_alive, Bytes::from_static(b"ok")).await
+    }
+
+    /// An app on loopback answering `body` (with its length); counts the connections it accepted.
+    async fn app_answering(keep_alive: bool, body: Bytes) -> (SocketAddr, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -250,10 +237,14 @@ mod tests {
                         .keep_alive(keep_alive)
                         .serve_connection(
                             TokioIo::new(stream),
-                            service_fn(|_req| async {
-                                Ok::<_, Infallible>(hyper::Response::new(Full::new(
-                                    Bytes::from_static(b"ok"),
-                                )))
+                            service_fn({
+                                let body = body.clone();
+                                move |_req| {
+                                    let body = body.clone();
+                                    async move {
+                                        Ok::<_, Infallible>(hyper::Response::new(Full::new(body)))
+                                    }
+                                }
                             }),
                         ),
                 );
@@ -294,6 +285,35 @@ mod tests {
             assert_eq!(a.status, 200);
         }
         assert_eq!(accepted.load(Ordering::SeqCst), 3);
+    }
+
+    #[tokio::test]
+    async fn a_streamed_answer_read_to_its_end_gives_its_connection_back() {
+        let big = Bytes::from(vec![7u8; INLINE_MAX as usize + 1]);
+        let (addr, accepted) = app_answering(true, big.clone()).await;
+        let conns = AppConns::new(addr, 4).expect("conns");
+        for _ in 0..3 {
+            let a = conns.exchange(request(), 1024, true).await.expect("answer");
+            let body = a.stream.expect("streams: larger than inline");
+            let read = body.collect().await.expect("whole").to_bytes();
+            assert_eq!(read, big);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_streamed_answer_dropped_unfinished_takes_its_connection_with_it() {
+        let big = Bytes::from(vec![7u8; 4 << 20]);
+        let (addr, accepted) = app_answering(true, big).await;
+        let conns = AppConns::new(addr, 4).expect("conns");
+        for _ in 0..2 {
+            let a = conns.exchange(request(), 1024, true).await.expect("answer");
+            let mut body = a.stream.expect("streams");
+            // One chunk of the 4 MiB body, then give up: the app is still writing the rest.
+            assert!(body.frame().await.is_some());
+            drop(body);
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 2);
     }
 
     #[tokio::test]

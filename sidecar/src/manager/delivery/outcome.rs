@@ -17,7 +17,7 @@ pub enum Outcome {
         body: Bytes,
         /// The rest of the body when the app streams it (chunked, `text/event-stream`, or larger
         /// than one frame) to a router that takes streams: read as the app writes it.
-        stream: Option<hyper::body::Incoming>,
+        stream: Option<super::app_body::AppBody>,
     },
     /// The app could not be reached or broke the connection.
     Unreachable(String),
