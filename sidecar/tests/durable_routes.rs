@@ -200,6 +200,12 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
     assert_eq!(&m.payload[..], body.as_bytes());
     assert_eq!(stored(&js).await, 2);
     assert_eq!(app.state.seen("orders").len(), 1, "still one direct event");
+    // Both durable publishes were timed, stage by stage; the direct one is not among them.
+    let text = metrics_text(&client, ports.admin).await;
+    for stage in ["sent", "stored"] {
+        let count = format!("switchyard_durable_publish_seconds_count{{stage=\"{stage}\"}}");
+        assert_eq!(metric(&text, &count), 2.0, "{stage}: {text}");
+    }
 
     // A dead letter to a durable type is kept in its stream, with the failed event's ce-id.
     let req = hyper::Request::post(publish.replace("/orders", "/fail"))

@@ -14,6 +14,7 @@
 //! replicas still takes events), a manager sidecar its stream and consumers. Beside the upstream
 //! room, below the dispatch stage.
 
+use crate::metrics::durable::DurableMetrics;
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
 use std::collections::HashSet;
@@ -80,12 +81,18 @@ pub(crate) struct Store {
     replicas: usize,
     /// Streams created or confirmed by this process, so a publish ensures its stream once.
     ensured: Mutex<HashSet<String>>,
+    /// The time of each stage of a publish.
+    metrics: DurableMetrics,
 }
 
 impl Store {
     /// The servers of `config.url` for namespace `namespace`, checked now and connected to on
-    /// first use.
-    pub(crate) fn new(config: &JetStreamConfig, namespace: &str) -> Result<Store, DurableError> {
+    /// first use; its publishes are timed into `metrics`.
+    pub(crate) fn new(
+        config: &JetStreamConfig,
+        namespace: &str,
+        metrics: DurableMetrics,
+    ) -> Result<Store, DurableError> {
         let addrs = config
             .url
             .split(',')
@@ -112,6 +119,7 @@ impl Store {
             namespace: namespace.to_owned(),
             replicas: usize::from(config.replicas.max(1)),
             ensured: Mutex::default(),
+            metrics,
         })
     }
 
@@ -236,6 +244,7 @@ impl Store {
         );
         let subject = plan::subject(&self.namespace, manager, event, lane);
         let within = async {
+            let start = Instant::now();
             self.ensure_stream(manager).await?;
             let mut headers = async_nats::HeaderMap::new();
             headers.insert(header::CE_ID, ce_id);
@@ -256,8 +265,13 @@ impl Store {
                 .send_publish(subject, msg)
                 .await
                 .map_err(|e| DurableError::NotStored(e.to_string()))?;
+            let sent = Instant::now();
+            self.metrics
+                .sent
+                .observe(sent.duration_since(start).as_secs_f64());
             ack.await
                 .map_err(|e| DurableError::NotStored(e.to_string()))?;
+            self.metrics.stored.observe(sent.elapsed().as_secs_f64());
             Ok(())
         };
         match tokio::time::timeout_at(deadline.into(), within).await {

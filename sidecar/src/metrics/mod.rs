@@ -1,6 +1,7 @@
 //! Prometheus metrics of one sidecar process (either role), served on the admin port.
 
 pub(crate) mod conns;
+pub(crate) mod durable;
 pub(crate) mod labels;
 pub(crate) mod mesh;
 pub(crate) mod sessions;
@@ -53,6 +54,8 @@ pub struct Metrics {
     pub ws: ws::WsMetrics,
     /// Mesh TLS: handshakes, the certificate, refused peers.
     pub mesh: mesh::MeshMetrics,
+    /// Durable publishes: the time of each stage (manager).
+    pub durable: durable::DurableMetrics,
     /// Key material reloads and sessions ended by a lapsed credential (router).
     pub sessions: sessions::SessionMetrics,
     /// Client connections: open, refused, ended by their timers.
@@ -134,6 +137,7 @@ impl Metrics {
         );
         let ws = ws::WsMetrics::register(&mut registry);
         let mesh = mesh::MeshMetrics::register(&mut registry);
+        let durable = durable::DurableMetrics::register(&mut registry);
         let sessions = sessions::SessionMetrics::register(&mut registry);
         let conns = conns::ConnMetrics::register(&mut registry);
         let rejections = Family::<RejectLabels, Counter>::default();
@@ -180,6 +184,7 @@ impl Metrics {
         Arc::new(Metrics {
             ws,
             mesh,
+            durable,
             sessions,
             conns,
             registry,
