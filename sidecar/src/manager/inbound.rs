@@ -17,10 +17,12 @@ use crate::metrics::Metrics;
 use crate::net::frame_writer::FrameWriter;
 use crate::net::io::SplitIo;
 use crate::net::mesh::MeshTls;
+use crate::net::silence::{self, Silence};
 use crate::net::stream::body::StreamBody;
 use crate::net::stream::inbox::{End, Inbox};
 use crate::net::stream::{self, Peer as StreamPeer, window::SendWindow};
 use crate::problem;
+use futures::stream::FuturesUnordered;
 use futures::{SinkExt, StreamExt};
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -37,7 +39,7 @@ use tokio_util::codec::{FramedRead, FramedWrite};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-/// A router that sent no frame for this long (it pings every 5 s) is gone.
+/// A router that sent no frame for this long (it pings every 5 s) is gone; told within a third more.
 const DEAD_AFTER: Duration = Duration::from_secs(15);
 /// Most router connections at once.
 const MAX_CONNECTIONS: usize = 4096;
@@ -395,36 +397,52 @@ async fn connection<S: SplitIo>(
     let shown = who.as_ref().map(|w| w.id.uri()).unwrap_or_default();
     tracing::info!(%peer, identity = %shown, total, "router connected");
     let active: Active = Arc::default();
-    let deliveries = TaskTracker::new();
+    // The connection's deliveries are polled in this task, beside the frame reader, rather than
+    // each spawned: a spawned delivery cost a copy of its future into the task's cell and another
+    // as it ended, and the scheduler's bookkeeping, the manager's largest user-space costs per
+    // request under load. Whatever a delivery waits on (the app, a window, a retry's backoff)
+    // wakes only its own future.
+    let mut deliveries = FuturesUnordered::new();
     let mut goaway_sent = false;
+    // Made once, not per frame: each of these registers with its token while pending.
+    let draining = drain.cancelled();
+    let unread = dead.cancelled();
+    tokio::pin!(draining, unread);
+    let mut silence = Silence::default();
+    let mut ticker = silence::ticker(DEAD_AFTER);
     loop {
         // The first frame, read before joining, is handled here like any other.
         let next = match pending.take() {
-            Some(first) => Ok(first),
+            Some(first) => first,
             None => tokio::select! {
-                _ = drain.cancelled(), if !goaway_sent => {
+                Some(()) = deliveries.next(), if !deliveries.is_empty() => continue,
+                () = &mut draining, if !goaway_sent => {
                     goaway_sent = true;
                     let _ = tx.send(Frame::GoAway { reason: "manager draining".into() }).await;
                     continue;
                 }
-                () = dead.cancelled() => {
+                () = &mut unread => {
                     tracing::warn!(%peer, "answers not read for {}s; closing", WRITE_TIMEOUT.as_secs());
                     break;
                 }
-                r = tokio::time::timeout(DEAD_AFTER, frames.next()) => r,
+                _ = ticker.tick() => {
+                    if silence.tick() {
+                        tracing::warn!(%peer, "no frame from router for {}s or more; closing", DEAD_AFTER.as_secs());
+                        break;
+                    }
+                    continue;
+                }
+                r = frames.next() => r,
             },
         };
+        silence.heard();
         let frame = match next {
-            Err(_) => {
-                tracing::warn!(%peer, "no frame from router for {}s; closing", DEAD_AFTER.as_secs());
-                break;
-            }
-            Ok(None) => break,
-            Ok(Some(Err(e))) => {
+            None => break,
+            Some(Err(e)) => {
                 tracing::warn!(%peer, error = %e, "frame connection failed");
                 break;
             }
-            Ok(Some(Ok(f))) => f,
+            Some(Ok(f)) => f,
         };
         match frame {
             Frame::Request(req) => {
@@ -475,7 +493,7 @@ async fn connection<S: SplitIo>(
                 let published = no_reply.then(|| (req.event.clone(), req.ce_id.clone()));
                 // A publish's answer is never read: it never streams.
                 let streams = peer_window.filter(|_| !no_reply);
-                deliveries.spawn(async move {
+                deliveries.push(async move {
                     let handled = inbound
                         .worker
                         .handle(req, admission, cancel.clone(), streams.is_some(), upload)
@@ -627,8 +645,8 @@ async fn connection<S: SplitIo>(
     for (_, inbox) in lock(&uploads).drain() {
         inbox.finish(End::Reset(switchyard_protocol::stream::code::INTERNAL));
     }
-    deliveries.close();
-    deliveries.wait().await;
+    // Admitted events are delivered (and published ones kept) though their router is gone.
+    while deliveries.next().await.is_some() {}
     drop(tx);
     let _ = writer.await;
     tracing::info!(%peer, "router connection closed");

@@ -13,4 +13,5 @@ pub(crate) mod grpc_timeout;
 pub(crate) mod identity;
 pub(crate) mod io;
 pub(crate) mod mesh;
+pub(crate) mod silence;
 pub(crate) mod stream;

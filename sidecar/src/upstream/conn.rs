@@ -9,6 +9,7 @@
 use super::pushes::Pushes;
 use crate::net::frame_writer::FrameWriter;
 use crate::net::io::SplitIo;
+use crate::net::silence::{self, Silence};
 use crate::net::stream::body::StreamBody;
 use crate::net::stream::inbox::{End, Inbox};
 use crate::net::stream::window::SendWindow;
@@ -26,7 +27,7 @@ use tokio_util::sync::CancellationToken;
 
 /// Heartbeat period.
 pub const PING_EVERY: Duration = Duration::from_secs(5);
-/// A connection with no frame for this long is dead.
+/// A connection with no frame for this long is dead (told within a third more).
 pub const DEAD_AFTER: Duration = Duration::from_secs(15);
 /// Frames waiting for the writer; credits bound the requests among them, so this only absorbs bursts.
 const WRITE_QUEUE: usize = 1024;
@@ -470,29 +471,38 @@ pub async fn run<S: SplitIo>(
     let sink = FrameWriter::new(write);
     let writer = tokio::spawn(write_loop(sink, rx, conn.clone()));
     on_open(conn.clone());
+    // Made once, not per frame: it registers with the token while pending.
+    let dead = conn.dead.cancelled();
+    tokio::pin!(dead);
+    let mut silence = Silence::default();
+    let mut ticker = silence::ticker(DEAD_AFTER);
     loop {
         let next = tokio::select! {
-            r = tokio::time::timeout(DEAD_AFTER, frames.next()) => r,
-            _ = conn.dead.cancelled() => break,
-        };
-        let frame = match next {
-            Err(_) => {
-                tracing::warn!(
-                    peer,
-                    "no frame for {}s; connection considered dead",
-                    DEAD_AFTER.as_secs()
-                );
-                break;
+            r = frames.next() => r,
+            () = &mut dead => break,
+            _ = ticker.tick() => {
+                if silence.tick() {
+                    tracing::warn!(
+                        peer,
+                        "no frame for {}s or more; connection considered dead",
+                        DEAD_AFTER.as_secs()
+                    );
+                    break;
+                }
+                continue;
             }
-            Ok(None) => {
+        };
+        silence.heard();
+        let frame = match next {
+            None => {
                 tracing::info!(peer, "manager closed the connection");
                 break;
             }
-            Ok(Some(Err(e))) => {
+            Some(Err(e)) => {
                 tracing::warn!(peer, error = %e, "frame connection failed");
                 break;
             }
-            Ok(Some(Ok(f))) => f,
+            Some(Ok(f)) => f,
         };
         // Before the answer is resolved, so a caller woken by it finds the credit back already.
         let returned = frame.credits_returned();
@@ -564,10 +574,13 @@ async fn write_loop<W: tokio::io::AsyncWrite + Unpin>(
     let mut ping = tokio::time::interval(PING_EVERY);
     ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut nonce = 0u64;
+    // Made once, not per batch: it registers with the token while pending.
+    let dead = conn.dead.cancelled();
+    tokio::pin!(dead);
     loop {
         let first = tokio::select! {
             biased;
-            _ = conn.dead.cancelled() => break,
+            () = &mut dead => break,
             f = rx.recv() => match f {
                 Some(f) => f,
                 None => break,
