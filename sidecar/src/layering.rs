@@ -42,6 +42,7 @@ const FLOORS: &[(&str, u8)] = &[
     ("shutdown", 3),
     ("params", 2),
     ("backoff", 2),
+    ("hex", 2),
     ("telemetry", 2),
     ("runtime", 2),
 ];

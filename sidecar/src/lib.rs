@@ -20,6 +20,7 @@ mod config;
 mod dispatch;
 mod durable;
 mod edge;
+mod hex;
 mod listener;
 mod load;
 mod manager;

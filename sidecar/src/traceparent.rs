@@ -59,7 +59,13 @@ pub fn new_root() -> String {
         }
     };
     let span = fastrand::u64(1..);
-    format!("00-{trace:032x}-{span:016x}-01")
+    let mut out = String::with_capacity(55);
+    out.push_str("00-");
+    crate::hex::push(&mut out, trace, 32);
+    out.push('-');
+    crate::hex::push(&mut out, span.into(), 16);
+    out.push_str("-01");
+    out
 }
 
 /// Version 00 layout, lowercase hex, non-zero ids.

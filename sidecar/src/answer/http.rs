@@ -94,7 +94,7 @@ impl Reply {
             hyper::StatusCode::from_u16(self.status).unwrap_or(hyper::StatusCode::BAD_GATEWAY);
         let h = resp.headers_mut();
         h.insert(CONTENT_TYPE, self.content_type);
-        if let Some(v) = times.and_then(|t| HeaderValue::from_str(&t.header_value()).ok()) {
+        if let Some(v) = times.and_then(|t| HeaderValue::try_from(t.header_value()).ok()) {
             h.insert(SERVER_TIMING.clone(), v);
         }
         if let Some(allow) = self.allow {

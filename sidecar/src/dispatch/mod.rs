@@ -52,11 +52,9 @@ pub(crate) fn new_ce_id() -> String {
 /// `v` as 32 lowercase hex digits, as `format!("{v:032x}")` writes it, without the formatter
 /// (one per request on the router's hot path).
 fn hex32(v: u128) -> String {
-    const DIGITS: &[u8; 16] = b"0123456789abcdef";
-    (0..32)
-        .rev()
-        .map(|i| char::from(DIGITS[((v >> (i * 4)) & 0xf) as usize]))
-        .collect()
+    let mut s = String::with_capacity(32);
+    crate::hex::push(&mut s, v, 32);
+    s
 }
 
 impl Dispatch {

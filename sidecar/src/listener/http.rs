@@ -178,7 +178,7 @@ fn with_timing_trailer(
     body.with_trailers(Box::new(move |t, h| {
         times.app = Some(Duration::from_micros(t.app_us.into()));
         times.total = start.elapsed();
-        if let Ok(v) = HeaderValue::from_str(&times.header_value()) {
+        if let Ok(v) = HeaderValue::try_from(times.header_value()) {
             h.insert(SERVER_TIMING.clone(), v);
         }
     }))
