@@ -13,7 +13,7 @@ pub use broker::Broker;
 pub(crate) use clock::Clock;
 
 use crate::answer::{DEADLINE_SLACK, Failure};
-use crate::durable::{Store, Target};
+use crate::durable::{Fields, Store, Target};
 use crate::upstream::{Answered, CallError, Collect, Outgoing, Upstream};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
@@ -186,9 +186,13 @@ pub(crate) async fn publish_routed(
         return store
             .publish(
                 to,
-                &out.event,
-                &out.ce_id,
-                (&out.traceparent, &out.tracestate),
+                Fields {
+                    event: &out.event,
+                    ce_id: &out.ce_id,
+                    traceparent: &out.traceparent,
+                    tracestate: &out.tracestate,
+                    content_type: out.content_type.as_deref(),
+                },
                 out.payload,
                 deadline,
             )

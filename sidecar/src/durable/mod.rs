@@ -72,6 +72,21 @@ pub(crate) struct Target<'a> {
     pub(crate) ordering_key: Option<&'a str>,
 }
 
+/// What a stream keeps of an event beside its payload.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Fields<'a> {
+    /// Event type.
+    pub(crate) event: &'a str,
+    /// CloudEvents id (also the `Nats-Msg-Id` the duplicate window checks).
+    pub(crate) ce_id: &'a str,
+    /// W3C traceparent of the publisher; empty when none.
+    pub(crate) traceparent: &'a str,
+    /// W3C tracestate of the publisher; empty when none.
+    pub(crate) tracestate: &'a str,
+    /// Media type of the payload when it is not JSON.
+    pub(crate) content_type: Option<&'a str>,
+}
+
 /// One sidecar's JetStream connection (opened on first use).
 pub(crate) struct Store {
     url: String,
@@ -126,6 +141,15 @@ impl Store {
     /// The JetStream context, connecting the first time (the client retries in the background
     /// while no server answers; calls wait within their own deadlines).
     async fn js(&self) -> Result<&jetstream::Context, DurableError> {
+        if let Some(js) = self.js.get() {
+            return Ok(js);
+        }
+        // Boxed: the connect future is large, and without the box every publish's future would
+        // carry (and copy) room for it.
+        Box::pin(self.connect()).await
+    }
+
+    async fn connect(&self) -> Result<&jetstream::Context, DurableError> {
         self.js
             .get_or_try_init(|| async {
                 let client = async_nats::ConnectOptions::new()
@@ -152,6 +176,11 @@ impl Store {
         if self.known(&name) {
             return Ok(());
         }
+        // Boxed for the same reason as the connect: it runs once per stream, not per publish.
+        Box::pin(self.create_stream(name, manager)).await
+    }
+
+    async fn create_stream(&self, name: String, manager: &str) -> Result<(), DurableError> {
         let config = stream::Config {
             name: name.clone(),
             subjects: vec![plan::stream_subjects(&self.namespace, manager)],
@@ -222,14 +251,13 @@ impl Store {
             .map_err(|e| setup(e.to_string()))
     }
 
-    /// Stores `event` (id `ce_id`) in the stream of `to` and waits for the PubAck until
-    /// `deadline`. A duplicate within the window is acknowledged as kept (it was, the first time).
+    /// Stores the event of `fields` and `payload` in the stream of `to` and waits for the PubAck
+    /// until `deadline`. A duplicate within the window is acknowledged as kept (it was, the first
+    /// time).
     pub(crate) async fn publish(
         &self,
         to: Target<'_>,
-        event: &str,
-        ce_id: &str,
-        (traceparent, tracestate): (&str, &str),
+        fields: Fields<'_>,
         payload: Bytes,
         deadline: Instant,
     ) -> Result<(), DurableError> {
@@ -237,6 +265,13 @@ impl Store {
             manager,
             ordering_key,
         } = to;
+        let Fields {
+            event,
+            ce_id,
+            traceparent,
+            tracestate,
+            content_type,
+        } = fields;
         let lane = Lane::of(
             ordering_key
                 .and_then(|p| plan::ordering_key(&payload, p))
@@ -248,7 +283,10 @@ impl Store {
             self.ensure_stream(manager).await?;
             let mut headers = async_nats::HeaderMap::new();
             headers.insert(header::CE_ID, ce_id);
-            headers.insert(header::CONTENT_TYPE, crate::edge::JSON);
+            // None is JSON, as the consumer reads a message without one: no bytes for the usual case.
+            if let Some(t) = content_type {
+                headers.insert(header::CONTENT_TYPE, t);
+            }
             if !traceparent.is_empty() {
                 headers.insert(header::TRACEPARENT, traceparent);
             }
