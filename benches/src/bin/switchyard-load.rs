@@ -132,7 +132,8 @@ enum Mode {
         payload: usize,
     },
     /// JetStream publishes with nothing in between: `-c` in flight on one connection, each awaiting its
-    /// PubAck, into a stream set up as the sidecars set theirs up (emptied first); reports publishes/s.
+    /// PubAck, into a stream set up as the sidecars set theirs up (emptied first, deleted after; or a
+    /// Manager's, waited on after until its consumer took everything); reports publishes/s.
     Jetstream {
         /// `nats://host:port`.
         url: String,
@@ -297,7 +298,10 @@ async fn run(args: &Args) -> anyhow::Result<Summary> {
                     .await?;
             let w = Window::new(args.warmup, args.duration);
             let m = run_workers(n, w, |i| jetstream::worker(p.clone(), w, i)).await;
-            Summary::new("jetstream", url, n, None, &m)
+            let drained = p.finish().await?;
+            let mut s = Summary::new("jetstream", url, n, None, &m);
+            s.extra.insert("cleanup_s".to_owned(), drained);
+            s
         }
         Mode::Core => core(n, w).await?,
         Mode::Wrk { .. } => bail!("wrk runs as its own process, not on this runtime"),

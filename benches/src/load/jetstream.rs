@@ -1,17 +1,19 @@
 //! A bare JetStream publisher, the floor under the sidecar's durable publish: `-c` publishes in flight
 //! on one async-nats connection (as one sidecar holds one), each waiting for its PubAck, with what the
-//! sidecar sends (`Nats-Msg-Id` = a fresh ce-id, the `ce-id` and `content-type` headers, the same
-//! payload) into a stream configured as the sidecars create theirs (`switchyard_protocol::durable`:
-//! work queue, file storage, the duplicate window, new messages refused when full). The stream is
-//! emptied first; nothing consumes it, so its cap is set above what one run can publish (at the
-//! sidecars' cap of 1,000,000 a run at ~80,000/s filled it within its 12 s, and every publish after
-//! that was refused with "maximum messages exceeded", 10077: the errors earlier runs reported).
-//! A failed publish is reported by kind on stderr, so errors are never anonymous.
+//! sidecar sends (`Nats-Msg-Id` = a fresh ce-id, the `ce-id` header and no `content-type` for a JSON
+//! payload, the same payload) into a stream configured as the sidecars create theirs
+//! (`switchyard_protocol::durable`: work queue, file storage, the duplicate window, new messages
+//! refused when full). The stream is emptied first and deleted after the run; nothing consumes it, so
+//! its cap is set above what one run can publish (at the sidecars' cap of 1,000,000 a run at
+//! ~80,000/s filled it within its 12 s, and every publish after that was refused with "maximum
+//! messages exceeded", 10077: the errors earlier runs reported). A failed publish is reported by kind
+//! on stderr, so errors are never anonymous.
 
 use super::{RETRY_PAUSE, Tally, Window};
-use anyhow::Context;
+use anyhow::{Context, bail};
 use async_nats::jetstream::{self, stream};
 use bytes::Bytes;
+use std::time::Duration;
 use switchyard_protocol::durable::{self as plan, Lane};
 use tokio::time::Instant;
 
@@ -22,10 +24,18 @@ const MANAGER: &str = "bare";
 /// a run of two minutes at 80,000/s, as this stream is never consumed.
 const MAX_MESSAGES: i64 = 10_000_000;
 
+/// The longest a run waits, after its window, for a Manager's consumer to take what it published.
+const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+/// How often the stream is asked how much it still holds while draining.
+const DRAIN_POLL: Duration = Duration::from_millis(100);
+
 /// The publisher's connection and where it publishes.
 #[derive(Clone)]
 pub struct Publisher {
     js: jetstream::Context,
+    /// The stream published into, and whether it is the bench's own (deleted when the run ends).
+    stream: String,
+    own: bool,
     subject: String,
     payload: Bytes,
 }
@@ -49,11 +59,14 @@ impl Publisher {
                     .await
                     .with_context(|| format!("connecting to {url}"))?,
             );
-            js.get_stream(plan::stream_name(ns, manager))
+            let stream = plan::stream_name(ns, manager);
+            js.get_stream(&stream)
                 .await
                 .with_context(|| format!("no stream of Manager {ns}/{manager}"))?;
             return Ok(Publisher {
                 js,
+                stream,
+                own: false,
                 subject: plan::subject(ns, manager, event, Lane::Unordered),
                 payload,
             });
@@ -86,15 +99,56 @@ impl Publisher {
             .context("emptying the bench stream")?;
         Ok(Publisher {
             js,
+            stream: name,
+            own: true,
             subject: plan::subject(NAMESPACE, MANAGER, event, Lane::Unordered),
             payload,
         })
     }
 
+    /// Leaves the server as the run found it, so the next run (on the same server, in the same
+    /// bench) is not measured beside this one's leftovers: the bench's own stream is deleted (its
+    /// messages and its duplicate window's ids: a run at 70,000/s leaves some 800,000 of each), and
+    /// a Manager's stream is waited on until its consumer has taken everything. Returns the seconds
+    /// that took.
+    pub async fn finish(&self) -> anyhow::Result<f64> {
+        let start = Instant::now();
+        if self.own {
+            self.js
+                .delete_stream(&self.stream)
+                .await
+                .with_context(|| format!("deleting the bench stream {}", self.stream))?;
+            return Ok(start.elapsed().as_secs_f64());
+        }
+        let mut stream = self
+            .js
+            .get_stream(&self.stream)
+            .await
+            .with_context(|| format!("finding stream {}", self.stream))?;
+        loop {
+            let left = stream
+                .info()
+                .await
+                .with_context(|| format!("reading stream {}", self.stream))?
+                .state
+                .messages;
+            if left == 0 {
+                return Ok(start.elapsed().as_secs_f64());
+            }
+            if start.elapsed() > DRAIN_LIMIT {
+                bail!(
+                    "stream {} still holds {left} events {}s after the run: its consumer fell behind",
+                    self.stream,
+                    DRAIN_LIMIT.as_secs()
+                );
+            }
+            tokio::time::sleep(DRAIN_POLL).await;
+        }
+    }
+
     async fn publish_once(&self, ce_id: &str) -> bool {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("ce-id", ce_id);
-        headers.insert("content-type", "application/json");
         let msg = jetstream::message::PublishMessage::build()
             .payload(self.payload.clone())
             .headers(headers)
