@@ -633,6 +633,33 @@ async fn a_slow_reader_loses_its_own_pushes_and_never_slows_another() {
     );
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_goes_away_cancels_its_commands() {
+    let m = mesh(None).await;
+    let mut ws = connect(&m).await;
+    send(&mut ws, json!({"command": "slow", "id": 1})).await;
+    poll(WAIT, "slow event in flight", || async {
+        let text = m.manager_metrics().await;
+        (common::metric(&text, "switchyard_in_flight") == 1.0).then_some(())
+    })
+    .await;
+    let gone = std::time::Instant::now();
+    drop(ws);
+    // The route's deadline is 1 s and the app sleeps 3 s: a cancel well before 1 s comes from the
+    // client going away.
+    poll(WAIT, "cancelled delivery", || async {
+        let text = m.manager_metrics().await;
+        let cancelled = r#"switchyard_requests_total{event="slow",status="499"}"#;
+        (common::metric(&text, cancelled) == 1.0).then_some(())
+    })
+    .await;
+    assert!(
+        gone.elapsed() < Duration::from_millis(800),
+        "cancel took {:?}",
+        gone.elapsed()
+    );
+}
+
 #[tokio::test]
 async fn drain_sends_pending_replies_then_closes_with_1001() {
     let mut mesh = mesh(None).await;
