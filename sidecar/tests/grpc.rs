@@ -446,6 +446,43 @@ async fn connect_holds_at_most_64_in_flight_and_drops_nothing() {
     );
 }
 
+/// Waits until the manager has `slow` in flight, then for its delivery to be counted as the
+/// client's cancel (499) within `limit` of `gone`: the route's deadline is 1 s and the app sleeps
+/// 3 s, so a cancel well before 1 s comes from the client going away.
+async fn cancelled_within(mesh: &Mesh, gone: Instant, limit: Duration) {
+    poll(Duration::from_secs(5), "cancelled delivery", || async {
+        let m = mesh.manager_metrics().await;
+        (metric(
+            &m,
+            r#"switchyard_requests_total{event="slow",status="499"}"#,
+        ) == 1.0)
+            .then_some(())
+    })
+    .await;
+    assert!(gone.elapsed() < limit, "cancel took {:?}", gone.elapsed());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connect_client_that_goes_away_cancels_its_calls() {
+    let (mesh, port) = mesh(Opts::default()).await;
+    let mut c = client(port).await;
+    let (tx, rx) = tokio::sync::mpsc::channel(1);
+    tx.send(connect_req(1, "slow", b"{}")).await.unwrap();
+    let replies = c
+        .connect(tokio_stream::wrappers::ReceiverStream::new(rx))
+        .await
+        .unwrap()
+        .into_inner();
+    poll(Duration::from_secs(5), "slow event in flight", || async {
+        let m = mesh.manager_metrics().await;
+        (metric(&m, "switchyard_in_flight") == 1.0).then_some(())
+    })
+    .await;
+    let gone = Instant::now();
+    drop((replies, tx, c));
+    cancelled_within(&mesh, gone, Duration::from_millis(800)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn broker_overload_is_resource_exhausted_with_retry_after() {
     let mesh = Mesh::start_with(Opts::default(), |cfg| {

@@ -6,21 +6,18 @@ use crate::listener::Edge;
 use crate::middleware::{Denial, Grant};
 use crate::routes::grpc::GrpcRoutes;
 use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
 use std::sync::Arc;
 use std::time::Instant;
 use switchyard_protocol::gateway::v1::{ConnectReply, ConnectRequest};
-use tokio::sync::{Semaphore, mpsc};
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tonic::{Status, Streaming};
 
 /// Requests of one `Connect` stream dispatched at once; past it the stream is not read (backpressure).
 pub(super) const CONNECT_IN_FLIGHT: usize = 64;
 
-/// Reads a `Connect` stream: each message is dispatched on its own task, at most
-/// [`CONNECT_IN_FLIGHT`] at once; at the bound the stream is not read until
-/// one finishes, so HTTP/2 flow control holds the client back (nothing is dropped). Replies go out as
-/// they complete. The stream ends (OK) after the client half-closes, or a drain starts, and every
-/// reply is out.
 /// What a stream's messages need: the edge, the routes, and the drain that stops reading.
 #[derive(Clone)]
 pub(super) struct Shared {
@@ -29,6 +26,15 @@ pub(super) struct Shared {
     pub(super) drain: CancellationToken,
 }
 
+/// Reads a `Connect` stream: each message is dispatched as it arrives, at most
+/// [`CONNECT_IN_FLIGHT`] at once; at the bound the stream is not read until one finishes, so
+/// HTTP/2 flow control holds the client back (nothing is dropped). Replies go out as they
+/// complete. The stream ends (OK) after the client half-closes, or a drain starts, and every
+/// reply is out; a client that goes away (the reply stream closed) cancels what is in flight.
+///
+/// The messages in flight are polled in this task (a `FuturesUnordered` beside the reader), not
+/// spawned: a task each copied the large dispatch future at its spawn and again at its end
+/// (`memmove` was 5 % of the router's samples on Connect streams, tokio's spawn 3 % more).
 pub(super) async fn read_stream(
     gw: Shared,
     mut inbound: Streaming<ConnectRequest>,
@@ -37,7 +43,6 @@ pub(super) async fn read_stream(
     stream_deadline: Option<Instant>,
     grant: Option<Grant>,
 ) {
-    let slots = Arc::new(Semaphore::new(CONNECT_IN_FLIGHT));
     let past_deadline = async {
         match stream_deadline {
             Some(d) => tokio::time::sleep_until(d.into()).await,
@@ -54,20 +59,21 @@ pub(super) async fn read_stream(
         }
     };
     tokio::pin!(lapsed);
+    // Made once for the stream, not once per message: each registers with its token or channel.
+    let closed = tx.closed();
+    tokio::pin!(closed);
+    let drained = gw.drain.cancelled();
+    tokio::pin!(drained);
+    let mut calls = FuturesUnordered::new();
     loop {
-        let permit = tokio::select! {
-            p = slots.clone().acquire_owned() => match p { Ok(p) => p, Err(_) => break },
-            _ = tx.closed() => return,
-            _ = gw.drain.cancelled() => break,
-            _ = &mut past_deadline => break,
-            d = &mut lapsed => return end_unauthenticated(&gw, &tx, d).await,
-        };
         let next = tokio::select! {
-            m = inbound.message() => m,
-            _ = tx.closed() => return,
-            _ = gw.drain.cancelled() => break,
+            biased;
+            _ = &mut closed => return,
+            _ = &mut drained => break,
             _ = &mut past_deadline => break,
             d = &mut lapsed => return end_unauthenticated(&gw, &tx, d).await,
+            Some(()) = calls.next(), if !calls.is_empty() => continue,
+            m = inbound.message(), if calls.len() < CONNECT_IN_FLIGHT => m,
         };
         let msg = match next {
             Ok(Some(m)) => m,
@@ -79,33 +85,35 @@ pub(super) async fn read_stream(
             }
         };
         let start = Instant::now();
-        let gw = gw.clone();
-        let tx = tx.clone();
-        let tp = traceparent.clone();
-        let ts = tracestate.clone();
-        tokio::spawn(async move {
-            let work = handle(
+        let (gw, tx, tp, ts) = (&gw, &tx, traceparent.as_deref(), &*tracestate);
+        calls.push(async move {
+            let outcome = handle(
                 &gw.edge,
                 &gw.routes,
                 Message {
                     rpc: "Connect",
                     method: &msg.method,
                     payload: Bytes::from(msg.payload),
-                    traceparent: tp.as_deref(),
-                    tracestate: &ts,
+                    traceparent: tp,
+                    tracestate: ts,
                     start,
                     client_deadline: stream_deadline,
                     streams: false,
                 },
-            );
-            // A client gone away cancels the work (the router sends CANCEL to the manager).
-            let outcome = tokio::select! {
-                o = work => o,
-                _ = tx.closed() => return,
-            };
+            )
+            .await;
             let _ = tx.send(Ok(connect_reply(msg.id, outcome))).await;
-            drop(permit);
         });
+    }
+    // No more messages are read; the ones in flight still answer, unless the client goes away
+    // (dropping them cancels their work: the router sends CANCEL to the manager).
+    loop {
+        tokio::select! {
+            biased;
+            _ = &mut closed => return,
+            d = &mut lapsed => return end_unauthenticated(&gw, &tx, d).await,
+            n = calls.next() => if n.is_none() { return },
+        }
     }
 }
 
