@@ -583,7 +583,9 @@ impl Upstream {
                     return Err(Attempt::Failed(CallError::Lost));
                 };
                 let pumped = upload::pump(conn, slot.id, body, &window, up.limit);
-                let answer = timeout_at(deadline.into(), async {
+                // Boxed: this rare path's future is most of `once`'s size, and every request's
+                // future (the listener's, the dispatch's) holds room for it and is moved with it.
+                let answer = Box::pin(timeout_at(deadline.into(), async {
                     tokio::pin!(pumped);
                     let mut reply = slot.reply;
                     let mut pumping = true;
@@ -596,7 +598,7 @@ impl Upstream {
                             }
                         }
                     }
-                })
+                }))
                 .await;
                 match answer {
                     Err(elapsed) => {
