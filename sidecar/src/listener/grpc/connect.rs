@@ -6,13 +6,14 @@ use crate::listener::Edge;
 use crate::middleware::{Denial, Grant};
 use crate::routes::grpc::GrpcRoutes;
 use bytes::Bytes;
-use futures::StreamExt;
-use futures::stream::FuturesUnordered;
+use futures::stream::{FuturesUnordered, Stream, StreamExt};
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Instant;
 use switchyard_protocol::gateway::v1::{ConnectReply, ConnectRequest};
-use tokio::sync::mpsc;
-use tokio_util::sync::CancellationToken;
+use tokio_util::sync::{CancellationToken, WaitForCancellationFutureOwned};
 use tonic::{Status, Streaming};
 
 /// Requests of one `Connect` stream dispatched at once; past it the stream is not read (backpressure).
@@ -26,67 +27,31 @@ pub(super) struct Shared {
     pub(super) drain: CancellationToken,
 }
 
-/// Reads a `Connect` stream: each message is dispatched as it arrives, at most
-/// [`CONNECT_IN_FLIGHT`] at once; at the bound the stream is not read until one finishes, so
-/// HTTP/2 flow control holds the client back (nothing is dropped). Replies go out as they
-/// complete. The stream ends (OK) after the client half-closes, or a drain starts, and every
-/// reply is out; a client that goes away (the reply stream closed) cancels what is in flight.
+/// A `Connect` stream's replies, as the stream the response body is made of: each message is
+/// dispatched as it arrives, at most [`CONNECT_IN_FLIGHT`] at once; at the bound the stream is not
+/// read until one finishes, so HTTP/2 flow control holds the client back (nothing is dropped).
+/// Replies go out as they complete. The stream ends (OK) after the client half-closes, or a drain
+/// starts or its deadline passes, and every reply is out; it ends UNAUTHENTICATED when the
+/// credential that admitted it lapses. A client that goes away drops it, and with it the calls in
+/// flight (the router sends CANCEL to the manager).
 ///
-/// The messages in flight are polled in this task (a `FuturesUnordered` beside the reader), not
-/// spawned: a task each copied the large dispatch future at its spawn and again at its end
-/// (`memmove` was 5 % of the router's samples on Connect streams, tokio's spawn 3 % more).
-pub(super) async fn read_stream(
+/// The response body's own task reads the messages and polls the calls: a reader task beside it
+/// and a channel between them cost a wake-up and a hand-over per message, and a task per call
+/// copied the large dispatch future at its spawn and again at its end.
+pub(super) fn replies(
     gw: Shared,
-    mut inbound: Streaming<ConnectRequest>,
-    tx: mpsc::Sender<Result<ConnectReply, Status>>,
+    inbound: Streaming<ConnectRequest>,
     (traceparent, tracestate): (Option<Arc<[u8]>>, Arc<str>),
     stream_deadline: Option<Instant>,
     grant: Option<Grant>,
-) {
-    let past_deadline = async {
-        match stream_deadline {
-            Some(d) => tokio::time::sleep_until(d.into()).await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(past_deadline);
-    // The stream was admitted with a credential: it ends when that lapses (the token expires, or
-    // a key reload no longer admits it).
-    let lapsed = async {
-        match &grant {
-            Some(g) => g.lapsed().await,
-            None => std::future::pending().await,
-        }
-    };
-    tokio::pin!(lapsed);
-    // Made once for the stream, not once per message: each registers with its token or channel.
-    let closed = tx.closed();
-    tokio::pin!(closed);
-    let drained = gw.drain.cancelled();
-    tokio::pin!(drained);
-    let mut calls = FuturesUnordered::new();
-    loop {
-        let next = tokio::select! {
-            biased;
-            _ = &mut closed => return,
-            _ = &mut drained => break,
-            _ = &mut past_deadline => break,
-            d = &mut lapsed => return end_unauthenticated(&gw, &tx, d).await,
-            Some(()) = calls.next(), if !calls.is_empty() => continue,
-            m = inbound.message(), if calls.len() < CONNECT_IN_FLIGHT => m,
-        };
-        let msg = match next {
-            Ok(Some(m)) => m,
-            Ok(None) => break,
-            Err(status) => {
-                // The stream itself is broken (undecodable message, reset): end it with that status.
-                let _ = tx.send(Err(status)).await;
-                return;
-            }
-        };
-        let start = Instant::now();
-        let (gw, tx, tp, ts) = (&gw, &tx, traceparent.as_deref(), &*tracestate);
-        calls.push(async move {
+) -> impl Stream<Item = Result<ConnectReply, Status>> + Send + use<> {
+    let drained = Box::pin(gw.drain.clone().cancelled_owned());
+    let past_deadline = stream_deadline.map(|d| Box::pin(tokio::time::sleep_until(d.into())));
+    let lapsed: Option<Lapse> = grant.map(|g| Box::pin(async move { g.lapsed().await }) as Lapse);
+    let edge = gw.edge.clone();
+    let make = move |msg: ConnectRequest, start: Instant| {
+        let (gw, tp, ts) = (gw.clone(), traceparent.clone(), tracestate.clone());
+        async move {
             let outcome = handle(
                 &gw.edge,
                 &gw.routes,
@@ -94,37 +59,106 @@ pub(super) async fn read_stream(
                     rpc: "Connect",
                     method: &msg.method,
                     payload: Bytes::from(msg.payload),
-                    traceparent: tp,
-                    tracestate: ts,
+                    traceparent: tp.as_deref(),
+                    tracestate: &ts,
                     start,
                     client_deadline: stream_deadline,
                     streams: false,
                 },
             )
             .await;
-            let _ = tx.send(Ok(connect_reply(msg.id, outcome))).await;
-        });
+            connect_reply(msg.id, outcome)
+        }
+    };
+    Replies {
+        edge,
+        inbound,
+        calls: FuturesUnordered::new(),
+        make,
+        reading: true,
+        done: false,
+        drained,
+        past_deadline,
+        lapsed,
     }
-    // No more messages are read; the ones in flight still answer, unless the client goes away
-    // (dropping them cancels their work: the router sends CANCEL to the manager).
-    loop {
-        tokio::select! {
-            biased;
-            _ = &mut closed => return,
-            d = &mut lapsed => return end_unauthenticated(&gw, &tx, d).await,
-            n = calls.next() => if n.is_none() { return },
+}
+
+/// Resolves when the stream's credential lapses.
+type Lapse = Pin<Box<dyn Future<Output = Denial> + Send>>;
+
+/// The state of [`replies`].
+struct Replies<M, F> {
+    edge: Arc<Edge>,
+    inbound: Streaming<ConnectRequest>,
+    calls: FuturesUnordered<F>,
+    make: M,
+    /// Messages are still read: the client has not half-closed, no drain, deadline not past.
+    reading: bool,
+    /// The last item was given.
+    done: bool,
+    drained: Pin<Box<WaitForCancellationFutureOwned>>,
+    past_deadline: Option<Pin<Box<tokio::time::Sleep>>>,
+    lapsed: Option<Lapse>,
+}
+
+impl<M, F> Stream for Replies<M, F>
+where
+    M: FnMut(ConnectRequest, Instant) -> F + Unpin,
+    F: Future<Output = ConnectReply>,
+{
+    type Item = Result<ConnectReply, Status>;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        let this = self.get_mut();
+        if this.done {
+            return Poll::Ready(None);
+        }
+        if let Some(lapsed) = this.lapsed.as_mut()
+            && let Poll::Ready(d) = lapsed.as_mut().poll(cx)
+        {
+            this.done = true;
+            return Poll::Ready(Some(Err(unauthenticated(&this.edge, d))));
+        }
+        if this.reading {
+            let past = this
+                .past_deadline
+                .as_mut()
+                .is_some_and(|d| d.as_mut().poll(cx).is_ready());
+            if past || this.drained.as_mut().poll(cx).is_ready() {
+                this.reading = false;
+            }
+        }
+        while this.reading && this.calls.len() < CONNECT_IN_FLIGHT {
+            match Pin::new(&mut this.inbound).poll_next(cx) {
+                Poll::Ready(Some(Ok(msg))) => {
+                    let call = (this.make)(msg, Instant::now());
+                    this.calls.push(call);
+                }
+                // The stream itself is broken (undecodable message, reset): end it with that status.
+                Poll::Ready(Some(Err(status))) => {
+                    this.done = true;
+                    return Poll::Ready(Some(Err(status)));
+                }
+                Poll::Ready(None) => this.reading = false,
+                Poll::Pending => break,
+            }
+        }
+        match this.calls.poll_next_unpin(cx) {
+            Poll::Ready(Some(reply)) => Poll::Ready(Some(Ok(reply))),
+            Poll::Ready(None) if !this.reading => {
+                this.done = true;
+                Poll::Ready(None)
+            }
+            // Nothing in flight: waiting on the client (its waker is registered above).
+            Poll::Ready(None) | Poll::Pending => Poll::Pending,
         }
     }
 }
 
-/// Ends the stream with UNAUTHENTICATED naming why (its replies still in flight are dropped, and
-/// their requests cancelled as the stream goes).
-async fn end_unauthenticated(
-    gw: &Shared,
-    tx: &mpsc::Sender<Result<ConnectReply, Status>>,
-    d: Denial,
-) {
-    gw.edge.metrics.sessions.lapse("grpc", d.reason);
+/// UNAUTHENTICATED naming why the stream's credential no longer admits it (its replies still in
+/// flight are dropped, and their requests cancelled as the stream goes).
+fn unauthenticated(edge: &Edge, d: Denial) -> Status {
+    edge.metrics.sessions.lapse("grpc", d.reason);
     let detail = if d.reason == "expired" {
         format!("{}; open a new stream with a fresh token", d.detail)
     } else {
@@ -134,10 +168,7 @@ async fn end_unauthenticated(
         reason = d.reason,
         "Connect stream ended: its credential lapsed"
     );
-    tokio::select! {
-        _ = tx.send(Err(Status::unauthenticated(detail))) => {}
-        _ = tx.closed() => {}
-    }
+    Status::unauthenticated(detail)
 }
 
 /// A message's reply on the stream: the app's answer, or the mesh's refusal in `error` (with the

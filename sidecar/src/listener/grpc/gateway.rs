@@ -10,6 +10,7 @@ use crate::middleware::Grant;
 use crate::routes::grpc::GrpcRoutes;
 use crate::traceparent;
 use bytes::Bytes;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Instant;
 use switchyard_protocol::gateway::v1::gateway_server::{self, GatewayServer};
@@ -17,6 +18,7 @@ use switchyard_protocol::gateway::v1::{
     CallChunk, CallReply, CallRequest, ConnectReply, ConnectRequest, FILE_DESCRIPTOR_SET,
 };
 use tokio::sync::mpsc;
+use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tokio_util::sync::CancellationToken;
 use tonic::service::Routes;
@@ -117,7 +119,7 @@ impl gateway_server::Gateway for Gateway {
         Ok(resp)
     }
 
-    type ConnectStream = ReceiverStream<Result<ConnectReply, Status>>;
+    type ConnectStream = Pin<Box<dyn Stream<Item = Result<ConnectReply, Status>> + Send>>;
 
     async fn connect(
         &self,
@@ -128,21 +130,13 @@ impl gateway_server::Gateway for Gateway {
         let (meta, _, inbound) = request.into_parts();
         let tp: Option<Arc<[u8]>> = meta.get(traceparent::HEADER).map(|v| v.as_bytes().into());
         let ts: Arc<str> = traceparent::tracestate_in_meta(tp.as_deref(), &meta).into();
-        let (tx, rx) = mpsc::channel(connect::CONNECT_IN_FLIGHT);
         let shared = connect::Shared {
             edge: self.edge.clone(),
             routes: self.routes.clone(),
             drain: self.drain.clone(),
         };
-        tokio::spawn(connect::read_stream(
-            shared,
-            inbound,
-            tx,
-            (tp, ts),
-            arrival.deadline,
-            grant,
-        ));
-        Ok(tonic::Response::new(ReceiverStream::new(rx)))
+        let replies = connect::replies(shared, inbound, (tp, ts), arrival.deadline, grant);
+        Ok(tonic::Response::new(Box::pin(replies)))
     }
 }
 
