@@ -149,7 +149,8 @@ where
                 this.done = true;
                 Poll::Ready(None)
             }
-            // Nothing in flight: waiting on the client (its waker is registered above).
+            // Nothing ready: the calls, the client, the drain, the deadline and the credential were
+            // all polled above, so whichever changes first wakes this stream.
             Poll::Ready(None) | Poll::Pending => Poll::Pending,
         }
     }
