@@ -204,6 +204,10 @@ pub struct App {
     #[serde(default = "default_app_path")]
     #[schemars(regex(pattern = r"^/[A-Za-z0-9._~/-]*$"), length(max = 1024))]
     pub path: String,
+    /// How the sidecar reaches the app: TCP on `port` (localhost), or a Unix domain socket in a
+    /// volume the two containers share, whose path the app reads from `SWITCHYARD_APP_SOCKET`.
+    #[serde(default)]
+    pub transport: AppTransport,
 }
 
 fn default_app_port() -> i32 {
@@ -220,8 +224,22 @@ impl Default for App {
             port: default_app_port(),
             protocol: AppProtocol::default(),
             path: default_app_path(),
+            transport: AppTransport::default(),
         }
     }
+}
+
+/// How the sidecar and the app reach each other inside the pod.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub enum AppTransport {
+    /// TCP to `127.0.0.1:<port>`.
+    #[default]
+    Tcp,
+    /// A Unix domain socket the app listens on, at the path in `SWITCHYARD_APP_SOCKET` (the
+    /// operator puts it in an `emptyDir` mounted in the sidecar and in every app container). It
+    /// skips loopback TCP's per-packet work, which both sides pay for on every event.
+    Unix,
 }
 
 /// Protocols the app can speak.

@@ -369,8 +369,71 @@ fn invalid_manager_reports_reserved_names_and_ports() {
         [
             "spec.app.port",
             "spec.template.spec.containers[0].name",
-            "spec.template.spec.volumes[0].name"
+            "spec.template.spec.volumes[0].name",
+            "spec.template.spec.volumes[1].name"
         ]
+    );
+}
+
+#[test]
+fn a_unix_app_transport_shares_one_socket_between_sidecar_and_app() {
+    let (router, mut manager) = quickstart();
+    let tcp = render::manager::build(&manager, Some(&router), &settings()).expect("builds");
+    let p = pod(&tcp.deployments[0]);
+    assert!(
+        env_of(&p.containers[0], "SWITCHYARD_APP_SOCKET").is_none(),
+        "TCP is the default and needs no socket"
+    );
+    assert!(
+        !p.volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == "switchyard-app-socket")
+    );
+
+    manager.spec.app.transport = switchyard_crds::manager::AppTransport::Unix;
+    let c = render::manager::build(&manager, Some(&router), &settings()).expect("builds");
+    let p = pod(&c.deployments[0]);
+    let side = &p.init_containers.as_ref().expect("init containers")[0];
+    let app = &p.containers[0];
+    for container in [side, app] {
+        assert_eq!(
+            env_of(container, "SWITCHYARD_APP_SOCKET").as_deref(),
+            Some("/var/run/switchyard/app.sock"),
+            "{}",
+            container.name
+        );
+        assert!(
+            container
+                .volume_mounts
+                .iter()
+                .flatten()
+                .any(|m| m.name == "switchyard-app-socket"
+                    && m.mount_path == "/var/run/switchyard"
+                    && m.read_only != Some(true)),
+            "{}: {:?}",
+            container.name,
+            container.volume_mounts
+        );
+    }
+    let volume = p
+        .volumes
+        .iter()
+        .flatten()
+        .find(|v| v.name == "switchyard-app-socket")
+        .expect("the socket's volume");
+    assert!(volume.empty_dir.is_some(), "{volume:?}");
+    let cfg: ManagerConfig =
+        serde_json::from_str(&c.config_map.data.as_ref().expect("data")["config.json"])
+            .expect("config parses");
+    assert_eq!(
+        cfg.app.transport,
+        switchyard_crds::manager::AppTransport::Unix
+    );
+    // The pods roll when the transport changes: the sidecar's config says which it dials.
+    assert_ne!(
+        config_hash(&tcp.deployments[0]),
+        config_hash(&c.deployments[0])
     );
 }
 

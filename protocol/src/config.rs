@@ -15,6 +15,11 @@ pub const MOUNT_DIR: &str = "/etc/switchyard";
 /// Where the router sidecar reads referenced Secrets, as `<dir>/<secret name>/<key>`. A sibling of
 /// [`MOUNT_DIR`], not inside it: a volume cannot be mounted inside a read-only ConfigMap volume.
 pub const SECRETS_DIR: &str = "/etc/switchyard-secrets";
+/// Where a manager pod's sidecar and app share the app's Unix socket (`app.transport: unix`): an
+/// `emptyDir`, so only the pod's own containers can reach the socket.
+pub const APP_SOCKET_DIR: &str = "/var/run/switchyard";
+/// The app's Unix socket in a pod, inside [`APP_SOCKET_DIR`].
+pub const APP_SOCKET_PATH: &str = "/var/run/switchyard/app.sock";
 
 /// Configuration of a sidecar in router role.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]

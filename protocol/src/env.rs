@@ -7,6 +7,9 @@ pub const CONTROL_PLANE: &str = "SWITCHYARD_CONTROL_PLANE";
 pub const EVENT_TYPES: &str = "SWITCHYARD_EVENT_TYPES";
 /// The manager sidecar's local API URL, given to the app.
 pub const LOCAL_API: &str = "SWITCHYARD_LOCAL_API";
+/// Path of the Unix domain socket the app listens on when the Manager's `app.transport` is `unix`;
+/// set on the app and on the manager sidecar, which connects there.
+pub const APP_SOCKET: &str = "SWITCHYARD_APP_SOCKET";
 /// Threads of a sidecar's async runtime (default 1).
 pub const RUNTIME_THREADS: &str = "SWITCHYARD_RUNTIME_THREADS";
 /// The pod's name (downward API); sidecars name themselves with it to the control plane.

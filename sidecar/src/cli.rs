@@ -71,9 +71,13 @@ enum Role {
         /// answers probes.
         #[arg(long)]
         probe_addr: Option<SocketAddr>,
-        /// The app's address; default 127.0.0.1:<app.port>.
+        /// The app's address with `app.transport: tcp`; default 127.0.0.1:<app.port>.
         #[arg(long)]
         app_addr: Option<SocketAddr>,
+        /// The app's Unix socket with `app.transport: unix`; default /var/run/switchyard/app.sock
+        /// (where the operator mounts it).
+        #[arg(long, value_name = "PATH", env = switchyard_protocol::env::APP_SOCKET)]
+        app_socket: Option<PathBuf>,
         /// The app's local API (publish, request, push), HTTP and gRPC; keep it on localhost.
         #[arg(long, default_value = "127.0.0.1:7071")]
         local_api_addr: SocketAddr,
@@ -122,6 +126,7 @@ pub fn run() -> ExitCode {
                 admin_addr,
                 probe_addr,
                 app_addr,
+                app_socket,
                 local_api_addr,
                 event_types,
             } => {
@@ -130,7 +135,10 @@ pub fn run() -> ExitCode {
                     *listen,
                     *admin_addr,
                     *probe_addr,
-                    *app_addr,
+                    roles::manager::AppFlags {
+                        tcp: *app_addr,
+                        unix: app_socket.as_deref(),
+                    },
                     *local_api_addr,
                     event_types.as_deref(),
                 )

@@ -10,11 +10,14 @@ use kube::ResourceExt;
 use std::collections::BTreeMap;
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::{Path, PathBuf};
+use switchyard_crds::manager::AppTransport;
 use switchyard_crds::yaml::Objects;
 use switchyard_crds::{Manager, Router};
 
-/// Environment variable giving the app its port (the `PORT` convention), set for every app.
+/// Environment variable giving the app its port (the `PORT` convention), set for every app on TCP.
 pub const PORT_ENV: &str = "PORT";
+/// Environment variable giving the app its Unix socket (`app.transport: unix`).
+pub const APP_SOCKET_ENV: &str = switchyard_protocol::env::APP_SOCKET;
 /// Environment variable telling the manager sidecar which event types it serves.
 pub use switchyard_protocol::env::EVENT_TYPES as EVENT_TYPES_ENV;
 /// Environment variable telling the app where its manager sidecar's local API is.
@@ -51,7 +54,29 @@ pub enum Probe {
     },
     /// A TCP connect succeeds.
     Tcp(SocketAddr),
+    /// A connect to a Unix socket succeeds.
+    Unix(PathBuf),
 }
+
+/// Where one app listens locally: the TCP port it was given, or its Unix socket
+/// (`app.transport: unix`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum AppEnd {
+    Tcp(u16),
+    Unix(PathBuf),
+}
+
+impl std::fmt::Display for AppEnd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            AppEnd::Tcp(port) => write!(f, "{LOCALHOST}:{port}"),
+            AppEnd::Unix(path) => write!(f, "unix:{}", path.display()),
+        }
+    }
+}
+
+/// The longest path a Unix socket address holds (`sun_path`, less its terminating NUL).
+const MAX_SOCKET_PATH: usize = 107;
 
 /// One process to start.
 #[derive(Clone, Debug, PartialEq)]
@@ -234,16 +259,24 @@ pub fn plan(
             } else {
                 format!("{name}[{replica}]")
             };
-            // With --no-app the user runs the app, presumably on the port the spec declares.
-            let app_port = if opts.apps {
-                ports.app(declared)?
-            } else if replica == 1 {
-                declared
-            } else {
-                bail!(
+            let app_end = match m.spec.app.transport {
+                AppTransport::Unix => {
+                    let path = opts.state_dir.join(format!("app-{id}.sock"));
+                    if path.as_os_str().len() > MAX_SOCKET_PATH {
+                        bail!(
+                            "Manager {name}: spec.app.transport unix: the socket path {} is longer than the {MAX_SOCKET_PATH} bytes a Unix socket address holds; set TMPDIR to a shorter directory",
+                            path.display()
+                        );
+                    }
+                    AppEnd::Unix(path)
+                }
+                // With --no-app the user runs the app, presumably on the port the spec declares.
+                AppTransport::Tcp if opts.apps => AppEnd::Tcp(ports.app(declared)?),
+                AppTransport::Tcp if replica == 1 => AppEnd::Tcp(declared),
+                AppTransport::Tcp => bail!(
                     "Manager {name}: {replicas} replicas need one app each on its own port; --no-app runs only one \
                      (set spec.replicas to 1, or let switchyard up start the apps)"
-                );
+                ),
             };
             let local_api = ports.ephemeral()?;
             let local_api_url = format!("http://{LOCALHOST}:{local_api}");
@@ -258,10 +291,14 @@ pub fn plan(
                     (None, false) => Traced::Off,
                 };
                 plan.procs
-                    .push(app_proc(m, &id, app_port, &local_api_url, traced)?);
+                    .push(app_proc(m, &id, &app_end, &local_api_url, traced)?);
             } else {
+                let socket_env = match &app_end {
+                    AppEnd::Unix(path) => format!(" and {APP_SOCKET_ENV}={}", path.display()),
+                    AppEnd::Tcp(_) => String::new(),
+                };
                 plan.notes.push(format!(
-                    "· app {name}: not started (--no-app); run it on {LOCALHOST}:{app_port} with {LOCAL_API_ENV}={local_api_url}"
+                    "· app {id}: not started (--no-app); run it on {app_end} with {LOCAL_API_ENV}={local_api_url}{socket_env}"
                 ));
             }
 
@@ -271,7 +308,10 @@ pub fn plan(
             let manager_config = config::manager_config(
                 m,
                 router_of(&objs.routers, m),
-                app_port,
+                match &app_end {
+                    AppEnd::Tcp(port) => *port,
+                    AppEnd::Unix(_) => declared,
+                },
                 jetstream.as_ref(),
             )?;
             let identity = Workload {
@@ -299,8 +339,14 @@ pub fn plan(
                     format!("{LOCALHOST}:{listen}"),
                     "--admin-addr".into(),
                     format!("{LOCALHOST}:{admin}"),
-                    "--app-addr".into(),
-                    format!("{LOCALHOST}:{app_port}"),
+                    match &app_end {
+                        AppEnd::Tcp(_) => "--app-addr".into(),
+                        AppEnd::Unix(_) => "--app-socket".into(),
+                    },
+                    match &app_end {
+                        AppEnd::Tcp(port) => format!("{LOCALHOST}:{port}"),
+                        AppEnd::Unix(path) => path.display().to_string(),
+                    },
                     "--local-api-addr".into(),
                     format!("{LOCALHOST}:{local_api}"),
                 ],
@@ -428,12 +474,12 @@ enum Traced<'a> {
     Inherited,
 }
 
-/// The app process of one replica (`id`) of `manager`: the first container's `command` + `args`, run on `port`;
-/// with tracing on, pointed at the sidecars' collector and named `<manager>-app`, so its spans join the trace.
+/// The app process of one replica (`id`) of `manager`: the first container's `command` + `args`, listening at
+/// `end`; with tracing on, pointed at the sidecars' collector and named `<manager>-app`, so its spans join the trace.
 fn app_proc(
     manager: &Manager,
     id: &str,
-    port: u16,
+    end: &AppEnd,
     local_api_url: &str,
     traced: Traced<'_>,
 ) -> anyhow::Result<ProcSpec> {
@@ -467,9 +513,13 @@ fn app_proc(
         .flatten()
         // valueFrom (Secrets, ConfigMaps, the downward API) needs a cluster; those variables are left unset.
         .filter_map(|e| Some((e.name.clone(), e.value.clone()?)))
-        .filter(|(k, _)| k != PORT_ENV && k != LOCAL_API_ENV)
+        .filter(|(k, _)| k != PORT_ENV && k != LOCAL_API_ENV && k != APP_SOCKET_ENV)
         .collect();
-    env.push((PORT_ENV.into(), port.to_string()));
+    match end {
+        AppEnd::Tcp(port) => env.push((PORT_ENV.into(), port.to_string())),
+        // As the operator does in a pod: the sidecar dials this path, whatever the manifest says.
+        AppEnd::Unix(path) => env.push((APP_SOCKET_ENV.into(), path.display().to_string())),
+    }
     // Locally only this address reaches the sidecar, whatever the manifest says.
     env.push((LOCAL_API_ENV.into(), local_api_url.to_owned()));
     let mut tracing_env = Vec::new();
@@ -486,25 +536,33 @@ fn app_proc(
         }
     }
 
-    let addr = SocketAddr::from((LOCALHOST, port));
-    // The example app answers /healthz over HTTP; in gRPC mode (or any other app) an open port is the signal.
-    let http_app = manager.spec.app.protocol == switchyard_crds::manager::AppProtocol::Http;
-    let probe = if http_app && locate::file_name(&path) == EXAMPLE_APP {
-        Probe::Http {
-            addr,
-            path: "/healthz",
+    let probe = match end {
+        AppEnd::Unix(path) => Probe::Unix(path.clone()),
+        AppEnd::Tcp(port) => {
+            let addr = SocketAddr::from((LOCALHOST, *port));
+            // The example app answers /healthz over HTTP; in gRPC mode (or any other app) an open port is the signal.
+            let http_app = manager.spec.app.protocol == switchyard_crds::manager::AppProtocol::Http;
+            if http_app && locate::file_name(&path) == EXAMPLE_APP {
+                Probe::Http {
+                    addr,
+                    path: "/healthz",
+                }
+            } else {
+                Probe::Tcp(addr)
+            }
         }
-    } else {
-        Probe::Tcp(addr)
     };
     Ok(ProcSpec {
         label: format!("app {id}"),
         tier: Tier::App,
         program: path,
-        args: rewrite_port(args, port),
+        args: match end {
+            AppEnd::Tcp(port) => rewrite_port(args, *port),
+            AppEnd::Unix(_) => args.to_vec(),
+        },
         env,
         probe,
-        listening: format!("on {addr}"),
+        listening: format!("on {end}"),
         edge: None,
         identity: None,
     })
@@ -678,6 +736,44 @@ spec:
         assert_eq!(
             p.procs[1].probe,
             Probe::Tcp(SocketAddr::from((LOCALHOST, 8001)))
+        );
+        Ok(())
+    }
+
+    #[test]
+    fn a_unix_app_transport_gives_app_and_sidecar_one_socket_and_claims_no_port()
+    -> anyhow::Result<()> {
+        let unix = TWO_MANAGERS.replace(
+            "app: {port: 8000, path: /events}",
+            "app: {port: 8000, path: /events, transport: unix}",
+        );
+        assert_ne!(unix, TWO_MANAGERS, "the fixture changed shape");
+        let p = plan_of(&unix, true)?;
+        let socket = "/state/app-a.sock".to_owned();
+        let (app_a, app_b, side_a) = (&p.procs[0], &p.procs[1], &p.procs[2]);
+        assert!(app_a.env.contains(&(APP_SOCKET_ENV.into(), socket.clone())));
+        assert!(!app_a.env.iter().any(|(k, _)| k == PORT_ENV));
+        // Its declared port is not claimed, so the TCP app beside it keeps the same one.
+        assert_eq!(app_a.args, ["-c", "exec sleep 1", "--port", "8000"]);
+        assert!(app_b.env.contains(&(PORT_ENV.into(), "8000".into())));
+        assert_eq!(app_a.probe, Probe::Unix(PathBuf::from(&socket)));
+        assert_eq!(app_a.listening, format!("on unix:{socket}"));
+        let dials: Vec<_> = side_a
+            .args
+            .iter()
+            .skip_while(|a| *a != "--app-socket")
+            .take(2)
+            .collect();
+        assert_eq!(dials, ["--app-socket", &socket]);
+        assert!(!side_a.args.iter().any(|a| a == "--app-addr"));
+
+        // With --no-app the note says where the user's app must listen.
+        let p = plan_of(&unix, false)?;
+        assert!(
+            p.notes.iter().any(|n| n.contains(&format!("unix:{socket}"))
+                && n.contains(&format!("{APP_SOCKET_ENV}={socket}"))),
+            "{:?}",
+            p.notes
         );
         Ok(())
     }

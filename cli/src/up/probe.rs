@@ -15,6 +15,7 @@ pub async fn ready(probe: &Probe) -> bool {
     let check = async {
         match probe {
             Probe::Tcp(addr) => TcpStream::connect(addr).await.is_ok(),
+            Probe::Unix(path) => tokio::net::UnixStream::connect(path).await.is_ok(),
             Probe::Http { addr, path } => http_ok(*addr, path).await.unwrap_or(false),
         }
     };

@@ -1,13 +1,14 @@
 //! The same handlers behind the `switchyard.v1.Handler` gRPC service, for Managers with `app.protocol: grpc`.
 
 use crate::handler::Handlers;
+use crate::listener::Listener;
 use crate::trace::Trace;
 use bytes::Bytes;
 use std::future::Future;
 use switchyard_protocol::gateway::v1::handler_server::{Handler, HandlerServer};
 use switchyard_protocol::gateway::v1::{CloudEvent, HandleReply};
-use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::StreamExt;
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
 use tonic::{Request, Response, Status};
 
 struct Service {
@@ -37,7 +38,7 @@ impl Handler for Service {
 
 /// Serves the Handler service on `listener` until `shutdown` completes; open calls finish first.
 pub async fn serve(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), tonic::transport::Error> {
     serve_with(listener, shutdown, None).await
@@ -45,7 +46,7 @@ pub async fn serve(
 
 /// As [`serve`], each event in a span exported by `tracing`.
 pub async fn serve_with(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     shutdown: impl Future<Output = ()>,
     tracing: Option<crate::otel::Tracing>,
 ) -> Result<(), tonic::transport::Error> {
@@ -53,9 +54,23 @@ pub async fn serve_with(
         .with_tracing(tracing);
     let svc =
         HandlerServer::new(Service { handlers }).max_decoding_message_size(crate::MAX_BODY_BYTES);
-    tonic::transport::Server::builder()
-        .tcp_nodelay(true)
-        .add_service(svc)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
-        .await
+    let server = tonic::transport::Server::builder().add_service(svc);
+    match listener.into() {
+        Listener::Tcp(l) => {
+            // Answers are small and latency is what is measured: no Nagle.
+            let incoming = TcpListenerStream::new(l).map(|s| {
+                s.inspect(|s| {
+                    let _ = s.set_nodelay(true);
+                })
+            });
+            server
+                .serve_with_incoming_shutdown(incoming, shutdown)
+                .await
+        }
+        Listener::Unix(l, _file) => {
+            server
+                .serve_with_incoming_shutdown(UnixListenerStream::new(l), shutdown)
+                .await
+        }
+    }
 }

@@ -5,6 +5,7 @@
 mod burn;
 pub mod grpc;
 mod handler;
+pub mod listener;
 pub mod otel;
 mod problem;
 mod relay;

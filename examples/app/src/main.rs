@@ -1,8 +1,11 @@
-//! `switchyard-example-app --port 8000 [--bind 127.0.0.1]`: the quickstart's handler container.
+//! `switchyard-example-app --port 8000 [--bind 127.0.0.1]` (or `--socket PATH`): the quickstart's
+//! handler container.
 
 use clap::Parser;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::path::PathBuf;
 use std::process::ExitCode;
+use switchyard_example_app::listener::Listener;
 use tokio::net::TcpListener;
 
 #[derive(Parser)]
@@ -18,6 +21,10 @@ struct Args {
     /// Address to bind; in a pod only the sidecar next to the app calls it, so loopback is enough.
     #[arg(long, default_value_t = IpAddr::V4(Ipv4Addr::LOCALHOST))]
     bind: IpAddr,
+    /// Listen on this Unix socket instead of TCP: set (as `SWITCHYARD_APP_SOCKET`) when the Manager's
+    /// `app.transport` is `unix`.
+    #[arg(long, value_name = "PATH", env = "SWITCHYARD_APP_SOCKET")]
+    socket: Option<PathBuf>,
     /// How the manager sidecar delivers events: `http` (CloudEvents binary mode) or `grpc` (the Handler
     /// service); it must match the Manager's `app.protocol`.
     #[arg(long, env = "APP_PROTOCOL", value_enum, default_value_t = Protocol::Http)]
@@ -55,11 +62,21 @@ fn main() -> ExitCode {
 }
 
 async fn run(args: Args) -> ExitCode {
-    let addr = SocketAddr::new(args.bind, args.port);
-    let listener = match TcpListener::bind(addr).await {
+    let listener = match &args.socket {
+        Some(path) => Listener::bind_unix(path)
+            .map_err(|e| format!("cannot listen on unix:{}: {e}", path.display())),
+        None => {
+            let addr = SocketAddr::new(args.bind, args.port);
+            TcpListener::bind(addr)
+                .await
+                .map(Listener::from)
+                .map_err(|e| format!("cannot listen on {addr}: {e}"))
+        }
+    };
+    let listener = match listener {
         Ok(l) => l,
         Err(e) => {
-            eprintln!("switchyard-example-app: cannot listen on {addr}: {e}");
+            eprintln!("switchyard-example-app: {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -70,8 +87,10 @@ async fn run(args: Args) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let local = listener.local_addr().unwrap_or(addr);
-    eprintln!("switchyard-example-app: listening on {local}");
+    eprintln!(
+        "switchyard-example-app: listening on {}",
+        listener.describe()
+    );
     let served = match args.protocol {
         Protocol::Http => {
             switchyard_example_app::server::serve_with(listener, shutdown_signal(), tracing.clone())

@@ -1,13 +1,13 @@
 //! The accept loop: HTTP/1.1 with keep-alive on every connection, graceful drain on shutdown.
 
 use crate::handler::Handlers;
+use crate::listener::Listener;
 use hyper::server::conn::http1;
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use hyper_util::server::graceful::GracefulShutdown;
 use std::future::Future;
 use std::time::Duration;
-use tokio::net::TcpListener;
 
 /// How long in-flight requests get to finish once shutdown starts; the kubelet's default grace period is 30 s and
 /// the sidecar drains first, so this is generous.
@@ -16,7 +16,7 @@ const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 /// Serves events on `listener` until `shutdown` completes, then stops accepting and lets open requests finish
 /// (up to [`DRAIN_TIMEOUT`]).
 pub async fn serve(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     shutdown: impl Future<Output = ()>,
 ) -> std::io::Result<()> {
     serve_with(listener, shutdown, None).await
@@ -24,16 +24,17 @@ pub async fn serve(
 
 /// As [`serve`], each event in a span exported by `tracing`.
 pub async fn serve_with(
-    listener: TcpListener,
+    listener: impl Into<Listener>,
     shutdown: impl Future<Output = ()>,
     tracing: Option<crate::otel::Tracing>,
 ) -> std::io::Result<()> {
+    let listener = listener.into();
     let local_api = std::env::var(crate::relay::LOCAL_API_ENV).ok();
     let handlers = Handlers::new(local_api.as_deref()).with_tracing(tracing);
     let graceful = GracefulShutdown::new();
     let mut shutdown = std::pin::pin!(shutdown);
     loop {
-        let (stream, _peer) = tokio::select! {
+        let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok(conn) => conn,
                 Err(e) => {
@@ -46,8 +47,6 @@ pub async fn serve_with(
             },
             () = &mut shutdown => break,
         };
-        // Answers are small and latency is what gets measured: don't wait for Nagle.
-        let _ = stream.set_nodelay(true);
         let handlers = handlers.clone();
         let service = service_fn(move |req| {
             let handlers = handlers.clone();

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use std::collections::BTreeMap;
-use switchyard_crds::manager::Split;
+use switchyard_crds::manager::{AppTransport, Split};
 use switchyard_crds::{EventType, Manager, Router};
 use switchyard_protocol::config::{self, ManagerConfig};
 use switchyard_protocol::durable::JetStreamConfig;
@@ -259,6 +259,9 @@ fn pod_template(
         }],
     );
     side.restart_policy = Some("Always".into());
+    if manager.spec.app.transport == AppTransport::Unix {
+        super::app_socket::apply(&mut pod, &mut side);
+    }
     super::identity::apply(settings, &mut pod, &mut side);
     super::identity::no_default_token(&mut pod);
     let mut init = vec![side];

@@ -1,6 +1,7 @@
 //! Pure builders: from a custom resource (plus observed facts) to the desired child objects.
 //! No I/O here; everything is unit-tested from YAML fixtures.
 
+pub mod app_socket;
 pub mod identity;
 pub mod manager;
 pub mod meta;

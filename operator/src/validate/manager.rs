@@ -61,6 +61,15 @@ pub fn validate(name: &str, spec: &ManagerSpec) -> Vec<FieldError> {
                 ),
             ));
         }
+        if v.name == crate::render::app_socket::APP_SOCKET_VOLUME {
+            out.push(FieldError::new(
+                format!("spec.template.spec.volumes[{i}].name"),
+                format!(
+                    "{:?} is reserved for the app's Unix socket",
+                    crate::render::app_socket::APP_SOCKET_VOLUME
+                ),
+            ));
+        }
         if v.name == crate::render::identity::TOKEN_VOLUME {
             out.push(FieldError::new(
                 format!("spec.template.spec.volumes[{i}].name"),

@@ -7,6 +7,7 @@ use crate::durable::Store;
 use crate::load::LoadMeters;
 use crate::load::report::Reporter;
 use crate::manager::access::Access;
+use crate::manager::delivery::app_addr::AppAddr;
 use crate::manager::delivery::grpc::GrpcDelivery;
 use crate::manager::delivery::http::HttpDelivery;
 use crate::manager::durable;
@@ -22,11 +23,19 @@ use crate::upstream::{Upstream, follow};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
-use switchyard_crds::manager::AppProtocol;
+use switchyard_crds::manager::{AppProtocol, AppTransport};
 use switchyard_identity::Kind;
 use switchyard_protocol::env;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+/// Where the command line puts the app, for each transport; the config's `app.transport` picks one.
+pub(crate) struct AppFlags<'a> {
+    /// `--app-addr`.
+    pub tcp: Option<SocketAddr>,
+    /// `--app-socket` (or `SWITCHYARD_APP_SOCKET`).
+    pub unix: Option<&'a Path>,
+}
 
 /// Runs the manager role until a drain completes.
 pub(crate) async fn run(
@@ -34,22 +43,33 @@ pub(crate) async fn run(
     listen: SocketAddr,
     admin_addr: SocketAddr,
     probe_addr: Option<SocketAddr>,
-    app_addr: Option<SocketAddr>,
+    app_flags: AppFlags<'_>,
     local_api_addr: SocketAddr,
     event_types: Option<&str>,
 ) -> Result<(), RunError> {
     let s = crate::config::load_manager(config_file, event_types)?;
     let c = &s.config;
-    let app = app_addr.unwrap_or(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), s.app_port));
+    let app = match c.app.transport {
+        AppTransport::Tcp => AppAddr::Tcp(
+            app_flags
+                .tcp
+                .unwrap_or(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), s.app_port)),
+        ),
+        // In a pod the operator sets the path (the `emptyDir` both containers mount); the default
+        // is that same path, for a pod rendered by hand.
+        AppTransport::Unix => AppAddr::Unix(app_flags.unix.map_or_else(
+            || switchyard_protocol::config::APP_SOCKET_PATH.into(),
+            Path::to_path_buf,
+        )),
+    };
     let source = format!("/switchyard/{}/{}", c.namespace, c.name);
     let delivery = match c.app.protocol {
-        AppProtocol::Grpc => {
-            Delivery::Grpc(Box::new(GrpcDelivery::new(app, &source).map_err(|e| {
-                crate::config::field_error(config_file, "app.port", e.to_string())
-            })?))
-        }
+        AppProtocol::Grpc => Delivery::Grpc(Box::new(
+            GrpcDelivery::new(app.clone(), &source)
+                .map_err(|e| crate::config::field_error(config_file, "app.port", e.to_string()))?,
+        )),
         AppProtocol::Http => Delivery::Http(Box::new(
-            HttpDelivery::new(app, &c.app.path, &source, s.max_in_flight)
+            HttpDelivery::new(app.clone(), &c.app.path, &source, s.max_in_flight)
                 .map_err(|e| crate::config::field_error(config_file, "app.path", e.to_string()))?,
         )),
     };

@@ -4,6 +4,7 @@
 //! answer to hand the connection back to its pool and keys its pool by host on every request; a manager
 //! talks to exactly one app address, so a stack of idle senders is all the pooling it needs.
 
+use super::app_addr::AppAddr;
 use super::app_body::{AppBody, Idle, Sender};
 use crate::net::stream::out_body::OutBody;
 use bytes::Bytes;
@@ -13,10 +14,8 @@ use hyper::client::conn::http1;
 use hyper::header::{CONTENT_TYPE, HOST, HeaderValue};
 use hyper::{Request, Uri};
 use hyper_util::rt::TokioIo;
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::net::TcpStream;
 
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Idle connections older than this are closed rather than reused: the app may have dropped them.
@@ -26,17 +25,17 @@ const IDLE_TIMEOUT: Duration = Duration::from_secs(30);
 /// so the worker may retry it.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum AppError {
-    /// The app's address cannot be a `Host` header (never for a socket address; kept typed anyway).
+    /// The app's authority cannot be a `Host` header (never for a socket address; kept typed anyway).
     #[error("host {0}: not a header value")]
-    Host(SocketAddr),
+    Host(AppAddr),
     /// No connection within the connect timeout.
     #[error("connecting to {0} timed out")]
-    ConnectTimeout(SocketAddr),
+    ConnectTimeout(AppAddr),
     /// The connection was refused or failed.
     #[error("connecting to {addr}: {source}")]
     Connect {
         /// The app's address.
-        addr: SocketAddr,
+        addr: AppAddr,
         /// Why.
         source: std::io::Error,
     },
@@ -71,15 +70,16 @@ const INLINE_MAX: u64 = 64 * 1024;
 
 /// Connections to one app address.
 pub struct AppConns {
-    addr: SocketAddr,
+    addr: AppAddr,
     host: HeaderValue,
     idle: Arc<Idle>,
 }
 
 impl AppConns {
     /// Connections to `addr`, keeping at most `max_idle` open between requests.
-    pub fn new(addr: SocketAddr, max_idle: usize) -> Result<AppConns, AppError> {
-        let host = HeaderValue::from_str(&addr.to_string()).map_err(|_| AppError::Host(addr))?;
+    pub fn new(addr: AppAddr, max_idle: usize) -> Result<AppConns, AppError> {
+        let host =
+            HeaderValue::from_str(&addr.authority()).map_err(|_| AppError::Host(addr.clone()))?;
         Ok(AppConns {
             addr,
             host,
@@ -104,13 +104,14 @@ impl AppConns {
     }
 
     async fn connect(&self) -> Result<Sender, AppError> {
-        let addr = self.addr;
-        let stream = tokio::time::timeout(CONNECT_TIMEOUT, TcpStream::connect(addr))
+        let addr = &self.addr;
+        let stream = tokio::time::timeout(CONNECT_TIMEOUT, addr.connect())
             .await
-            .map_err(|_| AppError::ConnectTimeout(addr))?
-            .map_err(|source| AppError::Connect { addr, source })?;
-        // Answers are small and latency is what counts: no Nagle.
-        let _ = stream.set_nodelay(true);
+            .map_err(|_| AppError::ConnectTimeout(addr.clone()))?
+            .map_err(|source| AppError::Connect {
+                addr: addr.clone(),
+                source,
+            })?;
         let (sender, conn) = http1::handshake(TokioIo::new(stream))
             .await
             .map_err(|e| AppError::Http(super::outcome::error_chain(&e)))?;
@@ -219,12 +220,12 @@ mod tests {
     use tokio::net::TcpListener;
 
     /// An app on loopback answering `ok`; counts the connections it accepted.
-    async fn app(keep_alive: bool) -> (SocketAddr, Arc<AtomicUsize>) {
+    async fn app(keep_alive: bool) -> (AppAddr, Arc<AtomicUsize>) {
         app_answering(keep_alive, Bytes::from_static(b"ok")).await
     }
 
     /// An app on loopback answering `body` (with its length); counts the connections it accepted.
-    async fn app_answering(keep_alive: bool, body: Bytes) -> (SocketAddr, Arc<AtomicUsize>) {
+    async fn app_answering(keep_alive: bool, body: Bytes) -> (AppAddr, Arc<AtomicUsize>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
         let accepted = Arc::new(AtomicUsize::new(0));
@@ -232,25 +233,27 @@ mod tests {
         tokio::spawn(async move {
             while let Ok((stream, _)) = listener.accept().await {
                 count.fetch_add(1, Ordering::SeqCst);
-                tokio::spawn(
-                    hyper::server::conn::http1::Builder::new()
-                        .keep_alive(keep_alive)
-                        .serve_connection(
-                            TokioIo::new(stream),
-                            service_fn({
-                                let body = body.clone();
-                                move |_req| {
-                                    let body = body.clone();
-                                    async move {
-                                        Ok::<_, Infallible>(hyper::Response::new(Full::new(body)))
-                                    }
-                                }
-                            }),
-                        ),
-                );
+                tokio::spawn(answer(stream, keep_alive, body.clone()));
             }
         });
-        (addr, accepted)
+        (AppAddr::Tcp(addr), accepted)
+    }
+
+    /// Serves one connection, answering `body` to every request.
+    async fn answer<S>(stream: S, keep_alive: bool, body: Bytes)
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let _ = hyper::server::conn::http1::Builder::new()
+            .keep_alive(keep_alive)
+            .serve_connection(
+                TokioIo::new(stream),
+                service_fn(move |_req| {
+                    let body = body.clone();
+                    async move { Ok::<_, Infallible>(hyper::Response::new(Full::new(body))) }
+                }),
+            )
+            .await;
     }
 
     fn request() -> Request<OutBody> {
@@ -321,6 +324,47 @@ mod tests {
         let (addr, _) = app(true).await;
         let conns = AppConns::new(addr, 4).expect("conns");
         assert!(conns.exchange(request(), 1, false).await.is_err());
+    }
+
+    #[tokio::test]
+    async fn a_unix_socket_app_is_reached_and_its_connection_kept() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("app.sock");
+        let listener = tokio::net::UnixListener::bind(&path).expect("bind");
+        let accepted = Arc::new(AtomicUsize::new(0));
+        let count = accepted.clone();
+        tokio::spawn(async move {
+            while let Ok((stream, _)) = listener.accept().await {
+                count.fetch_add(1, Ordering::SeqCst);
+                tokio::spawn(answer(stream, true, Bytes::from_static(b"over unix")));
+            }
+        });
+        let conns = AppConns::new(AppAddr::Unix(path), 4).expect("conns");
+        for _ in 0..3 {
+            let a = conns
+                .exchange(request(), 1024, false)
+                .await
+                .expect("answer");
+            assert_eq!((a.status, &a.body[..]), (200, &b"over unix"[..]));
+        }
+        assert_eq!(accepted.load(Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test]
+    async fn a_missing_socket_names_its_path() {
+        let dir = tempfile::tempdir().expect("dir");
+        let path = dir.path().join("absent.sock");
+        let conns = AppConns::new(AppAddr::Unix(path.clone()), 4).expect("conns");
+        let e = conns
+            .exchange(request(), 1024, false)
+            .await
+            .err()
+            .expect("no app listens there");
+        assert!(
+            e.to_string()
+                .contains(&format!("connecting to unix:{}", path.display())),
+            "{e}"
+        );
     }
 
     #[test]

@@ -1,10 +1,12 @@
 //! Delivery to the app through the `switchyard.v1.Handler` gRPC service (`app.protocol: grpc`), over one
 //! HTTP/2 connection that multiplexes every concurrent delivery.
 
+use super::app_addr::AppAddr;
 use super::outcome::Outcome;
 use bytes::Bytes;
+use hyper::Uri;
+use hyper_util::rt::TokioIo;
 use std::collections::HashMap;
-use std::net::SocketAddr;
 use std::time::Duration;
 use switchyard_protocol::frame::Request;
 use switchyard_protocol::gateway::v1::CloudEvent;
@@ -24,14 +26,18 @@ pub struct GrpcDelivery {
 
 impl GrpcDelivery {
     /// A client for the app's Handler service at `app`; connects lazily and reconnects by itself.
-    pub fn new(app: SocketAddr, source: &str) -> Result<GrpcDelivery, tonic::transport::Error> {
-        let endpoint = Endpoint::from_shared(format!("http://{app}"))?
-            .tcp_nodelay(true)
+    pub fn new(app: AppAddr, source: &str) -> Result<GrpcDelivery, tonic::transport::Error> {
+        let endpoint = Endpoint::from_shared(format!("http://{}", app.authority()))?
             .connect_timeout(Duration::from_secs(2))
             // The app is on localhost: a dead peer shows up as a reset, but keep-alive also catches a hung one.
             .http2_keep_alive_interval(Duration::from_secs(10))
             .keep_alive_while_idle(true);
-        let client = HandlerClient::new(endpoint.connect_lazy())
+        // The same connect as HTTP delivery's, so both transports (and no Nagle on TCP) hold for gRPC too.
+        let channel = endpoint.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let app = app.clone();
+            async move { app.connect().await.map(TokioIo::new) }
+        }));
+        let client = HandlerClient::new(channel)
             .max_decoding_message_size(MAX_REPLY)
             .max_encoding_message_size(usize::MAX);
         Ok(GrpcDelivery {

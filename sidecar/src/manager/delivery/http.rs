@@ -1,5 +1,6 @@
 //! Delivery to the app in CloudEvents HTTP binary mode over keep-alive connections.
 
+use super::app_addr::AppAddr;
 use super::app_conns::{self, AppConns, AppError};
 use super::outcome::Outcome;
 use crate::net::stream::body::StreamBody;
@@ -7,7 +8,6 @@ use crate::net::stream::out_body::OutBody;
 use http_body_util::Full;
 use hyper::Uri;
 use hyper::header::{CONTENT_TYPE, HeaderName, HeaderValue};
-use std::net::SocketAddr;
 use std::time::Duration;
 use switchyard_protocol::frame::{MAX_PAYLOAD, Request};
 
@@ -46,12 +46,12 @@ pub struct HttpDelivery {
 impl HttpDelivery {
     /// A client for `http://<app>/<path>`, keeping up to `idle` connections open.
     pub fn new(
-        app: SocketAddr,
+        app: AppAddr,
         path: &str,
         source: &str,
         idle: usize,
     ) -> Result<HttpDelivery, TargetError> {
-        let uri: Uri = format!("http://{app}{path}").parse()?;
+        let uri: Uri = format!("http://{}{path}", app.authority()).parse()?;
         let source = HeaderValue::from_str(source)?;
         Ok(HttpDelivery {
             conns: AppConns::new(app, idle)?,

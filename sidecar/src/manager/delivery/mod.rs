@@ -1,6 +1,7 @@
 //! How events reach the app: CloudEvents over HTTP (`http.rs`, on the connections of
 //! `app_conns.rs`) or the gRPC Handler service (`grpc.rs`), behind one `attempt` and one [`Outcome`].
 
+pub(crate) mod app_addr;
 pub(crate) mod app_body;
 pub(crate) mod app_conns;
 pub(crate) mod grpc;
