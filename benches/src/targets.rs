@@ -140,6 +140,11 @@ pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
             0.35,
         ),
         at_least(
+            "/noop c=32: Switchyard, app on a Unix socket / bare hyper req/s",
+            rps_ratio(r, "noop", ("unix", None), ("bare", None), Some(32)),
+            0.35,
+        ),
+        at_least(
             "/noop c=32: Switchyard / Dapr service invocation req/s",
             rps_ratio(r, "noop", ("switchyard", None), ("dapr", None), Some(32)),
             3.0,
@@ -147,6 +152,11 @@ pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
         at_most(
             "/noop c=1: Switchyard p50 / bare hyper p50",
             p50s_at_1(r, "switchyard").and_then(|(s, b)| ratio(s, b)),
+            4.0,
+        ),
+        at_most(
+            "/noop c=1: Switchyard, app on a Unix socket, p50 / bare hyper p50",
+            p50s_at_1(r, "unix").and_then(|(s, b)| ratio(s, b)),
             4.0,
         ),
         at_most_said(
@@ -296,6 +306,7 @@ mod tests {
         r.runs = vec![
             run("noop", "bare", None, 32, 100_000.0),
             run("noop", "switchyard", None, 32, 40_000.0),
+            run("noop", "unix", None, 32, 30_000.0),
             run("noop", "edri", None, 32, 1_000.0),
             run("noop", "bare", None, 1, 20_000.0),
             sy1,
@@ -323,6 +334,13 @@ mod tests {
         r.runs.push(run("noop", "dapr", None, 32, 10_000.0));
         let c = evaluate(&r, &cost::pair_cost(&r));
         assert_eq!(named(&c, "/noop c=32: Switchyard / bare").pass, Some(true));
+        let unix = named(&c, "/noop c=32: Switchyard, app on a Unix socket / bare");
+        assert_eq!((unix.value, unix.pass), (Some(0.3), Some(false)));
+        assert_eq!(
+            named(&c, "/noop c=1: Switchyard, app on a Unix socket, p50").pass,
+            None,
+            "no c=1 run of it"
+        );
         assert_eq!(
             named(&c, "/noop c=32: Switchyard / Dapr").value,
             Some(4.0),

@@ -97,6 +97,10 @@ fn main() -> ExitCode {
         ("manager_rollout_under_load_loses_no_request", |e| {
             Box::pin(rollout_under_load(e))
         }),
+        (
+            "the_app_moves_to_a_unix_socket_by_a_rollout_under_load_losing_no_request",
+            |e| Box::pin(app_moves_to_a_unix_socket(e)),
+        ),
         ("killed_pod_and_container_fail_fast_and_are_replaced", |e| {
             Box::pin(killed_pod_and_container(e))
         }),
@@ -466,6 +470,113 @@ async fn rollout_under_load(env: &'static Env) -> Result<()> {
         failed.is_empty(),
         "requests failed during the rollout: {}",
         describe(&failed)
+    );
+    Ok(())
+}
+
+/// `app.transport: unix` on a serving Manager: its pods roll (the config changed) under load with
+/// nothing lost, and the new pod's sidecar and app meet on the socket in the shared `emptyDir`.
+async fn app_moves_to_a_unix_socket(env: &'static Env) -> Result<()> {
+    const SOCKET: &str = "/var/run/switchyard/app.sock";
+    let q = apply_quickstart(env, "unixsock").await?;
+    wait_table(env, &q, 1).await?;
+    let client = env.cluster.client().await?;
+    let old: Vec<String> = live_pods(&client, &q.ns.name, MANAGER_PODS)
+        .await?
+        .iter()
+        .map(|p| p.name_any())
+        .collect();
+    let load = Load::start(
+        &q.http,
+        "/noop",
+        4,
+        Duration::from_millis(5),
+        Duration::from_secs(15),
+        Duration::from_secs(240),
+    );
+    load.wait_sent(50, Duration::from_secs(30)).await?;
+    env.cluster
+        .kubectl()
+        .args([
+            "-n",
+            &q.ns.name,
+            "patch",
+            "manager",
+            "handlers",
+            "--type=merge",
+            "-p",
+        ])
+        .arg(r#"{"spec":{"app":{"transport":"unix"}}}"#)
+        .ok()
+        .await?;
+    eventually(
+        "the move to the socket to roll out and the old pod to be gone",
+        Duration::from_secs(150),
+        || async {
+            let all = pods::all_pods(&client, &q.ns.name, MANAGER_PODS).await?;
+            let names: Vec<String> = all.iter().map(|p| p.name_any()).collect();
+            ensure!(
+                names.iter().all(|n| !old.contains(n)),
+                "old pod still there: {names:?}"
+            );
+            wait_rolled_out(&client, &q.ns.name, "handlers-manager", 1).await?;
+            Ok(())
+        },
+    )
+    .await?;
+    wait_table(env, &q, 1).await?;
+    let sent = load.sent();
+    load.wait_sent(sent + 50, Duration::from_secs(30)).await?;
+    let outcomes = load.stop().await?;
+    let failed = failures(&outcomes);
+    eprintln!(
+        "[e2e] app moved to a Unix socket under load: {}; lost {}",
+        client::summarize(&outcomes),
+        failed.len()
+    );
+    ensure!(
+        failed.is_empty(),
+        "requests failed while the app moved to the socket: {}",
+        describe(&failed)
+    );
+
+    let pod = live_pods(&client, &q.ns.name, MANAGER_PODS)
+        .await?
+        .into_iter()
+        .next()
+        .context("no manager pod")?;
+    let spec = pod.spec.clone().unwrap_or_default();
+    ensure!(
+        spec.volumes
+            .iter()
+            .flatten()
+            .any(|v| v.name == "switchyard-app-socket" && v.empty_dir.is_some()),
+        "no emptyDir for the socket: {:?}",
+        spec.volumes
+    );
+    // Each side says where it is: the app listening on the socket, the sidecar dialling it.
+    for (container, wants) in [
+        ("app", format!("listening on unix:{SOCKET}")),
+        ("switchyard-sidecar", format!("unix:{SOCKET}")),
+    ] {
+        let logs = env
+            .cluster
+            .kubectl()
+            .args(["-n", &q.ns.name, "logs", &pod.name_any(), "-c", container])
+            .ok()
+            .await?;
+        ensure!(
+            logs.stdout.contains(&wants),
+            "{container}'s log does not say {wants:?}: {}",
+            switchyard_e2e::tail(&logs.stdout, 10)
+        );
+    }
+    let a = q.http.get("/noop").await?;
+    ensure!(a.status == 200, "GET /noop {} {}", a.status, a.body);
+    let timing = a.server_timing.clone().unwrap_or_default();
+    ensure!(
+        timing.contains("app;dur="),
+        "GET /noop Server-Timing {timing:?}"
     );
     Ok(())
 }
