@@ -14,6 +14,7 @@
 use crate::answer::Answer;
 use base64::Engine as _;
 use serde_json::{Map, Value};
+use std::io::Write as _;
 
 /// Payload data in a message: JSON as JSON, other UTF-8 as a string, anything else base64.
 #[derive(Debug, Clone, PartialEq)]
@@ -55,63 +56,101 @@ impl Data {
             Data::Base64(s) => format!("\"dataBase64\":{}", Value::from(s.as_str())),
         }
     }
+}
 
-    fn insert_into(self, obj: &mut Map<String, Value>) {
-        match self {
-            Data::Json(v) => obj.insert("data".into(), v),
-            Data::Text(s) => obj.insert("data".into(), Value::String(s)),
-            Data::Base64(s) => obj.insert("dataBase64".into(), Value::String(s)),
-        };
+/// The start of every reply, in the documented order: `type`, `id`, `status`.
+fn reply_head(id: &Value, status: u16, capacity: usize) -> Vec<u8> {
+    let mut out = Vec::with_capacity(capacity + 64);
+    out.extend_from_slice(b"{\"type\":\"reply\",\"id\":");
+    // Writing JSON values and strings into a Vec cannot fail.
+    let _ = serde_json::to_writer(&mut out, id);
+    let _ = write!(out, ",\"status\":{status}");
+    out
+}
+
+/// The end of every reply: `timing` last.
+fn reply_end(mut out: Vec<u8>, timing: &str) -> String {
+    out.extend_from_slice(b",\"timing\":");
+    let _ = serde_json::to_writer(&mut out, timing);
+    out.push(b'}');
+    // Every piece is UTF-8: JSON text, escaped strings, payloads checked as UTF-8, base64.
+    String::from_utf8(out).unwrap_or_else(|e| String::from_utf8_lossy(e.as_bytes()).into_owned())
+}
+
+/// A reply whose other members are `members`, after the head and before `timing`.
+fn reply_with(id: &Value, status: u16, members: &Map<String, Value>, timing: &str) -> String {
+    let mut out = reply_head(id, status, timing.len());
+    for (name, value) in members {
+        out.push(b',');
+        let _ = serde_json::to_writer(&mut out, name);
+        out.push(b':');
+        let _ = serde_json::to_writer(&mut out, value);
     }
+    reply_end(out, timing)
 }
 
-fn reply_head(id: &Value, status: u16) -> Map<String, Value> {
-    let mut obj = Map::new();
-    obj.insert("type".into(), Value::from("reply"));
-    obj.insert("id".into(), id.clone());
-    obj.insert("status".into(), Value::from(status));
-    obj
-}
-
-fn finish(mut obj: Map<String, Value>, timing: &str) -> String {
-    obj.insert("timing".into(), Value::from(timing));
-    Value::Object(obj).to_string()
-}
-
-/// The app's answer to a command, whatever its status.
+/// The app's answer to a command, whatever its status. Written straight into the message, members
+/// in the documented order: a JSON payload is checked (UTF-8, then JSON syntax, neither allocating)
+/// and copied as the app wrote it, not parsed into a tree (sorting its keys) and printed again.
 pub fn answer(id: &Value, status: u16, content_type: &str, payload: &[u8], timing: &str) -> String {
-    let mut obj = reply_head(id, status);
+    let mut out = reply_head(
+        id,
+        status,
+        payload.len() + content_type.len() + timing.len(),
+    );
     if !content_type.is_empty() {
-        obj.insert("contentType".into(), Value::from(content_type));
+        out.extend_from_slice(b",\"contentType\":");
+        let _ = serde_json::to_writer(&mut out, content_type);
     }
-    Data::of(content_type, payload).insert_into(&mut obj);
-    finish(obj, timing)
+    let json_type = content_type.is_empty() || crate::edge::is_json_media_type(content_type);
+    match std::str::from_utf8(payload) {
+        Ok(text)
+            if json_type && serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_ok() =>
+        {
+            out.extend_from_slice(b",\"data\":");
+            out.extend_from_slice(text.as_bytes());
+        }
+        Ok(text) => {
+            out.extend_from_slice(b",\"data\":");
+            let _ = serde_json::to_writer(&mut out, text);
+        }
+        Err(_) => {
+            out.extend_from_slice(b",\"dataBase64\":\"");
+            out.extend_from_slice(
+                base64::engine::general_purpose::STANDARD
+                    .encode(payload)
+                    .as_bytes(),
+            );
+            out.push(b'"');
+        }
+    }
+    reply_end(out, timing)
 }
 
 /// A command refused at the edge or by the mesh (it never reached the app, or got no answer): the
 /// answer's `error` and, when a retry is safe, `retryAfter`.
 pub fn refusal(id: &Value, answer: &Answer, timing: &str) -> String {
-    let mut obj = reply_head(id, answer.status);
-    crate::answer::ws::error_members(answer, &mut obj);
-    finish(obj, timing)
+    let mut members = Map::new();
+    crate::answer::ws::error_members(answer, &mut members);
+    reply_with(id, answer.status, &members, timing)
 }
 
 /// A built-in command's success: `subscribe` and `unsubscribe` name the subscription.
 pub fn subscription(id: &Value, subscription: u64, timing: &str) -> String {
-    let mut obj = reply_head(id, 200);
-    obj.insert("subscription".into(), Value::from(subscription));
-    finish(obj, timing)
+    let mut members = Map::new();
+    members.insert("subscription".into(), Value::from(subscription));
+    reply_with(id, 200, &members, timing)
 }
 
 /// A `refresh` accepted: when the new token expires (seconds since the Unix epoch, its `exp`
 /// plus the leeway), and the subscriptions the new token no longer allows, which ended.
 pub fn refreshed(id: &Value, expires: u64, ended: &[u64], timing: &str) -> String {
-    let mut obj = reply_head(id, 200);
-    obj.insert("expires".into(), Value::from(expires));
+    let mut members = Map::new();
+    members.insert("expires".into(), Value::from(expires));
     if !ended.is_empty() {
-        obj.insert("unsubscribed".into(), Value::from(ended.to_vec()));
+        members.insert("unsubscribed".into(), Value::from(ended.to_vec()));
     }
-    finish(obj, timing)
+    reply_with(id, 200, &members, timing)
 }
 
 /// A pushed event for subscription `sub`; `data` is [`Data::member`]; `dropped` counts the pushes
@@ -174,6 +213,32 @@ mod tests {
         let v = parse(&answer(&json!(1.5), 204, "", b"", "t"));
         assert_eq!(v["data"], "");
         assert!(v.get("contentType").is_none());
+        // JSON that is not one value, or not closed, is text.
+        let v = parse(&answer(&json!(3), 200, "", b"{\"a\":1} {}", "t"));
+        assert_eq!(v["data"], "{\"a\":1} {}");
+        let v = parse(&answer(&json!(3), 200, "", b"[1,", "t"));
+        assert_eq!(v["data"], "[1,");
+        // Escapes in the id, the media type and the timing stay escaped.
+        let v = parse(&answer(&json!("q\"\n"), 200, "text/x\"y", b"z", "a\\b"));
+        assert_eq!(
+            (&v["id"], &v["contentType"], &v["timing"]),
+            (&json!("q\"\n"), &json!("text/x\"y"), &json!("a\\b"))
+        );
+    }
+
+    #[test]
+    fn an_answer_keeps_the_documented_order_and_the_apps_json_as_written() {
+        let text = answer(
+            &json!(1),
+            200,
+            "application/json",
+            b"{\"z\": 1, \"a\": [true]}",
+            "t",
+        );
+        assert_eq!(
+            text,
+            r#"{"type":"reply","id":1,"status":200,"contentType":"application/json","data":{"z": 1, "a": [true]},"timing":"t"}"#
+        );
     }
 
     #[test]
@@ -188,7 +253,13 @@ mod tests {
             json!({"type": "reply", "id": 7, "status": 400, "timing": "t",
                    "error": {"title": "Bad Request", "detail": "field `/value` is required"}})
         );
-        let v = parse(&refusal(&json!(8), &Answer::refusal(503, "busy"), "t"));
+        let text = refusal(&json!(8), &Answer::refusal(503, "busy"), "t");
+        assert!(
+            text.starts_with(r#"{"type":"reply","id":8,"status":503,"error":"#)
+                && text.ends_with(r#","retryAfter":1,"timing":"t"}"#),
+            "{text}"
+        );
+        let v = parse(&text);
         assert_eq!(v["retryAfter"], 1);
         assert_eq!(v["error"]["title"], "Service Unavailable");
     }
