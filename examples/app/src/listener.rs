@@ -27,18 +27,25 @@ impl Drop for SocketFile {
 }
 
 impl Listener {
-    /// Listens on the Unix socket at `path`, replacing a file a previous run left there. The socket
-    /// is made writable by everyone: the sidecar may run as another user, and the directory it
-    /// lives in (the pod's own `emptyDir`) is what keeps others out.
+    /// Listens on the Unix socket at `path`, replacing a socket a previous run left there (but no
+    /// other kind of file: a mistyped path must not delete one). The socket is made writable by
+    /// everyone: the sidecar may run as another user, and the directory it lives in (the pod's own
+    /// `emptyDir`) is what keeps others out.
     pub fn bind_unix(path: &Path) -> io::Result<Listener> {
-        match std::fs::remove_file(path) {
-            Ok(()) => {}
+        use std::os::unix::fs::{FileTypeExt, PermissionsExt};
+        match std::fs::symlink_metadata(path) {
+            Ok(meta) if meta.file_type().is_socket() => std::fs::remove_file(path)?,
+            Ok(_) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::AlreadyExists,
+                    "the path exists and is not a socket",
+                ));
+            }
             Err(e) if e.kind() == io::ErrorKind::NotFound => {}
             Err(e) => return Err(e),
         }
         let listener = UnixListener::bind(path)?;
         let file = SocketFile(path.to_owned());
-        use std::os::unix::fs::PermissionsExt;
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o666))?;
         Ok(Listener::Unix(listener, file))
     }

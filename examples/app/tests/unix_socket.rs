@@ -1,5 +1,6 @@
-//! The app on a Unix socket (`app.transport: unix`): it replaces a file a previous run left, answers
-//! there, lets a sidecar of another user connect, and removes the socket when it stops.
+//! The app on a Unix socket (`app.transport: unix`): it replaces a socket a previous run left (and
+//! refuses to replace any other file), answers there, lets a sidecar of another user connect, and
+//! removes the socket when it stops.
 
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -15,8 +16,16 @@ use tokio::sync::oneshot;
 async fn serves_on_a_unix_socket_and_removes_it_when_stopped() {
     let dir = tempfile::tempdir().expect("dir");
     let path = dir.path().join("app.sock");
-    // What a killed app leaves behind: binding over it must still work.
-    std::fs::write(&path, b"stale").expect("stale file");
+    // A path that is some other file is refused, and the file kept.
+    let other = dir.path().join("notes.txt");
+    std::fs::write(&other, b"keep me").expect("file");
+    let refused = Listener::bind_unix(&other).err().expect("not a socket");
+    assert!(refused.to_string().contains("not a socket"), "{refused}");
+    assert_eq!(std::fs::read(&other).expect("kept"), b"keep me");
+    // What a killed app leaves behind (a std listener does not unlink its socket): binding over it
+    // must still work.
+    drop(std::os::unix::net::UnixListener::bind(&path).expect("stale socket"));
+    assert!(path.exists());
     let listener = Listener::bind_unix(&path).expect("bind");
     let meta = std::fs::metadata(&path).expect("socket");
     assert!(meta.file_type().is_socket());
