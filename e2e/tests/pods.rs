@@ -413,9 +413,16 @@ fn describe(outcomes: &[&Outcome]) -> String {
         .join(", ")
 }
 
-async fn rollout_under_load(env: &'static Env) -> Result<()> {
-    let q = apply_quickstart(env, "rollout").await?;
-    wait_table(env, &q, 1).await?;
+/// Applies `patch` to Manager `handlers` while `/noop` load runs, waits until its one pod was
+/// replaced (the old one gone for good: its preStop drain and stop are over) and the router's table
+/// lists the new one, then lets the load run on a little and stops it. Returns how long the rollout
+/// took and every request's outcome.
+async fn roll_under_load(
+    env: &Env,
+    q: &Quickstart,
+    patch: &str,
+) -> Result<(Duration, Vec<Outcome>)> {
+    wait_table(env, q, 1).await?;
     let client = env.cluster.client().await?;
     let old: Vec<String> = live_pods(&client, &q.ns.name, MANAGER_PODS)
         .await?
@@ -434,11 +441,18 @@ async fn rollout_under_load(env: &'static Env) -> Result<()> {
     let start = Instant::now();
     env.cluster
         .kubectl()
-        .args(["-n", &q.ns.name, "patch", "manager", "handlers", "--type=merge", "-p"])
-        .arg(r#"{"spec":{"template":{"metadata":{"annotations":{"e2e.switchyard.dev/rollout":"1"}}}}}"#)
+        .args([
+            "-n",
+            &q.ns.name,
+            "patch",
+            "manager",
+            "handlers",
+            "--type=merge",
+            "-p",
+        ])
+        .arg(patch)
         .ok()
         .await?;
-    // Rolled out, and the old pod gone for good (its preStop drain and stop are over).
     eventually(
         "the rollout to finish and the old pod to be gone",
         Duration::from_secs(150),
@@ -455,10 +469,20 @@ async fn rollout_under_load(env: &'static Env) -> Result<()> {
     )
     .await?;
     let rolled = start.elapsed();
-    wait_table(env, &q, 1).await?;
+    wait_table(env, q, 1).await?;
     let sent = load.sent();
     load.wait_sent(sent + 50, Duration::from_secs(30)).await?;
-    let outcomes = load.stop().await?;
+    Ok((rolled, load.stop().await?))
+}
+
+async fn rollout_under_load(env: &'static Env) -> Result<()> {
+    let q = apply_quickstart(env, "rollout").await?;
+    let (rolled, outcomes) = roll_under_load(
+        env,
+        &q,
+        r#"{"spec":{"template":{"metadata":{"annotations":{"e2e.switchyard.dev/rollout":"1"}}}}}"#,
+    )
+    .await?;
     let failed = failures(&outcomes);
     eprintln!(
         "[e2e] rollout under load: {:.1}s to replace the manager pod; {}; lost {}",
@@ -479,55 +503,8 @@ async fn rollout_under_load(env: &'static Env) -> Result<()> {
 async fn app_moves_to_a_unix_socket(env: &'static Env) -> Result<()> {
     const SOCKET: &str = "/var/run/switchyard/app.sock";
     let q = apply_quickstart(env, "unixsock").await?;
-    wait_table(env, &q, 1).await?;
-    let client = env.cluster.client().await?;
-    let old: Vec<String> = live_pods(&client, &q.ns.name, MANAGER_PODS)
-        .await?
-        .iter()
-        .map(|p| p.name_any())
-        .collect();
-    let load = Load::start(
-        &q.http,
-        "/noop",
-        4,
-        Duration::from_millis(5),
-        Duration::from_secs(15),
-        Duration::from_secs(240),
-    );
-    load.wait_sent(50, Duration::from_secs(30)).await?;
-    env.cluster
-        .kubectl()
-        .args([
-            "-n",
-            &q.ns.name,
-            "patch",
-            "manager",
-            "handlers",
-            "--type=merge",
-            "-p",
-        ])
-        .arg(r#"{"spec":{"app":{"transport":"unix"}}}"#)
-        .ok()
-        .await?;
-    eventually(
-        "the move to the socket to roll out and the old pod to be gone",
-        Duration::from_secs(150),
-        || async {
-            let all = pods::all_pods(&client, &q.ns.name, MANAGER_PODS).await?;
-            let names: Vec<String> = all.iter().map(|p| p.name_any()).collect();
-            ensure!(
-                names.iter().all(|n| !old.contains(n)),
-                "old pod still there: {names:?}"
-            );
-            wait_rolled_out(&client, &q.ns.name, "handlers-manager", 1).await?;
-            Ok(())
-        },
-    )
-    .await?;
-    wait_table(env, &q, 1).await?;
-    let sent = load.sent();
-    load.wait_sent(sent + 50, Duration::from_secs(30)).await?;
-    let outcomes = load.stop().await?;
+    let (_, outcomes) =
+        roll_under_load(env, &q, r#"{"spec":{"app":{"transport":"unix"}}}"#).await?;
     let failed = failures(&outcomes);
     eprintln!(
         "[e2e] app moved to a Unix socket under load: {}; lost {}",
@@ -540,6 +517,7 @@ async fn app_moves_to_a_unix_socket(env: &'static Env) -> Result<()> {
         describe(&failed)
     );
 
+    let client = env.cluster.client().await?;
     let pod = live_pods(&client, &q.ns.name, MANAGER_PODS)
         .await?
         .into_iter()

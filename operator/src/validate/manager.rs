@@ -52,32 +52,23 @@ pub fn validate(name: &str, spec: &ManagerSpec) -> Vec<FieldError> {
         .iter()
         .enumerate()
     {
-        if v.name == sidecar::CONFIG_VOLUME {
-            out.push(FieldError::new(
-                format!("spec.template.spec.volumes[{i}].name"),
-                format!(
-                    "{:?} is reserved for the sidecar's config",
-                    sidecar::CONFIG_VOLUME
-                ),
-            ));
-        }
-        if v.name == crate::render::app_socket::APP_SOCKET_VOLUME {
-            out.push(FieldError::new(
-                format!("spec.template.spec.volumes[{i}].name"),
-                format!(
-                    "{:?} is reserved for the app's Unix socket",
-                    crate::render::app_socket::APP_SOCKET_VOLUME
-                ),
-            ));
-        }
-        if v.name == crate::render::identity::TOKEN_VOLUME {
-            out.push(FieldError::new(
-                format!("spec.template.spec.volumes[{i}].name"),
-                format!(
-                    "{:?} is reserved for the sidecar's identity token",
-                    crate::render::identity::TOKEN_VOLUME
-                ),
-            ));
+        for (reserved, purpose) in [
+            (sidecar::CONFIG_VOLUME, "the sidecar's config"),
+            (
+                crate::render::app_socket::APP_SOCKET_VOLUME,
+                "the app's Unix socket",
+            ),
+            (
+                crate::render::identity::TOKEN_VOLUME,
+                "the sidecar's identity token",
+            ),
+        ] {
+            if v.name == reserved {
+                out.push(FieldError::new(
+                    format!("spec.template.spec.volumes[{i}].name"),
+                    format!("{reserved:?} is reserved for {purpose}"),
+                ));
+            }
         }
     }
     out
