@@ -30,8 +30,9 @@ pub enum Data {
 impl Data {
     /// Classifies a payload by its media type and content.
     pub fn of(content_type: &str, payload: &[u8]) -> Data {
-        let json_type = content_type.is_empty() || crate::edge::is_json_media_type(content_type);
-        if json_type && let Ok(v) = serde_json::from_slice::<Value>(payload) {
+        if json_media(content_type)
+            && let Ok(v) = serde_json::from_slice::<Value>(payload)
+        {
             return Data::Json(v);
         }
         match std::str::from_utf8(payload) {
@@ -56,6 +57,12 @@ impl Data {
             Data::Base64(s) => format!("\"dataBase64\":{}", Value::from(s.as_str())),
         }
     }
+}
+
+/// Whether a payload of this media type is carried as JSON when it is JSON: a JSON media type, or
+/// none (replies and pushes decide alike).
+fn json_media(content_type: &str) -> bool {
+    content_type.is_empty() || crate::edge::is_json_media_type(content_type)
 }
 
 /// The start of every reply, in the documented order: `type`, `id`, `status`.
@@ -102,10 +109,10 @@ pub fn answer(id: &Value, status: u16, content_type: &str, payload: &[u8], timin
         out.extend_from_slice(b",\"contentType\":");
         let _ = serde_json::to_writer(&mut out, content_type);
     }
-    let json_type = content_type.is_empty() || crate::edge::is_json_media_type(content_type);
     match std::str::from_utf8(payload) {
         Ok(text)
-            if json_type && serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_ok() =>
+            if json_media(content_type)
+                && serde_json::from_slice::<serde::de::IgnoredAny>(payload).is_ok() =>
         {
             out.extend_from_slice(b",\"data\":");
             out.extend_from_slice(text.as_bytes());
