@@ -17,5 +17,6 @@ pub mod report;
 pub mod results;
 pub mod rounds;
 pub mod routing;
+pub mod streams;
 pub mod summary;
 pub mod targets;

@@ -6,6 +6,7 @@ use crate::cost::PairCost;
 use crate::mesh::{self, Added};
 use crate::plateau;
 use crate::results::{Results, ratio, rps_vs};
+use crate::streams::StreamBars;
 use serde::{Deserialize, Serialize};
 
 /// One target line: the measured value, the bound, and whether it holds (`None`: not measured).
@@ -284,6 +285,27 @@ pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
     ]
 }
 
+/// Issue 14's streaming bars, from what the `streams` section's tests printed.
+pub fn streaming(s: &StreamBars) -> Vec<Check> {
+    vec![
+        at_most(
+            "SSE: first of 10,000 events from the app, at the client (ms)",
+            s.first_sse_ms,
+            5.0,
+        ),
+        at_most(
+            "1 GiB download: largest sidecar RSS throughout (MiB)",
+            s.download_rss_mib,
+            32.0,
+        ),
+        at_most(
+            "1 GiB upload: largest sidecar RSS throughout (MiB)",
+            s.upload_rss_mib,
+            32.0,
+        ),
+    ]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -499,5 +521,26 @@ mod tests {
     fn missing_runs_are_reported_as_not_measured() {
         let c = evaluate(&Results::default(), &PairCost::default());
         assert!(c.iter().all(|c| c.pass.is_none() && c.value.is_none()));
+    }
+
+    #[test]
+    fn the_streaming_bars_hold_on_their_bounds_and_are_not_measured_without_lines() {
+        let at = |sse, mib| StreamBars {
+            first_sse_ms: Some(sse),
+            download_rss_mib: Some(mib),
+            upload_rss_mib: Some(mib),
+        };
+        assert!(
+            streaming(&at(5.0, 32.0))
+                .iter()
+                .all(|c| c.pass == Some(true))
+        );
+        let over = streaming(&at(5.1, 32.5));
+        assert!(over.iter().all(|c| c.pass == Some(false)));
+        assert!(
+            streaming(&StreamBars::default())
+                .iter()
+                .all(|c| c.pass.is_none() && c.value.is_none())
+        );
     }
 }

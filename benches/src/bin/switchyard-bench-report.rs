@@ -2,7 +2,7 @@
 //! - `procs PID...` prints CPU seconds, RSS and command of processes as JSON;
 //! - `sample --every 1s --for 60s PID...` prints their RSS each period as a JSON series;
 //! - `summarize DIR` reads a results folder (`runs/`, `procs/`, `samples/`, `peers/lapinbeam.txt`,
-//!   `missing.txt`, `meta*.json`, `profiles/*.txt`, `mesh/*.prom`) and writes `results.json`,
+//!   `missing.txt`, `meta*.json`, `profiles/*.txt`, `mesh/*.prom`, `streams.txt`) and writes `results.json`,
 //!   `summary.md` and `plots/*.svg`.
 
 #![forbid(unsafe_code)]
@@ -14,6 +14,7 @@ use std::time::{Duration, Instant};
 use switchyard_benches::procs::{self, Sample, Usage};
 use switchyard_benches::report::Summary;
 use switchyard_benches::results::Results;
+use switchyard_benches::streams::StreamBars;
 use switchyard_benches::{cost, lapin, mesh, plots, rounds, summary, targets};
 
 #[derive(Parser)]
@@ -182,7 +183,10 @@ fn load(dir: &Path) -> anyhow::Result<Results> {
 fn summarize(dir: &Path) -> anyhow::Result<()> {
     let r = load(dir)?;
     let pair = cost::pair_cost(&r);
-    let checks = targets::evaluate(&r, &pair);
+    let mut checks = targets::evaluate(&r, &pair);
+    // The streams section leaves its measurements as the test printed them; no file, not measured.
+    let streamed = std::fs::read_to_string(dir.join("streams.txt")).unwrap_or_default();
+    checks.extend(targets::streaming(&StreamBars::parse(&streamed)));
     let plots = match plots::draw_all(&dir.join("plots"), &r) {
         Ok(files) => files,
         Err(e) => {
