@@ -36,9 +36,10 @@ impl StreamBars {
 /// The largest of the KiB figures after `peak` and `VmHWM` in an RSS line: the sampled peak and the
 /// kernel's high-water mark of each sidecar (`VmRSS router 22388 -> peak 22944 KiB (VmHWM 22736),
 /// manager ...`). Samples can miss a short peak and the mark is read once, so the larger counts.
+/// Both figures of both sidecars, or nothing: a bound judged on half the line would pass on half.
 fn largest_kib(line: &str) -> Option<f64> {
     let words: Vec<&str> = line.split_whitespace().collect();
-    words
+    let figures: Vec<f64> = words
         .windows(2)
         .filter(|w| w[0] == "peak" || w[0].ends_with("VmHWM"))
         .filter_map(|w| {
@@ -46,7 +47,11 @@ fn largest_kib(line: &str) -> Option<f64> {
                 .parse::<f64>()
                 .ok()
         })
-        .reduce(f64::max)
+        .collect();
+    if figures.len() != 4 {
+        return None;
+    }
+    figures.into_iter().reduce(f64::max)
 }
 
 #[cfg(test)]
@@ -82,7 +87,11 @@ test grpc_call_stream_relays_the_apps_streamed_answer_as_it_comes ... CallStream
     #[test]
     fn missing_or_garbled_lines_are_not_measured() {
         assert_eq!(StreamBars::parse(""), StreamBars::default());
-        let s = StreamBars::parse("first SSE event after soon ms\ndownload: VmRSS router gone\n");
+        let s = StreamBars::parse(
+            "first SSE event after soon ms\n\
+             download: VmRSS router gone\n\
+             upload: VmRSS router 1 -> peak 2 KiB (VmHWM 3), manager 4 -> peak gone KiB (VmHWM 5)\n",
+        );
         assert_eq!(s, StreamBars::default());
     }
 }
