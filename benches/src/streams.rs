@@ -24,20 +24,20 @@ impl StreamBars {
                     .split_once(" ms")
                     .and_then(|(n, _)| n.trim().parse().ok());
             } else if let Some(rest) = line.strip_prefix("download: ") {
-                out.download_rss_mib = largest_kib(rest).map(|k| k / 1024.0);
+                out.download_rss_mib = largest_mib(rest);
             } else if let Some(rest) = line.strip_prefix("upload: ") {
-                out.upload_rss_mib = largest_kib(rest).map(|k| k / 1024.0);
+                out.upload_rss_mib = largest_mib(rest);
             }
         }
         out
     }
 }
 
-/// The largest of the KiB figures after `peak` and `VmHWM` in an RSS line: the sampled peak and the
+/// The largest of the KiB figures after `peak` and `VmHWM` in an RSS line, in MiB: the sampled peak and the
 /// kernel's high-water mark of each sidecar (`VmRSS router 22388 -> peak 22944 KiB (VmHWM 22736),
 /// manager ...`). Samples can miss a short peak and the mark is read once, so the larger counts.
 /// Both figures of both sidecars, or nothing: a bound judged on half the line would pass on half.
-fn largest_kib(line: &str) -> Option<f64> {
+fn largest_mib(line: &str) -> Option<f64> {
     let words: Vec<&str> = line.split_whitespace().collect();
     let figures: Vec<f64> = words
         .windows(2)
@@ -51,7 +51,7 @@ fn largest_kib(line: &str) -> Option<f64> {
     if figures.len() != 4 {
         return None;
     }
-    figures.into_iter().reduce(f64::max)
+    figures.into_iter().reduce(f64::max).map(|kib| kib / 1024.0)
 }
 
 #[cfg(test)]

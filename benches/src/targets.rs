@@ -126,7 +126,7 @@ fn levelled(r: &Results, name: &str) -> Option<f64> {
 
 /// Every target line of issue 5 item 5, the memory plateau of its item 3, the `/noop` bars of issue 14
 /// (against bare hyper and Dapr's service invocation), and the mTLS cost of issue 12 (against the same
-/// path in plaintext).
+/// path in plaintext). The streaming bars come from the section's printed lines: [`streaming`].
 pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
     let handshakes = mtls_load_handshakes(r);
     let fire = r.find("frames", "switchyard", Some("fire"), None);
