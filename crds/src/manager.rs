@@ -113,6 +113,57 @@ pub struct ManagerSpec {
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 64))]
     pub event_delivery: BTreeMap<String, DeliveryMode>,
+    /// Settings of durable delivery, for the types delivered durably.
+    #[serde(default, skip_serializing_if = "Durable::is_default")]
+    pub durable: Durable,
+}
+
+/// Settings of a Manager's JetStream stream.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "!has(self.duplicateWindow) || (duration(self.duplicateWindow) >= duration('1s') && duration(self.duplicateWindow) <= duration('1h'))",
+        "message": "durable.duplicateWindow must be between 1s and 1h",
+        "fieldPath": ".duplicateWindow",
+    },
+]))]
+pub struct Durable {
+    /// How long the stream remembers a published event's ce-id, so a retried publish with the same
+    /// one (an `Idempotency-Key`, a 503 retried) is dropped rather than delivered twice. Longer covers
+    /// slower retries; nats-server holds every id of the window in memory (rate x window ids), and a
+    /// publish's tail latency grows with them (docs/delivery.md).
+    #[serde(default = "default_duplicate_window")]
+    #[schemars(schema_with = "schema::duration")]
+    pub duplicate_window: Duration,
+}
+
+fn default_duplicate_window() -> Duration {
+    // switchyard_protocol::durable::DUPLICATE_WINDOW (that crate depends on this one; a test there pins them equal).
+    Duration::from(std::time::Duration::from_secs(30))
+}
+
+impl Default for Durable {
+    fn default() -> Self {
+        Durable {
+            duplicate_window: default_duplicate_window(),
+        }
+    }
+}
+
+impl Durable {
+    fn is_default(&self) -> bool {
+        *self == Durable::default()
+    }
+
+    /// The window in milliseconds when it is not the default (the default travels as none, so
+    /// peers of an older version and this one agree on it).
+    pub fn duplicate_window_ms(&self) -> Option<u64> {
+        (!self.is_default()).then(|| {
+            u64::try_from(std::time::Duration::from(self.duplicate_window).as_millis())
+                .unwrap_or(u64::MAX)
+        })
+    }
 }
 
 /// A workload allowed to open frame connections to a Manager's sidecars.

@@ -249,6 +249,29 @@ fn dead_letter_may_not_loop_back() {
 }
 
 #[test]
+fn a_duplicate_window_is_taken_between_one_second_and_one_hour() {
+    for ok in ["1s", "5s", "30s", "1h"] {
+        let m = manager(serde_json::json!({"spec": {"durable": {"duplicateWindow": ok}}}));
+        assert_eq!(cel_errors(&m), "", "{ok}");
+    }
+    for bad in ["0s", "500ms", "61m", "2h"] {
+        let m = manager(serde_json::json!({"spec": {"durable": {"duplicateWindow": bad}}}));
+        assert!(
+            cel_errors(&m).contains("durable.duplicateWindow must be between 1s and 1h"),
+            "{bad}: {}",
+            cel_errors(&m)
+        );
+    }
+    // Left out, it is the default and is not written back (older readers see no new field).
+    let m = manager(serde_json::json!({}));
+    assert_eq!(m.spec.durable.duplicate_window_ms(), None);
+    let json = serde_json::to_value(&m.spec).expect("serializes");
+    assert!(json.get("durable").is_none(), "{json}");
+    let m = manager(serde_json::json!({"spec": {"durable": {"duplicateWindow": "5s"}}}));
+    assert_eq!(m.spec.durable.duplicate_window_ms(), Some(5_000));
+}
+
+#[test]
 fn grpc_and_http_ports_must_differ() {
     let r = router(serde_json::json!({"spec": {"listeners": {"grpc": {"port": 8080}}}}));
     assert!(cel_errors(&r).contains("must differ"), "{}", cel_errors(&r));

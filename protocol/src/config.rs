@@ -96,4 +96,8 @@ pub struct ManagerConfig {
     /// The JetStream servers, when this Manager or a destination is durable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jetstream: Option<JetStreamConfig>,
+    /// How long this Manager's stream remembers a published ce-id, in milliseconds
+    /// (`spec.durable.duplicateWindow`); absent: the default.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_window_ms: Option<u64>,
 }

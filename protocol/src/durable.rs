@@ -28,6 +28,11 @@ pub const PARTITIONS: u32 = 16;
 /// in the bench, 350 MB with 30 s; in one of two measured pairs the durable rate also fell round
 /// after round with 2 min and not with 30 s: docs/performance.md, issue 13).
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(30);
+/// The shortest and longest window a Manager may set (`spec.durable.duplicateWindow`, checked by
+/// the CRD). Zero would be NATS's 2 min default, so it is never sent.
+pub const MIN_DUPLICATE_WINDOW: Duration = Duration::from_secs(1);
+/// See [`MIN_DUPLICATE_WINDOW`].
+pub const MAX_DUPLICATE_WINDOW: Duration = Duration::from_secs(3600);
 /// Added to the attempt timeout for AckWait: the ack travels after the app's answer.
 pub const ACK_SLACK: Duration = Duration::from_secs(2);
 /// Deliveries outstanding at once over all pods of an unordered lane's consumer.
@@ -56,6 +61,9 @@ pub struct DurableRoute {
     /// JSON pointer of the ordering key in the payload, if the Manager orders by one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ordering_key: Option<String>,
+    /// The Manager's duplicate window in milliseconds, when it sets one; else [`DUPLICATE_WINDOW`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub duplicate_window_ms: Option<u64>,
 }
 
 impl DurableRoute {
@@ -63,16 +71,31 @@ impl DurableRoute {
     pub fn to_wire(&self) -> crate::control::v1::DurableRoute {
         crate::control::v1::DurableRoute {
             ordering_key: self.ordering_key.clone().unwrap_or_default(),
+            duplicate_window_ms: self.duplicate_window_ms.unwrap_or_default(),
         }
     }
 
     /// From a control-plane route: an empty ordering key is none (a JSON pointer of a key is
-    /// never empty).
+    /// never empty), and so is a zero window (an operator that sends none).
     pub fn from_wire(wire: &crate::control::v1::DurableRoute) -> DurableRoute {
         DurableRoute {
             ordering_key: Some(wire.ordering_key.clone()).filter(|k| !k.is_empty()),
+            duplicate_window_ms: Some(wire.duplicate_window_ms).filter(|ms| *ms > 0),
         }
     }
+
+    /// The window the Manager's stream is created with.
+    pub fn duplicate_window(&self) -> Duration {
+        duplicate_window(self.duplicate_window_ms)
+    }
+}
+
+/// A Manager's duplicate window from its milliseconds, if it set any: [`DUPLICATE_WINDOW`] when not,
+/// and kept within [`MIN_DUPLICATE_WINDOW`]..=[`MAX_DUPLICATE_WINDOW`] whatever a peer sent.
+pub fn duplicate_window(ms: Option<u64>) -> Duration {
+    ms.map_or(DUPLICATE_WINDOW, |ms| {
+        Duration::from_millis(ms).clamp(MIN_DUPLICATE_WINDOW, MAX_DUPLICATE_WINDOW)
+    })
 }
 
 /// A lane of an event type: unordered, or one partition of its keys.
@@ -253,9 +276,30 @@ mod tests {
     #[test]
     fn a_route_survives_the_wire() {
         for key in [None, Some("/customerId".to_owned())] {
-            let route = DurableRoute { ordering_key: key };
-            assert_eq!(DurableRoute::from_wire(&route.to_wire()), route);
+            for window in [None, Some(5_000)] {
+                let route = DurableRoute {
+                    ordering_key: key.clone(),
+                    duplicate_window_ms: window,
+                };
+                assert_eq!(DurableRoute::from_wire(&route.to_wire()), route);
+            }
         }
+    }
+
+    #[test]
+    fn the_crds_default_window_is_this_one() {
+        // The CRD cannot name this constant (this crate depends on it), so the two are pinned here.
+        let crd = switchyard_crds::manager::Durable::default().duplicate_window;
+        assert_eq!(Duration::from(crd), DUPLICATE_WINDOW);
+    }
+
+    #[test]
+    fn a_window_is_the_managers_or_the_default_and_always_within_bounds() {
+        assert_eq!(DurableRoute::default().duplicate_window(), DUPLICATE_WINDOW);
+        assert_eq!(duplicate_window(Some(5_000)), Duration::from_secs(5));
+        // Out of the CRD's bounds (an older or a foreign peer): clamped, never 0 (NATS's 2 min).
+        assert_eq!(duplicate_window(Some(1)), MIN_DUPLICATE_WINDOW);
+        assert_eq!(duplicate_window(Some(u64::MAX)), MAX_DUPLICATE_WINDOW);
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! local API is kept in Manager `queue`'s stream on a real nats-server (read back here) and is
 //! answered 202 only once stored; the next table turns the type direct, and the publish goes over
 //! a frame connection to `queue`'s real manager sidecar and app instead; another brings it back
-//! durable with an ordering key, and the publish lands on that key's partition subject. A dead letter
+//! durable with an ordering key and a 5 s duplicate window, and the publish lands on that key's
+//! partition subject of a stream that now remembers ce-ids for 5 s. A dead letter
 //! takes the same path: `queue`'s failed `fail` event goes to its dead-letter type, which `queue`'s
 //! table marks durable, so it is kept in Manager `graveyard`'s stream (which never runs). With the
 //! server gone, a durable publish is a 503, never a 202.
@@ -72,6 +73,15 @@ async fn stored(js: &jetstream::Context) -> u64 {
         .await
         .unwrap();
     s.info().await.unwrap().state.messages
+}
+
+/// The duplicate window of `manager`'s stream, as the server holds it.
+async fn window_of(js: &jetstream::Context, manager: &str) -> Duration {
+    let mut s = js
+        .get_stream(plan::stream_name(NAMESPACE, manager))
+        .await
+        .unwrap();
+    s.info().await.unwrap().config.duplicate_window
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -156,6 +166,11 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
         Some("durable-1")
     );
     assert!(app.state.seen("orders").is_empty(), "nothing went direct");
+    assert_eq!(
+        window_of(&js, "queue").await,
+        plan::DUPLICATE_WINDOW,
+        "a route without a window: the default"
+    );
 
     // The next table says direct: over the frame connection to queue's sidecar, not the stream.
     cp.tables
@@ -179,9 +194,11 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
         "the direct publish is not in the stream"
     );
 
-    // Durable again, now ordered by a key: the key's partition subject.
+    // Durable again, now ordered by a key: the key's partition subject; and the Manager now
+    // sets a 5 s duplicate window, which the publisher gives its stream.
     let keyed = DurableRoute {
         ordering_key: "/customerId".into(),
+        duplicate_window_ms: 5_000,
     };
     cp.tables
         .send_replace(table(3, Some(queue_ports.listen), Some(keyed)));
@@ -199,6 +216,7 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
         .unwrap();
     assert_eq!(&m.payload[..], body.as_bytes());
     assert_eq!(stored(&js).await, 2);
+    assert_eq!(window_of(&js, "queue").await, Duration::from_secs(5));
     assert_eq!(app.state.seen("orders").len(), 1, "still one direct event");
     // Both durable publishes were timed, stage by stage; the direct one is not among them.
     let text = metrics_text(&client, ports.admin).await;

@@ -965,6 +965,40 @@ spec:
     }
 
     #[test]
+    fn a_managers_duplicate_window_reaches_its_sidecar_and_every_publisher() -> anyhow::Result<()> {
+        let durable = TWO_MANAGERS.replacen(
+            "  routerRef:",
+            "  delivery: durable\n  durable: {duplicateWindow: 5s}\n  routerRef:",
+            1,
+        );
+        assert_ne!(durable, TWO_MANAGERS, "the fixture changed shape");
+        let p = plan_of(&durable, true)?;
+        let file = |suffix: &str| {
+            p.files
+                .iter()
+                .find(|(path, _)| path.ends_with(suffix))
+                .map(|(_, text)| text.clone())
+                .with_context(|| format!("no {suffix}"))
+        };
+        // The consuming side: Manager a's own sidecar creates its stream with it.
+        let manager: switchyard_protocol::config::ManagerConfig =
+            serde_json::from_str(&file("manager-a.json")?)?;
+        assert_eq!(manager.duplicate_window_ms, Some(5_000));
+        // The publishing side: the Router's route to a's durable type carries the same window.
+        let router: switchyard_protocol::config::RouterConfig =
+            serde_json::from_str(&file("router-edge.json")?)?;
+        let noop = router
+            .destinations
+            .iter()
+            .find(|(event, _)| event.as_str() == "noop")
+            .map(|(_, d)| d)
+            .context("noop's destination")?;
+        let route = noop.durable.as_ref().context("noop is durable")?;
+        assert_eq!(route.duplicate_window(), std::time::Duration::from_secs(5));
+        Ok(())
+    }
+
+    #[test]
     fn no_app_keeps_declared_ports_and_starts_only_sidecars() -> anyhow::Result<()> {
         let p = plan_of(TWO_MANAGERS, false)?;
         assert!(p.procs.iter().all(|p| p.tier != Tier::App));

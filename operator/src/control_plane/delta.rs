@@ -318,6 +318,7 @@ mod tests {
         let mut durable = route("e003", &["10.0.0.1:7070"]);
         durable.durable = Some(DurableRoute {
             ordering_key: "/customerId".into(),
+            ..Default::default()
         });
         assert!(s.apply(BTreeMap::from([("e003".to_owned(), Some(durable.clone()))])));
         let d = s.since(Some(1), true).expect("a delta");

@@ -150,6 +150,7 @@ type RoutingSpec<'a> = (
     switchyard_crds::manager::DeliveryMode,
     &'a BTreeMap<String, switchyard_crds::manager::DeliveryMode>,
     Option<&'a str>,
+    &'a switchyard_crds::manager::Durable,
 );
 
 fn routing_spec(m: &Manager) -> RoutingSpec<'_> {
@@ -161,6 +162,7 @@ fn routing_spec(m: &Manager) -> RoutingSpec<'_> {
         s.delivery,
         &s.event_delivery,
         s.workers.ordering_key.as_deref(),
+        &s.durable,
     )
 }
 

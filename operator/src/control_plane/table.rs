@@ -298,11 +298,23 @@ spec:
             switchyard_crds::manager::DeliveryMode::Durable,
         );
         m.spec.workers.ordering_key = Some("/customerId".into());
+        let plain = routes(&r, std::slice::from_ref(&m), &[]);
+        assert_eq!(
+            plain[0].durable,
+            Some(switchyard_protocol::control::v1::DurableRoute {
+                ordering_key: "/customerId".into(),
+                duplicate_window_ms: 0,
+            }),
+            "the default window travels as none"
+        );
+        m.spec.durable.duplicate_window =
+            switchyard_crds::common::Duration::from(std::time::Duration::from_secs(5));
         let routes = routes(&r, &[m], &[]);
         assert_eq!(
             routes[0].durable,
             Some(switchyard_protocol::control::v1::DurableRoute {
-                ordering_key: "/customerId".into()
+                ordering_key: "/customerId".into(),
+                duplicate_window_ms: 5_000,
             })
         );
         assert_eq!(routes[1].durable, None, "orders.get stays direct");

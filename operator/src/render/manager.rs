@@ -99,6 +99,7 @@ pub fn render_config(
         allow_from: spec.allow_from.clone(),
         durable_events,
         jetstream,
+        duplicate_window_ms: spec.durable.duplicate_window_ms(),
     })
 }
 

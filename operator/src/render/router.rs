@@ -84,6 +84,7 @@ pub fn destinations<'a>(
                         == switchyard_crds::manager::DeliveryMode::Durable)
                         .then(|| DurableRoute {
                             ordering_key: m.spec.workers.ordering_key.clone(),
+                            duplicate_window_ms: m.spec.durable.duplicate_window_ms(),
                         }),
                 });
         }

@@ -182,6 +182,7 @@ pub(crate) async fn publish_routed(
         let to = Target {
             manager: &manager,
             ordering_key: route.ordering_key.as_deref(),
+            duplicate_window: route.duplicate_window(),
         };
         return store
             .publish(

@@ -17,7 +17,7 @@
 use crate::metrics::durable::DurableMetrics;
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
-use std::collections::HashSet;
+use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use switchyard_protocol::durable::{self as plan, ConsumerPlan, JetStreamConfig, Lane};
@@ -70,6 +70,8 @@ pub(crate) struct Target<'a> {
     pub(crate) manager: &'a str,
     /// JSON pointer of its ordering key, if any.
     pub(crate) ordering_key: Option<&'a str>,
+    /// How long its stream remembers a ce-id (the Manager's `durable.duplicateWindow`).
+    pub(crate) duplicate_window: Duration,
 }
 
 /// What a stream keeps of an event beside its payload.
@@ -94,8 +96,9 @@ pub(crate) struct Store {
     js: tokio::sync::OnceCell<jetstream::Context>,
     namespace: String,
     replicas: usize,
-    /// Streams created or confirmed by this process, so a publish ensures its stream once.
-    ensured: Mutex<HashSet<String>>,
+    /// Streams created or confirmed by this process, with the duplicate window they were given, so
+    /// a publish ensures its stream once, and again only when its Manager's window changed.
+    ensured: Mutex<HashMap<String, Duration>>,
     /// The time of each stage of a publish.
     metrics: DurableMetrics,
 }
@@ -170,17 +173,28 @@ impl Store {
             .await
     }
 
-    /// Creates (or updates to the plan) the stream of `manager`; idempotent.
-    pub(crate) async fn ensure_stream(&self, manager: &str) -> Result<(), DurableError> {
+    /// Creates (or updates to the plan) the stream of `manager`, remembering ce-ids for `window`;
+    /// idempotent. Every party gives a Manager's stream the same window (its spec's), so they never
+    /// undo each other's update.
+    pub(crate) async fn ensure_stream(
+        &self,
+        manager: &str,
+        window: Duration,
+    ) -> Result<(), DurableError> {
         let name = plan::stream_name(&self.namespace, manager);
-        if self.known(&name) {
+        if self.known(&name, window) {
             return Ok(());
         }
         // Boxed for the same reason as the connect: it runs once per stream, not per publish.
-        Box::pin(self.create_stream(name, manager)).await
+        Box::pin(self.create_stream(name, manager, window)).await
     }
 
-    async fn create_stream(&self, name: String, manager: &str) -> Result<(), DurableError> {
+    async fn create_stream(
+        &self,
+        name: String,
+        manager: &str,
+        window: Duration,
+    ) -> Result<(), DurableError> {
         let config = stream::Config {
             name: name.clone(),
             subjects: vec![plan::stream_subjects(&self.namespace, manager)],
@@ -189,7 +203,7 @@ impl Store {
             retention: stream::RetentionPolicy::WorkQueue,
             storage: stream::StorageType::File,
             num_replicas: self.replicas,
-            duplicate_window: plan::DUPLICATE_WINDOW,
+            duplicate_window: window,
             max_messages: MAX_STREAM_MESSAGES,
             discard: stream::DiscardPolicy::New,
             ..Default::default()
@@ -206,24 +220,27 @@ impl Store {
         self.ensured
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(name);
+            .insert(name, window);
         Ok(())
     }
 
-    fn known(&self, stream: &str) -> bool {
+    fn known(&self, stream: &str, window: Duration) -> bool {
         self.ensured
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .contains(stream)
+            .get(stream)
+            == Some(&window)
     }
 
-    /// Creates (or updates to the plan) one durable pull consumer of `manager`'s stream.
+    /// Creates (or updates to the plan) one durable pull consumer of `manager`'s stream, whose
+    /// duplicate window is `window`.
     pub(crate) async fn consumer(
         &self,
         manager: &str,
+        window: Duration,
         c: &ConsumerPlan,
     ) -> Result<consumer::PullConsumer, DurableError> {
-        self.ensure_stream(manager).await?;
+        self.ensure_stream(manager, window).await?;
         let name = plan::stream_name(&self.namespace, manager);
         let setup = |e: String| DurableError::Setup {
             what: "consumer",
@@ -264,6 +281,7 @@ impl Store {
         let Target {
             manager,
             ordering_key,
+            duplicate_window,
         } = to;
         let Fields {
             event,
@@ -280,7 +298,7 @@ impl Store {
         let subject = plan::subject(&self.namespace, manager, event, lane);
         let within = async {
             let start = Instant::now();
-            self.ensure_stream(manager).await?;
+            self.ensure_stream(manager, duplicate_window).await?;
             let mut headers = async_nats::HeaderMap::new();
             headers.insert(header::CE_ID, ce_id);
             // None is JSON, as the consumer reads a message without one: no bytes for the usual case.

@@ -23,12 +23,22 @@ use tokio_util::task::TaskTracker;
 /// Longest wait between tries to create a consumer or reopen its pull.
 const SETUP_RETRY_MAX: Duration = Duration::from_secs(5);
 
+/// The stream this pod's consumers read: its Manager's, created with the Manager's duplicate
+/// window (so this pod and every publisher give it the same one).
+#[derive(Clone)]
+pub(crate) struct OwnStream {
+    /// The Manager.
+    pub(crate) manager: String,
+    /// Its `durable.duplicateWindow`.
+    pub(crate) duplicate_window: Duration,
+}
+
 /// Starts one pull loop per consumer of this pod's durable types; they stop pulling when `drain`
 /// fires and end once their deliveries are acknowledged. Wait on `tracker`.
 pub(crate) fn start(
     store: Arc<Store>,
     worker: Arc<Worker>,
-    manager: &str,
+    own: &OwnStream,
     plans: Vec<ConsumerPlan>,
     max_in_flight: usize,
     drain: CancellationToken,
@@ -42,7 +52,7 @@ pub(crate) fn start(
         tracker.spawn(lane(
             store.clone(),
             worker.clone(),
-            manager.to_owned(),
+            own.clone(),
             plan,
             width,
             drain.clone(),
@@ -53,7 +63,7 @@ pub(crate) fn start(
 async fn lane(
     store: Arc<Store>,
     worker: Arc<Worker>,
-    manager: String,
+    own: OwnStream,
     plan: ConsumerPlan,
     width: usize,
     drain: CancellationToken,
@@ -65,7 +75,10 @@ async fn lane(
     let mut failures = 0u32;
     while !drain.is_cancelled() {
         let opened = beside(&mut deliveries, async {
-            match store.consumer(&manager, &plan).await {
+            match store
+                .consumer(&own.manager, own.duplicate_window, &plan)
+                .await
+            {
                 Ok(c) => c
                     .stream()
                     .max_messages_per_batch(width)

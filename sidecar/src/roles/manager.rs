@@ -223,7 +223,12 @@ pub(crate) async fn run(
         durable::start(
             store.clone(),
             worker.clone(),
-            &c.name,
+            &durable::OwnStream {
+                manager: c.name.clone(),
+                duplicate_window: switchyard_protocol::durable::duplicate_window(
+                    c.duplicate_window_ms,
+                ),
+            },
             plans,
             s.max_in_flight,
             drain.clone(),

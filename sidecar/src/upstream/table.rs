@@ -424,12 +424,14 @@ mod tests {
         let mut ordered = route("a.b", "m", &["10.0.0.1:7070"]);
         ordered.durable = Some(Wire {
             ordering_key: "/customerId".into(),
+            duplicate_window_ms: 5_000,
         });
         let mut unordered = route("c.d", "m", &[]);
         unordered.durable = Some(Wire::default());
         let mut bad = route("e.f", "m", &[]);
         bad.durable = Some(Wire {
             ordering_key: "customerId".into(),
+            ..Wire::default()
         });
         let p = plan(&table(vec![
             ordered,
@@ -440,6 +442,11 @@ mod tests {
         assert_eq!(
             p.durable["a.b"].ordering_key.as_deref(),
             Some("/customerId")
+        );
+        assert_eq!(
+            p.durable["a.b"].duplicate_window(),
+            std::time::Duration::from_secs(5),
+            "the Manager's window reaches the publisher"
         );
         assert_eq!(p.durable["c.d"], DurableRoute::default());
         assert!(!p.durable.contains_key("g.h"), "direct");
