@@ -142,9 +142,12 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
     let route = route_at(&client, ports.admin, 1).await;
     assert_eq!(route["durable"], json!({}), "{route}");
     let body = r#"{"customerId":"c-1","n":1}"#;
+    let trace = "0af7651916cd43dd8448eb211c80319c";
     let req = hyper::Request::post(&publish)
         .header("content-type", "application/json")
         .header("ce-id", "durable-1")
+        .header("traceparent", format!("00-{trace}-b7ad6b7169203331-01"))
+        .header("tracestate", "k=v")
         .body(http_body_util::Full::new(bytes::Bytes::from(body)))
         .unwrap();
     let r = client.send(req).await.unwrap();
@@ -165,6 +168,18 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
         headers.get("Nats-Msg-Id").map(|v| v.as_str()),
         Some("durable-1")
     );
+    // The trace context under CloudEvents' names, never the bare W3C ones: a sampled bare
+    // `traceparent` sends nats-server down its own message-tracing path for every event.
+    let tp = headers.get("ce-traceparent").map(|v| v.as_str().to_owned());
+    assert!(
+        tp.as_deref().is_some_and(|t| t.contains(trace)),
+        "ce-traceparent {tp:?}"
+    );
+    assert_eq!(
+        headers.get("ce-tracestate").map(|v| v.as_str()),
+        Some("k=v")
+    );
+    assert!(headers.get("traceparent").is_none() && headers.get("tracestate").is_none());
     assert!(app.state.seen("orders").is_empty(), "nothing went direct");
     assert_eq!(
         window_of(&js, "queue").await,

@@ -1,9 +1,9 @@
 //! A bare JetStream publisher, the floor under the sidecar's durable publish: `-c` publishes in flight
 //! on one async-nats connection (as one sidecar holds one), each waiting for its PubAck, with what the
-//! sidecar sends (`Nats-Msg-Id` = a fresh ce-id, the `ce-id` header and no `content-type` for a JSON
-//! payload, the same payload) into a stream configured as the sidecars create theirs
-//! (`switchyard_protocol::durable`: work queue, file storage, the duplicate window, new messages
-//! refused when full). The stream is emptied first and deleted after the run; nothing consumes it, so
+//! sidecar sends (`Nats-Msg-Id` = a fresh ce-id, the `ce-id` header, a fresh sampled
+//! `ce-traceparent`, no `content-type` for a JSON payload, the same payload) into a stream configured
+//! as the sidecars create theirs (`switchyard_protocol::durable`: work queue, file storage, the
+//! duplicate window, new messages refused when full). The stream is emptied first and deleted after the run; nothing consumes it, so
 //! its cap is set above what one run can publish (at the sidecars' cap of 1,000,000 a run at
 //! ~80,000/s filled it within its 12 s, and every publish after that was refused with "maximum
 //! messages exceeded", 10077: the errors earlier runs reported). A failed publish is reported by kind
@@ -149,6 +149,13 @@ impl Publisher {
     async fn publish_once(&self, ce_id: &str) -> bool {
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("ce-id", ce_id);
+        // As the sidecar's: a new sampled root when its client sent none.
+        let traceparent = format!(
+            "00-{:032x}-{:016x}-01",
+            fastrand::u128(1..),
+            fastrand::u64(1..)
+        );
+        headers.insert("ce-traceparent", traceparent.as_str());
         let msg = jetstream::message::PublishMessage::build()
             .payload(self.payload.clone())
             .headers(headers)

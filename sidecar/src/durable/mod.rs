@@ -29,14 +29,22 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Time a JetStream API call (stream and consumer management, PubAck) may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// Header names of an event kept in a stream (CloudEvents binary mode, as the app receives it).
+/// Header names of an event kept in a stream: CloudEvents' NATS binding, binary mode.
 pub(crate) mod header {
     /// CloudEvents id (also the stream's `Nats-Msg-Id`).
     pub(crate) const CE_ID: &str = "ce-id";
-    /// W3C traceparent of the publisher.
-    pub(crate) const TRACEPARENT: &str = "traceparent";
-    /// W3C tracestate of the publisher.
-    pub(crate) const TRACESTATE: &str = "tracestate";
+    /// W3C traceparent of the publisher, as the distributed-tracing extension's attribute. Not the
+    /// bare `traceparent`: nats-server takes a sampled one as a request for its own message tracing
+    /// and copies every header of the message into a map before finding that its account traces
+    /// nothing. That was a fifth of the objects it allocated per durable event, and its garbage
+    /// collections are the durable publish tail (`docs/performance.md`, "2026-12-04 (late)").
+    pub(crate) const TRACEPARENT: &str = "ce-traceparent";
+    /// W3C tracestate of the publisher (the same extension).
+    pub(crate) const TRACESTATE: &str = "ce-tracestate";
+    /// What sidecars stored the two under before; still read, for events they stored.
+    pub(crate) const OLD_TRACEPARENT: &str = "traceparent";
+    /// See [`OLD_TRACEPARENT`].
+    pub(crate) const OLD_TRACESTATE: &str = "tracestate";
     /// Media type of the payload.
     pub(crate) const CONTENT_TYPE: &str = "content-type";
 }

@@ -10,7 +10,9 @@
 use super::worker::{Attempted, Worker};
 use crate::backoff;
 use crate::durable::{Store, header};
+use async_nats::HeaderMap;
 use async_nats::jetstream::{AckKind, Message};
+use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use std::sync::Arc;
@@ -155,32 +157,37 @@ where
     }
 }
 
-/// The event a stream message carries, as the workers deliver it.
-fn request_of(event: &str, msg: &Message) -> Request {
-    let get = |name: &str| {
-        msg.headers
-            .as_ref()
-            .and_then(|h| h.get(name))
+/// The event a stream message (its `headers` and `payload`) carries, as the workers deliver it.
+fn request_of(event: &str, headers: Option<&HeaderMap>, payload: &Bytes) -> Request {
+    // The first of `names` the message has; a trace context stored by an older sidecar is under
+    // the bare W3C names.
+    let get = |names: &[&str]| {
+        headers
+            .and_then(|h| names.iter().find_map(|n| h.get(*n)))
             .map(|v| v.as_str().to_owned())
             .unwrap_or_default()
     };
-    let content_type = get(header::CONTENT_TYPE);
+    let content_type = get(&[header::CONTENT_TYPE]);
     Request {
         headers: Vec::new(),
         id: 0,
         flags: 0,
         deadline_ms: 0,
         event: event.to_owned(),
-        ce_id: get(header::CE_ID),
-        traceparent: get(header::TRACEPARENT),
+        ce_id: get(&[header::CE_ID]),
+        traceparent: get(&[header::TRACEPARENT, header::OLD_TRACEPARENT]),
         // Checked like a frame's: a stream is written by sidecars, but read as outside input.
-        tracestate: switchyard_protocol::tracestate::accept([get(header::TRACESTATE).as_bytes()]),
+        tracestate: switchyard_protocol::tracestate::accept([get(&[
+            header::TRACESTATE,
+            header::OLD_TRACESTATE,
+        ])
+        .as_bytes()]),
         content_type: if content_type.is_empty() {
             crate::edge::JSON.to_owned()
         } else {
             content_type
         },
-        payload: msg.payload.clone(),
+        payload: payload.clone(),
     }
 }
 
@@ -192,7 +199,7 @@ async fn handle(
     cancel: &CancellationToken,
 ) {
     let delivered = msg.info().map(|i| i.delivered).unwrap_or(1).max(1);
-    let ev = request_of(event, &msg);
+    let ev = request_of(event, msg.headers.as_ref(), &msg.payload);
     let ack = match worker.attempt_durable(&ev, cancel).await {
         Attempted::Done(_) => AckKind::Ack,
         // Back to the stream at once, for a pod that is not draining.
@@ -211,5 +218,47 @@ async fn handle(
     if let Err(e) = msg.ack_with(ack).await {
         // The server redelivers after AckWait: a duplicate, never a loss.
         tracing::warn!(%event, ce_id = %ev.ce_id, error = %e, "ack not sent; the event will be redelivered");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn an_event_is_read_from_the_cloudevents_headers_it_was_stored_with() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CE_ID, "e-1");
+        h.insert(header::TRACEPARENT, TP);
+        h.insert(header::TRACESTATE, "k=v");
+        h.insert(header::CONTENT_TYPE, "text/plain");
+        let ev = request_of("orders", Some(&h), &Bytes::from_static(b"hi"));
+        assert_eq!(ev.event, "orders");
+        assert_eq!(ev.ce_id, "e-1");
+        assert_eq!(ev.traceparent, TP);
+        assert_eq!(ev.tracestate, "k=v");
+        assert_eq!(ev.content_type, "text/plain");
+        assert_eq!(&ev.payload[..], b"hi");
+    }
+
+    #[test]
+    fn an_event_stored_by_an_older_sidecar_keeps_its_trace_context() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CE_ID, "e-2");
+        h.insert(header::OLD_TRACEPARENT, TP);
+        h.insert(header::OLD_TRACESTATE, "k=v");
+        let ev = request_of("orders", Some(&h), &Bytes::new());
+        assert_eq!(ev.traceparent, TP);
+        assert_eq!(ev.tracestate, "k=v");
+        assert_eq!(ev.content_type, crate::edge::JSON, "no content-type: JSON");
+    }
+
+    #[test]
+    fn a_message_without_headers_is_an_event_without_id_or_trace() {
+        let ev = request_of("orders", None, &Bytes::from_static(b"{}"));
+        assert_eq!((ev.ce_id.as_str(), ev.traceparent.as_str()), ("", ""));
+        assert_eq!(ev.tracestate, "");
     }
 }
