@@ -933,6 +933,17 @@ async fn operator_chart_deploys_a_jetstream_cluster_or_points_at_one() -> Result
         "the image {image} is not the nats-server version the tests run"
     );
     ensure!(pod["securityContext"]["runAsNonRoot"] == true);
+    // The Go collector's pace and its bound (the duplicate windows' ids are most of the heap).
+    let env = &pod["containers"][0]["env"];
+    let var = |name: &str| {
+        env.as_array()
+            .and_then(|vs| vs.iter().find(|v| v["name"] == name))
+            .map(|v| v["value"].clone())
+    };
+    ensure!(
+        var("GOGC") == Some("800".into()) && var("GOMEMLIMIT") == Some("900MiB".into()),
+        "nats-server env: {env}"
+    );
     ensure!(
         spec["volumeClaimTemplates"][0]["spec"]["resources"]["requests"]["storage"] == "10Gi",
         "claims: {}",
@@ -1053,6 +1064,8 @@ async fn operator_chart_deploys_a_jetstream_cluster_or_points_at_one() -> Result
             "set one of them",
         ),
         ("jetstream.url=http://x:4222", "/jetstream/url"),
+        ("jetstream.gc.memoryLimit=lots", "/jetstream/gc/memoryLimit"),
+        ("jetstream.gc.percent=5", "/jetstream/gc/percent"),
     ] {
         let out = Cmd::helm_offline()
             .args(["template", RELEASE])

@@ -91,10 +91,10 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             sidecar: &sidecar,
             apps: !args.no_app,
             nats_server: nats_server.as_deref(),
-            // A GOMAXPROCS of the user's is theirs to keep.
-            nats_cores: std::env::var_os(plan::GOMAXPROCS_ENV).is_none().then(|| {
-                plan::nats_cores(std::thread::available_parallelism().map_or(1, usize::from))
-            }),
+            nats_runtime: plan::nats_runtime(
+                std::thread::available_parallelism().map_or(1, usize::from),
+                |name| std::env::var_os(name).is_some(),
+            ),
             otlp_from_env: std::env::var_os(plan::OTLP_ENDPOINT_ENV).is_some_and(|v| !v.is_empty()),
         },
         &mut ports::LocalPorts::default(),

@@ -129,12 +129,43 @@ pub struct Plan {
 /// The Go runtime's count of cores to schedule goroutines on, read by nats-server.
 pub const GOMAXPROCS_ENV: &str = "GOMAXPROCS";
 
+/// The Go garbage collector's pace, read by nats-server: a collection each time the heap has grown
+/// by this percentage of what the last one kept.
+pub const GOGC_ENV: &str = "GOGC";
+/// The Go runtime's soft memory limit, read by nats-server.
+pub const GOMEMLIMIT_ENV: &str = "GOMEMLIMIT";
+/// GOGC of the local NATS server. Its live heap is mostly the ids of the duplicate window (600,000
+/// at 20,000 events/s over 30 s), which every collection walks, on the server's one core of two
+/// beside the sidecars and apps. The share of time spent marking falls with GOGC, and so did the
+/// durable publish tail: p99 by the third 10 s run on one server 5.9-6.2 ms with Go's 100, 3.8-5.8 ms
+/// with 400, 3.2-3.6 ms with 800, 2.3-2.9 ms with the collector off (docs/performance.md,
+/// "2026-12-04 (late)").
+pub const NATS_GOGC: u32 = 800;
+/// GOMEMLIMIT of the local NATS server: the bound on what [`NATS_GOGC`] lets its heap grow to (it
+/// collects more often near it). A minute at 20,000 durable events/s took its RSS to about 850 MiB.
+pub const NATS_GOMEMLIMIT: &str = "1GiB";
+
 /// Cores the local NATS server is given on a machine of `cpus`: half of them, at least one. It
 /// shares the machine with every sidecar and app of the run, and with a core for each of them Go's
 /// scheduler keeps waking idle threads to steal work from the busy one: on two cores, one cut its
 /// CPU per durable event from 35 to 29 us and raised the durable publish rate (docs/performance.md).
 pub fn nats_cores(cpus: usize) -> usize {
     (cpus / 2).max(1)
+}
+
+/// The Go runtime settings the local NATS server starts with on a machine of `cpus`: GOMAXPROCS
+/// ([`nats_cores`]), GOGC and GOMEMLIMIT, each unless `is_set` says the environment has it (the
+/// user's is theirs to keep, and the server inherits it).
+pub fn nats_runtime(cpus: usize, is_set: impl Fn(&str) -> bool) -> Vec<(String, String)> {
+    [
+        (GOMAXPROCS_ENV, nats_cores(cpus).to_string()),
+        (GOGC_ENV, NATS_GOGC.to_string()),
+        (GOMEMLIMIT_ENV, NATS_GOMEMLIMIT.to_owned()),
+    ]
+    .into_iter()
+    .filter(|(name, _)| !is_set(name))
+    .map(|(name, value)| (name.to_owned(), value))
+    .collect()
 }
 
 /// Inputs of planning besides the objects.
@@ -147,8 +178,8 @@ pub struct Options<'a> {
     pub apps: bool,
     /// The NATS server, found when some Manager delivers durably.
     pub nats_server: Option<&'a Path>,
-    /// Cores (GOMAXPROCS) the NATS server schedules on; `None` leaves it to the environment.
-    pub nats_cores: Option<usize>,
+    /// The Go runtime settings of the NATS server ([`nats_runtime`]); the environment has the rest.
+    pub nats_runtime: Vec<(String, String)>,
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set in this environment: every process inherits it and the
     /// sidecars let it win over the Router's `tracing`, so apps keep it too.
     pub otlp_from_env: bool,
@@ -217,11 +248,7 @@ pub fn plan(
                     "--store_dir".into(),
                     store.display().to_string(),
                 ],
-                env: opts
-                    .nats_cores
-                    .map(|n| (GOMAXPROCS_ENV.to_owned(), n.to_string()))
-                    .into_iter()
-                    .collect(),
+                env: opts.nats_runtime.clone(),
                 probe: Probe::Http {
                     addr: SocketAddr::from((LOCALHOST, monitor)),
                     path: "/healthz?js-enabled-only=true",
@@ -684,7 +711,7 @@ spec:
             sidecar: Path::new("/bin/switchyard-sidecar"),
             apps,
             nats_server: Some(Path::new("/bin/nats-server")),
-            nats_cores: Some(1),
+            nats_runtime: nats_runtime(2, |_| false),
             otlp_from_env: false,
         };
         plan(&objs, &opts, &mut ports)
@@ -857,7 +884,7 @@ spec:
             sidecar: Path::new("/bin/switchyard-sidecar"),
             apps: true,
             nats_server: None,
-            nats_cores: None,
+            nats_runtime: Vec::new(),
             otlp_from_env: false,
         };
         let p = plan(&objs, &opts, &mut ports)?;
@@ -944,7 +971,15 @@ spec:
             .iter()
             .find(|p| p.tier == Tier::Store)
             .context("no JetStream server planned")?;
-        assert_eq!(nats.env, [(GOMAXPROCS_ENV.to_owned(), "1".to_owned())]);
+        let env: Vec<(&str, &str)> = nats.env.iter().map(|(k, v)| (&**k, &**v)).collect();
+        assert_eq!(
+            env,
+            [
+                (GOMAXPROCS_ENV, "1"),
+                (GOGC_ENV, "800"),
+                (GOMEMLIMIT_ENV, "1GiB")
+            ]
+        );
         assert!(
             nats.args.contains(&"--jetstream".to_owned()),
             "{:?}",
@@ -962,6 +997,21 @@ spec:
             "half the cores, at least one"
         );
         Ok(())
+    }
+
+    #[test]
+    fn a_go_runtime_setting_of_the_users_is_left_to_the_environment() {
+        let names =
+            |env: Vec<(String, String)>| env.into_iter().map(|(k, _)| k).collect::<Vec<_>>();
+        assert_eq!(
+            names(nats_runtime(8, |n| n == GOGC_ENV)),
+            [GOMAXPROCS_ENV, GOMEMLIMIT_ENV]
+        );
+        assert_eq!(
+            nats_runtime(8, |n| n != GOMAXPROCS_ENV),
+            [(GOMAXPROCS_ENV.to_owned(), "4".to_owned())]
+        );
+        assert!(nats_runtime(8, |_| true).is_empty());
     }
 
     #[test]
