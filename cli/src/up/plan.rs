@@ -137,9 +137,9 @@ pub const GOMEMLIMIT_ENV: &str = "GOMEMLIMIT";
 /// GOGC of the local NATS server. Its live heap is mostly the ids of the duplicate window (600,000
 /// at 20,000 events/s over 30 s), which every collection walks, on the server's one core of two
 /// beside the sidecars and apps. The share of time spent marking falls with GOGC, and so did the
-/// durable publish tail: p99 by the third 10 s run on one server 5.9-6.2 ms with Go's 100, 3.8-5.8 ms
-/// with 400, 3.2-3.6 ms with 800, 2.3-2.9 ms with the collector off (docs/performance.md,
-/// "2026-12-04 (late)").
+/// durable publish tail: p99 in the third 10 s run on one server 5.9-6.2 ms with Go's 100, 3.8-5.8 ms
+/// with 400, 3.2 ms with 800 (at most 4.4 by the fifth run), 2.5 ms with the collector off
+/// (docs/performance.md, "2026-12-04 (late)").
 pub const NATS_GOGC: u32 = 800;
 /// GOMEMLIMIT of the local NATS server: the bound on what [`NATS_GOGC`] lets its heap grow to (it
 /// collects more often near it). A minute at 20,000 durable events/s took its RSS to about 850 MiB.
