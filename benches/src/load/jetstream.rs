@@ -3,11 +3,11 @@
 //! sidecar sends (`Nats-Msg-Id` = a fresh ce-id, the `ce-id` header, a fresh sampled
 //! `ce-traceparent`, no `content-type` for a JSON payload, the same payload) into a stream configured
 //! as the sidecars create theirs (`switchyard_protocol::durable`: work queue, file storage, the
-//! duplicate window, new messages refused when full). The stream is emptied first and deleted after the run; nothing consumes it, so
-//! its cap is set above what one run can publish (at the sidecars' cap of 1,000,000 a run at
-//! ~80,000/s filled it within its 12 s, and every publish after that was refused with "maximum
-//! messages exceeded", 10077: the errors earlier runs reported). A failed publish is reported by kind
-//! on stderr, so errors are never anonymous.
+//! duplicate window, new messages refused when full). The stream is emptied first and deleted after
+//! the run; nothing consumes it, so its cap is set above what one run can publish (at the sidecars'
+//! cap of 1,000,000 a run at ~80,000/s filled it within its 12 s, and every publish after that was
+//! refused with "maximum messages exceeded", 10077: the errors earlier runs reported). A failed
+//! publish is reported by kind on stderr, so errors are never anonymous.
 
 use super::{RETRY_PAUSE, Tally, Window};
 use anyhow::{Context, bail};
