@@ -3,7 +3,7 @@
 //! run on loopback with its store in the work folder, and killed when dropped.
 
 use crate::cmd::Cmd;
-use crate::operator::{free_port, http_get};
+use crate::operator::{free_ports, http_get};
 use crate::{eventually, timeout};
 use anyhow::{Context, Result, ensure};
 use std::path::PathBuf;
@@ -35,7 +35,7 @@ impl NatsServer {
             .join("nats")
             .join(format!("{name}-{}", crate::unique_suffix()));
         std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        let (port, monitor) = (free_port()?, free_port()?);
+        let [port, monitor] = free_ports()?;
         let log = dir.join("nats-server.log");
         let out = std::fs::File::create(&log)?;
         let child = tokio::process::Command::new(&bin)

@@ -207,6 +207,27 @@ impl Operator {
     /// Builds (once) and starts the operator with the chart ServiceAccount's kubeconfig, and waits
     /// until /healthz answers 200. Fails with the log tail if it exits or never gets healthy.
     pub async fn start(cluster: &Cluster, opts: OperatorOpts) -> Result<Operator> {
+        // A port picked here is free when picked, not when the operator binds it: anything on the
+        // machine may take it in between (the operator then exits naming it). Started again, it
+        // gets fresh ports; a port given in `opts` is kept.
+        let mut attempt = 1;
+        loop {
+            match Operator::start_once(cluster, &opts).await {
+                Err(e)
+                    if attempt < PORT_RACE_ATTEMPTS && format!("{e:#}").contains(ADDR_IN_USE) =>
+                {
+                    eprintln!(
+                        "operator {}: a port was taken before it bound it; starting it again",
+                        opts.identity
+                    );
+                    attempt += 1;
+                }
+                started => return started,
+            }
+        }
+    }
+
+    async fn start_once(cluster: &Cluster, opts: &OperatorOpts) -> Result<Operator> {
         refuse_foreign_operator(cluster).await?;
         let bin = operator_binary().await?;
         let kubeconfig = if opts.run_as == RunAs::default() {
@@ -216,10 +237,14 @@ impl Operator {
                 .service_account_kubeconfig(&opts.run_as.namespace, &opts.run_as.service_account)
                 .await?
         };
-        let port = free_port()?;
-        let control_plane_port = match opts.control_plane_port {
-            Some(p) => p,
-            None => free_port()?,
+        // Picked while both are held: a port let go is the kernel's next answer as often as not,
+        // and two picks in a row once gave the metrics and control-plane listeners the same one.
+        // A control-plane port from `opts` was picked (and let go) by the caller: the metrics port
+        // is never it.
+        let [a, b] = free_ports()?;
+        let (port, control_plane_port) = match opts.control_plane_port {
+            Some(cp) => (if a == cp { b } else { a }, cp),
+            None => (a, b),
         };
         let logs = crate::work_dir().join("logs");
         std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
@@ -267,7 +292,7 @@ impl Operator {
             port,
             control_plane_port,
             mesh_tls: opts.mesh_tls,
-            identity: opts.identity,
+            identity: opts.identity.clone(),
             log,
             pid_file,
         };
@@ -431,9 +456,26 @@ async fn refuse_lease_holder(cluster: &Cluster, namespace: &str) -> Result<()> {
 
 /// A TCP port on 127.0.0.1 free at the time of the call.
 pub fn free_port() -> Result<u16> {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0")?;
-    Ok(listener.local_addr()?.port())
+    let [port] = free_ports()?;
+    Ok(port)
 }
+
+/// `N` distinct free ports on 127.0.0.1, all held until all are picked.
+pub fn free_ports<const N: usize>() -> Result<[u16; N]> {
+    let held = (0..N)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").context("binding 127.0.0.1:0"))
+        .collect::<Result<Vec<_>>>()?;
+    let mut ports = [0; N];
+    for (p, l) in ports.iter_mut().zip(&held) {
+        *p = l.local_addr()?.port();
+    }
+    Ok(ports)
+}
+
+/// Starts of one operator when the ports picked for it were taken before it bound them.
+const PORT_RACE_ATTEMPTS: u32 = 3;
+/// What the operator's log says when a port it was given is taken (EADDRINUSE).
+const ADDR_IN_USE: &str = "Address already in use";
 
 /// Minimal HTTP/1.0 GET to 127.0.0.1:`port` (no client dependency needed): (status, body).
 pub async fn http_get(port: u16, path: &str) -> Result<(u16, String)> {
