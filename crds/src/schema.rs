@@ -46,7 +46,7 @@ pub fn pod_template_spec(g: &mut SchemaGenerator) -> Schema {
 
 /// Removes `description` from a schema object and from every subschema under it. Walks only the
 /// keywords that hold subschemas, so a property that happens to be named `description` is kept.
-pub fn strip_descriptions(schema: &mut serde_json::Map<String, serde_json::Value>) {
+fn strip_descriptions(schema: &mut serde_json::Map<String, serde_json::Value>) {
     schema.remove("description");
     for (keyword, value) in schema.iter_mut() {
         match (keyword.as_str(), value) {
