@@ -160,6 +160,11 @@ impl Store {
         Box::pin(self.connect()).await
     }
 
+    /// The JetStream context (connecting the first time), for the consuming side's own pulls.
+    pub(crate) async fn context(&self) -> Result<jetstream::Context, DurableError> {
+        self.js().await.cloned()
+    }
+
     async fn connect(&self) -> Result<&jetstream::Context, DurableError> {
         self.js
             .get_or_try_init(|| async {
