@@ -12,7 +12,8 @@
 //!   delivered in order (partitions are the parallelism of ordered types).
 //! - `ack_wait` is the attempt timeout (plus slack for the ack to travel), `max_deliver` is
 //!   `retries.attempts`; the sidecar dead-letters the last failed delivery itself.
-//! - Publishes carry `Nats-Msg-Id` = ce-id, so the stream's duplicate window drops a retried publish.
+//! - Publishes carry a `Nats-Msg-Id` derived from (event type, publisher, ce-id), so the stream's
+//!   duplicate window drops a retried publish and no other type's or publisher's event.
 //!
 //! Pure: no I/O.
 
@@ -37,6 +38,14 @@ pub const MAX_DUPLICATE_WINDOW: Duration = Duration::from_secs(3600);
 pub const ACK_SLACK: Duration = Duration::from_secs(2);
 /// Deliveries outstanding at once over all pods of an unordered lane's consumer.
 pub const MAX_ACK_PENDING: i64 = 10_000;
+/// Room for a durable event's NATS headers (ids, source, digest, trace context, media type) beside
+/// its payload: far more than they take, and small beside it.
+pub const HEADERS_ALLOWANCE: usize = 64 * 1024;
+/// The `max_payload` the NATS servers `switchyard up` and the chart start are given: the largest
+/// event the mesh carries ([`crate::frame::MAX_PAYLOAD`], the Router's 16 MiB event limit) with its
+/// headers. NATS's default (1 MiB) refused every larger durable publish; a server with less than
+/// this answers such a publish 413, naming its limit.
+pub const NATS_MAX_PAYLOAD: usize = crate::frame::MAX_PAYLOAD + HEADERS_ALLOWANCE;
 
 /// Where the JetStream servers are, as sidecars are told.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
