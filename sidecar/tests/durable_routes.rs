@@ -164,9 +164,18 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
         .unwrap();
     assert_eq!(&m.payload[..], body.as_bytes());
     let headers = m.headers;
+    // The stream's dedupe id is the ce-id scoped to (type, publisher); the ce-id travels as is.
+    let msg_id = headers.get("Nats-Msg-Id").map(|v| v.as_str().to_owned());
+    assert!(
+        msg_id
+            .as_deref()
+            .is_some_and(|id| id.starts_with("sy1-") && id.len() == 36),
+        "{msg_id:?}"
+    );
+    assert_eq!(headers.get("ce-id").map(|v| v.as_str()), Some("durable-1"));
     assert_eq!(
-        headers.get("Nats-Msg-Id").map(|v| v.as_str()),
-        Some("durable-1")
+        headers.get("ce-source").map(|v| v.as_str()),
+        Some("/switchyard/default/shop")
     );
     // The trace context under CloudEvents' names, never the bare W3C ones: a sampled bare
     // `traceparent` sends nats-server down its own message-tracing path for every event.
