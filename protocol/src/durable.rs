@@ -16,7 +16,8 @@
 //! - The server never gives up on an event (`max_deliver` unlimited): the sidecar counts the
 //!   deliveries (`attempts` = `retries.attempts`) and dead-letters an event on its last failed attempt,
 //!   or on the first delivery past it (the pod of the last attempt died), so no event is stranded.
-//! - Publishes carry `Nats-Msg-Id` = ce-id, so the stream's duplicate window drops a retried publish.
+//! - Publishes carry a `Nats-Msg-Id` derived from (event type, publisher, ce-id), so the stream's
+//!   duplicate window drops a retried publish and no other type's or publisher's event.
 //!
 //! Pure: no I/O.
 
@@ -48,6 +49,14 @@ pub const MAX_ACK_WAIT: Duration = Duration::from_secs(10);
 pub const UNLIMITED_DELIVERIES: i64 = -1;
 /// Deliveries outstanding at once over all pods of an unordered lane's consumer.
 pub const MAX_ACK_PENDING: i64 = 10_000;
+/// Room for a durable event's NATS headers (ids, source, digest, trace context, media type) beside
+/// its payload: far more than they take, and small beside it.
+pub const HEADERS_ALLOWANCE: usize = 64 * 1024;
+/// The `max_payload` the NATS servers `switchyard up` and the chart start are given: the largest
+/// event the mesh carries ([`crate::frame::MAX_PAYLOAD`], the Router's 16 MiB event limit) with its
+/// headers. NATS's default (1 MiB) refused every larger durable publish; a server with less than
+/// this answers such a publish 413, naming its limit.
+pub const NATS_MAX_PAYLOAD: usize = crate::frame::MAX_PAYLOAD + HEADERS_ALLOWANCE;
 
 /// Where the JetStream servers are, as sidecars are told.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]

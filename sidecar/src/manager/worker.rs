@@ -505,7 +505,14 @@ impl Worker {
             None => (None, ev.traceparent.clone()),
         };
         let out = Outgoing {
-            headers: Vec::new(),
+            // A durable event's publisher (its `ce-source`) stays its dead letter's: the same
+            // event, and its key stays in its publisher's scope.
+            headers: ev
+                .headers
+                .iter()
+                .filter(|(n, _)| n == crate::durable::header::SOURCE)
+                .cloned()
+                .collect(),
             upload: None,
             content_type: (!crate::edge::is_json_media_type(&ev.content_type))
                 .then(|| ev.content_type.clone()),

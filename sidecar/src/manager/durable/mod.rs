@@ -307,8 +307,15 @@ fn request_of(event: &str, headers: Option<&HeaderMap>, payload: &Bytes) -> Requ
             .unwrap_or_default()
     };
     let content_type = get(&[header::CONTENT_TYPE]);
+    // The publisher's identity, as it stored it: it replaces this Manager's own as the app's
+    // `ce-source`, so (source, id) names one event however many publishers reuse a key.
+    let source = get(&[header::SOURCE]);
     Request {
-        headers: Vec::new(),
+        headers: if source.is_empty() {
+            Vec::new()
+        } else {
+            vec![(header::SOURCE.to_owned(), source)]
+        },
         id: 0,
         flags: 0,
         deadline_ms: 0,
@@ -407,6 +414,13 @@ mod tests {
         assert_eq!(ev.tracestate, "k=v");
         assert_eq!(ev.content_type, "text/plain");
         assert_eq!(&ev.payload[..], b"hi");
+        assert!(ev.headers.is_empty(), "no source stored: the Manager's own");
+        h.insert(header::SOURCE, "/switchyard/shop/cart");
+        let ev = request_of("orders", Some(&h), &Bytes::from_static(b"hi"));
+        assert_eq!(
+            ev.headers,
+            vec![("ce-source".to_owned(), "/switchyard/shop/cart".to_owned())]
+        );
     }
 
     #[test]
