@@ -887,6 +887,7 @@ spec:
             apps: true,
             nats_server: None,
             nats_runtime: Vec::new(),
+            nats_sync: super::super::nats::SYNC_ALWAYS,
             otlp_from_env: false,
         };
         let p = plan(&objs, &opts, &mut ports)?;
