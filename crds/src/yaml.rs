@@ -27,6 +27,10 @@ pub enum YamlError {
         /// Parser error with line and column.
         source: serde_saphyr::Error,
     },
+    /// Documents have fields their kind's schema refuses (unknown, of the wrong type, out of
+    /// bounds), one line each: what the API server would refuse under `kubectl apply`.
+    #[error("{} field problem(s), as the API server would refuse them:\n{}", .0.len(), .0.join("\n"))]
+    Schema(Vec<String>),
     /// A document is a Router or Manager with a field of the wrong shape.
     #[error("document {doc} ({kind} {name}): {message}")]
     Shape {
@@ -52,11 +56,22 @@ struct Head {
 }
 
 /// Parses every document; keeps Routers and Managers of `switchyard.dev/v1alpha1` and `v1` Secrets,
-/// skips other kinds.
+/// skips other kinds. Each kept document is first checked against its kind's structural schema
+/// ([`crate::strict`]); every problem of every document is reported at once.
 pub fn parse(text: &str) -> Result<Objects, YamlError> {
+    parse_except(text, &[])
+}
+
+/// [`parse`] for a local run: the values of [`crate::strict::LOCAL_ONLY`] (listener port 0) pass.
+pub fn parse_for_local_run(text: &str) -> Result<Objects, YamlError> {
+    parse_except(text, crate::strict::LOCAL_ONLY)
+}
+
+fn parse_except(text: &str, exempt: &[(&str, i64)]) -> Result<Objects, YamlError> {
     let docs: Vec<serde_json::Value> =
         serde_saphyr::from_multiple(text).map_err(|source| YamlError::Syntax { doc: 0, source })?;
     let mut out = Objects::default();
+    let mut schema_problems = Vec::new();
     for (i, doc) in docs.into_iter().enumerate() {
         if doc.is_null() {
             continue;
@@ -76,6 +91,23 @@ pub fn parse(text: &str) -> Result<Objects, YamlError> {
             .and_then(|n| n.as_str())
             .unwrap_or("<unnamed>")
             .to_owned();
+        let kind = match head.kind.as_str() {
+            "Secret" if is_secret => Some(crate::strict::Kind::Secret),
+            "Router" if !is_secret => Some(crate::strict::Kind::Router),
+            "Manager" if !is_secret => Some(crate::strict::Kind::Manager),
+            _ => None,
+        };
+        if let Some(kind) = kind {
+            let problems = crate::strict::check_except(kind, &doc, exempt);
+            if !problems.is_empty() {
+                schema_problems.extend(
+                    problems
+                        .iter()
+                        .map(|p| format!("document {} ({} {name}): {p}", i + 1, head.kind)),
+                );
+                continue;
+            }
+        }
         let shape = |e: serde_path_to_error::Error<serde_json::Error>| YamlError::Shape {
             doc: i + 1,
             kind: head.kind.clone(),
@@ -94,6 +126,9 @@ pub fn parse(text: &str) -> Result<Objects, YamlError> {
                 .push(serde_path_to_error::deserialize(doc).map_err(shape)?),
             _ => {}
         }
+    }
+    if !schema_problems.is_empty() {
+        return Err(YamlError::Schema(schema_problems));
     }
     Ok(out)
 }

@@ -29,6 +29,8 @@ const FLOORS: &[(&str, u8)] = &[
     ("otel", 5),
     // Pure cores and process plumbing the stages share.
     ("answer", 4),
+    // What a config is refused for at start, without I/O (also run by `switchyard check`).
+    ("start_checks", 4),
     ("edge", 4),
     ("net", 4),
     ("metrics", 4),
