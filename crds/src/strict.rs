@@ -495,6 +495,7 @@ mod tests {
             "kind": "Router",
             "metadata": {"name": "edge"},
             "spec": {
+                "listeners": {"http": {"port": 8080}},
                 "routes": [{"event": "e", "http": {"method": "POST", "path": "/e"},
                             "schema": {"type": "object", "anything": {"goes": 1}}}]
             }
