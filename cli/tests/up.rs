@@ -140,7 +140,7 @@ fn a_misspelled_field_is_refused_with_the_field_meant_before_anything_starts() {
     );
     std::fs::write(&path, text.replace("maxInFlight: 64", "maxInflight: 64")).expect("write");
     let path = path.display().to_string();
-    let meant = "document 2 (Manager handlers): spec.workers.maxInflight: unknown field, did you mean maxInFlight?";
+    let meant = "document 2 (Manager handlers), line 58: spec.workers.maxInflight: unknown field, did you mean maxInFlight?";
     let (status, out) = run(&["check", "-f", &path], &[]);
     assert!(!status.success(), "{out}");
     assert!(out.contains(meant), "{out}");

@@ -17,6 +17,7 @@ pub mod schema;
 pub mod status;
 pub mod strict;
 pub mod yaml;
+pub mod yaml_lines;
 
 pub use event_type::EventType;
 pub use manager::{Manager, ManagerSpec};

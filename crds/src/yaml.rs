@@ -72,6 +72,8 @@ fn parse_except(text: &str, exempt: &[(&str, i64)]) -> Result<Objects, YamlError
         serde_saphyr::from_multiple(text).map_err(|source| YamlError::Syntax { doc: 0, source })?;
     let mut out = Objects::default();
     let mut schema_problems = Vec::new();
+    // Each field's line, read only when a problem needs one.
+    let lines = std::cell::OnceCell::new();
     for (i, doc) in docs.into_iter().enumerate() {
         if doc.is_null() {
             continue;
@@ -100,11 +102,15 @@ fn parse_except(text: &str, exempt: &[(&str, i64)]) -> Result<Objects, YamlError
         if let Some(kind) = kind {
             let problems = crate::strict::check_except(kind, &doc, exempt);
             if !problems.is_empty() {
-                schema_problems.extend(
-                    problems
-                        .iter()
-                        .map(|p| format!("document {} ({} {name}): {p}", i + 1, head.kind)),
-                );
+                let placed = lines.get_or_init(|| crate::yaml_lines::documents(text));
+                let document = placed.as_ref().and_then(|d| d.get(i));
+                schema_problems.extend(problems.iter().map(|p| {
+                    let at = document
+                        .and_then(|d| d.line(&p.path))
+                        .map(|l| format!(", line {l}"))
+                        .unwrap_or_default();
+                    format!("document {} ({} {name}){at}: {p}", i + 1, head.kind)
+                }));
                 continue;
             }
         }
@@ -152,5 +158,20 @@ mod tests {
         let err = parse("apiVersion: v1\nkind: Secret\nmetadata: {name: bad}\ndata: {a: '!!'}\n")
             .expect_err("bad base64");
         assert!(err.to_string().contains("bad"), "{err}");
+    }
+
+    #[test]
+    fn schema_problems_name_the_document_the_line_and_the_field_meant() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other}\n---\n\
+                    apiVersion: switchyard.dev/v1alpha1\nkind: Manager\nmetadata: {name: m}\nspec:\n  \
+                    routerRef: {name: edge}\n  events: [noop]\n  app: {port: 8000}\n  \
+                    template: {spec: {containers: [{name: app, image: x}]}}\n  workers:\n    maxInflight: 64\n";
+        let err = parse(text).expect_err("refused").to_string();
+        assert!(
+            err.contains(
+                "document 2 (Manager m), line 14: spec.workers.maxInflight: unknown field, did you mean maxInFlight?"
+            ),
+            "{err}"
+        );
     }
 }
