@@ -3,7 +3,8 @@
 //! server's side (the CRD's structural schema and its CEL rules), the operator's validation and the
 //! sidecars' start checks on the configs rendered from it. The test fails when a layer's verdict is not
 //! the one the fixture states, or when `check` accepts what any layer refuses (or refuses what all
-//! accept). e2e/tests/check_agrees.rs holds the API server's half against a real one.
+//! accept). e2e/tests/cluster.rs (`check_and_the_api_server_agree_on_every_example_and_refused_fixture`)
+//! holds the API server's half against a real one.
 
 use crate::check;
 use kube::ResourceExt;

@@ -387,7 +387,7 @@ fn type_name(v: &Value) -> &'static str {
 
 /// The known field closest to `typed`, when it is close enough to be the one meant: the same but
 /// for case, or a few edits away for its length.
-fn suggest<'a>(typed: &str, known: &[&'a str]) -> Option<&'a str> {
+pub(crate) fn suggest<'a>(typed: &str, known: &[&'a str]) -> Option<&'a str> {
     let lower = typed.to_lowercase();
     let limit = (typed.chars().count() / 4).clamp(1, 3);
     known

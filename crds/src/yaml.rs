@@ -83,9 +83,6 @@ fn parse_except(text: &str, exempt: &[(&str, i64)]) -> Result<Objects, YamlError
             Err(_) => continue,
         };
         let is_secret = head.api_version == "v1" && head.kind == "Secret";
-        if !is_secret && head.api_version != format!("{}/{}", crate::GROUP, crate::VERSION) {
-            continue;
-        }
         let name = head
             .metadata
             .as_ref()
@@ -93,6 +90,24 @@ fn parse_except(text: &str, exempt: &[(&str, i64)]) -> Result<Objects, YamlError
             .and_then(|n| n.as_str())
             .unwrap_or("<unnamed>")
             .to_owned();
+        if let Some(p) = unserved(&head) {
+            let at = lines
+                .get_or_init(|| crate::yaml_lines::documents(text))
+                .as_ref()
+                .and_then(|d| d.get(i))
+                .and_then(|d| d.line(p.path.as_str()))
+                .map(|l| format!(", line {l}"))
+                .unwrap_or_default();
+            schema_problems.push(format!(
+                "document {} ({} {name}){at}: {p}",
+                i + 1,
+                head.kind
+            ));
+            continue;
+        }
+        if !is_secret && head.api_version != format!("{}/{}", crate::GROUP, crate::VERSION) {
+            continue;
+        }
         let kind = match head.kind.as_str() {
             "Secret" if is_secret => Some(crate::strict::Kind::Secret),
             "Router" if !is_secret => Some(crate::strict::Kind::Router),
@@ -139,6 +154,41 @@ fn parse_except(text: &str, exempt: &[(&str, i64)]) -> Result<Objects, YamlError
     Ok(out)
 }
 
+/// A document of this project's API group that the API server serves no kind for (a misspelled
+/// kind or version): the API server refuses it, so it is not skipped as another project's kind.
+fn unserved(head: &Head) -> Option<crate::strict::Problem> {
+    let version = head
+        .api_version
+        .strip_prefix(crate::GROUP)?
+        .strip_prefix('/')?;
+    if version != crate::VERSION {
+        return Some(crate::strict::Problem {
+            path: "apiVersion".into(),
+            message: format!(
+                "{GROUP} serves version {VERSION} only, not {version:?}",
+                GROUP = crate::GROUP,
+                VERSION = crate::VERSION
+            ),
+        });
+    }
+    const KINDS: &[&str] = &["Router", "Manager"];
+    if KINDS.contains(&head.kind.as_str()) {
+        return None;
+    }
+    let meant = crate::strict::suggest(&head.kind, KINDS)
+        .map(|k| format!(", did you mean {k}?"))
+        .unwrap_or_default();
+    Some(crate::strict::Problem {
+        path: "kind".into(),
+        message: format!(
+            "no kind {:?} in {}/{} (Router, Manager){meant}",
+            head.kind,
+            crate::GROUP,
+            crate::VERSION
+        ),
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,5 +223,27 @@ mod tests {
             ),
             "{err}"
         );
+    }
+
+    #[test]
+    fn a_misspelled_kind_or_version_of_this_api_group_is_refused_not_skipped() {
+        let err = parse("apiVersion: switchyard.dev/v1alpha1\nkind: Manger\nmetadata: {name: m}\n")
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            err.contains("document 1 (Manger m), line 2: kind: no kind \"Manger\" in switchyard.dev/v1alpha1 (Router, Manager), did you mean Manager?"),
+            "{err}"
+        );
+        let err = parse("apiVersion: switchyard.dev/v1\nkind: Router\nmetadata: {name: r}\n")
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            err.contains("document 1 (Router r), line 1: apiVersion: switchyard.dev serves version v1alpha1 only, not \"v1\""),
+            "{err}"
+        );
+        // Another group's kinds are not this file's business.
+        let objs = parse("apiVersion: example.com/v1\nkind: Manger\nmetadata: {name: m}\n")
+            .expect("skipped");
+        assert!(objs.managers.is_empty());
     }
 }

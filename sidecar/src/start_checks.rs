@@ -96,3 +96,84 @@ pub(crate) fn grpc_port(port: i32, http_port: u16) -> Result<u16, StartProblem> 
             ),
         })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn router_config(spec: serde_json::Value) -> RouterConfig {
+        serde_json::from_value(
+            json!({"name": "edge", "namespace": "d", "destinations": {}, "spec": spec}),
+        )
+        .expect("router config")
+    }
+
+    fn manager_config(events: serde_json::Value) -> ManagerConfig {
+        serde_json::from_value(json!({
+            "name": "m", "namespace": "d", "router": "edge", "events": events,
+            "app": {"port": 8000, "protocol": "http", "path": "/"}, "workers": {}, "split": "shared"
+        }))
+        .expect("manager config")
+    }
+
+    fn route(extra: serde_json::Value) -> serde_json::Value {
+        let mut r = json!({"event": "echo", "http": {"method": "POST", "path": "/echo"}});
+        if let (Some(r), Some(extra)) = (r.as_object_mut(), extra.as_object()) {
+            r.extend(extra.clone());
+        }
+        r
+    }
+
+    #[test]
+    fn a_runnable_router_config_passes() {
+        let config = router_config(json!({
+            "listeners": {"http": {"port": 8080}}, "routes": [route(json!({}))]
+        }));
+        assert_eq!(router(&config), Ok(()));
+    }
+
+    #[test]
+    fn a_route_schema_that_is_not_a_json_schema_is_refused_naming_the_route() {
+        let config = router_config(json!({
+            "listeners": {"http": {"port": 8080}},
+            "routes": [route(json!({})), route(json!({"event": "e2", "http": {"method": "POST", "path": "/e2"}, "schema": {"type": 12}}))]
+        }));
+        let p = router(&config).err().expect("refused");
+        assert_eq!(p.field, "spec.routes[1].schema");
+        assert!(p.message.starts_with("not a valid JSON Schema"), "{p}");
+    }
+
+    #[test]
+    fn a_body_budget_below_one_whole_body_is_refused() {
+        let config = router_config(json!({
+            "listeners": {"http": {"port": 8080}},
+            "routes": [route(json!({}))],
+            "middleware": [{"bodyLimit": {"maxBytes": 4096}}],
+            "broker": {"bodyBudgetBytes": 1024}
+        }));
+        let p = router(&config).err().expect("refused");
+        assert_eq!(p.field, "spec.broker.bodyBudgetBytes");
+        assert!(p.message.starts_with("1024 is less than one body"), "{p}");
+    }
+
+    #[test]
+    fn a_grpc_port_equal_to_the_http_port_is_refused_and_zero_is_any() {
+        assert!(grpc_port(8080, 8080).is_err());
+        assert!(grpc_port(70000, 8080).is_err());
+        assert_eq!(grpc_port(0, 0), Ok(0));
+        assert_eq!(grpc_port(9090, 8080), Ok(9090));
+    }
+
+    #[test]
+    fn a_manager_without_event_types_is_refused() {
+        assert_eq!(manager(&manager_config(json!(["echo"]))), Ok(()));
+        assert_eq!(
+            manager(&manager_config(json!([]))),
+            Err(StartProblem {
+                field: "events".into(),
+                message: "no event types to handle".into()
+            })
+        );
+    }
+}
