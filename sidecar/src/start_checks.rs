@@ -139,7 +139,7 @@ mod tests {
             "listeners": {"http": {"port": 8080}},
             "routes": [route(json!({})), route(json!({"event": "e2", "http": {"method": "POST", "path": "/e2"}, "schema": {"type": 12}}))]
         }));
-        let p = router(&config).err().expect("refused");
+        let p = router(&config).expect_err("refused");
         assert_eq!(p.field, "spec.routes[1].schema");
         assert!(p.message.starts_with("not a valid JSON Schema"), "{p}");
     }
@@ -152,7 +152,7 @@ mod tests {
             "middleware": [{"bodyLimit": {"maxBytes": 4096}}],
             "broker": {"bodyBudgetBytes": 1024}
         }));
-        let p = router(&config).err().expect("refused");
+        let p = router(&config).expect_err("refused");
         assert_eq!(p.field, "spec.broker.bodyBudgetBytes");
         assert!(p.message.starts_with("1024 is less than one body"), "{p}");
     }
