@@ -1212,6 +1212,26 @@ async fn check_and_the_api_server_agree_on_every_example_and_refused_fixture() -
                 api.combined().trim()
             ));
         }
+        // Where the API server refuses, it and `check` name the same field.
+        if refused_fixture && !api.success() {
+            let field = text
+                .lines()
+                .find_map(|l| l.strip_prefix("# expect field: "))
+                .map(str::trim)
+                .with_context(|| format!("{}: no `# expect field:` line", file.display()))?;
+            for (who, out) in [
+                ("the API server", api.combined()),
+                ("check", check.combined()),
+            ] {
+                if !out.contains(field) {
+                    failures.push(format!(
+                        "{}: {who} does not name {field}:\n{}",
+                        file.display(),
+                        out.trim()
+                    ));
+                }
+            }
+        }
         if check.success() == refused_fixture || (!api.success() && check.success()) {
             failures.push(format!(
                 "{}: check {} it, the API server {} it:\n{}",
