@@ -16,6 +16,9 @@ const FLOORS: &[(&str, u8)] = &[
     ("cli", 11),
     ("roles", 10),
     ("admin", 9),
+    // What a config is refused for at start, without I/O (also run by `switchyard check`): the
+    // checks of the front doors and middleware below it, without their Secrets and sockets.
+    ("start_checks", 9),
     // The front doors (router role) and delivery (manager role): siblings that never import each other.
     ("listener", 8),
     ("manager", 8),
@@ -29,8 +32,6 @@ const FLOORS: &[(&str, u8)] = &[
     ("otel", 5),
     // Pure cores and process plumbing the stages share.
     ("answer", 4),
-    // What a config is refused for at start, without I/O (also run by `switchyard check`).
-    ("start_checks", 4),
     ("edge", 4),
     ("net", 4),
     ("metrics", 4),

@@ -2,7 +2,8 @@
 //! route tables it compiles. The roles run these at start; `switchyard check` runs [`router`] and
 //! [`manager`] on the configs `switchyard up` and the operator render, so a spec a sidecar would
 //! refuse is refused before anything starts, with the same field and message. Checks that read
-//! files (Secrets, certificates) or reach the network stay in the roles.
+//! files (Secrets, certificates), the machine (descriptor limit, env variables) or the network stay
+//! in the roles.
 
 use crate::config::{self, ConfigError};
 use crate::routes::RouteError;
@@ -58,6 +59,58 @@ pub fn router(config: &RouterConfig) -> Result<(), StartProblem> {
         grpc_port(g.port, settings.http_port)?;
     }
     WsRoutes::build(&config.spec)?;
+    middleware(&config.spec)?;
+    // The descriptor limit is the machine's, not the config's: only the config's own bounds here.
+    crate::listener::connections::resolve(
+        &config.spec.listeners.connections,
+        None,
+        Path::new(FILE_NAME),
+    )
+    .map_err(from_config)?;
+    // The endpoint env variable is the pod's, not the config's.
+    crate::otel::settings::resolve(config.spec.tracing.as_ref(), "spec.tracing", |_| None)
+        .map_err(|e| StartProblem {
+            field: e.field.into(),
+            message: e.message,
+        })?;
+    Ok(())
+}
+
+/// What the router refuses in `spec.middleware` without reading a Secret: CORS policies, rate
+/// limits and the first timing middleware's `allowOrigins` (as the role and `middleware::Stack`
+/// name them; the auth gates read their keys and are left to the role).
+fn middleware(spec: &switchyard_crds::router::RouterSpec) -> Result<(), StartProblem> {
+    for (i, m) in spec.middleware.iter().enumerate() {
+        let field = format!("spec.middleware[{i}]");
+        if let Some(c) = &m.cors {
+            crate::middleware::cors::Policy::build(c, spec).map_err(|e| StartProblem {
+                field: format!("{field}.cors"),
+                message: e.to_string(),
+            })?;
+        }
+        if let Some(r) = &m.rate_limit {
+            crate::middleware::rate_limit::Limiter::build(r).map_err(|(sub, message)| {
+                StartProblem {
+                    field: format!("{field}.rateLimit{sub}"),
+                    message,
+                }
+            })?;
+        }
+    }
+    if let Some((i, t)) = spec
+        .middleware
+        .iter()
+        .enumerate()
+        .find_map(|(i, m)| Some((i, m.timing.as_ref()?)))
+    {
+        crate::answer::http::timing_allow_origin(&t.allow_origins).map_err(|_| StartProblem {
+            field: format!("spec.middleware[{i}].timing.allowOrigins"),
+            message: format!(
+                "{:?} is not a valid header value",
+                t.allow_origins.join(", ")
+            ),
+        })?;
+    }
     Ok(())
 }
 
@@ -163,6 +216,32 @@ mod tests {
         assert!(grpc_port(70000, 8080).is_err());
         assert_eq!(grpc_port(0, 0), Ok(0));
         assert_eq!(grpc_port(9090, 8080), Ok(9090));
+    }
+
+    #[test]
+    fn middleware_and_connection_limits_are_checked_as_the_role_checks_them() {
+        let with = |extra: serde_json::Value| {
+            let mut spec =
+                json!({"listeners": {"http": {"port": 8080}}, "routes": [route(json!({}))]});
+            if let (Some(s), Some(extra)) = (spec.as_object_mut(), extra.as_object()) {
+                s.extend(extra.clone());
+            }
+            router(&router_config(spec)).err().map(|p| p.field)
+        };
+        assert_eq!(
+            with(json!({"middleware": [{"timing": {"allowOrigins": ["https://a.example\n"]}}]})),
+            Some("spec.middleware[0].timing.allowOrigins".into())
+        );
+        assert_eq!(
+            with(
+                json!({"listeners": {"http": {"port": 8080}, "connections": {"maxConnections": 2, "maxConnectionsPerClient": 3}}})
+            ),
+            Some("spec.listeners.connections.maxConnectionsPerClient".into())
+        );
+        assert_eq!(
+            with(json!({"tracing": {"otlpEndpoint": "collector:4317"}})),
+            Some("spec.tracing".into())
+        );
     }
 
     #[test]
