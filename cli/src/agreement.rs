@@ -109,6 +109,7 @@ fn layers_of(text: &str) -> Verdicts {
                     Err(_) => untyped = true,
                 }
             }
+            Some("Secret") => schema_refuses |= !strict::check(Kind::Secret, doc).is_empty(),
             _ => {}
         }
     }
