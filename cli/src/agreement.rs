@@ -76,7 +76,7 @@ fn check_of(text: &str) -> (Verdict, String) {
     match switchyard_crds::yaml::parse(text) {
         Err(e) => (Verdict::Refuses, e.to_string()),
         Ok(objs) => {
-            let problems = check::problems(&objs);
+            let problems = check::placed(&objs, text);
             (Verdict::of(!problems.is_empty()), problems.join("\n"))
         }
     }

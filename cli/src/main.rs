@@ -53,8 +53,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Check { file } => read(&file, Use::Cluster).and_then(|objs| check::run(&objs)),
-        Command::Routes { file } => read(&file, Use::Cluster).map(|objs| routes::print(&objs)),
+        Command::Check { file } => {
+            read(&file, Use::Cluster).and_then(|(objs, text)| check::run(&objs, &text))
+        }
+        Command::Routes { file } => read(&file, Use::Cluster).map(|(objs, _)| routes::print(&objs)),
         Command::Crds => print_crds(),
         Command::Top(args) => top::run(args),
         Command::Up(args) => match up::run(args) {
@@ -79,8 +81,9 @@ enum Use {
     Local,
 }
 
-/// Reads a file, refusing whatever the CRDs' schemas refuse (see `switchyard_crds::strict`).
-fn read(file: &PathBuf, how: Use) -> anyhow::Result<switchyard_crds::yaml::Objects> {
+/// Reads a file, refusing whatever the CRDs' schemas refuse (see `switchyard_crds::strict`); the
+/// objects, and the text to place later problems by line.
+fn read(file: &PathBuf, how: Use) -> anyhow::Result<(switchyard_crds::yaml::Objects, String)> {
     let text =
         std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     let parse = match how {
@@ -94,7 +97,7 @@ fn read(file: &PathBuf, how: Use) -> anyhow::Result<switchyard_crds::yaml::Objec
             file.display()
         );
     }
-    Ok(objs)
+    Ok((objs, text))
 }
 
 fn print_crds() -> anyhow::Result<()> {
