@@ -6,6 +6,8 @@
 //! - `switchyard up -f FILE.yaml`: the same YAML run as local processes, no cluster.
 //! - `switchyard top`: live per-event-type traffic of the sidecars (locally or in a cluster).
 
+#[cfg(test)]
+mod agreement;
 mod check;
 mod routes;
 mod top;
@@ -51,8 +53,10 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Check { file } => read(&file).and_then(|objs| check::run(&objs)),
-        Command::Routes { file } => read(&file).map(|objs| routes::print(&objs)),
+        Command::Check { file } => {
+            read(&file, Use::Cluster).and_then(|(objs, text)| check::run(&objs, &text))
+        }
+        Command::Routes { file } => read(&file, Use::Cluster).map(|(objs, _)| routes::print(&objs)),
         Command::Crds => print_crds(),
         Command::Top(args) => top::run(args),
         Command::Up(args) => match up::run(args) {
@@ -69,18 +73,31 @@ fn main() -> ExitCode {
     }
 }
 
-fn read(file: &PathBuf) -> anyhow::Result<switchyard_crds::yaml::Objects> {
+/// What a file is read for: what the API server takes, or a local run, which also takes listener
+/// port 0 (any free port).
+#[derive(Clone, Copy)]
+enum Use {
+    Cluster,
+    Local,
+}
+
+/// Reads a file, refusing whatever the CRDs' schemas refuse (see `switchyard_crds::strict`); the
+/// objects, and the text to place later problems by line.
+fn read(file: &PathBuf, how: Use) -> anyhow::Result<(switchyard_crds::yaml::Objects, String)> {
     let text =
         std::fs::read_to_string(file).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
-    let objs = switchyard_crds::yaml::parse(&text)
-        .map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
+    let parse = match how {
+        Use::Cluster => switchyard_crds::yaml::parse,
+        Use::Local => switchyard_crds::yaml::parse_for_local_run,
+    };
+    let objs = parse(&text).map_err(|e| anyhow::anyhow!("{}: {e}", file.display()))?;
     if objs.routers.is_empty() && objs.managers.is_empty() {
         anyhow::bail!(
             "{}: no Router or Manager of switchyard.dev/v1alpha1 found",
             file.display()
         );
     }
-    Ok(objs)
+    Ok((objs, text))
 }
 
 fn print_crds() -> anyhow::Result<()> {

@@ -127,6 +127,65 @@ fn wrong_shape_is_refused_naming_the_field() {
     assert!(out.contains("maxInFlight"), "{out}");
 }
 
+/// The typo a new user makes in the quickstart (issue 42): refused, naming the field and the one meant,
+/// by `check` and by `up` before anything starts.
+#[test]
+fn a_misspelled_field_is_refused_with_the_field_meant_before_anything_starts() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = quickstart_on_any_ports(dir.path());
+    let text = std::fs::read_to_string(&path).expect("read");
+    assert!(
+        text.contains("maxInFlight: 64"),
+        "the quickstart changed shape"
+    );
+    std::fs::write(&path, text.replace("maxInFlight: 64", "maxInflight: 64")).expect("write");
+    let path = path.display().to_string();
+    let meant = "document 2 (Manager handlers), line 58: spec.workers.maxInflight: unknown field, did you mean maxInFlight?";
+    let (status, out) = run(&["check", "-f", &path], &[]);
+    assert!(!status.success(), "{out}");
+    assert!(out.contains(meant), "{out}");
+    // A sidecar that does not exist: `up` must refuse the file before it looks for one.
+    let (status, out) = run(
+        &[
+            "up",
+            "-f",
+            &path,
+            "--sidecar",
+            "/nonexistent/switchyard-sidecar",
+        ],
+        &[],
+    );
+    assert!(!status.success(), "{out}");
+    assert!(out.contains(meant), "{out}");
+    assert!(out.contains("nothing started"), "{out}");
+    assert!(
+        !out.contains("configs in") && !out.contains("sidecar"),
+        "{out}"
+    );
+}
+
+/// The API server refuses listener port 0; a local run takes it (any free port), `check` does not.
+#[test]
+fn listener_port_zero_is_local_only() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = quickstart_on_any_ports(dir.path()).display().to_string();
+    let (status, out) = run(&["check", "-f", &path], &[]);
+    assert!(!status.success(), "{out}");
+    assert!(
+        out.contains("spec.listeners.http.port: 0 must be at least 1"),
+        "{out}"
+    );
+    let (status, out) = run(
+        &[
+            "check",
+            "-f",
+            &repo_file("examples/quickstart.yaml").display().to_string(),
+        ],
+        &[],
+    );
+    assert!(status.success(), "{out}");
+}
+
 #[test]
 fn missing_sidecar_flag_is_explained() {
     let dir = tempfile::tempdir().expect("tempdir");

@@ -11,10 +11,13 @@ pub mod common;
 pub mod crd;
 pub mod event_type;
 pub mod manager;
+pub mod route_schema;
 pub mod router;
 pub mod schema;
 pub mod status;
+pub mod strict;
 pub mod yaml;
+pub mod yaml_lines;
 
 pub use event_type::EventType;
 pub use manager::{Manager, ManagerSpec};

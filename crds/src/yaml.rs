@@ -27,6 +27,10 @@ pub enum YamlError {
         /// Parser error with line and column.
         source: serde_saphyr::Error,
     },
+    /// Documents have fields their kind's schema refuses (unknown, of the wrong type, out of
+    /// bounds), one line each: what the API server would refuse under `kubectl apply`.
+    #[error("{} field problem(s), as the API server would refuse them:\n{}", .0.len(), .0.join("\n"))]
+    Schema(Vec<String>),
     /// A document is a Router or Manager with a field of the wrong shape.
     #[error("document {doc} ({kind} {name}): {message}")]
     Shape {
@@ -52,11 +56,24 @@ struct Head {
 }
 
 /// Parses every document; keeps Routers and Managers of `switchyard.dev/v1alpha1` and `v1` Secrets,
-/// skips other kinds.
+/// skips other kinds. Each kept document is first checked against its kind's structural schema
+/// ([`crate::strict`]); every problem of every document is reported at once.
 pub fn parse(text: &str) -> Result<Objects, YamlError> {
+    parse_except(text, &[])
+}
+
+/// [`parse`] for a local run: the values of [`crate::strict::LOCAL_ONLY`] (listener port 0) pass.
+pub fn parse_for_local_run(text: &str) -> Result<Objects, YamlError> {
+    parse_except(text, crate::strict::LOCAL_ONLY)
+}
+
+fn parse_except(text: &str, exempt: &[(&str, i64)]) -> Result<Objects, YamlError> {
     let docs: Vec<serde_json::Value> =
         serde_saphyr::from_multiple(text).map_err(|source| YamlError::Syntax { doc: 0, source })?;
     let mut out = Objects::default();
+    let mut schema_problems = Vec::new();
+    // Each field's line, read only when a problem needs one.
+    let lines = std::cell::OnceCell::new();
     for (i, doc) in docs.into_iter().enumerate() {
         if doc.is_null() {
             continue;
@@ -66,9 +83,6 @@ pub fn parse(text: &str) -> Result<Objects, YamlError> {
             Err(_) => continue,
         };
         let is_secret = head.api_version == "v1" && head.kind == "Secret";
-        if !is_secret && head.api_version != format!("{}/{}", crate::GROUP, crate::VERSION) {
-            continue;
-        }
         let name = head
             .metadata
             .as_ref()
@@ -76,6 +90,45 @@ pub fn parse(text: &str) -> Result<Objects, YamlError> {
             .and_then(|n| n.as_str())
             .unwrap_or("<unnamed>")
             .to_owned();
+        if let Some(p) = unserved(&head) {
+            let at = lines
+                .get_or_init(|| crate::yaml_lines::documents(text))
+                .as_ref()
+                .and_then(|d| d.get(i))
+                .and_then(|d| d.line(p.path.as_str()))
+                .map(|l| format!(", line {l}"))
+                .unwrap_or_default();
+            schema_problems.push(format!(
+                "document {} ({} {name}){at}: {p}",
+                i + 1,
+                head.kind
+            ));
+            continue;
+        }
+        if !is_secret && head.api_version != format!("{}/{}", crate::GROUP, crate::VERSION) {
+            continue;
+        }
+        let kind = match head.kind.as_str() {
+            "Secret" if is_secret => Some(crate::strict::Kind::Secret),
+            "Router" if !is_secret => Some(crate::strict::Kind::Router),
+            "Manager" if !is_secret => Some(crate::strict::Kind::Manager),
+            _ => None,
+        };
+        if let Some(kind) = kind {
+            let problems = crate::strict::check_except(kind, &doc, exempt);
+            if !problems.is_empty() {
+                let placed = lines.get_or_init(|| crate::yaml_lines::documents(text));
+                let document = placed.as_ref().and_then(|d| d.get(i));
+                schema_problems.extend(problems.iter().map(|p| {
+                    let at = document
+                        .and_then(|d| d.line(&p.path))
+                        .map(|l| format!(", line {l}"))
+                        .unwrap_or_default();
+                    format!("document {} ({} {name}){at}: {p}", i + 1, head.kind)
+                }));
+                continue;
+            }
+        }
         let shape = |e: serde_path_to_error::Error<serde_json::Error>| YamlError::Shape {
             doc: i + 1,
             kind: head.kind.clone(),
@@ -95,7 +148,45 @@ pub fn parse(text: &str) -> Result<Objects, YamlError> {
             _ => {}
         }
     }
+    if !schema_problems.is_empty() {
+        return Err(YamlError::Schema(schema_problems));
+    }
     Ok(out)
+}
+
+/// A document of this project's API group that the API server serves no kind for (a misspelled
+/// kind or version): the API server refuses it, so it is not skipped as another project's kind.
+fn unserved(head: &Head) -> Option<crate::strict::Problem> {
+    let version = head
+        .api_version
+        .strip_prefix(crate::GROUP)?
+        .strip_prefix('/')?;
+    if version != crate::VERSION {
+        return Some(crate::strict::Problem {
+            path: "apiVersion".into(),
+            message: format!(
+                "{GROUP} serves version {VERSION} only, not {version:?}",
+                GROUP = crate::GROUP,
+                VERSION = crate::VERSION
+            ),
+        });
+    }
+    const KINDS: &[&str] = &["Router", "Manager"];
+    if KINDS.contains(&head.kind.as_str()) {
+        return None;
+    }
+    let meant = crate::strict::suggest(&head.kind, KINDS)
+        .map(|k| format!(", did you mean {k}?"))
+        .unwrap_or_default();
+    Some(crate::strict::Problem {
+        path: "kind".into(),
+        message: format!(
+            "no kind {:?} in {}/{} (Router, Manager){meant}",
+            head.kind,
+            crate::GROUP,
+            crate::VERSION
+        ),
+    })
 }
 
 #[cfg(test)]
@@ -117,5 +208,42 @@ mod tests {
         let err = parse("apiVersion: v1\nkind: Secret\nmetadata: {name: bad}\ndata: {a: '!!'}\n")
             .expect_err("bad base64");
         assert!(err.to_string().contains("bad"), "{err}");
+    }
+
+    #[test]
+    fn schema_problems_name_the_document_the_line_and_the_field_meant() {
+        let text = "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: other}\n---\n\
+                    apiVersion: switchyard.dev/v1alpha1\nkind: Manager\nmetadata: {name: m}\nspec:\n  \
+                    routerRef: {name: edge}\n  events: [noop]\n  app: {port: 8000}\n  \
+                    template: {spec: {containers: [{name: app, image: x}]}}\n  workers:\n    maxInflight: 64\n";
+        let err = parse(text).expect_err("refused").to_string();
+        assert!(
+            err.contains(
+                "document 2 (Manager m), line 14: spec.workers.maxInflight: unknown field, did you mean maxInFlight?"
+            ),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_misspelled_kind_or_version_of_this_api_group_is_refused_not_skipped() {
+        let err = parse("apiVersion: switchyard.dev/v1alpha1\nkind: Manger\nmetadata: {name: m}\n")
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            err.contains("document 1 (Manger m), line 2: kind: no kind \"Manger\" in switchyard.dev/v1alpha1 (Router, Manager), did you mean Manager?"),
+            "{err}"
+        );
+        let err = parse("apiVersion: switchyard.dev/v1\nkind: Router\nmetadata: {name: r}\n")
+            .expect_err("refused")
+            .to_string();
+        assert!(
+            err.contains("document 1 (Router r), line 1: apiVersion: switchyard.dev serves version v1alpha1 only, not \"v1\""),
+            "{err}"
+        );
+        // Another group's kinds are not this file's business.
+        let objs = parse("apiVersion: example.com/v1\nkind: Manger\nmetadata: {name: m}\n")
+            .expect("skipped");
+        assert!(objs.managers.is_empty());
     }
 }

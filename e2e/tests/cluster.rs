@@ -1160,3 +1160,112 @@ async fn a_release_with_jetstream_installs_its_nats_cluster() -> Result<()> {
     uninstalled?;
     Ok(())
 }
+
+/// `# expect api-server: accepts|refuses` of a refused fixture; every example is accepted.
+fn api_server_expectation(text: &str) -> Option<bool> {
+    text.lines()
+        .find_map(|l| l.strip_prefix("# expect api-server: "))
+        .map(|v| v.trim() == "accepts")
+}
+
+#[tokio::test]
+async fn check_and_the_api_server_agree_on_every_example_and_refused_fixture() -> Result<()> {
+    let c = cluster().await?;
+    let ns = TestNamespace::create(c, "agree").await?;
+    let cli = switchyard_e2e::sidecar::cli_binary().await?;
+    let root = switchyard_e2e::repo_root().join("examples");
+    let mut files = Vec::new();
+    for dir in [root.clone(), root.join("refused")] {
+        for e in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
+            let p = e?.path();
+            if p.extension().is_some_and(|x| x == "yaml") {
+                files.push(p);
+            }
+        }
+    }
+    files.sort();
+    ensure!(files.len() >= 10, "examples and fixtures: {files:?}");
+    let mut failures = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file)?;
+        let refused_fixture = file.parent().is_some_and(|d| d.ends_with("refused"));
+        let api_accepts_expected = if refused_fixture {
+            api_server_expectation(&text)
+                .with_context(|| format!("{}: no `# expect api-server:` line", file.display()))?
+        } else {
+            true
+        };
+        let api = c
+            .kubectl()
+            .args(["apply", "--dry-run=server", "-n", &ns.name, "-f"])
+            .arg(file)
+            .output()
+            .await?;
+        let check = Cmd::new(&cli)
+            .arg("check")
+            .arg("-f")
+            .arg(file)
+            .output()
+            .await?;
+        // The API server's verdict is the one the fixture states; `check` refuses whatever the API
+        // server refuses, and a fixture at all (the rest are the operator's or a sidecar's rules).
+        if api.success() != api_accepts_expected {
+            failures.push(format!(
+                "{}: the API server {} it, the fixture says it {}:\n{}",
+                file.display(),
+                if api.success() { "accepted" } else { "refused" },
+                if api_accepts_expected {
+                    "accepts"
+                } else {
+                    "refuses"
+                },
+                api.combined().trim()
+            ));
+        }
+        // Where the API server refuses, it and `check` name the same field.
+        if refused_fixture && !api.success() {
+            let field = text
+                .lines()
+                .find_map(|l| l.strip_prefix("# expect field: "))
+                .map(str::trim)
+                .with_context(|| format!("{}: no `# expect field:` line", file.display()))?;
+            for (who, out) in [
+                ("the API server", api.combined()),
+                ("check", check.combined()),
+            ] {
+                if !out.contains(field) {
+                    failures.push(format!(
+                        "{}: {who} does not name {field}:\n{}",
+                        file.display(),
+                        out.trim()
+                    ));
+                }
+            }
+        }
+        if check.success() == refused_fixture || (!api.success() && check.success()) {
+            failures.push(format!(
+                "{}: check {} it, the API server {} it:\n{}",
+                file.display(),
+                if check.success() {
+                    "accepted"
+                } else {
+                    "refused"
+                },
+                if api.success() { "accepted" } else { "refused" },
+                check.combined().trim()
+            ));
+        }
+    }
+    let left = c
+        .kubectl()
+        .args(["get", "routers,managers", "-n", &ns.name, "-o", "name"])
+        .ok()
+        .await?;
+    if !left.stdout.trim().is_empty() {
+        failures.push(format!("a dry run created objects: {}", left.stdout));
+    }
+    if !failures.is_empty() {
+        bail!("{}", failures.join("\n\n"));
+    }
+    Ok(())
+}

@@ -99,6 +99,10 @@ fn main() -> ExitCode {
         ("manager_of_missing_router_is_degraded", |e| {
             Box::pin(missing_router_is_degraded(e))
         }),
+        (
+            "refused_fixtures_the_api_server_takes_are_degraded_as_check_says",
+            |e| Box::pin(refused_fixtures_are_degraded_as_check_says(e)),
+        ),
         ("health_readiness_and_metrics_endpoints", |e| {
             Box::pin(health_and_metrics(e))
         }),
@@ -932,6 +936,77 @@ async fn invalid_spec_is_degraded(env: &'static Env) -> Result<()> {
         k8s::describe_conditions(conds)
     );
     wait_rolled_out(&client, &ns.name, "dup-routes-router", 1).await?;
+    Ok(())
+}
+
+/// `# expect KEY: VALUE` of a fixture in examples/refused.
+fn expectation<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    let prefix = format!("# expect {key}: ");
+    text.lines()
+        .find_map(|l| l.strip_prefix(prefix.as_str()))
+        .map(str::trim)
+}
+
+/// The operator's half of issue 42's agreement: each refused fixture that the API server takes
+/// (`# expect api-server: accepts`; e2e/tests/cluster.rs holds the API server to that) is applied
+/// for real, and the object the fixture names becomes Degraded/InvalidSpec with the message
+/// `switchyard check` prints for it (the same function gives both).
+async fn refused_fixtures_are_degraded_as_check_says(env: &'static Env) -> Result<()> {
+    let c = env.cluster;
+    let client = c.client().await?;
+    let dir = switchyard_e2e::repo_root().join("examples/refused");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .with_context(|| dir.display().to_string())?
+        .map(|e| e.map(|e| e.path()))
+        .collect::<std::io::Result<_>>()?;
+    files.retain(|p| p.extension().is_some_and(|x| x == "yaml"));
+    files.sort();
+    let mut seen = 0;
+    for file in files {
+        let text = std::fs::read_to_string(&file)?;
+        let expect = |key| {
+            expectation(&text, key)
+                .with_context(|| format!("{}: no `# expect {key}:` line", file.display()))
+        };
+        if expect("api-server")? != "accepts" {
+            continue;
+        }
+        ensure!(
+            expect("operator")? == "refuses",
+            "{}: the API server and the operator both accept it, so it is not a refused fixture",
+            file.display()
+        );
+        let (kind, name) = expect("operator-degrades")?
+            .split_once(' ')
+            .with_context(|| format!("{}: operator-degrades is `KIND NAME`", file.display()))?;
+        let said = expect("check")?;
+        let ns = TestNamespace::create(c, "refused").await?;
+        apply_file(c, &ns.name, file.clone()).await?;
+        let (routers, managers) = apis(&client, &ns.name);
+        let conds = match kind {
+            "Router" => k8s::Reconciled::conditions(
+                &wait_condition(&routers, name, "Degraded", "True", Some("InvalidSpec")).await?,
+            )
+            .to_vec(),
+            "Manager" => k8s::Reconciled::conditions(
+                &wait_condition(&managers, name, "Degraded", "True", Some("InvalidSpec")).await?,
+            )
+            .to_vec(),
+            other => bail!("{}: operator-degrades names kind {other}", file.display()),
+        };
+        let degraded = condition(&conds, "Degraded").context("Degraded")?;
+        ensure!(
+            degraded.message.contains(said),
+            "{}: the operator says {:?}, check says {said:?}",
+            file.display(),
+            degraded.message
+        );
+        seen += 1;
+    }
+    ensure!(
+        seen >= 2,
+        "only {seen} refused fixture(s) the API server takes"
+    );
     Ok(())
 }
 

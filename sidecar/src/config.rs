@@ -131,7 +131,11 @@ pub struct RouterSettings {
 
 /// Reads and checks a router config.
 pub fn load_router(file: &Path) -> Result<RouterSettings, ConfigError> {
-    let config: RouterConfig = read(file)?;
+    settle_router(file, read(file)?)
+}
+
+/// Checks a router config read from `file` (named in errors only).
+pub fn settle_router(file: &Path, config: RouterConfig) -> Result<RouterSettings, ConfigError> {
     let http_port = listen_port(
         file,
         "spec.listeners.http.port",
@@ -194,7 +198,15 @@ pub struct ManagerSettings {
 
 /// Reads and checks a manager config; `only` is `SWITCHYARD_EVENT_TYPES` when set.
 pub fn load_manager(file: &Path, only: Option<&str>) -> Result<ManagerSettings, ConfigError> {
-    let config: ManagerConfig = read(file)?;
+    settle_manager(file, read(file)?, only)
+}
+
+/// Checks a manager config read from `file` (named in errors only); `only` as for [`load_manager`].
+pub fn settle_manager(
+    file: &Path,
+    config: ManagerConfig,
+    only: Option<&str>,
+) -> Result<ManagerSettings, ConfigError> {
     let app_port = port(file, "app.port", config.app.port)?;
     let max_in_flight = positive(file, "workers.maxInFlight", config.workers.max_in_flight)?;
     let queue_capacity = positive(file, "workers.queueCapacity", config.workers.queue_capacity)?;

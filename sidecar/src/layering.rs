@@ -16,6 +16,9 @@ const FLOORS: &[(&str, u8)] = &[
     ("cli", 11),
     ("roles", 10),
     ("admin", 9),
+    // What a config is refused for at start, without I/O (also run by `switchyard check`): the
+    // checks of the front doors and middleware below it, without their Secrets and sockets.
+    ("start_checks", 9),
     // The front doors (router role) and delivery (manager role): siblings that never import each other.
     ("listener", 8),
     ("manager", 8),

@@ -8,7 +8,8 @@
 //! process plumbing (`net`, `metrics`, `load`, `otel`, `config`, `secrets`, `backoff`, ...).
 //!
 //! Everything is crate-private; the few items below are exported for the binary, the benches and
-//! the fuzz targets, and nothing else.
+//! the fuzz targets, and `start_checks` for `switchyard check` (what a config is refused for at
+//! start, so the CLI refuses it first with the same message), and nothing else.
 
 #![forbid(unsafe_code)]
 
@@ -35,6 +36,7 @@ mod routes;
 mod runtime;
 mod secrets;
 mod shutdown;
+pub mod start_checks;
 mod telemetry;
 mod timing;
 mod traceparent;

@@ -9,7 +9,7 @@
 //! Start order is apps, manager sidecars, routers, each waited on until ready; stop order is the reverse.
 
 mod child;
-mod config;
+pub(crate) mod config;
 mod edge;
 mod identity;
 mod locate;
@@ -74,8 +74,9 @@ fn write_private(path: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Runs until Ctrl-C / SIGTERM (exit 0) or until a process fails (exit 1).
 pub fn run(args: Args) -> anyhow::Result<ExitCode> {
-    let objs = crate::read(&args.file)?;
-    let problems = crate::check::problems(&objs);
+    let (objs, text) = crate::read(&args.file, crate::Use::Local)
+        .map_err(|e| anyhow::anyhow!("{e:#}\nnothing started"))?;
+    let problems = crate::check::placed(&objs, &text);
     if !problems.is_empty() {
         for p in &problems {
             eprintln!("{}: {p}", args.file.display());

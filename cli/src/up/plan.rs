@@ -702,7 +702,7 @@ spec:
 "#;
 
     fn plan_of(yaml: &str, apps: bool) -> anyhow::Result<Plan> {
-        let objs = switchyard_crds::yaml::parse(yaml)?;
+        let objs = switchyard_crds::yaml::parse_for_local_run(yaml)?;
         let mut ports = FakePorts {
             next: 40000,
             busy: Vec::new(),
@@ -875,7 +875,7 @@ spec:
             "  listeners: {http: {port: 8080}, websocket: {path: /ws}}\n",
             "  listeners: {http: {port: 0}, websocket: {path: /ws}, grpc: {port: 0}}\n",
         );
-        let objs = switchyard_crds::yaml::parse(&yaml)?;
+        let objs = switchyard_crds::yaml::parse_for_local_run(&yaml)?;
         // As with real sockets, 0 is never "available": it is not checked nor claimed.
         let mut ports = FakePorts {
             next: 40000,
@@ -1119,7 +1119,7 @@ spec:
 
     #[test]
     fn local_replicas_follow_spec_and_scaling_bounds() -> anyhow::Result<()> {
-        let objs = switchyard_crds::yaml::parse(TWO_MANAGERS)?;
+        let objs = switchyard_crds::yaml::parse_for_local_run(TWO_MANAGERS)?;
         let mut m = objs.managers[0].clone();
         assert_eq!(local_replicas(&m), 1);
         m.spec.replicas = 4;

@@ -53,7 +53,7 @@ mod tests {
     use super::*;
 
     fn objs(yaml: &str) -> switchyard_crds::yaml::Objects {
-        switchyard_crds::yaml::parse(yaml).expect("yaml")
+        switchyard_crds::yaml::parse_for_local_run(yaml).expect("yaml")
     }
 
     const ROUTER: &str = "apiVersion: switchyard.dev/v1alpha1\nkind: Router\nmetadata: {name: edge}\nspec:\n  listeners: {http: {port: 8080}}\n  routes: [{event: a, http: {method: GET, path: /a}}]\n  middleware:\n    - auth: {apiKey: {keysSecretRef: {name: api-keys, key: keys}}}\n";

@@ -15,6 +15,15 @@ pub fn validate(name: &str, spec: &RouterSpec) -> Vec<FieldError> {
     let mut grpc_seen: HashMap<&str, usize> = HashMap::new();
     for (i, route) in spec.routes.iter().enumerate() {
         let at = format!("spec.routes[{i}]");
+        // The router sidecar compiles it at start with the same function; refused here, it is a
+        // status condition instead of a crash loop.
+        if let Some(Err(e)) = route
+            .schema
+            .as_ref()
+            .map(|s| switchyard_crds::route_schema::compile(i, s))
+        {
+            out.push(FieldError::new(e.field, e.message));
+        }
         if let Some(http) = &route.http {
             match path_template::parse(&http.path) {
                 Err(e) => out.push(FieldError::new(format!("{at}.http.path"), e.to_string())),

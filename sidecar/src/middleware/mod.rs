@@ -15,7 +15,7 @@ mod gate;
 mod grant;
 mod jwt;
 mod layer;
-mod rate_limit;
+pub(crate) mod rate_limit;
 
 pub(crate) use gate::{Denial, Gate, Head};
 pub(crate) use grant::Grant;

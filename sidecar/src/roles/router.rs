@@ -68,18 +68,8 @@ pub(crate) async fn run(
         .transpose()?;
     let table = RouteTable::build(&settings.config.spec)
         .map_err(|e| crate::config::field_error(config_file, e.field, e.message))?;
-    // A streamed body holds one window of the budget; only a body read whole holds its size.
-    if settings.body_budget < table.whole_limit {
-        return Err(crate::config::field_error(
-            config_file,
-            "spec.broker.bodyBudgetBytes",
-            format!(
-                "{} is less than one body of the largest size read whole ({} bytes: bodyLimit.maxBytes, at most 16 MiB): no such body could ever be read",
-                settings.body_budget, table.whole_limit
-            ),
-        )
-        .into());
-    }
+    crate::start_checks::body_budget(settings.body_budget, &table)
+        .map_err(|e| crate::config::field_error(config_file, e.field, e.message))?;
     for route in table.routes() {
         if !settings
             .config
@@ -103,19 +93,8 @@ pub(crate) async fn run(
         }
         // 0 binds any free port, as for HTTP; two fixed ports must differ.
         Some(g) => Some(
-            u16::try_from(g.port)
-                .ok()
-                .filter(|p| *p == 0 || *p != settings.http_port)
-                .ok_or_else(|| {
-                    crate::config::field_error(
-                        config_file,
-                        "spec.listeners.grpc.port",
-                        format!(
-                            "{} is not a TCP port (1 to 65535, or 0 for any free port) other than the HTTP port",
-                            g.port
-                        ),
-                    )
-                })?,
+            crate::start_checks::grpc_port(g.port, settings.http_port)
+                .map_err(|e| crate::config::field_error(config_file, e.field, e.message))?,
         ),
     };
     for route in grpc_routes.iter() {

@@ -27,11 +27,11 @@ pub(crate) fn compile_schema(
 ) -> Result<Option<Arc<jsonschema::Validator>>, RouteError> {
     schema
         .map(|s| {
-            jsonschema::validator_for(s)
+            switchyard_crds::route_schema::compile(i, s)
                 .map(Arc::new)
                 .map_err(|e| RouteError {
-                    field: format!("spec.routes[{i}].schema"),
-                    message: format!("not a valid JSON Schema: {e}"),
+                    field: e.field,
+                    message: e.message,
                 })
         })
         .transpose()
