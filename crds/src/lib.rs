@@ -14,6 +14,7 @@ pub mod manager;
 pub mod router;
 pub mod schema;
 pub mod status;
+pub mod subscription;
 pub mod yaml;
 
 pub use event_type::EventType;
