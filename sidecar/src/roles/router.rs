@@ -237,6 +237,7 @@ pub(crate) async fn run(
         &settings.config.name,
         &settings.config.namespace,
         &settings.config.destinations,
+        &settings.config.subscribers,
         &settings.config.static_endpoints,
         Some(hub.clone() as Arc<dyn PushSink>),
         mesh,
@@ -338,6 +339,7 @@ pub(crate) async fn run(
             upstream,
             // Request/response is always direct: nothing a client sends is published.
             durable: None,
+            observers: crate::dispatch::Observers::new(metrics.clone()),
         },
         metrics,
         unmatched: EventLabel(Arc::from("unmatched")),

@@ -29,6 +29,7 @@ fn start() -> Upstream {
         &c.name,
         &c.namespace,
         &c.destinations,
+        &c.subscribers,
         &c.static_endpoints,
         None,
         None,
@@ -55,6 +56,7 @@ fn table(version: u64, routes: &[(&str, &str, &[&str])]) -> RoutingTable {
                     })
                     .collect(),
                 durable: None,
+                subscription: None,
             })
             .collect(),
         ..RoutingTable::default()
