@@ -1000,6 +1000,11 @@ async fn operator_chart_deploys_a_jetstream_cluster_or_points_at_one() -> Result
     for r in &routes {
         ensure!(conf.contains(r.as_str()), "no route {r} in:\n{conf}");
     }
+    // An ack is on disk (Jepsen, NATS 2.12.1), and the largest durable event fits.
+    ensure!(
+        conf.contains("sync_interval: always") && conf.contains("max_payload: 16842752"),
+        "nats.conf without sync_interval always or a 16 MiB max_payload:\n{conf}"
+    );
     let urls: Vec<String> = (0..3)
         .map(|i| format!("nats://switchyard-nats-{i}.switchyard-nats.{SYSTEM_NAMESPACE}.svc:4222"))
         .collect();
@@ -1066,6 +1071,11 @@ async fn operator_chart_deploys_a_jetstream_cluster_or_points_at_one() -> Result
         ("jetstream.url=http://x:4222", "/jetstream/url"),
         ("jetstream.gc.memoryLimit=lots", "/jetstream/gc/memoryLimit"),
         ("jetstream.gc.percent=5", "/jetstream/gc/percent"),
+        ("jetstream.maxPayload=1048576", "/jetstream/maxPayload"),
+        (
+            "jetstream.syncInterval=sometimes",
+            "/jetstream/syncInterval",
+        ),
     ] {
         let out = Cmd::helm_offline()
             .args(["template", RELEASE])

@@ -115,7 +115,7 @@ async fn a_publish_to_another_managers_durable_type_lands_in_its_stream() -> Res
         let body = r#"{"order":1}"#;
         let a = local.post(&path, body).await?;
         ensure!(a.status == 202, "publish: {} {}", a.status, a.body);
-        // Stored when the 202 came (it waits for the PubAck), under the ce-id it answered.
+        // Stored when the 202 came (it waits for the PubAck).
         ensure!(stored(&js, &ns.name).await? == 1, "not in the stream");
         let id: Value = serde_json::from_str(&a.body)?;
         let stream = js.get_stream(plan::stream_name(&ns.name, "queue")).await?;
@@ -128,10 +128,19 @@ async fn a_publish_to_another_managers_durable_type_lands_in_its_stream() -> Res
             ))
             .await?;
         ensure!(&m.payload[..] == body.as_bytes(), "payload {:?}", m.payload);
+        // Stored under the ce-id it answered; the stream's dedupe id is that key scoped to (type,
+        // publisher), never the bare key (issue 37: keys of other types and publishers collided).
         ensure!(
-            m.headers.get("Nats-Msg-Id").map(|v| v.as_str()) == id["id"].as_str(),
-            "Nats-Msg-Id {:?}, answered {id}",
-            m.headers.get("Nats-Msg-Id")
+            m.headers.get("ce-id").map(|v| v.as_str()) == id["id"].as_str(),
+            "ce-id {:?}, answered {id}",
+            m.headers.get("ce-id")
+        );
+        let msg_id = m.headers.get("Nats-Msg-Id").map(|v| v.as_str().to_owned());
+        ensure!(
+            msg_id.as_deref().is_some_and(|m| m.starts_with("sy1-")
+                && m.len() == 36
+                && Some(m) != id["id"].as_str()),
+            "Nats-Msg-Id {msg_id:?}, answered {id}"
         );
 
         // `queue` turns direct: the next table says so, and the publish no longer goes to the

@@ -10,9 +10,14 @@
 //! - One durable pull consumer per (event type, lane), filtered on its subject. A partition's consumer
 //!   has `max_ack_pending = 1`: one event of a key is out at a time over every pod, so a key is
 //!   delivered in order (partitions are the parallelism of ordered types).
-//! - `ack_wait` is the attempt timeout (plus slack for the ack to travel), `max_deliver` is
-//!   `retries.attempts`; the sidecar dead-letters the last failed delivery itself.
-//! - Publishes carry `Nats-Msg-Id` = ce-id, so the stream's duplicate window drops a retried publish.
+//! - `ack_wait` is the attempt timeout plus slack for the ack to travel, at most [`MAX_ACK_WAIT`]: the
+//!   consuming sidecar sends progress acks while it holds an event, so AckWait only has to outlast a
+//!   silent sidecar, and a killed pod's events come back within it.
+//! - The server never gives up on an event (`max_deliver` unlimited): the sidecar counts the
+//!   deliveries (`attempts` = `retries.attempts`) and dead-letters an event on its last failed attempt,
+//!   or on the first delivery past it (the pod of the last attempt died), so no event is stranded.
+//! - Publishes carry a `Nats-Msg-Id` derived from (event type, publisher, ce-id), so the stream's
+//!   duplicate window drops a retried publish and no other type's or publisher's event.
 //!
 //! Pure: no I/O.
 
@@ -35,8 +40,23 @@ pub const MIN_DUPLICATE_WINDOW: Duration = Duration::from_secs(1);
 pub const MAX_DUPLICATE_WINDOW: Duration = Duration::from_secs(3600);
 /// Added to the attempt timeout for AckWait: the ack travels after the app's answer.
 pub const ACK_SLACK: Duration = Duration::from_secs(2);
+/// The longest AckWait: a sidecar holding an event sends a progress ack every quarter of it, so a
+/// longer attempt timeout needs no longer wait, and an event of a killed pod is redelivered within it.
+pub const MAX_ACK_WAIT: Duration = Duration::from_secs(10);
+/// `max_deliver` of every consumer: unlimited. The sidecar ends an event after `attempts` deliveries
+/// (see [`ConsumerPlan::attempts`]); a server limit would strand an event whose last delivery was never
+/// answered (the server stops delivering it, and nobody is left to dead-letter it).
+pub const UNLIMITED_DELIVERIES: i64 = -1;
 /// Deliveries outstanding at once over all pods of an unordered lane's consumer.
 pub const MAX_ACK_PENDING: i64 = 10_000;
+/// Room for a durable event's NATS headers (ids, source, digest, trace context, media type) beside
+/// its payload: far more than they take, and small beside it.
+pub const HEADERS_ALLOWANCE: usize = 64 * 1024;
+/// The `max_payload` the NATS servers `switchyard up` and the chart start are given: the largest
+/// event the mesh carries ([`crate::frame::MAX_PAYLOAD`], the Router's 16 MiB event limit) with its
+/// headers. NATS's default (1 MiB) refused every larger durable publish; a server with less than
+/// this answers such a publish 413, naming its limit.
+pub const NATS_MAX_PAYLOAD: usize = crate::frame::MAX_PAYLOAD + HEADERS_ALLOWANCE;
 
 /// Where the JetStream servers are, as sidecars are told.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, Eq)]
@@ -182,10 +202,13 @@ pub struct ConsumerPlan {
     pub event: String,
     /// Its lane.
     pub lane: Lane,
-    /// Time the server waits for an ack before redelivering.
+    /// Time the server waits for an ack (or a progress ack) before redelivering.
     pub ack_wait: Duration,
-    /// Deliveries in all before the server gives up (the sidecar dead-letters the last one).
+    /// Deliveries the server makes at most: [`UNLIMITED_DELIVERIES`].
     pub max_deliver: i64,
+    /// Attempts the sidecar makes (`retries.attempts`): the last failed one, or any delivery past it,
+    /// is dead-lettered and terminated.
+    pub attempts: u32,
     /// Deliveries outstanding at once over every pod.
     pub max_ack_pending: i64,
 }
@@ -208,8 +231,9 @@ pub fn consumers(
                 filter_subject: subject(namespace, manager, event, lane),
                 event: event.clone(),
                 lane,
-                ack_wait: attempt_timeout + ACK_SLACK,
-                max_deliver: i64::from(attempts.max(1)),
+                ack_wait: (attempt_timeout + ACK_SLACK).min(MAX_ACK_WAIT),
+                max_deliver: UNLIMITED_DELIVERIES,
+                attempts: attempts.max(1),
                 max_ack_pending: match lane {
                     Lane::Unordered => MAX_ACK_PENDING,
                     Lane::Partition(_) => 1,
@@ -314,7 +338,8 @@ mod tests {
         );
         assert_eq!(plan.len(), 1);
         assert_eq!(plan[0].ack_wait, Duration::from_secs(7));
-        assert_eq!(plan[0].max_deliver, 4);
+        assert_eq!(plan[0].attempts, 4);
+        assert_eq!(plan[0].max_deliver, UNLIMITED_DELIVERIES);
         assert_eq!(plan[0].filter_subject, "sy.ns.m.a.u");
         let ordered = consumers(
             "ns",
@@ -325,6 +350,17 @@ mod tests {
             true,
         );
         assert_eq!(ordered.len(), 1 + PARTITIONS as usize);
+        // A long attempt timeout does not lengthen AckWait: progress acks cover the attempt.
+        assert_eq!(ordered[0].ack_wait, Duration::from_secs(7));
+        let long = consumers(
+            "ns",
+            "m",
+            &["a".to_owned()],
+            Duration::from_secs(300),
+            1,
+            false,
+        );
+        assert_eq!(long[0].ack_wait, MAX_ACK_WAIT);
         assert!(ordered[1..].iter().all(|c| c.max_ack_pending == 1));
     }
 }

@@ -165,9 +165,18 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
         .unwrap();
     assert_eq!(&m.payload[..], body.as_bytes());
     let headers = m.headers;
+    // The stream's dedupe id is the ce-id scoped to (type, publisher); the ce-id travels as is.
+    let msg_id = headers.get("Nats-Msg-Id").map(|v| v.as_str().to_owned());
+    assert!(
+        msg_id
+            .as_deref()
+            .is_some_and(|id| id.starts_with("sy1-") && id.len() == 36),
+        "{msg_id:?}"
+    );
+    assert_eq!(headers.get("ce-id").map(|v| v.as_str()), Some("durable-1"));
     assert_eq!(
-        headers.get("Nats-Msg-Id").map(|v| v.as_str()),
-        Some("durable-1")
+        headers.get("ce-source").map(|v| v.as_str()),
+        Some("/switchyard/default/shop")
     );
     // The trace context under CloudEvents' names, never the bare W3C ones: a sampled bare
     // `traceparent` sends nats-server down its own message-tracing path for every event.
@@ -263,9 +272,12 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
     )
     .await;
     assert_eq!(&m.payload[..], br#"{"n":3}"#);
-    assert_eq!(
-        m.headers.get("Nats-Msg-Id").map(|v| v.as_str()),
-        Some("doomed-1")
+    // The dead letter keeps the ce-id; its dedupe id is scoped like every durable publish's.
+    assert_eq!(m.headers.get("ce-id").map(|v| v.as_str()), Some("doomed-1"));
+    assert!(
+        m.headers
+            .get("Nats-Msg-Id")
+            .is_some_and(|v| v.as_str().starts_with("sy1-"))
     );
     assert_eq!(
         app.state.seen("fail").len(),

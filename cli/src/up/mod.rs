@@ -13,6 +13,7 @@ mod config;
 mod edge;
 mod identity;
 mod locate;
+mod nats;
 mod plan;
 mod ports;
 mod probe;
@@ -45,6 +46,11 @@ pub struct Args {
     /// ephemeral CA made for this run, as the operator's CA certifies sidecars in a cluster.
     #[arg(long)]
     plaintext: bool,
+    /// How often the local NATS server flushes its JetStream store to disk: `always` (the default:
+    /// every durable event is on disk before its 202) or an interval such as `10s` (faster; a power
+    /// failure loses the acknowledged events of the last interval).
+    #[arg(long, value_name = "always|INTERVAL", default_value = nats::SYNC_ALWAYS)]
+    jetstream_sync: String,
 }
 
 /// Writes a Secret file readable by this user only, creating its folders (0700) as needed.
@@ -77,6 +83,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
         anyhow::bail!("{} problem(s) found; nothing started", problems.len());
     }
     let sidecar = locate::sidecar(args.sidecar.as_deref())?;
+    let nats_sync = nats::sync_interval(&args.jetstream_sync)?;
     let nats_server = plan::needs_jetstream(&objs)
         .then(locate::nats_server)
         .transpose()?;
@@ -91,6 +98,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             sidecar: &sidecar,
             apps: !args.no_app,
             nats_server: nats_server.as_deref(),
+            nats_sync: &nats_sync,
             nats_runtime: plan::nats_runtime(
                 std::thread::available_parallelism().map_or(1, usize::from),
                 |name| std::env::var_os(name).is_some(),

@@ -180,6 +180,8 @@ pub struct Options<'a> {
     pub nats_server: Option<&'a Path>,
     /// The Go runtime settings of the NATS server ([`nats_runtime`]); the environment has the rest.
     pub nats_runtime: Vec<(String, String)>,
+    /// The NATS server's `sync_interval` (`--jetstream-sync`, checked by `nats::sync_interval`).
+    pub nats_sync: &'a str,
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set in this environment: every process inherits it and the
     /// sidecars let it win over the Router's `tracing`, so apps keep it too.
     pub otlp_from_env: bool,
@@ -233,20 +235,19 @@ pub fn plan(
             let port = ports.ephemeral()?;
             let monitor = ports.ephemeral()?;
             let store = opts.state_dir.join("jetstream");
+            let conf = opts.state_dir.join("nats.conf");
+            plan.files.push((
+                conf.clone(),
+                super::nats::conf(LOCALHOST, port, monitor, &store, opts.nats_sync),
+            ));
             plan.procs.push(ProcSpec {
                 label: "nats-server".into(),
                 tier: Tier::Store,
                 program: program.to_owned(),
                 args: vec![
                     "--jetstream".into(),
-                    "--addr".into(),
-                    LOCALHOST.to_string(),
-                    "--port".into(),
-                    port.to_string(),
-                    "--http_port".into(),
-                    monitor.to_string(),
-                    "--store_dir".into(),
-                    store.display().to_string(),
+                    "--config".into(),
+                    conf.display().to_string(),
                 ],
                 env: opts.nats_runtime.clone(),
                 probe: Probe::Http {
@@ -713,6 +714,7 @@ spec:
             apps,
             nats_server: Some(Path::new("/bin/nats-server")),
             nats_runtime: nats_runtime(2, |_| false),
+            nats_sync: super::super::nats::SYNC_ALWAYS,
             otlp_from_env: false,
         };
         plan(&objs, &opts, &mut ports)
@@ -886,6 +888,7 @@ spec:
             apps: true,
             nats_server: None,
             nats_runtime: Vec::new(),
+            nats_sync: super::super::nats::SYNC_ALWAYS,
             otlp_from_env: false,
         };
         let p = plan(&objs, &opts, &mut ports)?;
@@ -981,11 +984,20 @@ spec:
                 (GOMEMLIMIT_ENV, "1GiB")
             ]
         );
-        assert!(
-            nats.args.contains(&"--jetstream".to_owned()),
+        assert_eq!(
+            nats.args,
+            ["--jetstream", "--config", "/state/nats.conf"],
             "{:?}",
             nats.args
         );
+        let conf = p
+            .files
+            .iter()
+            .find(|(path, _)| path == Path::new("/state/nats.conf"))
+            .map(|(_, text)| text.as_str())
+            .context("no nats.conf planned")?;
+        assert!(conf.contains("sync_interval: always"), "{conf}");
+        assert!(conf.contains("max_payload: 16842752"), "{conf}");
         assert!(
             plan_of(TWO_MANAGERS, true)?
                 .procs

@@ -59,6 +59,20 @@ pub(crate) enum Failure {
     /// The event store (JetStream) did not confirm a durable publish: it may or may not be kept,
     /// so a retry with the same ce-id is safe (the stream drops the duplicate).
     NotKept,
+    /// A durable publish reused a key (same event type and publisher, within the duplicate window)
+    /// for another event (409); nothing was stored.
+    KeyReused {
+        /// The key (the publisher's ce-id or Idempotency-Key).
+        key: String,
+    },
+    /// A durable event is larger than the event store's server takes (NATS `max_payload`, 413);
+    /// nothing was stored.
+    StoreTooLarge {
+        /// The event's size in bytes.
+        bytes: usize,
+        /// The server's `max_payload`.
+        max: usize,
+    },
     /// The manager sidecar answered instead of the app (its queue was full, the app was unreachable,
     /// every attempt failed, ...): its status and its problem detail.
     Manager {
@@ -83,6 +97,8 @@ impl Failure {
             Failure::OverLimit { .. } => "over_limit",
             Failure::PeerTakesNoStreams { .. } => "peer_takes_no_streams",
             Failure::NotKept => "not_kept",
+            Failure::KeyReused { .. } => "key_reused",
+            Failure::StoreTooLarge { .. } => "store_too_large",
             Failure::Manager { .. } => "manager",
         }
     }
@@ -160,6 +176,18 @@ impl Answer {
                 Code::Unavailable,
                 format!(
                     "the event store did not confirm the {event} event was kept; retry with the same ce-id (a duplicate is dropped)"
+                ),
+            ),
+            Failure::KeyReused { key } => Answer::refusal(
+                409,
+                format!(
+                    "key {key} was already used for another {event} event from this publisher within the duplicate window; use a new key for a new event (a retry must carry the same payload)"
+                ),
+            ),
+            Failure::StoreTooLarge { bytes, max } => Answer::refusal(
+                413,
+                format!(
+                    "the {event} event is {bytes} bytes; with its headers it is more than the {max} bytes the event store's server takes (NATS max_payload): raise the server's max_payload, or send a smaller event"
                 ),
             ),
             // A full queue there is saturation, as here: the event was not handled.

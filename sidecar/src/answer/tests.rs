@@ -66,6 +66,25 @@ fn table() -> Vec<Row> {
             "the connection to the Manager failed after the request was sent; it may have been handled",
         ),
         row(
+            Failure::KeyReused {
+                key: "order-42".into(),
+            },
+            409,
+            Code::Aborted,
+            None,
+            "key order-42 was already used for another orders.create event from this publisher within the duplicate window; use a new key for a new event (a retry must carry the same payload)",
+        ),
+        row(
+            Failure::StoreTooLarge {
+                bytes: 2_000_000,
+                max: 1_048_576,
+            },
+            413,
+            Code::OutOfRange,
+            None,
+            "the orders.create event is 2000000 bytes; with its headers it is more than the 1048576 bytes the event store's server takes (NATS max_payload): raise the server's max_payload, or send a smaller event",
+        ),
+        row(
             Failure::Manager {
                 status: 503,
                 detail: "the Manager's queue is full; retry shortly".into(),

@@ -15,7 +15,7 @@ pub(crate) use clock::Clock;
 pub(crate) use observers::Observers;
 
 use crate::answer::{DEADLINE_SLACK, Failure};
-use crate::durable::{Fields, Store, Target};
+use crate::durable::{DurableError, Fields, Store, Target};
 use crate::upstream::subscribers::Sub;
 use crate::upstream::{Answered, CallError, Collect, Outgoing, Upstream};
 use std::sync::Arc;
@@ -262,19 +262,37 @@ async fn publish_to_handler(
                     traceparent: &out.traceparent,
                     tracestate: &out.tracestate,
                     content_type: out.content_type.as_deref(),
+                    source: out
+                        .headers
+                        .iter()
+                        .find(|(n, _)| n == crate::durable::header::SOURCE)
+                        .map(|(_, v)| v.as_str()),
                 },
                 out.payload,
                 deadline,
             )
             .await
-            .map_err(|e| {
-                tracing::warn!(event = %out.event, ce_id = %out.ce_id, error = %e, "durable publish not confirmed");
-                Failure::NotKept
-            });
+            .map_err(|e| durable_failure(&out.event, &out.ce_id, e));
     }
     let pool = upstream.pool_of(&out.event).ok_or(Failure::NoManager)?;
     let ack = upstream.publish(&pool, &out, deadline).await?;
     accepted(ack, deadline)
+}
+
+/// The answer to a durable publish the store did not take: a reused key and an event too large
+/// for the server are the client's to fix (409, 413); anything else may be retried (503).
+fn durable_failure(event: &str, ce_id: &str, e: DurableError) -> Failure {
+    match e {
+        DurableError::KeyReused { key } => {
+            tracing::debug!(%event, %ce_id, "durable publish refused: its key was used for another event");
+            Failure::KeyReused { key }
+        }
+        DurableError::TooLarge { bytes, max } => Failure::StoreTooLarge { bytes, max },
+        e => {
+            tracing::warn!(%event, %ce_id, error = %e, "durable publish not confirmed");
+            Failure::NotKept
+        }
+    }
 }
 
 /// A manager's acknowledgement of a publish: 202 admitted, anything else its refusal.

@@ -13,8 +13,15 @@
 //! `switchyard_protocol::durable`: a publisher ensures its destination's stream (so a Manager at zero
 //! replicas still takes events), a manager sidecar its stream and consumers. Beside the upstream
 //! room, below the dispatch stage.
+//!
+//! The stream's dedupe id is scoped to (event type, publisher, key) (`dedupe.rs`); a publish the
+//! stream calls a duplicate is compared with the stored event, and one with other content is
+//! refused as a reused key.
+
+mod dedupe;
 
 use crate::metrics::durable::DurableMetrics;
+use async_nats::jetstream::context::PublishErrorKind;
 use async_nats::jetstream::{self, consumer, stream};
 use bytes::Bytes;
 use std::collections::HashMap;
@@ -31,8 +38,14 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Header names of an event kept in a stream: CloudEvents' NATS binding, binary mode.
 pub(crate) mod header {
-    /// CloudEvents id (also the stream's `Nats-Msg-Id`).
+    /// CloudEvents id: the publisher's key, as the app receives it. The stream's `Nats-Msg-Id` is
+    /// the key scoped to the event type and the publisher (`dedupe::scoped_id`).
     pub(crate) const CE_ID: &str = "ce-id";
+    /// CloudEvents source: the publisher's identity (`/switchyard/<namespace>/<name>`).
+    pub(crate) const SOURCE: &str = "ce-source";
+    /// Digest of the event's media type and payload (`dedupe::digest`): a duplicate publish with
+    /// another is a reused key, refused.
+    pub(crate) const DIGEST: &str = "sy-digest";
     /// W3C traceparent of the publisher, as the distributed-tracing extension's attribute. Not the
     /// bare `traceparent`: nats-server takes a sampled one as a request for its own message tracing
     /// and copies every header of the message into a map before finding that its account traces
@@ -68,6 +81,21 @@ pub(crate) enum DurableError {
     /// The confirmation did not come before the deadline.
     #[error("no confirmation from JetStream in time")]
     Timeout,
+    /// The key was used for another event (other content) of the same type and publisher within
+    /// the duplicate window; nothing was stored.
+    #[error("key `{key}` was already used for another event")]
+    KeyReused {
+        /// The publisher's key (its ce-id).
+        key: String,
+    },
+    /// The event with its headers is larger than the server's `max_payload`; nothing was stored.
+    #[error("the event's {bytes} bytes are more than the server's max_payload of {max}")]
+    TooLarge {
+        /// The payload's size.
+        bytes: usize,
+        /// The server's `max_payload`.
+        max: usize,
+    },
 }
 
 /// Where a durable publish goes: the stream of `manager`, on the lane of the payload's ordering
@@ -87,7 +115,8 @@ pub(crate) struct Target<'a> {
 pub(crate) struct Fields<'a> {
     /// Event type.
     pub(crate) event: &'a str,
-    /// CloudEvents id (also the `Nats-Msg-Id` the duplicate window checks).
+    /// CloudEvents id: the publisher's key (scoped, it is the `Nats-Msg-Id` the duplicate window
+    /// checks).
     pub(crate) ce_id: &'a str,
     /// W3C traceparent of the publisher; empty when none.
     pub(crate) traceparent: &'a str,
@@ -95,6 +124,9 @@ pub(crate) struct Fields<'a> {
     pub(crate) tracestate: &'a str,
     /// Media type of the payload when it is not JSON.
     pub(crate) content_type: Option<&'a str>,
+    /// The publisher the event already names (a dead letter of a durable event keeps its
+    /// publisher's `ce-source`); none: this sidecar is the publisher.
+    pub(crate) source: Option<&'a str>,
 }
 
 /// One sidecar's JetStream connection (opened on first use).
@@ -103,6 +135,8 @@ pub(crate) struct Store {
     addrs: Vec<async_nats::ServerAddr>,
     js: tokio::sync::OnceCell<jetstream::Context>,
     namespace: String,
+    /// This sidecar's identity as a publisher: the scope of its keys and its events' `ce-source`.
+    publisher: String,
     replicas: usize,
     /// Streams created or confirmed by this process, with the duplicate window they were given, so
     /// a publish ensures its stream once, and again only when its Manager's window changed.
@@ -113,10 +147,12 @@ pub(crate) struct Store {
 
 impl Store {
     /// The servers of `config.url` for namespace `namespace`, checked now and connected to on
-    /// first use; its publishes are timed into `metrics`.
+    /// first use; its publishes come from `publisher` (scoping their keys) and are timed into
+    /// `metrics`.
     pub(crate) fn new(
         config: &JetStreamConfig,
         namespace: &str,
+        publisher: &str,
         metrics: DurableMetrics,
     ) -> Result<Store, DurableError> {
         let addrs = config
@@ -143,6 +179,7 @@ impl Store {
             addrs,
             js: tokio::sync::OnceCell::new(),
             namespace: namespace.to_owned(),
+            publisher: publisher.to_owned(),
             replicas: usize::from(config.replicas.max(1)),
             ensured: Mutex::default(),
             metrics,
@@ -158,6 +195,11 @@ impl Store {
         // Boxed: the connect future is large, and without the box every publish's future would
         // carry (and copy) room for it.
         Box::pin(self.connect()).await
+    }
+
+    /// The JetStream context (connecting the first time), for the consuming side's own pulls.
+    pub(crate) async fn context(&self) -> Result<jetstream::Context, DurableError> {
+        self.js().await.cloned()
     }
 
     async fn connect(&self) -> Result<&jetstream::Context, DurableError> {
@@ -278,7 +320,7 @@ impl Store {
 
     /// Stores the event of `fields` and `payload` in the stream of `to` and waits for the PubAck
     /// until `deadline`. A duplicate within the window is acknowledged as kept (it was, the first
-    /// time).
+    /// time) when it carries the same content, and refused as a reused key when not.
     pub(crate) async fn publish(
         &self,
         to: Target<'_>,
@@ -297,18 +339,24 @@ impl Store {
             traceparent,
             tracestate,
             content_type,
+            source,
         } = fields;
+        let publisher = source.unwrap_or(&self.publisher);
         let lane = Lane::of(
             ordering_key
                 .and_then(|p| plan::ordering_key(&payload, p))
                 .as_deref(),
         );
         let subject = plan::subject(&self.namespace, manager, event, lane);
+        let digest = dedupe::digest(content_type, &payload);
+        let bytes = payload.len();
         let within = async {
             let start = Instant::now();
             self.ensure_stream(manager, duplicate_window).await?;
             let mut headers = async_nats::HeaderMap::new();
             headers.insert(header::CE_ID, ce_id);
+            headers.insert(header::SOURCE, publisher);
+            headers.insert(header::DIGEST, digest.as_str());
             // None is JSON, as the consumer reads a message without one: no bytes for the usual case.
             if let Some(t) = content_type {
                 headers.insert(header::CONTENT_TYPE, t);
@@ -322,25 +370,78 @@ impl Store {
             let msg = jetstream::message::PublishMessage::build()
                 .payload(payload)
                 .headers(headers)
-                .message_id(ce_id);
-            let ack = self
-                .js()
-                .await?
+                .message_id(dedupe::scoped_id(event, publisher, ce_id));
+            let js = self.js().await?;
+            let ack = js
                 .send_publish(subject, msg)
                 .await
-                .map_err(|e| DurableError::NotStored(e.to_string()))?;
+                .map_err(|e| refused(js, &e, bytes))?;
             let sent = Instant::now();
             self.metrics
                 .sent
                 .observe(sent.duration_since(start).as_secs_f64());
-            ack.await
+            let ack = ack
+                .await
                 .map_err(|e| DurableError::NotStored(e.to_string()))?;
             self.metrics.stored.observe(sent.elapsed().as_secs_f64());
+            if ack.duplicate {
+                same_event(js, &ack.stream, ack.sequence, &digest, ce_id).await?;
+            }
             Ok(())
         };
         match tokio::time::timeout_at(deadline.into(), within).await {
             Ok(r) => r,
             Err(_) => Err(DurableError::Timeout),
         }
+    }
+}
+
+/// Why the client did not send a publish: too large for the server it is connected to (the
+/// server's `max_payload` is known then; before the first connection it is not, and the publish is
+/// only not stored), or anything else.
+fn refused(
+    js: &jetstream::Context,
+    e: &jetstream::context::PublishError,
+    bytes: usize,
+) -> DurableError {
+    let client = js.client();
+    if e.kind() == PublishErrorKind::MaxPayloadExceeded
+        && client.connection_state() == async_nats::connection::State::Connected
+    {
+        return DurableError::TooLarge {
+            bytes,
+            max: client.max_payload(),
+        };
+    }
+    DurableError::NotStored(e.to_string())
+}
+
+/// Checks that the event stored at `sequence` of stream `name`, whose scoped id a publish repeated, has
+/// the publish's content (`digest`): a retry, kept the first time. Other content is `key` reused
+/// for another event. An event delivered (and so removed) already cannot be compared and counts as
+/// the retry. One read of the stream's leader, only for duplicates.
+async fn same_event(
+    js: &jetstream::Context,
+    name: &str,
+    sequence: u64,
+    digest: &str,
+    key: &str,
+) -> Result<(), DurableError> {
+    let unreadable =
+        |e: String| DurableError::NotStored(format!("the stored event of a duplicate: {e}"));
+    let stored = js
+        .get_stream_no_info(name)
+        .await
+        .map_err(|e| unreadable(e.to_string()))?;
+    let stored = match stored.get_raw_message(sequence).await {
+        Ok(m) => m.headers.get(header::DIGEST).map(|v| v.as_str().to_owned()),
+        Err(e) if e.kind() == stream::LastRawMessageErrorKind::NoMessageFound => None,
+        Err(e) => return Err(unreadable(e.to_string())),
+    };
+    match dedupe::replay(stored.as_deref(), digest) {
+        dedupe::Replay::Same | dedupe::Replay::Unknown => Ok(()),
+        dedupe::Replay::Conflict => Err(DurableError::KeyReused {
+            key: key.to_owned(),
+        }),
     }
 }

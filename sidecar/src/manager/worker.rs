@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use switchyard_protocol::frame::{Request, Response};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 /// Delivery settings, checked.
@@ -112,7 +112,8 @@ pub struct Worker {
     /// The Manager's subscriptions (type or pattern, and its label): events they cover are
     /// admitted as well as the handled types.
     subscribed: Vec<(String, EventLabel)>,
-    slots: Semaphore,
+    /// The pod's worker slots, one budget for direct events and every durable lane (FIFO, so fair).
+    slots: Arc<Semaphore>,
     admitted: Arc<AtomicUsize>,
     delivery: Delivery,
     metrics: Arc<Metrics>,
@@ -151,7 +152,9 @@ impl Worker {
             .map(|e| (e.clone(), EventLabel(Arc::from(e.as_str()))))
             .collect();
         Worker {
-            slots: Semaphore::new(settings.max_in_flight.min(Semaphore::MAX_PERMITS)),
+            slots: Arc::new(Semaphore::new(
+                settings.max_in_flight.min(Semaphore::MAX_PERMITS),
+            )),
             settings,
             ordering: None,
             dead_letter: None,
@@ -526,7 +529,14 @@ impl Worker {
             None => (None, ev.traceparent.clone()),
         };
         let out = Outgoing {
-            headers: Vec::new(),
+            // A durable event's publisher (its `ce-source`) stays its dead letter's: the same
+            // event, and its key stays in its publisher's scope.
+            headers: ev
+                .headers
+                .iter()
+                .filter(|(n, _)| n == crate::durable::header::SOURCE)
+                .cloned()
+                .collect(),
             upload: None,
             content_type: (!crate::edge::is_json_media_type(&ev.content_type))
                 .then(|| ev.content_type.clone()),
@@ -642,39 +652,59 @@ pub(crate) enum Attempted {
     Failed(&'static str),
     /// The event type is not handled here: the stream keeps it for a pod that does.
     NotHere,
-    /// Drained before it ran.
-    Cancelled,
 }
 
 impl Worker {
-    /// One attempt at a durable event: waits for a worker slot, delivers within the attempt timeout
-    /// and counts it like any delivery.
+    /// A worker slot, in turn with every other waiter (direct events and durable lanes alike).
+    /// `None` only if the slots were closed, which they never are.
+    pub(crate) async fn slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().acquire_owned().await.ok()
+    }
+
+    /// A worker slot if one is free now (nobody waits for it).
+    pub(crate) fn try_slot(&self) -> Option<OwnedSemaphorePermit> {
+        self.slots.clone().try_acquire_owned().ok()
+    }
+
+    /// Counts an event waiting for a worker slot (`switchyard_queued`) while the guard lives.
+    pub(crate) fn queued(&self) -> impl Drop + '_ {
+        self.metrics.queued.inc();
+        Queued(&self.metrics)
+    }
+
+    /// Counts a redelivery of a durable event (its delivery count above 1).
+    pub(crate) fn redelivered(&self, event: &str) {
+        if let Some(label) = self.events.get(event) {
+            self.metrics
+                .durable_redeliveries
+                .get_or_create(&EventLabels {
+                    event: label.clone(),
+                })
+                .inc();
+        }
+    }
+
+    /// One attempt at a durable event on the worker slot `_slot` (taken before the event was
+    /// pulled): delivers within the attempt timeout and counts it like any delivery. Not cut short
+    /// by a drain: the attempt is bounded by its timeout, and an attempt cut short would be
+    /// redelivered to another pod while the app may still be acting on it.
     pub(crate) async fn attempt_durable(
         &self,
         ev: &Request,
-        cancel: &CancellationToken,
+        _slot: OwnedSemaphorePermit,
     ) -> Attempted {
         let Some(label) = self.label_of(&ev.event) else {
             return Attempted::NotHere;
         };
         let _underway = self.metrics.arrive(&ev.event);
-        self.metrics.queued.inc();
-        let permit = tokio::select! {
-            p = self.slots.acquire() => p.ok(),
-            _ = cancel.cancelled() => None,
-        };
-        self.metrics.queued.dec();
-        let Some(_permit) = permit else {
-            return Attempted::Cancelled;
-        };
         self.metrics.in_flight.inc();
         let _in_flight = GaugeGuard(&self.metrics);
         let started = Instant::now();
-        let outcome = tokio::select! {
-            // Nobody reads a durable event's answer: never streamed.
-            o = self.delivery.attempt(ev, self.settings.attempt_timeout, false, None) => o,
-            _ = cancel.cancelled() => return Attempted::Cancelled,
-        };
+        // Nobody reads a durable event's answer: never streamed.
+        let outcome = self
+            .delivery
+            .attempt(ev, self.settings.attempt_timeout, false, None)
+            .await;
         let (status, attempted) = match outcome {
             Outcome::Answer { status, .. } if retryable_status(status) => {
                 (status, Attempted::Failed("the handler app answered 5xx"))
@@ -729,6 +759,15 @@ struct Admitted(Arc<AtomicUsize>);
 impl Drop for Admitted {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+/// An event waiting for a worker slot: counted in `switchyard_queued` until dropped.
+struct Queued<'a>(&'a Metrics);
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.0.queued.dec();
     }
 }
 

@@ -47,6 +47,9 @@ pub struct Metrics {
     pub shed: Counter,
     /// `switchyard_retries_total{event}`: delivery retries (manager).
     pub retries: Family<EventLabels, Counter>,
+    /// `switchyard_durable_redeliveries_total{event}`: durable events this pod received with a
+    /// delivery count above 1 (a failed attempt, or one the server took back; 0 while nothing failed).
+    pub durable_redeliveries: Family<EventLabels, Counter>,
     /// `switchyard_dead_letter_unrouted_total{event}`: events whose delivery failed for good with a
     /// dead-letter type set, and whose dead-letter publish failed too.
     pub dead_letter_unrouted: Family<EventLabels, Counter>,
@@ -132,6 +135,12 @@ impl Metrics {
             "Delivery retries to the app",
             retries.clone(),
         );
+        let durable_redeliveries = Family::<EventLabels, Counter>::default();
+        registry.register(
+            "switchyard_durable_redeliveries",
+            "Durable events received again (delivery count above 1): after a failed attempt, or taken back by the server",
+            durable_redeliveries.clone(),
+        );
         let dead_letter_unrouted = Family::<EventLabels, Counter>::default();
         registry.register(
             "switchyard_dead_letter_unrouted",
@@ -204,6 +213,7 @@ impl Metrics {
             held,
             shed,
             retries,
+            durable_redeliveries,
             dead_letter_unrouted,
             rejections,
             dead_letter_published,

@@ -182,7 +182,7 @@ impl Drop for Handling {
 }
 
 /// A CloudEvents echo app: `noop` -> `{}`, `echo` and `audit` -> the body, `slow` sleeps 3 s,
-/// `slowish` 200 ms, `fail` -> 500, `ordered` records `{key, seq}` and takes 30 ms, `longtype`
+/// `slowish` 200 ms, `nap.*` the payload's `ms`, `fail` -> 500, `ordered` records `{key, seq}` and takes 30 ms, `longtype`
 /// answers with a 326-byte Content-Type. Every event is recorded in `events`, and tracked in
 /// `active` while it is handled.
 pub struct TestApp {
@@ -289,6 +289,12 @@ async fn app_handle(
         }
         "slowish" => {
             tokio::time::sleep(Duration::from_millis(200)).await;
+            (200, Bytes::from_static(b"{}"))
+        }
+        // `nap.*` types sleep the payload's `ms` (a slow app, at the pace a test chooses).
+        t if t.starts_with("nap.") => {
+            let v: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            tokio::time::sleep(Duration::from_millis(v["ms"].as_u64().unwrap_or(0))).await;
             (200, Bytes::from_static(b"{}"))
         }
         "fail" => {

@@ -64,6 +64,17 @@ async fn logged_port(log: &Path, prefix: &str) -> u16 {
 /// must be configured before any server runs, so each server's route port is fronted by a relay
 /// the test holds: the route list and each server's advertised route address name the relays.
 pub async fn cluster(dir: &Path, n: usize) -> (Vec<NatsServer>, Vec<Relay>) {
+    cluster_with(dir, n, "", "").await
+}
+
+/// [`cluster`] with `top` added to each server's configuration and `js` inside its `jetstream`
+/// block (`max_payload: ...`, `sync_interval: always`).
+pub async fn cluster_with(
+    dir: &Path,
+    n: usize,
+    top: &str,
+    js: &str,
+) -> (Vec<NatsServer>, Vec<Relay>) {
     let mut relays = Vec::new();
     for _ in 0..if n > 1 { n } else { 0 } {
         relays.push(Relay::start().await);
@@ -80,7 +91,7 @@ pub async fn cluster(dir: &Path, n: usize) -> (Vec<NatsServer>, Vec<Relay>) {
         std::fs::create_dir_all(&store).unwrap();
         let mut conf = format!(
             "listen: \"127.0.0.1:-1\"\nhttp: \"127.0.0.1:-1\"\nserver_name: n{i}\n\
-             jetstream {{ store_dir: {:?} }}\n",
+             {top}\njetstream {{ store_dir: {:?}\n{js}\n }}\n",
             store.to_str().unwrap()
         );
         if let Some(relay) = relay {

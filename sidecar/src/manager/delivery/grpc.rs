@@ -58,7 +58,12 @@ impl GrpcDelivery {
         }
         let mut req = tonic::Request::new(CloudEvent {
             id: ev.ce_id.clone(),
-            source: self.source.clone(),
+            // A durable event names its publisher (`ce-source` among its fields); else this Manager.
+            source: ev
+                .headers
+                .iter()
+                .find(|(n, _)| n == "ce-source")
+                .map_or_else(|| self.source.clone(), |(_, v)| v.clone()),
             spec_version: "1.0".to_owned(),
             r#type: ev.event.clone(),
             data_content_type: ev.content_type.clone(),

@@ -99,7 +99,8 @@ impl HttpDelivery {
             if !ev.content_type.is_empty() {
                 h.insert(CONTENT_TYPE, header(&ev.content_type, "content-type")?);
             }
-            // The client's fields the router passed (a range request): the app answers them.
+            // The client's fields the router passed (a range request): the app answers them. A
+            // durable event's `ce-source` (its publisher) replaces this Manager's, inserted above.
             for (name, value) in &ev.headers {
                 if let Ok(name) = HeaderName::from_bytes(name.as_bytes()) {
                     h.insert(name, header(value, "a passed header")?);

@@ -1,0 +1,444 @@
+//! Durable delivery's consuming side: pull this pod's durable event types from their JetStream
+//! consumers, deliver each to the app on a worker slot, and acknowledge only after the app's final
+//! answer (2xx, or a 4xx it means). A failed attempt is redelivered after the retry backoff; the
+//! last one goes to the dead-letter type and is terminated (`verdict.rs`).
+//!
+//! **A slot before a pull.** A lane asks the server for as many events as it holds worker slots,
+//! taken first from the pod's one budget (`workers.maxInFlight`, shared with direct events and
+//! every other lane, in turn), so a pulled event starts at once and the server never redelivers one
+//! this pod still holds. An idle lane (its last pull found nothing) waits for its next event with a
+//! one-event request and no slot, so an event that arrives then may wait for a slot behind the
+//! others: it is the only event a lane ever holds unstarted, and it gets progress acks meanwhile.
+//! While an attempt runs, progress acks go every quarter of AckWait, so an attempt longer than
+//! AckWait is not redelivered either; AckWait only has to outlast a pod that stopped answering.
+//!
+//! **A drain releases nothing.** It withdraws the idle requests (an event they brought is still
+//! delivered), lets every attempt run to its end and settles it: no event is nak'ed unattempted, so
+//! a drain costs no delivery of the count. The count that ends an event is the sidecar's own
+//! (`verdict.rs`), so an event whose last delivery died with its pod is dead-lettered on the next.
+//!
+//! An unordered lane runs up to `maxInFlight` deliveries at once; a partition of an ordering key runs
+//! one at a time (its consumer allows one outstanding event over every pod), so a key is in order.
+
+mod pull;
+mod verdict;
+
+use super::worker::Worker;
+use crate::backoff;
+use crate::durable::{Store, header};
+use async_nats::HeaderMap;
+use async_nats::jetstream::{self, AckKind, Message, consumer::PullConsumer};
+use bytes::Bytes;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use pull::Pull;
+use std::sync::Arc;
+use std::time::Duration;
+use switchyard_protocol::durable::{ConsumerPlan, Lane};
+use switchyard_protocol::frame::Request;
+use tokio::sync::OwnedSemaphorePermit;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use verdict::{Settle, Step};
+
+/// Longest wait between tries to create a consumer or reopen its pull.
+const SETUP_RETRY_MAX: Duration = Duration::from_secs(5);
+/// Shortest interval between progress acks of one event.
+const MIN_PROGRESS_EVERY: Duration = Duration::from_millis(100);
+
+/// The stream this pod's consumers read: its Manager's, created with the Manager's duplicate
+/// window (so this pod and every publisher give it the same one).
+#[derive(Clone)]
+pub(crate) struct OwnStream {
+    /// The Manager.
+    pub(crate) manager: String,
+    /// Its `durable.duplicateWindow`.
+    pub(crate) duplicate_window: Duration,
+}
+
+/// Starts one pull loop per consumer of this pod's durable types; they stop pulling when `drain`
+/// fires and end once their deliveries are settled. Wait on `tracker`.
+pub(crate) fn start(
+    store: Arc<Store>,
+    worker: Arc<Worker>,
+    own: &OwnStream,
+    plans: Vec<ConsumerPlan>,
+    max_in_flight: usize,
+    drain: CancellationToken,
+    tracker: &TaskTracker,
+) {
+    for plan in plans {
+        let width = match plan.lane {
+            Lane::Unordered => max_in_flight.max(1),
+            Lane::Partition(_) => 1,
+        };
+        tracker.spawn(lane(
+            store.clone(),
+            worker.clone(),
+            own.clone(),
+            plan,
+            width,
+            drain.clone(),
+        ));
+    }
+}
+
+/// What a lane does next.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Mode {
+    /// Its last pull was full: take slots, then ask for that many events there now.
+    Busy,
+    /// Its last pull found less: wait on the server for one event, without a slot.
+    Idle,
+}
+
+async fn lane(
+    store: Arc<Store>,
+    worker: Arc<Worker>,
+    own: OwnStream,
+    plan: ConsumerPlan,
+    width: usize,
+    drain: CancellationToken,
+) {
+    // The lane's deliveries are polled in this task rather than spawned one task each: a
+    // delivery's future is large, and spawning it cost copies measured at about a tenth of the
+    // consuming sidecar's time. They keep being polled while the lane waits for slots or events.
+    let mut deliveries = FuturesUnordered::new();
+    let mut failures = 0u32;
+    let mut mode = Mode::Busy;
+    while !drain.is_cancelled() {
+        let opened = beside(&mut deliveries, async {
+            let consumer = store
+                .consumer(&own.manager, own.duplicate_window, &plan)
+                .await
+                .map_err(|e| e.to_string())?;
+            let context = store.context().await.map_err(|e| e.to_string())?;
+            Ok::<_, String>((consumer, context))
+        })
+        .await;
+        let (consumer, context) = match opened {
+            Ok(c) => c,
+            Err(e) => {
+                if failures == 0 {
+                    tracing::warn!(consumer = %plan.name, error = %e, "cannot pull durable events; retrying with backoff");
+                }
+                failures = failures.saturating_add(1);
+                pause(&mut deliveries, failures, &drain).await;
+                continue;
+            }
+        };
+        if failures > 0 {
+            tracing::info!(consumer = %plan.name, "pulling durable events");
+        }
+        while !drain.is_cancelled() {
+            // Room in the lane first: a partition has one event out at a time.
+            while deliveries.len() >= width {
+                deliveries.next().await;
+            }
+            let room = width - deliveries.len();
+            let step = match mode {
+                Mode::Busy => {
+                    // Slots first, in turn with every other waiter of the pod, then only as many
+                    // events as slots.
+                    let first = beside(&mut deliveries, async {
+                        tokio::select! {
+                            s = worker.slot() => s,
+                            _ = drain.cancelled() => None,
+                        }
+                    })
+                    .await;
+                    let Some(first) = first else { break };
+                    let mut slots = vec![first];
+                    while slots.len() < room {
+                        match worker.try_slot() {
+                            Some(s) => slots.push(s),
+                            None => break,
+                        }
+                    }
+                    let asked = slots.len();
+                    let pull = beside(
+                        &mut deliveries,
+                        Pull::start(&consumer, &context, asked, None),
+                    )
+                    .await;
+                    let mut pull = match pull {
+                        Ok(p) => p,
+                        Err(e) => {
+                            drop(slots);
+                            failures = failures.saturating_add(1);
+                            tracing::debug!(consumer = %plan.name, error = %e, "pull failed; reopening");
+                            pause(&mut deliveries, failures, &drain).await;
+                            break;
+                        }
+                    };
+                    failures = 0;
+                    let mut got = 0;
+                    while let Some(msg) = beside(&mut deliveries, pull.next()).await {
+                        got += 1;
+                        deliveries.push(handle(&worker, &plan, msg, slots.pop()));
+                    }
+                    // The slots no event came for go back now.
+                    drop(slots);
+                    if got == asked { Mode::Busy } else { Mode::Idle }
+                }
+                Mode::Idle => {
+                    match idle(&mut deliveries, &consumer, &context, &drain).await {
+                        Ok(held) => {
+                            failures = 0;
+                            let started = !held.is_empty();
+                            for msg in held {
+                                // A slot if one is free; else it waits for one with progress acks.
+                                deliveries.push(handle(&worker, &plan, msg, worker.try_slot()));
+                            }
+                            if started { Mode::Busy } else { Mode::Idle }
+                        }
+                        Err(e) => {
+                            failures = failures.saturating_add(1);
+                            tracing::debug!(consumer = %plan.name, error = %e, "pull failed; reopening");
+                            pause(&mut deliveries, failures, &drain).await;
+                            break;
+                        }
+                    }
+                }
+            };
+            mode = step;
+        }
+    }
+    // Nothing pulled is left unstarted; every attempt runs to its end and is settled.
+    while deliveries.next().await.is_some() {}
+}
+
+/// An idle lane's wait for its next event (with no slot), while its `deliveries` go on: the event
+/// when it comes, none when the request expires, and on `drain` whatever the withdrawn request
+/// brought before the server heard of it.
+async fn idle<D>(
+    deliveries: &mut FuturesUnordered<D>,
+    consumer: &PullConsumer,
+    context: &jetstream::Context,
+    drain: &CancellationToken,
+) -> Result<Vec<Message>, String>
+where
+    D: Future<Output = ()>,
+{
+    let mut pull = beside(
+        deliveries,
+        Pull::start(consumer, context, 1, Some(pull::IDLE_EXPIRES)),
+    )
+    .await?;
+    let came = beside(deliveries, async {
+        tokio::select! {
+            m = pull.next() => Some(m),
+            _ = drain.cancelled() => None,
+        }
+    })
+    .await;
+    if let Some(m) = came {
+        return Ok(m.into_iter().collect());
+    }
+    pull.stop().await;
+    let mut held = Vec::new();
+    while let Some(m) = beside(deliveries, pull.next()).await {
+        held.push(m);
+    }
+    Ok(held)
+}
+
+/// The backoff after the `failures`-th failure in a row to open or pull, while the lane's
+/// `deliveries` go on; cut short by `drain`.
+async fn pause<D>(deliveries: &mut FuturesUnordered<D>, failures: u32, drain: &CancellationToken)
+where
+    D: Future<Output = ()>,
+{
+    let wait = backoff::delay(
+        Duration::from_millis(100),
+        SETUP_RETRY_MAX,
+        failures.saturating_sub(1),
+        fastrand::f64(),
+    );
+    beside(deliveries, async {
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {},
+            _ = drain.cancelled() => {},
+        }
+    })
+    .await;
+}
+
+/// Waits for `until` while the lane's `deliveries` go on.
+async fn beside<D, T>(deliveries: &mut FuturesUnordered<D>, until: impl Future<Output = T>) -> T
+where
+    D: Future<Output = ()>,
+{
+    let mut until = std::pin::pin!(until);
+    loop {
+        tokio::select! {
+            done = &mut until => return done,
+            Some(()) = deliveries.next(), if !deliveries.is_empty() => {}
+        }
+    }
+}
+
+/// Runs `work` while telling the server every `every` that `msg` is being worked on, so its AckWait
+/// starts over and it is not redelivered meanwhile.
+async fn with_progress<T>(msg: &Message, every: Duration, work: impl Future<Output = T>) -> T {
+    let mut work = std::pin::pin!(work);
+    let mut tick = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            _ = tick.tick() => {
+                if let Err(e) = msg.ack_with(AckKind::Progress).await {
+                    tracing::debug!(error = %e, "progress ack not sent");
+                }
+            }
+        }
+    }
+}
+
+/// The event a stream message (its `headers` and `payload`) carries, as the workers deliver it.
+fn request_of(event: &str, headers: Option<&HeaderMap>, payload: &Bytes) -> Request {
+    // The first of `names` the message has; a trace context stored by an older sidecar is under
+    // the bare W3C names.
+    let get = |names: &[&str]| {
+        headers
+            .and_then(|h| names.iter().find_map(|n| h.get(*n)))
+            .map(|v| v.as_str().to_owned())
+            .unwrap_or_default()
+    };
+    let content_type = get(&[header::CONTENT_TYPE]);
+    // The publisher's identity, as it stored it: it replaces this Manager's own as the app's
+    // `ce-source`, so (source, id) names one event however many publishers reuse a key.
+    let source = get(&[header::SOURCE]);
+    Request {
+        headers: if source.is_empty() {
+            Vec::new()
+        } else {
+            vec![(header::SOURCE.to_owned(), source)]
+        },
+        id: 0,
+        flags: 0,
+        deadline_ms: 0,
+        event: event.to_owned(),
+        ce_id: get(&[header::CE_ID]),
+        traceparent: get(&[header::TRACEPARENT, header::OLD_TRACEPARENT]),
+        // Checked like a frame's: a stream is written by sidecars, but read as outside input.
+        tracestate: switchyard_protocol::tracestate::accept([get(&[
+            header::TRACESTATE,
+            header::OLD_TRACESTATE,
+        ])
+        .as_bytes()]),
+        content_type: if content_type.is_empty() {
+            crate::edge::JSON.to_owned()
+        } else {
+            content_type
+        },
+        payload: payload.clone(),
+    }
+}
+
+/// Delivers one pulled event on `slot` (or on the first slot free, when it came without one) and
+/// settles it with the server.
+async fn handle(
+    worker: &Worker,
+    plan: &ConsumerPlan,
+    msg: Message,
+    slot: Option<OwnedSemaphorePermit>,
+) {
+    let event = plan.event.as_str();
+    let delivered = msg
+        .info()
+        .ok()
+        .and_then(|i| u64::try_from(i.delivered).ok())
+        .unwrap_or(1)
+        .max(1);
+    if delivered > 1 {
+        worker.redelivered(event);
+    }
+    let ev = request_of(event, msg.headers.as_ref(), &msg.payload);
+    let every = (plan.ack_wait / 4).max(MIN_PROGRESS_EVERY);
+    let settle = match verdict::before(delivered, plan.attempts) {
+        Step::DeadLetter(reason) => {
+            drop(slot);
+            Settle::DeadLetter(reason)
+        }
+        Step::Attempt => {
+            let slot = match slot {
+                Some(s) => Some(s),
+                None => {
+                    let _queued = worker.queued();
+                    with_progress(&msg, every, worker.slot()).await
+                }
+            };
+            let Some(slot) = slot else { return };
+            let attempted = with_progress(&msg, every, worker.attempt_durable(&ev, slot)).await;
+            verdict::after(delivered, plan.attempts, attempted)
+        }
+    };
+    let ack = match settle {
+        Settle::Ack => AckKind::Ack,
+        Settle::Release => AckKind::Nak(None),
+        Settle::Retry(attempt) => {
+            tracing::debug!(%event, ce_id = %ev.ce_id, attempt, "durable delivery failed; redelivered after backoff");
+            AckKind::Nak(Some(worker.redelivery_delay(attempt)))
+        }
+        Settle::DeadLetter(reason) => {
+            tracing::warn!(%event, ce_id = %ev.ce_id, deliveries = delivered, reason, "durable event failed for good");
+            with_progress(&msg, every, worker.dead_letter_durable(&ev, reason)).await;
+            AckKind::Term
+        }
+    };
+    if let Err(e) = msg.ack_with(ack).await {
+        // The server redelivers after AckWait: a duplicate, never a loss.
+        tracing::warn!(%event, ce_id = %ev.ce_id, error = %e, "ack not sent; the event will be redelivered");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const TP: &str = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+
+    #[test]
+    fn an_event_is_read_from_the_cloudevents_headers_it_was_stored_with() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CE_ID, "e-1");
+        h.insert(header::TRACEPARENT, TP);
+        h.insert(header::TRACESTATE, "k=v");
+        h.insert(header::CONTENT_TYPE, "text/plain");
+        let ev = request_of("orders", Some(&h), &Bytes::from_static(b"hi"));
+        assert_eq!(ev.event, "orders");
+        assert_eq!(ev.ce_id, "e-1");
+        assert_eq!(ev.traceparent, TP);
+        assert_eq!(ev.tracestate, "k=v");
+        assert_eq!(ev.content_type, "text/plain");
+        assert_eq!(&ev.payload[..], b"hi");
+        assert!(ev.headers.is_empty(), "no source stored: the Manager's own");
+        h.insert(header::SOURCE, "/switchyard/shop/cart");
+        let ev = request_of("orders", Some(&h), &Bytes::from_static(b"hi"));
+        assert_eq!(
+            ev.headers,
+            vec![("ce-source".to_owned(), "/switchyard/shop/cart".to_owned())]
+        );
+    }
+
+    #[test]
+    fn an_event_stored_by_an_older_sidecar_keeps_its_trace_context() {
+        let mut h = HeaderMap::new();
+        h.insert(header::CE_ID, "e-2");
+        h.insert(header::OLD_TRACEPARENT, TP);
+        h.insert(header::OLD_TRACESTATE, "k=v");
+        let ev = request_of("orders", Some(&h), &Bytes::new());
+        assert_eq!(ev.traceparent, TP);
+        assert_eq!(ev.tracestate, "k=v");
+        assert_eq!(ev.content_type, crate::edge::JSON, "no content-type: JSON");
+    }
+
+    #[test]
+    fn a_message_without_headers_is_an_event_without_id_or_trace() {
+        let ev = request_of("orders", None, &Bytes::from_static(b"{}"));
+        assert_eq!((ev.ce_id.as_str(), ev.traceparent.as_str()), ("", ""));
+        assert_eq!(ev.tracestate, "");
+    }
+}

@@ -1,0 +1,102 @@
+//! One pull request on a durable consumer, over an inbox of its own, so that it can be withdrawn
+//! without dropping what the server already sent: [`Pull::stop`] unsubscribes and reads on until
+//! the server confirms. nats-server hands a waiting pull request no message once its inbox has no
+//! interest, so a withdrawn request takes nothing more, and what it took before comes through
+//! [`Pull::next`]. I/O only: the lane decides how many events to ask for.
+
+use async_nats::jetstream::consumer::PullConsumer;
+use async_nats::jetstream::consumer::pull::BatchConfig;
+use async_nats::jetstream::{self, Message};
+use async_nats::{StatusCode, Subscriber};
+use futures::StreamExt;
+use std::time::Duration;
+use tokio::time::Instant;
+
+/// How long an idle lane's request waits on the server before it is renewed.
+pub(super) const IDLE_EXPIRES: Duration = Duration::from_secs(10);
+/// How long a request for what is there now, or the withdrawal of a request, may take.
+const NOW_LIMIT: Duration = Duration::from_secs(5);
+/// Past the server's expiry, before a request is given up here: a connection lost meanwhile took
+/// the server's timeout status with it.
+const LOCAL_SLACK: Duration = Duration::from_secs(2);
+
+/// A pull request in progress.
+pub(super) struct Pull {
+    sub: Subscriber,
+    context: jetstream::Context,
+    /// Events the request may still bring.
+    left: usize,
+    /// When it is given up here.
+    until: Instant,
+}
+
+impl Pull {
+    /// Asks `consumer` for up to `batch` events: those there now (`wait` none), or else those that
+    /// come within `wait`.
+    pub(super) async fn start(
+        consumer: &PullConsumer,
+        context: &jetstream::Context,
+        batch: usize,
+        wait: Option<Duration>,
+    ) -> Result<Pull, String> {
+        let client = context.client();
+        let inbox = client.new_inbox();
+        let sub = client
+            .subscribe(inbox.clone())
+            .await
+            .map_err(|e| e.to_string())?;
+        let config = BatchConfig {
+            batch,
+            expires: wait,
+            no_wait: wait.is_none(),
+            ..BatchConfig::default()
+        };
+        consumer
+            .request_batch(config, inbox.into())
+            .await
+            .map_err(|e| e.to_string())?;
+        Ok(Pull {
+            sub,
+            context: context.clone(),
+            left: batch,
+            until: Instant::now() + wait.unwrap_or(NOW_LIMIT) + LOCAL_SLACK,
+        })
+    }
+
+    /// The request's next event; `None` once it is over: every event asked for came, the server
+    /// said there are none (404), the wait ran out (408), the consumer's limit is reached (409: another
+    /// pod holds a partition's event), or the request was withdrawn and everything sent has come.
+    pub(super) async fn next(&mut self) -> Option<Message> {
+        while self.left > 0 {
+            let Ok(Some(message)) = tokio::time::timeout_at(self.until, self.sub.next()).await
+            else {
+                self.left = 0;
+                break;
+            };
+            match message.status {
+                None | Some(StatusCode::OK) => {
+                    self.left -= 1;
+                    return Some(Message {
+                        message,
+                        context: self.context.clone(),
+                    });
+                }
+                Some(StatusCode::IDLE_HEARTBEAT) => {}
+                Some(status) => {
+                    tracing::trace!(%status, description = ?message.description, "pull request over");
+                    self.left = 0;
+                }
+            }
+        }
+        None
+    }
+
+    /// Withdraws the request: the server sends nothing more once it has the unsubscribe, and what it
+    /// sent before still comes through [`Pull::next`], which ends at its confirmation.
+    pub(super) async fn stop(&mut self) {
+        self.until = self.until.min(Instant::now() + NOW_LIMIT);
+        if let Err(e) = self.sub.drain().await {
+            tracing::debug!(error = %e, "pull request not withdrawn; the connection is closing");
+        }
+    }
+}

@@ -1,0 +1,247 @@
+//! Scoped dedupe keys and NATS's size limit on durable publishes, with real sidecars and a real
+//! nats-server: two publishing Managers (`cart`, `billing`) send `orders` and `refunds` to Manager
+//! `handlers`, durably, through their local APIs.
+//!
+//! - One key under two types, or from two publishers, is two events, both delivered, each with the
+//!   key as `ce-id` and its publisher as `ce-source`.
+//! - The same key, type and publisher with another payload is 409 naming the key; with the same
+//!   payload it is 202 and stored (so delivered) once.
+//! - A durable event at the local API's limit (1 MiB) is delivered through a server configured as
+//!   `switchyard up` and the chart configure theirs; a server with NATS's default `max_payload`
+//!   answers it 413 naming its limit, not 503 forever.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use async_nats::jetstream;
+use common::*;
+use serde_json::{Value, json};
+use std::path::Path;
+use std::time::Duration;
+use switchyard_protocol::durable as plan;
+
+const NAMESPACE: &str = "default";
+
+/// Manager `handlers`, receiving `orders` and `refunds` durably from the servers at `url`.
+fn receiver(app_port: u16, url: &str) -> Value {
+    let mut cfg = manager_config(app_port, &Opts::default());
+    cfg["events"] = json!(["orders", "refunds"]);
+    cfg["durableEvents"] = json!(["orders", "refunds"]);
+    cfg["jetstream"] = json!({"url": url, "replicas": 1});
+    cfg
+}
+
+/// A publishing Manager `name` whose `orders` and `refunds` go to `handlers` durably.
+fn publisher(name: &str, no_app: u16, url: &str) -> Value {
+    let mut cfg = manager_config(no_app, &Opts::default());
+    cfg["name"] = json!(name);
+    cfg["events"] = json!([format!("{name}.unused")]);
+    let dest = json!({"manager": "handlers", "service": "handlers", "port": no_app, "podSelector": {}, "durable": {}});
+    cfg["destinations"] = json!({"orders": dest, "refunds": dest});
+    cfg["staticEndpoints"] = json!({"handlers": [format!("127.0.0.1:{no_app}")]});
+    cfg["jetstream"] = json!({"url": url, "replicas": 1});
+    cfg
+}
+
+/// Starts the manager sidecar of `cfg` in `dir/name`.
+async fn start(dir: &Path, name: &str, cfg: &Value) -> (Proc, ManagerPorts) {
+    let file = write_json(dir, &format!("{name}.json"), cfg);
+    let d = dir.join(name);
+    std::fs::create_dir_all(&d).unwrap();
+    start_manager(&d, &file, &[]).await
+}
+
+/// Publishes `body` as `event` with `key` through the local API at `port`.
+async fn publish(client: &Http, port: u16, event: &str, key: &str, body: &str) -> Reply {
+    let req = hyper::Request::post(format!("http://127.0.0.1:{port}/v1/publish/{event}"))
+        .header("content-type", "application/json")
+        .header("idempotency-key", key)
+        .body(http_body_util::Full::new(bytes::Bytes::copy_from_slice(
+            body.as_bytes(),
+        )))
+        .unwrap();
+    client.send(req).await.unwrap()
+}
+
+/// The last sequence `handlers`' stream has stored (acked events are removed; this never falls).
+async fn last_sequence(js: &jetstream::Context) -> u64 {
+    let mut s = js
+        .get_stream(plan::stream_name(NAMESPACE, "handlers"))
+        .await
+        .unwrap();
+    s.info().await.unwrap().state.last_sequence
+}
+
+/// (ce-type, ce-id, ce-source, body) of every event the app received.
+fn received(app: &TestApp) -> Vec<(String, String, String, String)> {
+    let mut v: Vec<_> = app
+        .state
+        .events
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e.header("ce-type").to_owned(),
+                e.header("ce-id").to_owned(),
+                e.header("ce-source").to_owned(),
+                String::from_utf8_lossy(&e.body).into_owned(),
+            )
+        })
+        .collect();
+    v.sort();
+    v
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_is_scoped_to_its_type_and_publisher_and_reused_for_other_content_is_409() {
+    let dir = tempfile::tempdir().unwrap();
+    let (servers, _relays) = nats::cluster(dir.path(), 1).await;
+    let url = nats::urls(&servers);
+    let client = Http::new();
+    let no_app = ClosedPort::new();
+    let (_cart, cart) = start(dir.path(), "cart", &publisher("cart", no_app.port, &url)).await;
+    let (_billing, billing) = start(
+        dir.path(),
+        "billing",
+        &publisher("billing", no_app.port, &url),
+    )
+    .await;
+    let js = jetstream::new(async_nats::connect(url.as_str()).await.unwrap());
+
+    // Nothing consumes yet, so every stored event is still in the stream to compare with.
+    let ok = |r: &Reply| {
+        assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    };
+    ok(&publish(&client, cart.local_api, "orders", "k-1", r#"{"a":1}"#).await);
+    ok(&publish(&client, cart.local_api, "refunds", "k-1", r#"{"b":1}"#).await);
+    ok(&publish(&client, billing.local_api, "orders", "k-1", r#"{"c":1}"#).await);
+    let stored = last_sequence(&js).await;
+    assert_eq!(stored, 3, "two types and two publishers: three events");
+
+    // The same scope with another payload: refused, naming the key; nothing stored.
+    let r = publish(&client, cart.local_api, "orders", "k-1", r#"{"a":2}"#).await;
+    let body = String::from_utf8_lossy(&r.body).into_owned();
+    assert_eq!(r.status, 409, "{body}");
+    assert!(body.contains("k-1"), "the key is named: {body}");
+    // The same scope and payload: a retry, kept the first time.
+    ok(&publish(&client, cart.local_api, "orders", "k-1", r#"{"a":1}"#).await);
+    assert_eq!(last_sequence(&js).await, stored, "neither was stored");
+
+    // The stream's ids are scoped; the key travels as ce-id, the publisher as ce-source.
+    let stream = js
+        .get_stream(plan::stream_name(NAMESPACE, "handlers"))
+        .await
+        .unwrap();
+    let first = stream.get_raw_message(1).await.unwrap();
+    let msg_id = first
+        .headers
+        .get("Nats-Msg-Id")
+        .map(|v| v.as_str().to_owned());
+    assert!(
+        msg_id
+            .as_deref()
+            .is_some_and(|id| id.starts_with("sy1-") && id.len() == 36),
+        "scoped Nats-Msg-Id: {msg_id:?}"
+    );
+    assert_eq!(first.headers.get("ce-id").map(|v| v.as_str()), Some("k-1"));
+
+    // The consumer: every stored event delivered once.
+    let app = TestApp::start().await;
+    let (_handlers, _) = start(dir.path(), "handlers", &receiver(app.port, &url)).await;
+    let want = vec![
+        (
+            "orders".to_owned(),
+            "k-1".to_owned(),
+            "/switchyard/default/billing".to_owned(),
+            r#"{"c":1}"#.to_owned(),
+        ),
+        (
+            "orders".to_owned(),
+            "k-1".to_owned(),
+            "/switchyard/default/cart".to_owned(),
+            r#"{"a":1}"#.to_owned(),
+        ),
+        (
+            "refunds".to_owned(),
+            "k-1".to_owned(),
+            "/switchyard/default/cart".to_owned(),
+            r#"{"b":1}"#.to_owned(),
+        ),
+    ];
+    poll(
+        Duration::from_secs(30),
+        "the three events delivered",
+        || {
+            let got = received(&app);
+            std::future::ready((got.len() >= want.len()).then_some(()))
+        },
+    )
+    .await;
+    // Acked events leave the work queue: once it is empty, nothing else can be delivered.
+    poll(Duration::from_secs(30), "the stream drained", || async {
+        let mut s = js
+            .get_stream(plan::stream_name(NAMESPACE, "handlers"))
+            .await
+            .ok()?;
+        (s.info().await.ok()?.state.messages == 0).then_some(())
+    })
+    .await;
+    assert_eq!(received(&app), want, "each event once, with its publisher");
+    drop(servers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_durable_event_fits_the_meshs_nats_and_one_over_a_servers_max_payload_is_413() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = Http::new();
+    let no_app = ClosedPort::new();
+    // The largest body the local API takes, in JSON: with its headers, over NATS's default 1 MiB.
+    let big = format!("\"{}\"", "x".repeat((1 << 20) - 2));
+
+    // A server as `switchyard up` and the chart configure theirs.
+    let mesh = dir.path().join("mesh");
+    std::fs::create_dir_all(&mesh).unwrap();
+    let (servers, _relays) = nats::cluster_with(
+        &mesh,
+        1,
+        &format!("max_payload: {}", plan::NATS_MAX_PAYLOAD),
+        "sync_interval: always",
+    )
+    .await;
+    let url = nats::urls(&servers);
+    let app = TestApp::start().await;
+    let (_handlers, _) = start(&mesh, "handlers", &receiver(app.port, &url)).await;
+    let (_cart, cart) = start(&mesh, "cart", &publisher("cart", no_app.port, &url)).await;
+    let r = publish(&client, cart.local_api, "orders", "big-1", &big).await;
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    let seen = poll(Duration::from_secs(30), "the 1 MiB event delivered", || {
+        std::future::ready(app.state.seen("orders").into_iter().next())
+    })
+    .await;
+    assert_eq!(seen.header("ce-id"), "big-1");
+    assert_eq!(seen.body.len(), big.len(), "the whole body");
+
+    // A server with NATS's default max_payload: 413 naming its limit, at once and every time.
+    let plain = dir.path().join("plain");
+    std::fs::create_dir_all(&plain).unwrap();
+    let (small, _relays) = nats::cluster(&plain, 1).await;
+    let url = nats::urls(&small);
+    let (_shop, shop) = start(&plain, "shop", &publisher("shop", no_app.port, &url)).await;
+    for _ in 0..2 {
+        let r = publish(&client, shop.local_api, "orders", "big-2", &big).await;
+        let body = String::from_utf8_lossy(&r.body).into_owned();
+        assert_eq!(r.status, 413, "{body}");
+        assert!(
+            body.contains("1048576") && body.contains("max_payload"),
+            "names the server's limit: {body}"
+        );
+        assert!(r.headers.get("retry-after").is_none(), "not to be retried");
+    }
+    // A small one still goes through that server.
+    let r = publish(&client, shop.local_api, "orders", "small-1", "{}").await;
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    drop(servers);
+    drop(small);
+}
