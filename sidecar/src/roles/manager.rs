@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::net::control_plane::ControlPlane;
 use crate::net::identity::IdentitySettings;
 use crate::shutdown::DRAIN_LIMIT;
-use crate::upstream::{Upstream, follow};
+use crate::upstream::{Reach, Upstream, follow};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
@@ -119,9 +119,11 @@ pub(crate) async fn run(
     let mut upstream = Upstream::start(
         &c.router,
         &c.namespace,
-        &c.destinations,
-        &c.subscribers,
-        &c.static_endpoints,
+        Reach {
+            destinations: &c.destinations,
+            subscribers: &c.subscribers,
+            static_endpoints: &c.static_endpoints,
+        },
         None,
         mesh.clone(),
         metrics.clone(),

@@ -24,7 +24,7 @@ use crate::secrets::reload::Reloads;
 use crate::shutdown::DRAIN_LIMIT;
 use crate::upstream::activate::Activator;
 use crate::upstream::pushes::PushSink;
-use crate::upstream::{Upstream, follow};
+use crate::upstream::{Reach, Upstream, follow};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
@@ -236,9 +236,11 @@ pub(crate) async fn run(
     let mut upstream = Upstream::start(
         &settings.config.name,
         &settings.config.namespace,
-        &settings.config.destinations,
-        &settings.config.subscribers,
-        &settings.config.static_endpoints,
+        Reach {
+            destinations: &settings.config.destinations,
+            subscribers: &settings.config.subscribers,
+            static_endpoints: &settings.config.static_endpoints,
+        },
         Some(hub.clone() as Arc<dyn PushSink>),
         mesh,
         metrics.clone(),

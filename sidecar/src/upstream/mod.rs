@@ -157,6 +157,16 @@ struct Control {
     received: AtomicU64,
 }
 
+/// What a sidecar's configuration says its upstream reaches, from the start (the control plane's
+/// tables replace it later): the handlers' destinations per event type, the subscribers per route key,
+/// and the Managers with fixed endpoints instead of DNS.
+#[derive(Clone, Copy)]
+pub struct Reach<'a> {
+    pub destinations: &'a BTreeMap<EventType, Destination>,
+    pub subscribers: &'a BTreeMap<String, Subscriber>,
+    pub static_endpoints: &'a BTreeMap<String, Vec<String>>,
+}
+
 impl Upstream {
     /// Builds the pools of `destinations` of Router `name` and starts discovery: a Manager listed in
     /// `static_endpoints` uses that list, any other is found through `<service>.<namespace>.svc` DNS.
@@ -166,13 +176,16 @@ impl Upstream {
     pub fn start(
         name: &str,
         namespace: &str,
-        destinations: &BTreeMap<EventType, Destination>,
-        subscribers: &BTreeMap<String, Subscriber>,
-        static_endpoints: &BTreeMap<String, Vec<String>>,
+        reach: Reach<'_>,
         pushes: Pushes,
         mesh: Option<Arc<MeshTls>>,
         metrics: Arc<Metrics>,
     ) -> Upstream {
+        let Reach {
+            destinations,
+            subscribers,
+            static_endpoints,
+        } = reach;
         let changes = Arc::new(Changes::default());
         let mut pools: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
         let mut by_event = HashMap::new();

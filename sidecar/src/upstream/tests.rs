@@ -28,9 +28,11 @@ fn start() -> Upstream {
     Upstream::start(
         &c.name,
         &c.namespace,
-        &c.destinations,
-        &c.subscribers,
-        &c.static_endpoints,
+        Reach {
+            destinations: &c.destinations,
+            subscribers: &c.subscribers,
+            static_endpoints: &c.static_endpoints,
+        },
         None,
         None,
         Metrics::new(),
