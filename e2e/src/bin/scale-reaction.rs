@@ -298,7 +298,7 @@ async fn measure(
         first_sent: vec![None; steps],
     }));
     let now = Arc::new(Notify::new());
-    let pusher = push(ops.standby_url(), ns.to_owned(), load.clone(), now.clone());
+    let mut pusher = push(ops.standby_url(), ns.to_owned(), load.clone(), now.clone());
     tokio::time::sleep(args.idle).await;
     let mut failures = Vec::new();
     let baseline = refused(ops).await?;
@@ -326,7 +326,10 @@ async fn measure(
                 break Ok(());
             }
             if pusher.is_finished() {
-                break Err(format!("step {i}: report stream: {:?}", pusher.await));
+                break Err(format!(
+                    "step {i}: report stream: {:?}",
+                    (&mut pusher).await
+                ));
             }
             if checked.elapsed() >= CHECK_EVERY {
                 checked = Instant::now();
