@@ -84,7 +84,9 @@ pub struct ManagerSpec {
     /// How the sidecar reaches the handler app inside the pod.
     #[serde(default)]
     pub app: App,
-    /// Pod template of the handler containers; the operator adds the sidecar as a native sidecar.
+    /// Pod template of the handler containers (a core/v1 PodTemplateSpec; its fields are documented
+    /// by `kubectl explain pod.spec`); the operator adds the sidecar as a native sidecar.
+    #[schemars(schema_with = "schema::pod_template_spec")]
     pub template: PodTemplateSpec,
     /// Delivery to the app: concurrency, queue, deadline, retries, dead letters, ordering.
     #[serde(default)]
