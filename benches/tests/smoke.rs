@@ -210,7 +210,7 @@ fn dapr_without_daprd() {
     }
     let (_t, dir) = smoke_missing("dapr", 22_000, &[("DAPR", "0")], "noop dapr: DAPR=0\n");
     runs(&dir, "noop", &[("bare", ""), ("switchyard", "")]);
-    for c in ["1", "32"] {
+    for c in [1_u64, 32] {
         assert!(
             std::fs::read_dir(dir.join("runs"))
                 .expect("runs/")
@@ -219,7 +219,7 @@ fn dapr_without_daprd() {
                 .filter_map(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
                 .any(|r| r["section"] == "noop"
                     && r["system"] == "switchyard"
-                    && r["concurrency"].to_string() == c),
+                    && r["concurrency"].as_u64() == Some(c)),
             "no Switchyard run at c={c}: the dapr section's concurrencies changed"
         );
     }
