@@ -13,6 +13,7 @@ pub mod mesh;
 pub mod plateau;
 pub mod plots;
 pub mod procs;
+pub mod reaction;
 pub mod report;
 pub mod results;
 pub mod rounds;

@@ -29,6 +29,9 @@ pub struct Results {
     pub handshakes: BTreeMap<String, Handshakes>,
     /// Flat CPU profiles by name (`perf report` text: share, process, symbol per line).
     pub profiles: BTreeMap<String, String>,
+    /// The autoscaler's reaction (`reaction.json` of the `reaction` section), when it ran.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub reaction: Option<crate::reaction::Reaction>,
     /// `section system: why` for every peer or step that did not run.
     pub missing: Vec<String>,
     /// Machine, commit, knobs and peer versions.

@@ -751,6 +751,7 @@ pub fn render(r: &Results, checks: &[Check], cost: &PairCost) -> String {
     frames(&mut out, r);
     plateaus(&mut out, r);
     core(&mut out, r);
+    crate::reaction::table(&mut out, r.reaction.as_ref());
     rounds(&mut out, r);
     profiles(&mut out, r);
     if !r.missing.is_empty() {

@@ -2,8 +2,8 @@
 //! - `procs PID...` prints CPU seconds, RSS and command of processes as JSON;
 //! - `sample --every 1s --for 60s PID...` prints their RSS each period as a JSON series;
 //! - `summarize DIR` reads a results folder (`runs/`, `procs/`, `samples/`, `peers/lapinbeam.txt`,
-//!   `missing.txt`, `meta*.json`, `profiles/*.txt`, `mesh/*.prom`, `streams.txt`) and writes `results.json`,
-//!   `summary.md` and `plots/*.svg`.
+//!   `missing.txt`, `meta*.json`, `profiles/*.txt`, `mesh/*.prom`, `streams.txt`, `reaction.json`) and
+//!   writes `results.json`, `summary.md` and `plots/*.svg`.
 
 #![forbid(unsafe_code)]
 
@@ -15,7 +15,7 @@ use switchyard_benches::procs::{self, Sample, Usage};
 use switchyard_benches::report::Summary;
 use switchyard_benches::results::Results;
 use switchyard_benches::streams::StreamBars;
-use switchyard_benches::{cost, lapin, mesh, plots, rounds, summary, targets};
+use switchyard_benches::{cost, lapin, mesh, plots, reaction, rounds, summary, targets};
 
 #[derive(Parser)]
 #[command(name = "switchyard-bench-report")]
@@ -162,6 +162,15 @@ fn load(dir: &Path) -> anyhow::Result<Results> {
             }
         }
     }
+    // The reaction section's document, as scale-reaction printed it.
+    if let Ok(text) = std::fs::read_to_string(dir.join("reaction.json")) {
+        match serde_json::from_str(&text) {
+            Ok(v) => r.reaction = Some(v),
+            Err(e) => r
+                .missing
+                .push(format!("reaction: reaction.json unreadable ({e})")),
+        }
+    }
     r.lapinbeam = std::fs::read_to_string(dir.join("peers").join("lapinbeam.txt"))
         .ok()
         .map(|t| lapin::parse(&t));
@@ -187,6 +196,7 @@ fn summarize(dir: &Path) -> anyhow::Result<()> {
     // The streams section leaves its measurements as the test printed them; no file, not measured.
     let streamed = std::fs::read_to_string(dir.join("streams.txt")).unwrap_or_default();
     checks.extend(targets::streaming(&StreamBars::parse(&streamed)));
+    checks.extend(reaction::checks(r.reaction.as_ref()));
     let plots = match plots::draw_all(&dir.join("plots"), &r) {
         Ok(files) => files,
         Err(e) => {

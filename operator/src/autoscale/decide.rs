@@ -3,7 +3,13 @@
 //! Per event type, the wanted pods are ceil(observed / target) with the load averaged over the stable
 //! window, or over the short panic window while in panic mode. Panic mode starts when the panic
 //! window's load reaches `panicThreshold` × target × current pods, lasts until that has not been
-//! true for a whole stable window, and never scales down. Across event types the busiest wins.
+//! true for a whole stable window, and never scales down.
+//!
+//! The newest sample alone is the fast path up: when it reaches the same threshold, it starts panic
+//! mode and asks for its own pods on that tick. Averaged, a step from idle is diluted by the idle
+//! seconds still in the panic window (a 4× step over a 6 s window crossed the 2× threshold on the
+//! third tick only, 2-3 s after its first report); a sample at twice the pods' capacity is a burst
+//! whatever came before it, and one below the threshold still waits for the windows. Across event types the busiest wins.
 //! Scaling down waits for the stabilization window: the result is the largest recommendation of
 //! that window, so a dip in noisy load does not remove pods that the next peak needs again.
 //!
@@ -82,6 +88,8 @@ pub struct TypeLoad<'a> {
     pub stable: Sample,
     /// Mean over the panic window.
     pub panic: Sample,
+    /// The newest sample (the fast path up).
+    pub latest: Sample,
     /// Events waiting in JetStream as last read (0 for direct delivery, or when not read).
     pub backlog: f64,
 }
@@ -149,7 +157,15 @@ pub fn decide(
     for l in loads {
         let t = l.target;
         let stable = t.metric.of(&l.stable);
-        let panic = t.metric.of(&l.panic);
+        let threshold = policy.panic_threshold * t.per_pod * f64::from(current.max(1));
+        // A burst in the newest sample counts at once; below the threshold it is left to the
+        // windows, so noise around the target does not move the pods.
+        let latest = t.metric.of(&l.latest);
+        let panic = if latest >= threshold {
+            latest.max(t.metric.of(&l.panic))
+        } else {
+            t.metric.of(&l.panic)
+        };
         let floor = u32::from(l.backlog > 0.0);
         let (ds, dp) = (pods_for(stable, t.per_pod), pods_for(panic, t.per_pod));
         let (ds, ds_floor) = (ds.max(floor), floor > ds);
@@ -162,7 +178,7 @@ pub fn decide(
             want_panic = dp;
             busiest_panic = Some((l, panic, dp, dp_floor));
         }
-        if panic >= policy.panic_threshold * t.per_pod * f64::from(current.max(1)) {
+        if panic >= threshold {
             triggered = true;
         }
     }
@@ -326,6 +342,7 @@ mod tests {
                         target: *t,
                         stable: windows[i].average(now, p.stable_ms).unwrap_or_default(),
                         panic: windows[i].average(now, p.panic_ms).unwrap_or_default(),
+                        latest: windows[i].taken_at(now).unwrap_or_default(),
                         backlog: 0.0,
                     }
                 })
@@ -353,6 +370,20 @@ mod tests {
                 load: |s, _| if s > 10 { 35.0 } else { 0.0 },
                 secs: 30,
                 expect: &[(10, 1), (16, 4), (30, 4)],
+            },
+            Case {
+                name: "a step from idle to 4x target scales on the tick of its first sample",
+                policy: policy(1, 10),
+                load: |s, _| if s > 10 { 40.0 } else { 0.0 },
+                secs: 20,
+                expect: &[(10, 1), (11, 4), (20, 4)],
+            },
+            Case {
+                name: "one sample under the panic threshold moves nothing",
+                policy: policy(1, 10),
+                load: |s, _| if s == 11 { 19.0 } else { 0.0 },
+                secs: 20,
+                expect: &[(11, 1), (12, 1), (20, 1)],
             },
             Case {
                 name: "a step below the panic threshold scales up on the stable window",
@@ -408,8 +439,11 @@ mod tests {
             |s, i| if s > 5 && i == 1 { 55.0 } else { 1.0 },
             30,
         );
-        // users.get: stable mean over 30 s of (5 × 1 + 25 × 55) / 30 = 45.8 -> 5; orders.create: 1.
-        assert_eq!(got[29], 5, "{got:?}");
+        // users.get: its first sample of 55 reaches the panic threshold (2 × 10 × 1 pod) and asks
+        // for ceil(55 / 10) = 6 at once, held by panic mode; orders.create alone: 1.
+        assert_eq!(got[4], 1, "{got:?}");
+        assert_eq!(got[5], 6, "{got:?}");
+        assert_eq!(got[29], 6, "{got:?}");
     }
 
     #[test]
@@ -422,7 +456,8 @@ mod tests {
             30,
         );
         let cold = simulate(&policy(1, 10), &[("b", in_flight(10.0))], |_, _| 2.0, 30);
-        assert_eq!(hot[29], 5, "{hot:?}");
+        // The first sample of 55 panics and asks for ceil(55 / 10) = 6 on its tick.
+        assert_eq!(hot[29], 6, "{hot:?}");
         assert!(cold.iter().all(|r| *r == 1), "{cold:?}");
     }
 
@@ -458,6 +493,10 @@ mod tests {
                 ..Sample::default()
             },
             panic: Sample {
+                rate: 250.0,
+                ..Sample::default()
+            },
+            latest: Sample {
                 rate: 250.0,
                 ..Sample::default()
             },
@@ -516,6 +555,7 @@ mod tests {
             target: in_flight(10.0),
             stable: Sample::default(),
             panic: Sample::default(),
+            latest: Sample::default(),
             backlog: 0.0,
         };
         let d = decide(&p, std::slice::from_ref(&idle), 1, &mut state, 30_000);
@@ -542,6 +582,7 @@ mod tests {
             target,
             stable: s,
             panic: s,
+            latest: s,
             backlog,
         }
     }

@@ -88,7 +88,7 @@ pub async fn run(
         drop(fresh);
         let mut changed = Vec::new();
         for c in changes {
-            if write(&ctx, &c).await {
+            if write(&ctx, &c, now).await {
                 let name = c.manager.metadata.name.clone().unwrap_or_default();
                 scaler.written(&c.namespace, &name, &c.group, c.decision.replicas, now_ms);
                 changed.push((c.namespace, name));
@@ -144,7 +144,7 @@ async fn activate(
         };
         let mut changed = false;
         for c in scaler.activate(m, woke, now_ms) {
-            if write(ctx, &c).await {
+            if write(ctx, &c, Instant::now()).await {
                 let name = c.manager.metadata.name.as_deref().unwrap_or_default();
                 scaler.written(&c.namespace, name, &c.group, c.decision.replicas, now_ms);
                 changed = true;
@@ -158,7 +158,8 @@ async fn activate(
 }
 
 /// Writes change `c` (`shared`: the scale subresource; `perEventType`: the caller writes status),
-/// counts it and emits its Event. False when the write failed.
+/// counts it and emits its Event. False when the write failed. `decided` is when its tick began:
+/// the log line carries the time since then and the write's own, for the reaction's stages.
 #[tracing::instrument(
     name = "scale",
     skip_all,
@@ -174,8 +175,9 @@ async fn activate(
         otel.status_code = tracing::field::Empty,
     )
 )]
-async fn write(ctx: &Context, c: &Change) -> bool {
+async fn write(ctx: &Context, c: &Change, decided: Instant) -> bool {
     let (m, d, current) = (&*c.manager, &c.decision, c.current);
+    let writing = Instant::now();
     let ns = &c.namespace;
     let name = m.metadata.name.as_deref().unwrap_or_default();
     let scaling = &m.spec.scaling;
@@ -205,7 +207,8 @@ async fn write(ctx: &Context, c: &Change) -> bool {
         "scaled{what} from {current} to {}: {}",
         d.replicas, d.reason
     );
-    tracing::info!(manager = %name, namespace = %ns, from = current, to = d.replicas, reaction_ms = ?d.reaction_ms, reason = %d.reason, "scaled");
+    let (write_ms, since_tick_ms) = (writing.elapsed().as_millis(), decided.elapsed().as_millis());
+    tracing::info!(manager = %name, namespace = %ns, from = current, to = d.replicas, reaction_ms = ?d.reaction_ms, write_ms, since_tick_ms, reason = %d.reason, "scaled");
     let reason = if up { "ScaledUp" } else { "ScaledDown" };
     events::publish(
         ctx,

@@ -147,6 +147,7 @@ impl Scaler {
                         target,
                         stable,
                         panic: w.average(now_ms, policy.panic_ms).unwrap_or_default(),
+                        latest: w.taken_at(now_ms).unwrap_or_default(),
                         backlog: waiting(backlog, ns, name, e).map_or(0.0, |n| n as f64),
                     });
                 }

@@ -55,9 +55,13 @@ impl Window {
         })
     }
 
-    /// The latest sample.
-    pub fn latest(&self) -> Option<Sample> {
-        self.samples.back().map(|(_, s)| *s)
+    /// The sample taken at `now_ms`, if this tick took one (an older one is not news: the pods
+    /// that reported it may have stopped).
+    pub fn taken_at(&self, now_ms: u64) -> Option<Sample> {
+        self.samples
+            .back()
+            .filter(|(t, _)| *t == now_ms)
+            .map(|(_, s)| *s)
     }
 }
 
@@ -93,5 +97,7 @@ mod tests {
         w.push(10_000, s(10.0), 5_000);
         assert_eq!(w.average(10_000, 60_000).map(|a| a.rate), Some(10.0));
         assert!(w.average(100_000, 5_000).is_none());
+        assert_eq!(w.taken_at(10_000).map(|a| a.rate), Some(10.0));
+        assert!(w.taken_at(11_000).is_none(), "not news a tick later");
     }
 }
