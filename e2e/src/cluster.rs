@@ -116,18 +116,23 @@ async fn install_charts(kubeconfig: &Path) -> Result<()> {
             .await
             .with_context(|| format!("installing chart {chart} as release {release}"))?;
         if release == CRD_RELEASE {
-            Cmd::kubectl(kubeconfig)
-                .args([
-                    "wait",
-                    "--for=condition=Established",
-                    "crd/routers.switchyard.dev",
-                    "crd/managers.switchyard.dev",
-                    "--timeout=60s",
-                ])
-                .timeout(Duration::from_secs(90))
-                .ok()
-                .await
-                .context("the CRDs did not become Established")?;
+            // Retried: right after the install a CRD may have no status.conditions yet, and
+            // `kubectl wait` then fails at once ("accessor error: <nil>") instead of waiting.
+            crate::eventually("the CRDs to be Established", crate::timeout(), || async {
+                Cmd::kubectl(kubeconfig)
+                    .args([
+                        "wait",
+                        "--for=condition=Established",
+                        "crd/routers.switchyard.dev",
+                        "crd/managers.switchyard.dev",
+                        "--timeout=20s",
+                    ])
+                    .timeout(Duration::from_secs(30))
+                    .ok()
+                    .await
+            })
+            .await
+            .context("the CRDs did not become Established")?;
         }
     }
     crate::eventually(
