@@ -16,7 +16,6 @@ pub mod router;
 pub mod schema;
 pub mod status;
 pub mod strict;
-pub mod subscription;
 pub mod yaml;
 pub mod yaml_lines;
 

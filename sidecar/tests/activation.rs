@@ -32,7 +32,6 @@ fn table(version: u64, endpoints: &[String]) -> RoutingTable {
                 })
                 .collect(),
             durable: None,
-            subscription: None,
         }],
         ..RoutingTable::default()
     }

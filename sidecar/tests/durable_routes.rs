@@ -39,7 +39,6 @@ fn table(version: u64, endpoint: Option<u16>, durable: Option<DurableRoute>) -> 
             .into_iter()
             .collect(),
         durable,
-        subscription: None,
     };
     RoutingTable {
         version,

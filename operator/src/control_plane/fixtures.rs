@@ -16,6 +16,5 @@ pub(super) fn route(event: &str, addrs: &[&str]) -> Route {
             })
             .collect(),
         durable: None,
-        subscription: None,
     }
 }

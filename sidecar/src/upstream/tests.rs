@@ -28,11 +28,8 @@ fn start() -> Upstream {
     Upstream::start(
         &c.name,
         &c.namespace,
-        Reach {
-            destinations: &c.destinations,
-            subscribers: &c.subscribers,
-            static_endpoints: &c.static_endpoints,
-        },
+        &c.destinations,
+        &c.static_endpoints,
         None,
         None,
         Metrics::new(),
@@ -58,7 +55,6 @@ fn table(version: u64, routes: &[(&str, &str, &[&str])]) -> RoutingTable {
                     })
                     .collect(),
                 durable: None,
-                subscription: None,
             })
             .collect(),
         ..RoutingTable::default()
