@@ -635,3 +635,81 @@ fn replicas_start_two_managers_that_both_serve() {
         up.seen.join("\n")
     );
 }
+
+/// Events of type `event` a manager sidecar has answered, from its `switchyard_requests_total`.
+fn answered_of(admin: u16, event: &str) -> u64 {
+    let text = get(admin, "/metrics").unwrap_or_default();
+    let prefix = format!("switchyard_requests_total{{event=\"{event}\"");
+    text.lines()
+        .filter(|l| l.starts_with(&prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum::<f64>() as u64
+}
+
+#[test]
+fn subscriptions_example_fans_a_publish_out_and_copies_requests() {
+    require_binaries();
+    let _one_at_a_time = END_TO_END.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(repo_file("examples/subscriptions.yaml")).expect("example");
+    assert!(text.contains("port: 8080"), "the example changed shape");
+    let manifest = dir.path().join("subscriptions.yaml");
+    std::fs::write(&manifest, text.replace("port: 8080", "port: 0")).expect("write");
+    let mut up = start_up(&manifest);
+    let ready = up.wait_for("ready: try curl", Duration::from_secs(90));
+    assert!(ready.is_some(), "never ready:\n{}", up.seen.join("\n"));
+    let (http, _) = up.router_ports();
+    let admin = |m: &str| {
+        let label = format!("✓ manager sidecar {m} (");
+        up.seen
+            .iter()
+            .find(|l| l.starts_with(&label))
+            .and_then(|l| admin_port(l))
+            .unwrap_or_else(|| panic!("no {label} line:\n{}", up.seen.join("\n")))
+    };
+    let (back, audit) = (admin("back"), admin("audit"));
+    // `front`'s app publishes `echo`: 202 once `back` (its handler) and `audit` (a subscriber) both
+    // admitted it. The outbound connections may still be opening: retry a 503 for a while.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answer = loop {
+        let a = post_json(http, "/publish", r#"{"event":"echo","data":{"value":1}}"#)
+            .expect("POST /publish");
+        if !a.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
+            break a;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        answer.starts_with("HTTP/1.1 202"),
+        "{answer}\n{}",
+        up.seen.join("\n")
+    );
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (answered_of(back, "echo") == 0 || answered_of(audit, "echo") == 0)
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(answered_of(back, "echo") >= 1, "back never got the publish");
+    assert!(
+        answered_of(audit, "echo") >= 1,
+        "audit never got the publish"
+    );
+    // A request: `back` answers; `audit` gets a copy of the request and one of the answer.
+    let before = answered_of(audit, "echo");
+    let answer = post_json(http, "/echo", r#"{"value":2}"#).expect("POST /echo");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with(r#"{"value":2}"#), "{answer}");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while answered_of(audit, "echo") < before + 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        answered_of(audit, "echo"),
+        before + 2,
+        "request and answer copies"
+    );
+    up.term();
+    let status = up.wait_exit(Duration::from_secs(40));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
+}

@@ -16,6 +16,7 @@ pub mod router;
 pub mod schema;
 pub mod status;
 pub mod strict;
+pub mod subscription;
 pub mod yaml;
 pub mod yaml_lines;
 

@@ -4,6 +4,7 @@ use crate::common::Duration;
 use crate::event_type::EventType;
 use crate::schema;
 use crate::status::ManagerStatus;
+use crate::subscription::Subscription;
 use k8s_openapi::api::core::v1::PodTemplateSpec;
 use kube::CustomResource;
 use schemars::JsonSchema;
@@ -37,6 +38,12 @@ use std::collections::BTreeMap;
         type_ = "string",
         description = "Event types handled",
         json_path = ".status.eventTypes"
+    ),
+    printcolumn(
+        name = "Observes",
+        type_ = "string",
+        description = "Event types observed (spec.subscriptions)",
+        json_path = ".spec.subscriptions[*].event"
     ),
     printcolumn(
         name = "Replicas",
@@ -81,6 +88,15 @@ pub struct ManagerSpec {
     /// Event types this Manager handles; each name appears once.
     #[schemars(length(min = 1, max = 64), extend("x-kubernetes-list-type" = "set"))]
     pub events: Vec<EventType>,
+    /// Event types this Manager observes beside the ones it handles: every subscriber of a type
+    /// gets each of its publishes (and, as asked, copies of its requests and its handler's
+    /// answers), once per Manager. One subscription per `event`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 32),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["event"])
+    )]
+    pub subscriptions: Vec<Subscription>,
     /// How the sidecar reaches the handler app inside the pod.
     #[serde(default)]
     pub app: App,

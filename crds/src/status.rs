@@ -36,6 +36,27 @@ pub struct RouterStatus {
     /// Number of routes served.
     #[serde(default)]
     pub routes: i32,
+    /// The fan-out: per event type (or pattern) that Managers subscribe to, its handler and its
+    /// subscribers, sorted by event. Types nobody subscribes to are left out (their handler is in
+    /// each Manager's status).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 1024))]
+    pub subscribers: Vec<TypeSubscribers>,
+}
+
+/// One event type's handler and subscribers, in a Router's status.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TypeSubscribers {
+    /// The event type, or the pattern (`orders.*`, `*`) the subscriptions name.
+    pub event: String,
+    /// The Manager that handles the type (answers its requests), if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handler: Option<String>,
+    /// The Managers that subscribe to it, each as `<manager> (<what it observes>)`, sorted.
+    #[serde(default)]
+    #[schemars(length(max = 256))]
+    pub subscribers: Vec<String>,
 }
 
 /// Observed state of a Manager.

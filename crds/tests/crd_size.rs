@@ -1,4 +1,4 @@
-//! Every CRD can be applied by any tool: each one's YAML, and the JSON a client-side `kubectl apply`
+//! Every CRD can be applied by any tool: the JSON a client-side `kubectl apply`
 //! copies into the `kubectl.kubernetes.io/last-applied-configuration` annotation, stays under the
 //! 256 KiB the API server allows an object's annotations in total. And the pod template Manager
 //! embeds lost only its descriptions on the way there, none of its validation.
@@ -22,20 +22,18 @@ fn every_crd_fits_a_client_side_apply() {
         files.iter().map(|f| &f.0).collect::<Vec<_>>()
     );
     for (file, yaml) in files {
-        assert!(
-            yaml.len() < ANNOTATIONS_LIMIT,
-            "{file} is {} bytes of YAML, over the {ANNOTATIONS_LIMIT} a client-side `kubectl apply -f` \
-             can carry in its last-applied annotation: trim what an embedded Kubernetes type carries \
-             (see schema::pod_template_spec)",
-            yaml.len()
-        );
+        // The bound is on the JSON below, not on this YAML: two thirds of the Manager's YAML is
+        // indentation (198 of 303 KB once subscriptions' nested filters came), which neither the
+        // annotation nor the API server ever sees.
         // What kubectl stores in the annotation: the object as compact JSON.
         let value: serde_json::Value =
             serde_saphyr::from_str(&yaml).expect("generated YAML parses");
         let json = serde_json::to_string(&value).expect("serializes");
         assert!(
             json.len() < ANNOTATIONS_LIMIT,
-            "{file} is {} bytes as JSON, over {ANNOTATIONS_LIMIT}",
+            "{file} is {} bytes as JSON, over the {ANNOTATIONS_LIMIT} a client-side `kubectl apply -f` \
+             can carry in its last-applied annotation: trim what an embedded Kubernetes type carries \
+             (see schema::pod_template_spec)",
             json.len()
         );
     }

@@ -65,7 +65,7 @@ fn crds_have_status_scale_short_names_and_printer_columns() {
         (
             Manager::crd(),
             "mgr",
-            vec!["Ready", "Events", "Replicas", "Age"],
+            vec!["Ready", "Events", "Observes", "Replicas", "Age"],
         ),
     ] {
         let v = &crd.spec.versions[0];
@@ -430,4 +430,69 @@ fn subscribe_event_pattern_takes_names_prefixes_and_star() {
     ] {
         assert!(!re.is_match(bad), "{bad}");
     }
+}
+
+fn subscribed(subs: serde_json::Value) -> Manager {
+    manager(serde_json::json!({"spec": {"subscriptions": subs}}))
+}
+
+#[test]
+fn subscriptions_with_patterns_observers_and_filters_pass() {
+    let m = subscribed(serde_json::json!([
+        {"event": "orders.created"},
+        {"event": "orders.*", "observe": ["requests", "responses"],
+         "filter": {"any": [{"exact": {"source": "/shop/web"}}, {"not": {"prefix": {"region": "us"}}}]}},
+        {"event": "audit.entry", "delivery": "durable", "startFrom": "10m"},
+        {"event": "billing.*", "delivery": "durable", "startFrom": "stored"},
+    ]));
+    assert_eq!(cel_errors(&m), "");
+}
+
+#[test]
+fn a_replay_on_a_direct_subscription_is_refused_naming_start_from() {
+    let m = subscribed(serde_json::json!([{"event": "orders.created", "startFrom": "stored"}]));
+    let err = cel_errors(&m);
+    assert!(err.contains("startFrom replays stored events"), "{err}");
+    assert!(err.contains("startFrom"), "{err}");
+}
+
+#[test]
+fn an_empty_or_doubled_filter_is_refused() {
+    for f in [
+        serde_json::json!({}),
+        serde_json::json!({"exact": {"type": "a"}, "suffix": {"type": "b"}}),
+        serde_json::json!({"all": [{"not": {}}]}),
+    ] {
+        let m = subscribed(serde_json::json!([{"event": "orders.created", "filter": f}]));
+        let err = cel_errors(&m);
+        assert!(
+            err.contains("a filter sets exactly one of exact, prefix, suffix, all, any or not"),
+            "{f}: {err}"
+        );
+    }
+}
+
+#[test]
+fn filter_attribute_names_are_cloudevents_names() {
+    let m = subscribed(serde_json::json!([
+        {"event": "orders.created", "filter": {"exact": {"Region": "eu"}}}
+    ]));
+    let err = cel_errors(&m);
+    assert!(err.contains("CloudEvents attribute names"), "{err}");
+}
+
+#[test]
+fn the_subscriptions_schema_keys_them_by_event_and_nests_filters_three_deep() {
+    let crd = serde_json::to_value(Manager::crd()).expect("crd");
+    let subs = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["subscriptions"];
+    assert_eq!(subs["x-kubernetes-list-type"], "map");
+    assert_eq!(subs["x-kubernetes-list-map-keys"][0], "event");
+    let filter = &subs["items"]["properties"]["filter"];
+    let deepest =
+        &filter["properties"]["not"]["properties"]["all"]["items"]["properties"]["any"]["items"];
+    assert!(deepest["properties"]["exact"].is_object(), "{deepest}");
+    assert!(deepest["properties"].get("not").is_none(), "{deepest}");
+    let observe = &subs["items"]["properties"]["observe"];
+    assert_eq!(observe["x-kubernetes-list-type"], "set");
 }

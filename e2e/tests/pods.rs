@@ -111,6 +111,10 @@ fn main() -> ExitCode {
             "the_mesh_is_certified_in_real_pods_and_plain_frames_are_refused",
             |e| Box::pin(mesh_is_certified(e)),
         ),
+        (
+            "two_managers_subscribed_to_order_created_both_receive_it_in_real_pods",
+            |e| Box::pin(two_subscribers_receive_a_publish(e)),
+        ),
     ];
     let trials = tests
         .into_iter()
@@ -884,6 +888,172 @@ async fn mesh_is_certified(env: &'static Env) -> Result<()> {
         a.status,
         a.body
     );
+    Ok(())
+}
+
+/// The headline case of subscriptions (issue 36): Managers `billing` and `shipping` both subscribe
+/// to `order.created`, which nobody handles; Manager `front`'s app publishes one through its local
+/// API (the example app's `publish`), and both subscribers' pods receive it, once each.
+const SUBSCRIBERS: &str = r#"
+apiVersion: switchyard.dev/v1alpha1
+kind: Router
+metadata: {name: edge}
+spec:
+  listeners: {http: {port: 8080}}
+  routes:
+    - event: publish
+      http: {method: POST, path: /publish}
+---
+apiVersion: switchyard.dev/v1alpha1
+kind: Manager
+metadata: {name: front}
+spec:
+  routerRef: {name: edge}
+  events: [publish]
+  app: {port: 8000, path: /events}
+  template:
+    spec:
+      containers:
+        - name: app
+          image: ghcr.io/switchyard-dev/switchyard-example-app:0.1.0
+          command: [switchyard-example-app, --port, "8000"]
+---
+apiVersion: switchyard.dev/v1alpha1
+kind: Manager
+metadata: {name: billing}
+spec:
+  routerRef: {name: edge}
+  events: [billing.charge]
+  subscriptions:
+    - event: order.created
+  app: {port: 8000, path: /events}
+  template:
+    spec:
+      containers:
+        - name: app
+          image: ghcr.io/switchyard-dev/switchyard-example-app:0.1.0
+          command: [switchyard-example-app, --port, "8000"]
+---
+apiVersion: switchyard.dev/v1alpha1
+kind: Manager
+metadata: {name: shipping}
+spec:
+  routerRef: {name: edge}
+  events: [shipping.ship]
+  subscriptions:
+    - event: order.created
+  app: {port: 8000, path: /events}
+  template:
+    spec:
+      containers:
+        - name: app
+          image: ghcr.io/switchyard-dev/switchyard-example-app:0.1.0
+          command: [switchyard-example-app, --port, "8000"]
+"#;
+
+async fn two_subscribers_receive_a_publish(env: &'static Env) -> Result<()> {
+    let ns = node_namespace(env, "subs").await?;
+    let manifest = std::env::temp_dir().join(format!("{}-subscribers.yaml", ns.name));
+    std::fs::write(&manifest, SUBSCRIBERS)?;
+    env.cluster
+        .kubectl()
+        .args(["-n", &ns.name, "apply", "-f"])
+        .arg(&manifest)
+        .ok()
+        .await?;
+    let _ = std::fs::remove_file(&manifest);
+    let client = env.cluster.client().await?;
+    let router = eventually("a Ready router pod on the node", timeout(), || async {
+        let pods = live_pods(&client, &ns.name, ROUTER_PODS).await?;
+        ensure!(pods.len() == 1, "{} router pods", pods.len());
+        check_running_on(&pods[0], &env.node.name)?;
+        Ok(pods[0].clone())
+    })
+    .await?;
+    let http = RouterClient::new(SocketAddr::new(
+        routed_ip(&env.node, &router).await?.into(),
+        8080,
+    ));
+    let mut subscribers = Vec::new();
+    for m in ["billing", "shipping"] {
+        let selector = format!("switchyard.dev/manager={m}");
+        let pod = eventually(&format!("a Ready {m} pod"), timeout(), || async {
+            let pods = live_pods(&client, &ns.name, &selector).await?;
+            ensure!(pods.len() == 1, "{} {m} pods", pods.len());
+            check_running_on(&pods[0], &env.node.name)?;
+            Ok(pods[0].clone())
+        })
+        .await?;
+        subscribers.push((m, routed_ip(&env.node, &pod).await?));
+    }
+    let admin = switchyard_protocol::ports::ADMIN;
+    let received = |ip| async move {
+        let m = pod_metrics(ip, admin).await?;
+        Ok::<f64, anyhow::Error>(sample(
+            &m,
+            "switchyard_requests_total",
+            &[("event", "order.created")],
+        ))
+    };
+    // 202 means both subscribers admitted it: until front's sidecar has both in its table and
+    // connected, the publish is refused (503) and retried here.
+    eventually(
+        "POST /publish of order.created answered 202",
+        timeout(),
+        || async {
+            let a = http
+                .post(
+                    "/publish",
+                    r#"{"event":"order.created","data":{"order":1}}"#,
+                )
+                .await?;
+            ensure!(a.status == 202, "POST /publish: {} {}", a.status, a.body);
+            Ok(())
+        },
+    )
+    .await?;
+    for (m, ip) in &subscribers {
+        let ip = *ip;
+        eventually(
+            &format!("{m}'s pod to receive order.created"),
+            timeout(),
+            || async {
+                let n = received(ip).await?;
+                ensure!(n >= 1.0, "{m} received {n}");
+                Ok(())
+            },
+        )
+        .await?;
+    }
+    // Once more, counted exactly: one more delivery at each, not two.
+    let before: Vec<f64> = {
+        let mut v = Vec::new();
+        for (_, ip) in &subscribers {
+            v.push(received(*ip).await?);
+        }
+        v
+    };
+    let a = http
+        .post(
+            "/publish",
+            r#"{"event":"order.created","data":{"order":2}}"#,
+        )
+        .await?;
+    ensure!(a.status == 202, "POST /publish: {} {}", a.status, a.body);
+    for ((m, ip), b) in subscribers.iter().zip(&before) {
+        let ip = *ip;
+        eventually(
+            &format!("{m}'s pod to receive the second"),
+            timeout(),
+            || async {
+                let n = received(ip).await?;
+                ensure!(n == b + 1.0, "{m} received {n}, {b} before");
+                Ok(())
+            },
+        )
+        .await?;
+    }
+    eprintln!("[e2e] order.created reached billing and shipping in their pods, once each");
     Ok(())
 }
 

@@ -5,6 +5,7 @@ use std::collections::BTreeMap;
 use switchyard_crds::EventType;
 use switchyard_crds::manager::{AllowFrom, App, Split, Workers};
 use switchyard_crds::router::{RouterSpec, Tracing};
+use switchyard_crds::subscription::Subscription;
 
 use crate::durable::{DurableRoute, JetStreamConfig};
 
@@ -33,6 +34,9 @@ pub struct RouterConfig {
     pub spec: RouterSpec,
     /// Where each event type goes.
     pub destinations: BTreeMap<EventType, Destination>,
+    /// The Managers that observe event types beside their handlers, keyed by [`subscriber_key`].
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub subscribers: BTreeMap<String, Subscriber>,
     /// Manager name -> `host:port` of its manager sidecars' frame listeners: the static endpoint table of
     /// local mode. A Manager missing here is found through its Service's DNS name instead.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -55,6 +59,24 @@ pub struct Destination {
     /// Set when the type is delivered durably: publishes go to the Manager's JetStream stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub durable: Option<DurableRoute>,
+}
+
+/// A Manager that observes an event type (or pattern) through one of its subscriptions, and how
+/// to reach its pods.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct Subscriber {
+    /// The subscription as the Manager wrote it.
+    pub subscription: Subscription,
+    /// Its Manager's pods (all of them: a subscription is served by whichever pod p2c picks).
+    pub destination: Destination,
+}
+
+/// The key of a subscriber's route in a routing table: `<event>@<manager>`. No event type or
+/// pattern holds an `@`, so it never collides with a handler's route (keyed by event type), and a
+/// Manager has one subscription per `event` (the CRD keys the list by it).
+pub fn subscriber_key(event: &str, manager: &str) -> String {
+    format!("{event}@{manager}")
 }
 
 /// Configuration of a sidecar in manager role.
@@ -80,6 +102,12 @@ pub struct ManagerConfig {
     /// cluster, where the operator's control-plane stream supplies it.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub destinations: BTreeMap<EventType, Destination>,
+    /// As [`RouterConfig::subscribers`]: who observes what, for the app's publishes and requests.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub subscribers: BTreeMap<String, Subscriber>,
+    /// This Manager's own subscriptions (`spec.subscriptions`): its pods admit the events they cover.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub subscriptions: Vec<Subscription>,
     /// As [`RouterConfig::static_endpoints`]: local mode's endpoint table.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub static_endpoints: BTreeMap<String, Vec<String>>,

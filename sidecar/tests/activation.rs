@@ -32,6 +32,7 @@ fn table(version: u64, endpoints: &[String]) -> RoutingTable {
                 })
                 .collect(),
             durable: None,
+            subscription: None,
         }],
         ..RoutingTable::default()
     }

@@ -39,6 +39,7 @@ fn table(version: u64, endpoint: Option<u16>, durable: Option<DurableRoute>) -> 
             .into_iter()
             .collect(),
         durable,
+        subscription: None,
     };
     RoutingTable {
         version,

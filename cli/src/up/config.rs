@@ -41,9 +41,11 @@ pub fn router_config(
         .namespace
         .get_or_insert_with(|| DEFAULT_NAMESPACE.into());
     let mut config = switchyard_operator::render::router::render_config(&router, managers)?;
+    // Subscribers are reached the same way: a Manager that only observes has no destination.
     config.static_endpoints = config
         .destinations
         .values()
+        .chain(config.subscribers.values().map(|s| &s.destination))
         .filter_map(|d| Some((d.manager.clone(), endpoints.get(&d.manager)?.clone())))
         .collect();
     Ok(config)

@@ -410,6 +410,7 @@ pub fn plan(
                 format!("Manager {}: rendering its outbound table", m.name_any())
             })?;
             config.destinations = table.destinations;
+            config.subscribers = table.subscribers;
             config.static_endpoints = table.static_endpoints;
         }
         config.jetstream = jetstream.clone();

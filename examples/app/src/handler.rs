@@ -173,6 +173,14 @@ impl Handlers {
                     "relay needs SWITCHYARD_LOCAL_API, the manager sidecar's local API",
                 ),
             },
+            "publish" => match &self.relay {
+                Some(r) => r.publish(body, trace).await,
+                None => Answer::problem(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    "No local API",
+                    "publish needs SWITCHYARD_LOCAL_API, the manager sidecar's local API",
+                ),
+            },
             other => Answer::problem(
                 StatusCode::NOT_FOUND,
                 "Unknown event type",

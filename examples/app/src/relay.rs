@@ -1,5 +1,7 @@
 //! `relay`: the app as a client of its manager sidecar's local API. It requests `echo` through
 //! `SWITCHYARD_LOCAL_API` and answers with the reply, so one event fans into another Manager's.
+//! `publish`: it publishes `data` as an event of type `event` (the body `{"event", "data"}`) and
+//! answers with the local API's answer (202 once every subscriber admitted it).
 
 use crate::handler::Answer;
 use crate::trace::Trace;
@@ -23,6 +25,7 @@ const MAX_REPLY: usize = 4 * 1024 * 1024;
 pub struct Relay {
     client: Client<HttpConnector, Full<Bytes>>,
     echo: Uri,
+    base: String,
 }
 
 impl Relay {
@@ -32,12 +35,50 @@ impl Relay {
             .parse()
             .ok()?;
         let client = Client::builder(TokioExecutor::new()).build_http();
-        Some(Relay { client, echo })
+        Some(Relay {
+            client,
+            echo,
+            base: base.trim_end_matches('/').to_owned(),
+        })
     }
 
     /// Requests `echo` with `body`, carrying the trace, and answers with its reply.
     pub async fn relay(&self, body: Bytes, trace: &Trace) -> Answer {
-        let mut req = Request::post(self.echo.clone()).body(Full::new(body));
+        self.call(self.echo.clone(), body, trace).await
+    }
+
+    /// Publishes the `data` of `body` (`{"event": "<type>", "data": <any JSON>}`) as an event of
+    /// type `event`, and answers with the local API's answer.
+    pub async fn publish(&self, body: Bytes, trace: &Trace) -> Answer {
+        let parsed: Result<serde_json::Value, _> = serde_json::from_slice(&body);
+        let event = parsed
+            .as_ref()
+            .ok()
+            .and_then(|v| v.get("event")?.as_str().map(str::to_owned));
+        let Some(event) = event else {
+            return Answer::problem(
+                StatusCode::BAD_REQUEST,
+                "Invalid publish",
+                "publish takes a JSON body {\"event\": \"<type>\", \"data\": ...}",
+            );
+        };
+        let data = parsed
+            .ok()
+            .and_then(|mut v| v.get_mut("data").map(serde_json::Value::take))
+            .unwrap_or(serde_json::Value::Null);
+        let uri = format!("{}/v1/publish/{event}", self.base);
+        let (Ok(uri), Ok(data)) = (uri.parse::<Uri>(), serde_json::to_vec(&data)) else {
+            return Answer::problem(
+                StatusCode::BAD_REQUEST,
+                "Invalid publish",
+                "the event type does not make a local API path",
+            );
+        };
+        self.call(uri, Bytes::from(data), trace).await
+    }
+
+    async fn call(&self, uri: Uri, body: Bytes, trace: &Trace) -> Answer {
+        let mut req = Request::post(uri).body(Full::new(body));
         if let Ok(r) = req.as_mut() {
             r.headers_mut()
                 .insert(CONTENT_TYPE, HeaderValue::from_static("application/json"));

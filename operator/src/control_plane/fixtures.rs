@@ -16,5 +16,6 @@ pub(super) fn route(event: &str, addrs: &[&str]) -> Route {
             })
             .collect(),
         durable: None,
+        subscription: None,
     }
 }

@@ -18,7 +18,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use switchyard_crds::{Manager, Router};
-use switchyard_protocol::control::v1::{Endpoint, Route};
+use switchyard_protocol::control::v1::{Endpoint, Route, Subscription};
 use switchyard_protocol::durable::DurableRoute;
 
 /// Namespace and name of an object.
@@ -54,6 +54,8 @@ struct Dest {
     pool: PoolKey,
     /// Set when the type is delivered durably; its route says so.
     durable: Option<DurableRoute>,
+    /// Set on a subscriber's route (keyed `<event>@<manager>`).
+    subscription: Option<Subscription>,
 }
 
 /// What the index keeps of a pod.
@@ -151,6 +153,7 @@ type RoutingSpec<'a> = (
     &'a BTreeMap<String, switchyard_crds::manager::DeliveryMode>,
     Option<&'a str>,
     &'a switchyard_crds::manager::Durable,
+    &'a [switchyard_crds::subscription::Subscription],
 );
 
 fn routing_spec(m: &Manager) -> RoutingSpec<'_> {
@@ -163,6 +166,7 @@ fn routing_spec(m: &Manager) -> RoutingSpec<'_> {
         &s.event_delivery,
         s.workers.ordering_key.as_deref(),
         &s.durable,
+        s.subscriptions.as_slice(),
     )
 }
 
@@ -359,7 +363,25 @@ impl Index {
                 .flatten()
                 .filter_map(|name| self.managers.get(&(key.namespace.clone(), name.clone())))
                 .map(|m| &**m);
-            render::router::destinations(managers)
+            let managers: Vec<&Manager> = managers.collect();
+            let subscribers = render::router::subscribers(managers.iter().copied())
+                .into_iter()
+                .map(|(route_key, sub)| {
+                    let d = sub.destination;
+                    let dest = Dest {
+                        pool_name: render::manager::service_name(&d.manager),
+                        manager: d.manager,
+                        pool: PoolKey {
+                            namespace: key.namespace.clone(),
+                            selector: d.pod_selector,
+                            port: d.port,
+                        },
+                        durable: None,
+                        subscription: Some(super::table::subscription_wire(&sub.subscription)),
+                    };
+                    (route_key, dest)
+                });
+            render::router::destinations(managers.iter().copied())
                 .into_iter()
                 .map(|(event, d)| {
                     let pool_name = if d.pod_selector.contains_key(meta::EVENT_TYPE) {
@@ -376,9 +398,11 @@ impl Index {
                             port: d.port,
                         },
                         durable: d.durable,
+                        subscription: None,
                     };
                     (event.as_str().to_owned(), dest)
                 })
+                .chain(subscribers)
                 .collect()
         } else {
             BTreeMap::new()
@@ -478,6 +502,7 @@ impl Index {
             pool: d.pool_name.clone(),
             endpoints,
             durable: d.durable.as_ref().map(DurableRoute::to_wire),
+            subscription: d.subscription.clone(),
         }
     }
 

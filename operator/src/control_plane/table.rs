@@ -8,7 +8,7 @@ use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
 use std::net::{IpAddr, SocketAddr};
 use switchyard_crds::{Manager, Router};
-use switchyard_protocol::control::v1::{Endpoint, Route};
+use switchyard_protocol::control::v1::{Endpoint, Route, Subscription};
 use switchyard_protocol::durable::DurableRoute;
 
 /// A Router by namespace and name.
@@ -54,42 +54,72 @@ pub fn all_tables(
 }
 
 /// The routes of one Router: per event type its Manager (the same choice as the rendered config:
-/// first Manager by name wins a contested type) and the ready pods its destination selects.
+/// first Manager by name wins a contested type) and the ready pods its destination selects; and
+/// per subscription (keyed `<event>@<manager>`) the subscribing Manager and all its ready pods.
+/// Sorted by key.
 pub fn routes(router: &Router, managers: &[Manager], pods: &[&Pod]) -> Vec<Route> {
     // render_config only fails without a namespace, which `all_tables` has already required.
     let Ok(config) = render::router::render_config(router, managers) else {
         return Vec::new();
     };
-    config
-        .destinations
+    let handlers = config.destinations.iter().map(|(event, dest)| {
+        let pool = if dest.pod_selector.contains_key(meta::EVENT_TYPE) {
+            render::manager::per_type_name(&dest.manager, event)
+        } else {
+            render::manager::service_name(&dest.manager)
+        };
+        route(event.as_str(), dest, pool, pods, None)
+    });
+    let subscribers = config.subscribers.iter().map(|(key, sub)| {
+        let pool = render::manager::service_name(&sub.destination.manager);
+        let wire = subscription_wire(&sub.subscription);
+        route(key, &sub.destination, pool, pods, Some(wire))
+    });
+    let mut routes: Vec<Route> = handlers.chain(subscribers).collect();
+    routes.sort_by(|a, b| a.event_type.cmp(&b.event_type));
+    routes
+}
+
+/// A subscription as a route carries it.
+pub fn subscription_wire(s: &switchyard_crds::subscription::Subscription) -> Subscription {
+    Subscription {
+        event: s.event.clone(),
+        observe: s.observe.iter().map(|o| o.as_str().to_owned()).collect(),
+        filter: s
+            .filter
+            .as_ref()
+            .and_then(|f| serde_json::to_string(f).ok())
+            .unwrap_or_default(),
+    }
+}
+
+fn route(
+    key: &str,
+    dest: &switchyard_protocol::config::Destination,
+    pool: String,
+    pods: &[&Pod],
+    subscription: Option<Subscription>,
+) -> Route {
+    let mut endpoints: Vec<Endpoint> = pods
         .iter()
-        .map(|(event, dest)| {
-            let pool = if dest.pod_selector.contains_key(meta::EVENT_TYPE) {
-                render::manager::per_type_name(&dest.manager, event)
-            } else {
-                render::manager::service_name(&dest.manager)
-            };
-            let mut endpoints: Vec<Endpoint> = pods
-                .iter()
-                .filter(|p| selects(&dest.pod_selector, p) && is_ready(p))
-                .filter_map(|p| {
-                    let ip: IpAddr = p.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
-                    Some(Endpoint {
-                        address: SocketAddr::new(ip, dest.port).to_string(),
-                        pod: p.name_any(),
-                    })
-                })
-                .collect();
-            endpoints.sort_by(|a, b| a.address.cmp(&b.address));
-            Route {
-                event_type: event.as_str().to_owned(),
-                manager: dest.manager.clone(),
-                pool,
-                endpoints,
-                durable: dest.durable.as_ref().map(DurableRoute::to_wire),
-            }
+        .filter(|p| selects(&dest.pod_selector, p) && is_ready(p))
+        .filter_map(|p| {
+            let ip: IpAddr = p.status.as_ref()?.pod_ip.as_deref()?.parse().ok()?;
+            Some(Endpoint {
+                address: SocketAddr::new(ip, dest.port).to_string(),
+                pod: p.name_any(),
+            })
         })
-        .collect()
+        .collect();
+    endpoints.sort_by(|a, b| a.address.cmp(&b.address));
+    Route {
+        event_type: key.to_owned(),
+        manager: dest.manager.clone(),
+        pool,
+        endpoints,
+        durable: dest.durable.as_ref().map(DurableRoute::to_wire),
+        subscription,
+    }
 }
 
 fn selects(selector: &BTreeMap<String, String>, pod: &Pod) -> bool {

@@ -19,7 +19,7 @@ use kube::{Resource, ResourceExt};
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
-use switchyard_crds::status::RouterStatus;
+use switchyard_crds::status::{RouterStatus, TypeSubscribers};
 use switchyard_crds::{Manager, Router};
 
 const NAME: &str = "router";
@@ -167,6 +167,7 @@ async fn reconcile_inner(router: &Router, ctx: &Context, cache: &ManagerCache) -
         ready_replicas: summary.ready_replicas,
         selector: Some(meta::selector_string(&meta::selector(meta::ROUTER, &name))),
         routes: i32::try_from(router.spec.routes.len()).unwrap_or(i32::MAX),
+        subscribers: fan_out(&managers),
     };
     if status != old {
         super::apply_status(ctx, router, &status).await?;
@@ -206,6 +207,46 @@ fn event_type_conflicts(managers: &[Manager]) -> Option<String> {
         })
         .collect();
     (!conflicts.is_empty()).then(|| conflicts.join("; "))
+}
+
+/// Most entries of the Router's `status.subscribers` (its schema's bound).
+const MAX_FAN_OUT_ENTRIES: usize = 1024;
+
+/// Per subscribed event type (or pattern): its handler and its subscribers, for the status. A
+/// durable subscription is listed as such, though its delivery is not built yet (the Manager's
+/// status says so).
+fn fan_out(managers: &[Manager]) -> Vec<TypeSubscribers> {
+    let mut by_event: BTreeMap<&str, Vec<String>> = BTreeMap::new();
+    for m in managers {
+        for s in &m.spec.subscriptions {
+            let observe: Vec<&str> = s.observe.iter().map(|o| o.as_str()).collect();
+            let mut what = observe.join(", ");
+            if s.delivery == switchyard_crds::manager::DeliveryMode::Durable {
+                what.push_str("; durable");
+            }
+            by_event
+                .entry(s.event.as_str())
+                .or_default()
+                .push(format!("{} ({what})", m.name_any()));
+        }
+    }
+    let handlers = render::router::destinations(managers.iter());
+    by_event
+        .into_iter()
+        .take(MAX_FAN_OUT_ENTRIES)
+        .map(|(event, mut subs)| {
+            subs.sort();
+            subs.truncate(256);
+            TypeSubscribers {
+                event: event.to_owned(),
+                handler: switchyard_crds::EventType::check(event)
+                    .ok()
+                    .and_then(|_| handlers.get(&switchyard_crds::EventType(event.to_owned())))
+                    .map(|d| d.manager.clone()),
+                subscribers: subs,
+            }
+        })
+        .collect()
 }
 
 fn error_policy(router: Arc<Router>, err: &Error, shared: Arc<Shared>) -> Action {

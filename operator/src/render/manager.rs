@@ -94,6 +94,8 @@ pub fn render_config(
         workers: spec.workers.clone(),
         split: spec.scaling.split,
         destinations: Default::default(),
+        subscribers: Default::default(),
+        subscriptions: spec.subscriptions.clone(),
         static_endpoints: Default::default(),
         tracing: router.and_then(|r| r.spec.tracing.clone()),
         allow_from: spec.allow_from.clone(),

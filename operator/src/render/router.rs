@@ -16,7 +16,7 @@ use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use kube::ResourceExt;
 use std::collections::BTreeMap;
 use switchyard_crds::{Manager, Router};
-use switchyard_protocol::config::{self, Destination, RouterConfig};
+use switchyard_protocol::config::{self, Destination, RouterConfig, Subscriber};
 use switchyard_protocol::durable::DurableRoute;
 use switchyard_protocol::ports;
 
@@ -53,6 +53,7 @@ pub fn render_config(router: &Router, managers: &[Manager]) -> Result<RouterConf
             .ok_or(Error::MissingMetadata("namespace"))?,
         spec: router.spec.clone(),
         destinations: destinations(managers.iter()),
+        subscribers: subscribers(managers.iter()),
         static_endpoints: BTreeMap::new(),
     })
 }
@@ -90,6 +91,38 @@ pub fn destinations<'a>(
         }
     }
     destinations
+}
+
+/// Who observes what, from the Managers that name a Router: one entry per subscription, keyed by
+/// [`config::subscriber_key`], each sending to all pods of its Manager. Durable subscriptions are
+/// left out: their streams are not built yet, and validation says so in the Manager's status
+/// rather than delivering them direct, which would lose what a durable subscriber was promised.
+pub fn subscribers<'a>(
+    managers: impl IntoIterator<Item = &'a Manager>,
+) -> BTreeMap<String, Subscriber> {
+    let mut out = BTreeMap::new();
+    for m in managers {
+        let name = m.name_any();
+        for s in &m.spec.subscriptions {
+            if s.delivery != switchyard_crds::manager::DeliveryMode::Direct {
+                continue;
+            }
+            out.insert(
+                config::subscriber_key(&s.event, &name),
+                Subscriber {
+                    subscription: s.clone(),
+                    destination: Destination {
+                        manager: name.clone(),
+                        service: super::manager::service_name(&name),
+                        port: ports::MANAGER_INBOUND,
+                        pod_selector: meta::selector(meta::MANAGER, &name),
+                        durable: None,
+                    },
+                },
+            );
+        }
+    }
+    out
 }
 
 /// Builds every child of `router`.

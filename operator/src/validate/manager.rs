@@ -3,6 +3,7 @@
 use super::{FieldError, check_name};
 use crate::render::sidecar;
 use switchyard_crds::ManagerSpec;
+use switchyard_crds::manager::DeliveryMode;
 use switchyard_protocol::ports;
 
 /// Every problem of `spec`, in field order; empty when valid.
@@ -71,5 +72,30 @@ pub fn validate(name: &str, spec: &ManagerSpec) -> Vec<FieldError> {
             }
         }
     }
+    check_subscriptions(spec, &mut out);
     out
+}
+
+/// What the CRD's schema cannot say of `spec.subscriptions` (and, for files that never pass the
+/// API server, what its CEL rules do say).
+fn check_subscriptions(spec: &ManagerSpec, out: &mut Vec<FieldError>) {
+    for (i, s) in spec.subscriptions.iter().enumerate() {
+        let at = format!("spec.subscriptions[{i}]");
+        if let Some(f) = &s.filter
+            && let Err(e) = f.check(&format!("{at}.filter"))
+        {
+            out.push(FieldError::new(format!("{at}.filter"), e));
+        }
+        if s.delivery == DeliveryMode::Durable {
+            out.push(FieldError::new(
+                format!("{at}.delivery"),
+                "durable subscriptions are not built yet (no stream keeps events for a subscriber); use delivery: direct",
+            ));
+        } else if s.start_from.is_some() {
+            out.push(FieldError::new(
+                format!("{at}.startFrom"),
+                "startFrom replays stored events, so it needs delivery: durable",
+            ));
+        }
+    }
 }

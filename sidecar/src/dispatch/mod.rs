@@ -8,15 +8,19 @@
 
 mod broker;
 mod clock;
+mod observers;
 
 pub use broker::Broker;
 pub(crate) use clock::Clock;
+pub(crate) use observers::Observers;
 
 use crate::answer::{DEADLINE_SLACK, Failure};
 use crate::durable::{DurableError, Fields, Store, Target};
+use crate::upstream::subscribers::Sub;
 use crate::upstream::{Answered, CallError, Collect, Outgoing, Upstream};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
+use switchyard_crds::subscription::Observe;
 use switchyard_protocol::frame::{MAX_PAYLOAD, Response};
 
 /// The broker and the upstream of one process.
@@ -28,6 +32,8 @@ pub(crate) struct Dispatch {
     /// The event store, when the sidecar is given JetStream servers: publishes of the types the
     /// routing table says are durable go there.
     pub(crate) durable: Option<Arc<Store>>,
+    /// Copies of requests and answers for the types' `requests`/`responses` subscribers.
+    pub(crate) observers: Observers,
 }
 
 impl From<CallError> for Failure {
@@ -137,12 +143,21 @@ impl Dispatch {
         if let Some(t) = clock.trace.as_mut() {
             out.traceparent = t.send_start(&out.event, &out.ce_id);
         }
+        let (asking, answered_to) = self.observers_of(&out);
+        if !asking.is_empty() {
+            self.observers.request(&self.upstream, asking, &out);
+        }
         let result = self
             .upstream
             .call(&pool, &out, deadline, &mut clock.call)
             .await;
         clock.call_end = Some(Instant::now());
         let resp = result?;
+        // A streamed answer is read once, by the client: its observers are not sent a copy.
+        if !answered_to.is_empty() && resp.body.is_none() && !resp.head.from_mesh {
+            self.observers
+                .response(&self.upstream, answered_to, &out, &resp.head);
+        }
         clock.queue = Duration::from_micros(resp.head.queue_us.into());
         clock.app = Duration::from_micros(resp.head.app_us.into());
         let Answered { head, body } = resp;
@@ -150,6 +165,17 @@ impl Dispatch {
             head: from_manager(head, deadline)?,
             body,
         })
+    }
+
+    /// The `requests` and the `responses` subscribers of `out` (none for a streamed request body).
+    fn observers_of(&self, out: &Outgoing) -> (Vec<Arc<Sub>>, Vec<Arc<Sub>>) {
+        let asking = self.observers.of_request(&self.upstream, out);
+        let answered = if out.upload.is_some() {
+            Vec::new()
+        } else {
+            self.upstream.subscribers_of(out, Observe::Responses)
+        };
+        (asking, answered)
     }
 
     /// Publishes `out` within the broker's bound: see [`publish_routed`].
@@ -168,7 +194,50 @@ impl Dispatch {
 /// any other to a manager sidecar of its Manager, done once that one admitted it to its queue (its
 /// acknowledgement; a refusal from every endpoint is the manager's 503). No broker admission here:
 /// the dead letters of an event the worker holds are admitted already.
+///
+/// Fan-out: every Manager subscribed to the type's publishes (pattern and filter matching) gets
+/// it too, once per Manager, in parallel with the handler; done once each of them admitted it (a
+/// type with subscribers and no handler is done once they did). A refusal from any is the answer,
+/// and a retry sends to all again with the same ce-id: a subscriber that had admitted it may get it
+/// twice, none gets it zero times after an `Ok`.
 pub(crate) async fn publish_routed(
+    upstream: &Upstream,
+    store: Option<&Store>,
+    out: Outgoing,
+    deadline: Instant,
+) -> Result<(), Failure> {
+    let subs = upstream.subscribers_of(&out, Observe::Published);
+    if subs.is_empty() {
+        return publish_to_handler(upstream, store, out, deadline).await;
+    }
+    let copy = Outgoing {
+        event: out.event.clone(),
+        ce_id: out.ce_id.clone(),
+        traceparent: out.traceparent.clone(),
+        tracestate: out.tracestate.clone(),
+        payload: out.payload.clone(),
+        content_type: out.content_type.clone(),
+        upload: None,
+        headers: out.headers.clone(),
+    };
+    let copies = futures::future::join_all(subs.iter().map(|s| async {
+        let ack = upstream.publish(&s.pool, &copy, deadline).await?;
+        accepted(ack, deadline)
+    }));
+    let handled = async {
+        match publish_to_handler(upstream, store, out, deadline).await {
+            // Subscribers only: the type needs no handler to be published.
+            Err(Failure::NoManager) => Ok(()),
+            r => r,
+        }
+    };
+    let (handled, copies) = tokio::join!(handled, copies);
+    handled?;
+    copies.into_iter().collect()
+}
+
+/// [`publish_routed`] to the type's handling Manager only.
+async fn publish_to_handler(
     upstream: &Upstream,
     store: Option<&Store>,
     out: Outgoing,

@@ -109,6 +109,9 @@ pub struct Worker {
     dead_letter: Option<DeadLetter>,
     /// Event types handled here, with their metric labels.
     events: HashMap<String, EventLabel>,
+    /// The Manager's subscriptions (type or pattern, and its label): events they cover are
+    /// admitted as well as the handled types.
+    subscribed: Vec<(String, EventLabel)>,
     /// The pod's worker slots, one budget for direct events and every durable lane (FIFO, so fair).
     slots: Arc<Semaphore>,
     admitted: Arc<AtomicUsize>,
@@ -156,6 +159,7 @@ impl Worker {
             ordering: None,
             dead_letter: None,
             events,
+            subscribed: Vec::new(),
             admitted: Arc::default(),
             delivery,
             metrics,
@@ -167,6 +171,26 @@ impl Worker {
     pub fn with_tracing(mut self, otel: Option<Arc<Otel>>) -> Worker {
         self.otel = otel;
         self
+    }
+
+    /// Admits the events `patterns` (the Manager's subscriptions: types, `prefix.*` or `*`) cover,
+    /// beside the handled types; they are counted under their pattern.
+    pub fn with_subscriptions(mut self, patterns: &[String]) -> Worker {
+        self.subscribed = patterns
+            .iter()
+            .map(|p| (p.clone(), EventLabel(Arc::from(p.as_str()))))
+            .collect();
+        self
+    }
+
+    /// The label an event of type `event` is counted under, if this pod admits it.
+    fn label_of(&self, event: &str) -> Option<&EventLabel> {
+        self.events.get(event).or_else(|| {
+            self.subscribed
+                .iter()
+                .find(|(p, _)| switchyard_crds::subscription::pattern_matches(p, event))
+                .map(|(_, l)| l)
+        })
     }
 
     /// Delivers events with the same value at JSON pointer `pointer` one at a time, in arrival order.
@@ -220,11 +244,11 @@ impl Worker {
     /// the answer to send: 503 when the queue or the ordering lanes are full, 502 for an event type
     /// this pod does not handle.
     pub fn admit(&self, ev: &Request) -> Result<Admission, Response> {
-        let Some(label) = self.events.get(&ev.event) else {
+        let Some(label) = self.label_of(&ev.event) else {
             let detail = format!("this Manager pod does not handle event type {:?}", ev.event);
             return Err(problem_response(ev.id, 502, &detail));
         };
-        let underway = self.metrics.arrive(&ev.event);
+        let underway = self.metrics.arrive(&label.0);
         let place = self.place(ev);
         // Credits bound the sum over all senders; this holds it against a sender that ignores them.
         let lanes_full = matches!(place, Place::Full);
@@ -669,7 +693,7 @@ impl Worker {
         ev: &Request,
         _slot: OwnedSemaphorePermit,
     ) -> Attempted {
-        let Some(label) = self.events.get(&ev.event) else {
+        let Some(label) = self.label_of(&ev.event) else {
             return Attempted::NotHere;
         };
         let _underway = self.metrics.arrive(&ev.event);

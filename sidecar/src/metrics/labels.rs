@@ -46,3 +46,15 @@ pub struct LocalApiLabels {
     /// HTTP status answered (for gRPC, the HTTP status of the same case).
     pub status: u16,
 }
+
+/// Labels of the observer-copy counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ObserverLabels {
+    /// The subscription's route key, `<event>@<manager>`.
+    pub subscription: EventLabel,
+    /// `request` or `response`.
+    pub copy: &'static str,
+    /// `sent` (the subscriber admitted it), `shed` (too many copies underway: not sent) or
+    /// `failed` (no endpoint, refused, or no acknowledgement in time).
+    pub outcome: &'static str,
+}

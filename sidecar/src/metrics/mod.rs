@@ -8,7 +8,7 @@ pub(crate) mod sessions;
 pub(crate) mod ws;
 
 use crate::load::{LoadMeters, Underway};
-pub(crate) use labels::{EventLabel, EventLabels, LocalApiLabels};
+pub(crate) use labels::{EventLabel, EventLabels, LocalApiLabels, ObserverLabels};
 use labels::{RejectLabels, RequestLabels};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -74,6 +74,9 @@ pub struct Metrics {
     pub published_unconfirmed: Family<EventLabels, Counter>,
     /// `switchyard_local_api_requests_total{op,status}`: the app's calls to the local API (manager).
     pub local_api: Family<LocalApiLabels, Counter>,
+    /// `switchyard_observer_copies_total{subscription,copy,outcome}`: copies of requests and
+    /// answers sent beside the handler's path to `requests`/`responses` subscribers.
+    pub observer_copies: Family<ObserverLabels, Counter>,
     /// `switchyard_control_plane_tables_total`: routing tables received from the operator (router).
     pub control_plane_tables: Counter,
     /// `switchyard_control_plane_connected`: 1 while the routing-table stream is open (router).
@@ -167,6 +170,12 @@ impl Metrics {
             "Acknowledged publishes whose manager connection ended before they were reported done (lost if that pod died)",
             published_unconfirmed.clone(),
         );
+        let observer_copies = Family::<ObserverLabels, Counter>::default();
+        registry.register(
+            "switchyard_observer_copies",
+            "Copies of requests and answers for requests/responses subscribers, by subscription, copy and outcome (sent, shed, failed)",
+            observer_copies.clone(),
+        );
         let local_api = Family::<LocalApiLabels, Counter>::default();
         registry.register(
             "switchyard_local_api_requests",
@@ -210,6 +219,7 @@ impl Metrics {
             dead_letter_published,
             published_unconfirmed,
             local_api,
+            observer_copies,
             control_plane_tables,
             control_plane_connected,
             load: OnceLock::new(),

@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::net::control_plane::ControlPlane;
 use crate::net::identity::IdentitySettings;
 use crate::shutdown::DRAIN_LIMIT;
-use crate::upstream::{Upstream, follow};
+use crate::upstream::{Reach, Upstream, follow};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
@@ -86,6 +86,14 @@ pub(crate) async fn run(
     .map(Arc::new);
     let metrics = Metrics::new();
     let events: Vec<String> = s.events.iter().map(|e| e.as_str().to_owned()).collect();
+    // Direct subscriptions only: a durable one's stream is not built yet (the operator leaves it
+    // out of the routing tables and says so in the Manager's status).
+    let subscribed: Vec<String> = c
+        .subscriptions
+        .iter()
+        .filter(|s| s.delivery == switchyard_crds::manager::DeliveryMode::Direct)
+        .map(|s| s.event.clone())
+        .collect();
     // The app's outgoing events and dead letters leave through the same router stage as client requests.
     // In a cluster the table comes from the operator's control plane (the operator sets the variable on
     // both sidecars); locally `switchyard up` puts the Router's table in the config.
@@ -111,19 +119,27 @@ pub(crate) async fn run(
     let mut upstream = Upstream::start(
         &c.router,
         &c.namespace,
-        &c.destinations,
-        &c.static_endpoints,
+        Reach {
+            destinations: &c.destinations,
+            subscribers: &c.subscribers,
+            static_endpoints: &c.static_endpoints,
+        },
         None,
         mesh.clone(),
         metrics.clone(),
-    );
+    )
+    .with_source(source.clone());
     if let Some(cp) = &control_plane {
         upstream = upstream.with_control_plane(cp.url());
     }
     let upstream = Arc::new(upstream);
     let reporter = control_plane.as_ref().map(|cp| {
+        // Subscriptions report their load under their pattern, as the worker counts them.
         let meters = Arc::new(LoadMeters::new(
-            events.iter().map(|e| Arc::<str>::from(e.as_str())),
+            events
+                .iter()
+                .chain(&subscribed)
+                .map(|e| Arc::<str>::from(e.as_str())),
         ));
         let _ = metrics.load.set(meters.clone());
         let who = Reporter {
@@ -176,7 +192,8 @@ pub(crate) async fn run(
         delivery,
         metrics.clone(),
     )
-    .with_tracing(otel.clone());
+    .with_tracing(otel.clone())
+    .with_subscriptions(&subscribed);
     if let Some(key) = &c.workers.ordering_key {
         worker = worker.with_ordering_key(key.clone());
     }

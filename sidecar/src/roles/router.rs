@@ -24,7 +24,7 @@ use crate::secrets::reload::Reloads;
 use crate::shutdown::DRAIN_LIMIT;
 use crate::upstream::activate::Activator;
 use crate::upstream::pushes::PushSink;
-use crate::upstream::{Upstream, follow};
+use crate::upstream::{Reach, Upstream, follow};
 use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
@@ -215,8 +215,11 @@ pub(crate) async fn run(
     let mut upstream = Upstream::start(
         &settings.config.name,
         &settings.config.namespace,
-        &settings.config.destinations,
-        &settings.config.static_endpoints,
+        Reach {
+            destinations: &settings.config.destinations,
+            subscribers: &settings.config.subscribers,
+            static_endpoints: &settings.config.static_endpoints,
+        },
         Some(hub.clone() as Arc<dyn PushSink>),
         mesh,
         metrics.clone(),
@@ -317,6 +320,7 @@ pub(crate) async fn run(
             upstream,
             // Request/response is always direct: nothing a client sends is published.
             durable: None,
+            observers: crate::dispatch::Observers::new(metrics.clone()),
         },
         metrics,
         unmatched: EventLabel(Arc::from("unmatched")),

@@ -17,6 +17,7 @@ mod peer;
 mod pool;
 pub(crate) mod pushes;
 pub(crate) mod snapshot;
+pub(crate) mod subscribers;
 mod table;
 pub(crate) mod upload;
 
@@ -37,9 +38,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use subscribers::{Attrs, Sub};
 use switchyard_crds::EventType;
+use switchyard_crds::subscription::Observe;
 use switchyard_identity::Expect;
-use switchyard_protocol::config::Destination;
+use switchyard_protocol::config::{Destination, Subscriber};
 use switchyard_protocol::control::v1::RoutingTable;
 use switchyard_protocol::durable::DurableRoute;
 use switchyard_protocol::frame::{
@@ -143,6 +146,8 @@ pub struct Upstream {
     /// Set when following the control plane: requests with no ready endpoint are held and the
     /// operator is asked for a pod.
     activator: Option<Arc<Activator>>,
+    /// The CloudEvents `source` subscription filters see of the events leaving this sidecar.
+    source: String,
 }
 
 /// The state of the control-plane stream, for `/routes`.
@@ -150,6 +155,16 @@ struct Control {
     url: String,
     connected: AtomicBool,
     received: AtomicU64,
+}
+
+/// What a sidecar's configuration says its upstream reaches, from the start (the control plane's
+/// tables replace it later): the handlers' destinations per event type, the subscribers per route key,
+/// and the Managers with fixed endpoints instead of DNS.
+#[derive(Clone, Copy)]
+pub struct Reach<'a> {
+    pub destinations: &'a BTreeMap<EventType, Destination>,
+    pub subscribers: &'a BTreeMap<String, Subscriber>,
+    pub static_endpoints: &'a BTreeMap<String, Vec<String>>,
 }
 
 impl Upstream {
@@ -161,18 +176,44 @@ impl Upstream {
     pub fn start(
         name: &str,
         namespace: &str,
-        destinations: &BTreeMap<EventType, Destination>,
-        static_endpoints: &BTreeMap<String, Vec<String>>,
+        reach: Reach<'_>,
         pushes: Pushes,
         mesh: Option<Arc<MeshTls>>,
         metrics: Arc<Metrics>,
     ) -> Upstream {
+        let Reach {
+            destinations,
+            subscribers,
+            static_endpoints,
+        } = reach;
         let changes = Arc::new(Changes::default());
         let mut pools: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
         let mut by_event = HashMap::new();
         let mut durable = HashMap::new();
         let mut routes = Vec::new();
-        for (event, dest) in destinations {
+        let handlers = destinations
+            .iter()
+            .map(|(event, dest)| (event.as_str().to_owned(), dest, None));
+        let subs = subscribers.iter().map(|(key, s)| {
+            let wire = switchyard_protocol::control::v1::Subscription {
+                event: s.subscription.event.clone(),
+                observe: s
+                    .subscription
+                    .observe
+                    .iter()
+                    .map(|o| o.as_str().to_owned())
+                    .collect(),
+                filter: s
+                    .subscription
+                    .filter
+                    .as_ref()
+                    .and_then(|f| serde_json::to_string(f).ok())
+                    .unwrap_or_default(),
+            };
+            (key.clone(), &s.destination, Some(wire))
+        });
+        let mut subscribed = Vec::new();
+        for (event, dest, sub) in handlers.chain(subs) {
             let source = match static_endpoints.get(&dest.manager) {
                 Some(list) => Source::Static(list.clone()),
                 None => Source::Dns(format!("{}.{}.svc:{}", dest.service, namespace, dest.port)),
@@ -195,21 +236,36 @@ impl Upstream {
                     pool
                 })
                 .clone();
-            by_event.insert(event.as_str().to_owned(), pool);
+            if let Some(wire) = &sub {
+                match table::subscription(&event, &dest.manager, wire) {
+                    Ok(spec) => {
+                        routes.push(RouteInfo {
+                            event: event.clone(),
+                            manager: dest.manager.clone(),
+                            pool: key,
+                            durable: None,
+                            subscription: Some(spec.clone()),
+                        });
+                        subscribed.push(Arc::new(Sub { spec, pool }));
+                    }
+                    Err(reason) => tracing::warn!("subscription ignored: {reason}"),
+                }
+                continue;
+            }
+            by_event.insert(event.clone(), pool);
             let route = dest.durable.clone().map(Arc::new);
             if let Some(r) = &route {
-                durable.insert(
-                    event.as_str().to_owned(),
-                    (Arc::from(dest.manager.as_str()), r.clone()),
-                );
+                durable.insert(event.clone(), (Arc::from(dest.manager.as_str()), r.clone()));
             }
             routes.push(RouteInfo {
-                event: event.as_str().to_owned(),
+                event,
                 manager: dest.manager.clone(),
                 pool: key,
                 durable: route,
+                subscription: None,
             });
         }
+        routes.sort_by(|a, b| a.event.cmp(&b.event));
         Upstream {
             table: ArcSwap::from_pointee(Table {
                 version: 0,
@@ -217,9 +273,11 @@ impl Upstream {
                 pools,
                 by_event,
                 durable,
+                subscribers: subscribed,
                 routes,
             }),
             update: Mutex::new(()),
+            source: format!("/switchyard/{namespace}/{name}"),
             name: name.to_owned(),
             namespace: namespace.to_owned(),
             control: None,
@@ -229,6 +287,38 @@ impl Upstream {
             changes,
             activator: None,
         }
+    }
+
+    /// Sets the CloudEvents `source` that subscription filters see of the events leaving this
+    /// sidecar (`/switchyard/<namespace>/<Router or Manager>`; the Router's by default).
+    pub fn with_source(mut self, source: String) -> Upstream {
+        self.source = source;
+        self
+    }
+
+    /// The subscribers that take `what` of `out` (its type's pattern, filter and kind), one per
+    /// Manager, never the type's handler (which gets a publish as its handler).
+    pub(crate) fn subscribers_of(&self, out: &Outgoing, what: Observe) -> Vec<Arc<Sub>> {
+        let table = self.table.load();
+        if table.subscribers.is_empty() {
+            return Vec::new();
+        }
+        let attrs = Attrs {
+            event: &out.event,
+            id: &out.ce_id,
+            source: &self.source,
+            content_type: out.content_type.as_deref(),
+        };
+        let handler = table.by_event.get(&*out.event).map(|p| p.name.clone());
+        subscribers::pick(
+            table.subscribers.iter().map(|s| &s.spec),
+            what,
+            &attrs,
+            handler.as_deref().filter(|_| what == Observe::Published),
+        )
+        .into_iter()
+        .map(|i| table.subscribers[i].clone())
+        .collect()
     }
 
     /// Holds requests whose event type has no ready endpoint and asks the control plane for a pod
@@ -302,6 +392,22 @@ impl Upstream {
         let mut by_event = HashMap::with_capacity(plan.events.len());
         let mut durable = HashMap::with_capacity(plan.durable.len());
         let mut routes = Vec::with_capacity(plan.events.len());
+        let mut subscribed = Vec::with_capacity(plan.subscribers.len());
+        for (key, (spec, pool)) in plan.subscribers {
+            if let Some(p) = pools.get(&pool) {
+                subscribed.push(Arc::new(Sub {
+                    spec: spec.clone(),
+                    pool: p.clone(),
+                }));
+            }
+            routes.push(RouteInfo {
+                event: key,
+                manager: spec.manager.to_string(),
+                pool,
+                durable: None,
+                subscription: Some(spec),
+            });
+        }
         let mut planned_durable = plan.durable;
         for (event, (manager, pool)) in plan.events {
             if let Some(p) = pools.get(&pool) {
@@ -316,12 +422,15 @@ impl Upstream {
                 manager,
                 pool,
                 durable: route,
+                subscription: None,
             });
         }
+        routes.sort_by(|a, b| a.event.cmp(&b.event));
         tracing::info!(
             version = incoming.version,
             routes = routes.len(),
             durable = durable.len(),
+            subscribers = subscribed.len(),
             pools = pools.len(),
             "routing table from the control plane"
         );
@@ -331,6 +440,7 @@ impl Upstream {
             pools,
             by_event,
             durable,
+            subscribers: subscribed,
             routes,
         }));
         self.metrics.control_plane_tables.inc();

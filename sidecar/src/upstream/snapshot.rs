@@ -2,6 +2,7 @@
 //! arrives, and its description for `GET /routes`.
 
 use super::pool::Pool;
+use super::subscribers::{Spec, Sub};
 use serde::Serialize;
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -28,6 +29,8 @@ pub struct RouteInfo {
     pub pool: String,
     /// Set when the type's publishes go to its Manager's stream.
     pub durable: Option<Arc<DurableRoute>>,
+    /// Set on a subscriber's route (`event` is then its key, `<event>@<manager>`).
+    pub subscription: Option<Spec>,
 }
 
 /// An immutable routing table.
@@ -43,7 +46,9 @@ pub struct Table {
     /// Event type -> (Manager, durable route) of the types delivered durably: a publish of one
     /// goes to that Manager's stream.
     pub durable: HashMap<String, (Arc<str>, Arc<DurableRoute>)>,
-    /// Routes sorted by event type.
+    /// The subscribers, in key order: every publish (request, answer) is matched against them.
+    pub subscribers: Vec<Arc<Sub>>,
+    /// Routes sorted by event type (subscribers' by their key).
     pub routes: Vec<RouteInfo>,
 }
 
@@ -91,8 +96,24 @@ pub struct RouteView {
     /// Set when its publishes go to the Manager's JetStream stream.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub durable: Option<DurableRoute>,
+    /// Set on a subscriber's route: what it observes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subscription: Option<SubscriptionView>,
     /// Endpoints of the pool.
     pub endpoints: Vec<EndpointView>,
+}
+
+/// A subscriber's route in `/routes`.
+#[derive(Serialize, Debug)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionView {
+    /// The type or pattern observed.
+    pub event: String,
+    /// What is observed.
+    pub observe: Vec<&'static str>,
+    /// The filter, as written.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub filter: Option<switchyard_crds::subscription::Filter>,
 }
 
 /// One endpoint of `/routes`.
@@ -130,6 +151,11 @@ impl Table {
                     manager: r.manager.clone(),
                     pool: r.pool.clone(),
                     durable: r.durable.as_deref().cloned(),
+                    subscription: r.subscription.as_ref().map(|s| SubscriptionView {
+                        event: s.event.clone(),
+                        observe: s.observe.iter().map(|o| o.as_str()).collect(),
+                        filter: s.filter.clone(),
+                    }),
                     endpoints,
                 }
             })

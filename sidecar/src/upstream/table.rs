@@ -2,8 +2,11 @@
 //! and turning a routing table into pools (sets of endpoints), an event -> pool map and the durable
 //! types' routes, dropping what a sidecar cannot use and saying why.
 
+use super::subscribers::Spec;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
+use std::sync::Arc;
+use switchyard_crds::subscription::{Filter, Observe};
 use switchyard_protocol::control::v1::{Route, RoutingTable};
 use switchyard_protocol::durable::DurableRoute;
 
@@ -141,6 +144,8 @@ pub struct Plan {
     pub events: BTreeMap<String, (String, String)>,
     /// Event type -> its durable route, for the types delivered durably.
     pub durable: BTreeMap<String, DurableRoute>,
+    /// Subscribers by route key (`<event>@<manager>`), each with its pool's name.
+    pub subscribers: BTreeMap<String, (Spec, String)>,
     /// Entries left out, each with the reason.
     pub rejected: Vec<String>,
 }
@@ -161,6 +166,16 @@ pub fn plan(table: &RoutingTable) -> Plan {
             ));
             continue;
         }
+        let sub = match &route.subscription {
+            None => None,
+            Some(wire) => match subscription(&route.event_type, &route.manager, wire) {
+                Ok(spec) => Some(spec),
+                Err(reason) => {
+                    out.rejected.push(reason);
+                    continue;
+                }
+            },
+        };
         let durable = route.durable.as_ref().map(DurableRoute::from_wire);
         if let Some(key) = durable.as_ref().and_then(|d| d.ordering_key.as_deref())
             && (!key.starts_with('/') || key.len() > MAX_POINTER)
@@ -199,6 +214,11 @@ pub fn plan(table: &RoutingTable) -> Plan {
                 pool.addrs.insert(ep.address.clone());
             }
         }
+        if let Some(spec) = sub {
+            out.subscribers
+                .insert(route.event_type.clone(), (spec, pool_name));
+            continue;
+        }
         out.events
             .insert(route.event_type.clone(), (route.manager.clone(), pool_name));
         if let Some(d) = durable {
@@ -206,6 +226,47 @@ pub fn plan(table: &RoutingTable) -> Plan {
         }
     }
     out
+}
+
+/// A subscriber's route as the sidecar holds it, or why it cannot be used.
+pub fn subscription(
+    key: &str,
+    manager: &str,
+    wire: &switchyard_protocol::control::v1::Subscription,
+) -> Result<Spec, String> {
+    let observe: Vec<Observe> = wire
+        .observe
+        .iter()
+        .filter_map(|o| match o.as_str() {
+            "published" => Some(Observe::Published),
+            "requests" => Some(Observe::Requests),
+            "responses" => Some(Observe::Responses),
+            // A kind a newer operator knows: the rest of the subscription still works.
+            _ => None,
+        })
+        .collect();
+    if observe.is_empty() {
+        return Err(format!(
+            "subscription {key}: observes nothing this sidecar knows ({:?})",
+            wire.observe
+        ));
+    }
+    let filter = if wire.filter.is_empty() {
+        None
+    } else {
+        let f: Filter = serde_json::from_str(&wire.filter)
+            .map_err(|e| format!("subscription {key}: its filter is not one: {e}"))?;
+        f.check("filter")
+            .map_err(|e| format!("subscription {key}: {e}"))?;
+        Some(f)
+    };
+    Ok(Spec {
+        key: Arc::from(key),
+        manager: Arc::from(manager),
+        event: wire.event.clone(),
+        observe,
+        filter,
+    })
 }
 
 #[cfg(test)]
@@ -226,6 +287,7 @@ mod tests {
                 })
                 .collect(),
             durable: None,
+            subscription: None,
         }
     }
 

@@ -28,8 +28,11 @@ fn start() -> Upstream {
     Upstream::start(
         &c.name,
         &c.namespace,
-        &c.destinations,
-        &c.static_endpoints,
+        Reach {
+            destinations: &c.destinations,
+            subscribers: &c.subscribers,
+            static_endpoints: &c.static_endpoints,
+        },
         None,
         None,
         Metrics::new(),
@@ -55,6 +58,7 @@ fn table(version: u64, routes: &[(&str, &str, &[&str])]) -> RoutingTable {
                     })
                     .collect(),
                 durable: None,
+                subscription: None,
             })
             .collect(),
         ..RoutingTable::default()

@@ -67,6 +67,23 @@ fn randomize_delivery(rng: &mut fastrand::Rng, m: &mut Manager, events: &[&str])
     }
 }
 
+/// None, or subscriptions to a type or a pattern, some durable (left out of the tables).
+fn randomize_subscriptions(rng: &mut fastrand::Rng, m: &mut Manager) {
+    for event in ["a.x", "b.*", "*"] {
+        if rng.u8(..3) == 0 {
+            let durable = rng.u8(..4) == 0;
+            m.spec.subscriptions.push(
+                serde_json::from_value(serde_json::json!({
+                    "event": event,
+                    "observe": if rng.bool() { vec!["published"] } else { vec!["requests", "responses"] },
+                    "delivery": if durable { "durable" } else { "direct" },
+                }))
+                .expect("subscription"),
+            );
+        }
+    }
+}
+
 /// The objects as they are in the "cluster".
 #[derive(Default)]
 struct World {
@@ -115,6 +132,7 @@ fn step(rng: &mut fastrand::Rng, w: &mut World, ix: &mut Index) {
                 let events: Vec<&str> = EVENTS.iter().copied().filter(|_| rng.bool()).collect();
                 let mut m = manager(name, pick(rng, &routers), &events, rng.bool());
                 randomize_delivery(rng, &mut m, &events);
+                randomize_subscriptions(rng, &mut m);
                 ix.apply_manager(Arc::new(m.clone()));
                 w.managers.insert(name.into(), m);
             }
@@ -308,4 +326,42 @@ fn a_routes_durable_setting_travels_and_its_change_touches_only_that_route() {
     ix.apply_manager(Arc::new(m));
     assert_eq!(ix.take().len(), 1);
     assert_eq!(durable_of(&ix.tables()), [None, None]);
+}
+
+#[test]
+fn a_subscriber_gets_a_route_keyed_by_event_and_manager_with_all_its_pods() {
+    let mut ix = Index::default();
+    ix.apply_router(&router("edge"));
+    ix.apply_manager(Arc::new(manager("m1", "edge", &["a.x"], false)));
+    let mut sub = manager("m2", "edge", &["c.z"], true);
+    sub.spec.subscriptions = serde_json::from_value(serde_json::json!([
+        {"event": "a.x", "filter": {"prefix": {"source": "/switchyard/shop/"}}},
+        {"event": "b.*", "delivery": "durable"},
+    ]))
+    .expect("subscriptions");
+    ix.apply_manager(Arc::new(sub));
+    ix.apply_pod(&pod("p1", "m2", Some("c.z"), "10.0.0.2", true));
+    let tables = ix.tables();
+    let routes = &tables[&RouterKey {
+        namespace: "shop".into(),
+        name: "edge".into(),
+    }];
+    let keys: Vec<&str> = routes.iter().map(|r| r.event_type.as_str()).collect();
+    assert_eq!(
+        keys,
+        ["a.x", "a.x@m2", "c.z"],
+        "the durable one is left out"
+    );
+    let r = &routes[1];
+    assert_eq!(r.manager, "m2");
+    assert_eq!(
+        r.pool, "m2-manager",
+        "all the Manager's pods, whatever their split"
+    );
+    assert_eq!(r.endpoints.len(), 1);
+    let s = r.subscription.as_ref().expect("a subscriber's route");
+    assert_eq!(s.event, "a.x");
+    assert_eq!(s.observe, ["published"]);
+    assert_eq!(s.filter, r#"{"prefix":{"source":"/switchyard/shop/"}}"#);
+    assert!(routes[0].subscription.is_none() && routes[2].subscription.is_none());
 }

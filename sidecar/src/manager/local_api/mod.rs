@@ -117,6 +117,7 @@ impl LocalApi {
                 broker: Broker::new(MAX_CALLS, metrics.clone()),
                 upstream,
                 durable,
+                observers: crate::dispatch::Observers::new(metrics.clone()),
             },
             body_budget: ByteBudget::new(DEFAULT_BODY_BUDGET),
             routers,
