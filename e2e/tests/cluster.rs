@@ -805,7 +805,7 @@ async fn kubectl_shows_printer_columns_and_explains_fields() -> Result<()> {
         out.stdout
     );
     ensure!(
-        headers[1] == ["NAME", "READY", "EVENTS", "REPLICAS", "AGE"],
+        headers[1] == ["NAME", "READY", "EVENTS", "OBSERVES", "REPLICAS", "AGE"],
         "manager columns {:?}:\n{}",
         headers[1],
         out.stdout

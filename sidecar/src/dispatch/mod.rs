@@ -7,10 +7,12 @@
 //! so their stage timing, shedding and failures agree.
 
 mod broker;
+mod ce_id;
 mod clock;
 mod observers;
 
 pub use broker::Broker;
+pub(crate) use ce_id::new_ce_id;
 pub(crate) use clock::Clock;
 pub(crate) use observers::Observers;
 
@@ -48,19 +50,6 @@ impl From<CallError> for Failure {
             CallError::PeerTakesNoStreams { max } => Failure::PeerTakesNoStreams { max },
         }
     }
-}
-
-/// A new CloudEvents id: 128 random bits in hex.
-pub(crate) fn new_ce_id() -> String {
-    hex32(fastrand::u128(..))
-}
-
-/// `v` as 32 lowercase hex digits, as `format!("{v:032x}")` writes it, without the formatter
-/// (one per request on the router's hot path).
-fn hex32(v: u128) -> String {
-    let mut s = String::with_capacity(32);
-    crate::hex::push(&mut s, v, 32);
-    s
 }
 
 impl Dispatch {
@@ -346,20 +335,6 @@ mod tests {
             from_mesh,
             more: false,
         }
-    }
-
-    #[test]
-    fn a_new_ce_id_is_32_hex_digits_as_the_formatter_writes_them() {
-        for v in [
-            0,
-            1,
-            0xabc,
-            u128::MAX,
-            0x0123_4567_89ab_cdef_fedc_ba98_7654_3210,
-        ] {
-            assert_eq!(hex32(v), format!("{v:032x}"));
-        }
-        assert_eq!(new_ce_id().len(), 32);
     }
 
     #[test]

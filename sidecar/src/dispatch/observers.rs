@@ -4,7 +4,7 @@
 //! past that is shed and counted (`switchyard_observer_copies_total{outcome="shed"}`), so an
 //! observer that is slow or gone costs the client's answer nothing.
 
-use super::new_ce_id;
+use super::ce_id::new_ce_id;
 use crate::metrics::{EventLabel, Metrics, ObserverLabels};
 use crate::upstream::subscribers::Sub;
 use crate::upstream::{Outgoing, Upstream};
