@@ -51,6 +51,14 @@ pub struct LocalIdentity {
     tokens: StaticTokens,
 }
 
+/// A server's certificate chain and private key, PEM, as a server program reads them from files.
+pub struct ServerPem {
+    /// The leaf first.
+    pub chain: String,
+    /// The private key (PKCS#8).
+    pub key: String,
+}
+
 /// The running service.
 pub struct Running {
     /// `https://127.0.0.1:<port>`.
@@ -78,6 +86,23 @@ impl LocalIdentity {
     /// The trust bundle, PEM.
     pub fn trust_pem(&self) -> String {
         crate::pem::certs(self.ca.trust())
+    }
+
+    /// A certificate and key (PEM) for the run's JetStream server, valid from now for `lifetime`:
+    /// the identity sidecars expect of it ([`crate::tls::Expect::JetStream`]).
+    pub fn jetstream_server(&self, lifetime: Duration) -> Result<ServerPem, LocalError> {
+        let subject = Subject {
+            id: SpiffeId::new(&self.trust_domain, "local", Kind::JetStream, "nats")?,
+            pod: "nats-server".into(),
+        };
+        let (issued, key) = self
+            .ca
+            .issue_with_new_key(&subject, lifetime, SystemTime::now())
+            .map_err(|e| LocalError::Issue(e.to_string()))?;
+        Ok(ServerPem {
+            chain: crate::pem::certs(&issued.chain),
+            key: key.serialize_pem(),
+        })
     }
 
     /// A token for the workload `kind` `namespace/name`, running as `pod`.

@@ -14,15 +14,19 @@ pub enum Kind {
     Manager,
     /// The operator (control plane and certificate issuer).
     Operator,
+    /// The JetStream server of durable delivery: a server the sidecars connect to, never a
+    /// workload the identity service certifies.
+    JetStream,
 }
 
 impl Kind {
-    /// The path segment: `router`, `manager`, `operator`.
+    /// The path segment: `router`, `manager`, `operator`, `jetstream`.
     pub fn as_str(self) -> &'static str {
         match self {
             Kind::Router => "router",
             Kind::Manager => "manager",
             Kind::Operator => "operator",
+            Kind::JetStream => "jetstream",
         }
     }
 
@@ -31,6 +35,7 @@ impl Kind {
             "router" => Some(Kind::Router),
             "manager" => Some(Kind::Manager),
             "operator" => Some(Kind::Operator),
+            "jetstream" => Some(Kind::JetStream),
             _ => None,
         }
     }
@@ -151,11 +156,11 @@ impl SpiffeId {
             parts.next(),
         ) else {
             return Err(bad(
-                "the path must be /ns/<namespace>/<router|manager|operator>/<name>",
+                "the path must be /ns/<namespace>/<router|manager|operator|jetstream>/<name>",
             ));
         };
         let kind =
-            Kind::parse(kind).ok_or_else(|| bad("the kind must be router, manager or operator"))?;
+            Kind::parse(kind).ok_or_else(|| bad("the kind must be router, manager, operator or jetstream"))?;
         let id = SpiffeId {
             trust_domain: td.to_owned(),
             namespace: ns.to_owned(),

@@ -148,6 +148,9 @@ pub enum Expect {
     /// The operator (control plane, certificate issuer), in any namespace: only the CA's holder has
     /// such a certificate, as no workload is ever certified as one.
     Operator,
+    /// The JetStream server of durable delivery, in any namespace: certified by the CA's holder
+    /// only, as the operator is.
+    JetStream,
 }
 
 impl Expect {
@@ -170,6 +173,7 @@ impl Expect {
                 name,
             } => format!("{name}.{kind}.{namespace}.{NAME_SUFFIX}"),
             Expect::Operator => format!("operator.{NAME_SUFFIX}"),
+            Expect::JetStream => format!("jetstream.{NAME_SUFFIX}"),
         };
         let bad = || TlsError::Name(text.clone());
         if let Expect::Workload {
@@ -190,6 +194,7 @@ impl Expect {
         let parts: Vec<&str> = rest.split('.').collect();
         match parts.as_slice() {
             ["operator"] => Some(Expect::Operator),
+            ["jetstream"] => Some(Expect::JetStream),
             [name, kind, namespace] => {
                 let kind = match *kind {
                     "router" => Kind::Router,
@@ -210,6 +215,7 @@ impl Expect {
     pub fn matches(&self, id: &SpiffeId) -> bool {
         match self {
             Expect::Operator => id.kind == Kind::Operator,
+            Expect::JetStream => id.kind == Kind::JetStream,
             Expect::Workload {
                 namespace,
                 kind,
@@ -223,6 +229,7 @@ impl std::fmt::Display for Expect {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Expect::Operator => f.write_str("the operator"),
+            Expect::JetStream => f.write_str("the JetStream server"),
             Expect::Workload {
                 namespace,
                 kind,
@@ -239,6 +246,9 @@ struct MeshServerVerifier {
     roots: Arc<RootCertStore>,
     algs: WebPkiSupportedAlgorithms,
     me: Option<Arc<CertStore>>,
+    /// The expectation of a client whose server names are host names (the NATS client's); none:
+    /// the server name carries it.
+    fixed: Option<Expect>,
 }
 
 /// A refusal with a message for logs.
@@ -276,8 +286,11 @@ impl ServerCertVerifier for MeshServerVerifier {
             now,
             self.algs.all,
         )?;
-        let expect = Expect::from_server_name(server_name)
-            .ok_or_else(|| refused(format!("{server_name:?} carries no expected identity")))?;
+        let expect = match &self.fixed {
+            Some(e) => e.clone(),
+            None => Expect::from_server_name(server_name)
+                .ok_or_else(|| refused(format!("{server_name:?} carries no expected identity")))?,
+        };
         let peer = peer::identity(end_entity).map_err(|e| refused(e.to_string()))?;
         if !expect.matches(&peer.id) {
             return Err(refused(format!("the server is {}, not {expect}", peer.id)));
@@ -365,6 +378,7 @@ pub fn client_config(
         roots,
         algs,
         me: store.clone(),
+        fixed: None,
     });
     let builder = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])?
@@ -377,6 +391,32 @@ pub fn client_config(
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     config.enable_sni = false;
     // Never resume (see `server_config`): every connection shows the certificate installed now.
+    config.resumption = rustls::client::Resumption::disabled();
+    Ok(config)
+}
+
+/// A client config for the JetStream server of durable delivery: presents `store`'s certificate
+/// (nats-server maps its identity to the NATS user with that workload's permissions) and accepts
+/// only a server the mesh's CA certified as [`Expect::JetStream`], whatever host name the NATS URL
+/// gives (NATS clients send it as the server name; a mesh certificate names no host).
+pub fn jetstream_client_config(
+    store: Arc<CertStore>,
+    roots: Arc<RootCertStore>,
+) -> Result<ClientConfig, TlsError> {
+    let provider = provider();
+    let algs = provider.signature_verification_algorithms;
+    let verifier = Arc::new(MeshServerVerifier {
+        roots,
+        algs,
+        me: Some(store.clone()),
+        fixed: Some(Expect::JetStream),
+    });
+    let mut config = ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])?
+        .dangerous()
+        .with_custom_certificate_verifier(verifier)
+        .with_client_cert_resolver(store);
+    config.enable_sni = false;
     config.resumption = rustls::client::Resumption::disabled();
     Ok(config)
 }
@@ -402,6 +442,7 @@ mod tests {
                 name: "edge".into(),
             },
             Expect::Operator,
+            Expect::JetStream,
         ] {
             assert_eq!(
                 Expect::from_server_name(&e.server_name().expect("name")),
@@ -416,5 +457,9 @@ mod tests {
         assert!(!Expect::manager("shop", "other").matches(&id));
         assert!(!Expect::manager("prod", "handlers").matches(&id));
         assert!(!Expect::Operator.matches(&id));
+        assert!(!Expect::JetStream.matches(&id));
+        let js = SpiffeId::new("td", "switchyard", Kind::JetStream, "nats").expect("id");
+        assert!(Expect::JetStream.matches(&js));
+        assert!(!Expect::Operator.matches(&js));
     }
 }

@@ -169,7 +169,7 @@ pub fn watch(caller: &Caller, req: &WatchRoutesRequest, dir: &Directory) -> Resu
                     name: id.name.clone(),
                 })
                 .is_some_and(|m| m.router == req.router),
-            Kind::Operator => false,
+            Kind::Operator | Kind::JetStream => false,
         };
     if !allowed {
         return Err(Refusal::new(

@@ -28,6 +28,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 use switchyard_protocol::durable::{self as plan, ConsumerPlan, JetStreamConfig, Lane};
+use switchyard_protocol::nats_access as plan_access;
 
 /// Events a stream holds at most; past it a publish is refused (503), never an old event dropped.
 pub(crate) const MAX_STREAM_MESSAGES: i64 = 1_000_000;
@@ -129,10 +130,26 @@ pub(crate) struct Fields<'a> {
     pub(crate) source: Option<&'a str>,
 }
 
+/// Who a sidecar is to the JetStream server.
+pub(crate) struct Client<'a> {
+    /// Its Manager's namespace.
+    pub(crate) namespace: &'a str,
+    /// Its Manager: the NATS user it is mapped to, and the inbox prefix only that user may read.
+    pub(crate) manager: &'a str,
+    /// Its identity as a publisher (`/switchyard/<namespace>/<Manager>`): the scope of its keys
+    /// and its events' `ce-source`.
+    pub(crate) publisher: &'a str,
+    /// TLS with the mesh certificate, when the sidecar has one: the server maps the certificate to
+    /// the Manager's NATS user. Without it only a server without TLS can be reached.
+    pub(crate) tls: Option<rustls::ClientConfig>,
+}
+
 /// One sidecar's JetStream connection (opened on first use).
 pub(crate) struct Store {
     url: String,
     addrs: Vec<async_nats::ServerAddr>,
+    tls: Option<rustls::ClientConfig>,
+    inbox_prefix: String,
     js: tokio::sync::OnceCell<jetstream::Context>,
     namespace: String,
     /// This sidecar's identity as a publisher: the scope of its keys and its events' `ce-source`.
@@ -146,13 +163,11 @@ pub(crate) struct Store {
 }
 
 impl Store {
-    /// The servers of `config.url` for namespace `namespace`, checked now and connected to on
-    /// first use; its publishes come from `publisher` (scoping their keys) and are timed into
-    /// `metrics`.
+    /// The servers of `config.url` for `client`, checked now and connected to on first use;
+    /// publishes are timed into `metrics`. A `tls://` server needs the mesh certificate.
     pub(crate) fn new(
         config: &JetStreamConfig,
-        namespace: &str,
-        publisher: &str,
+        client: Client<'_>,
         metrics: DurableMetrics,
     ) -> Result<Store, DurableError> {
         let addrs = config
@@ -174,12 +189,21 @@ impl Store {
                 message: "no server URL".to_owned(),
             });
         }
+        if client.tls.is_none() && addrs.iter().any(async_nats::ServerAddr::tls_required) {
+            return Err(DurableError::Setup {
+                what: "server",
+                name: config.url.clone(),
+                message: "a tls:// server needs the mesh certificate, and this sidecar has no mesh identity (set SWITCHYARD_IDENTITY)".to_owned(),
+            });
+        }
         Ok(Store {
             url: config.url.clone(),
             addrs,
+            tls: client.tls,
+            inbox_prefix: plan_access::inbox_prefix(client.namespace, client.manager),
             js: tokio::sync::OnceCell::new(),
-            namespace: namespace.to_owned(),
-            publisher: publisher.to_owned(),
+            namespace: client.namespace.to_owned(),
+            publisher: client.publisher.to_owned(),
             replicas: usize::from(config.replicas.max(1)),
             ensured: Mutex::default(),
             metrics,
@@ -205,11 +229,20 @@ impl Store {
     async fn connect(&self) -> Result<&jetstream::Context, DurableError> {
         self.js
             .get_or_try_init(|| async {
-                let client = async_nats::ConnectOptions::new()
+                let mut options = async_nats::ConnectOptions::new()
                     .name("switchyard-sidecar")
+                    // Replies (PubAcks, pulled events) come under this prefix, which only this
+                    // Manager's NATS user may read (`switchyard_protocol::nats_access`).
+                    .custom_inbox_prefix(&self.inbox_prefix)
                     .connection_timeout(CONNECT_TIMEOUT)
                     .request_timeout(Some(REQUEST_TIMEOUT))
-                    .retry_on_initial_connect()
+                    .retry_on_initial_connect();
+                if let Some(tls) = &self.tls {
+                    // Used whenever the server requires TLS; every reconnect shows the
+                    // certificate installed then (the resolver reads the renewed one).
+                    options = options.tls_client_config(tls.clone());
+                }
+                let client = options
                     .connect(self.addrs.as_slice())
                     .await
                     .map_err(|e| DurableError::Setup {

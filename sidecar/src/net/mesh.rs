@@ -27,6 +27,7 @@ pub(crate) struct MeshTls {
     frames_server: TlsAcceptor,
     frames_client: TlsConnector,
     control_client: Arc<rustls::ClientConfig>,
+    jetstream_client: rustls::ClientConfig,
     handshakes: HandshakeCounts,
 }
 
@@ -46,12 +47,15 @@ impl MeshTls {
         )?;
         let frames_client =
             tls::client_config(Some(store.clone()), roots.clone(), &[tls::FRAMES_ALPN])?;
-        let control_client = tls::client_config(Some(store.clone()), roots, &[tls::H2_ALPN])?;
+        let control_client =
+            tls::client_config(Some(store.clone()), roots.clone(), &[tls::H2_ALPN])?;
+        let jetstream_client = tls::jetstream_client_config(store.clone(), roots)?;
         Ok(MeshTls {
             store,
             frames_server: TlsAcceptor::from(Arc::new(frames_server)),
             frames_client: TlsConnector::from(Arc::new(frames_client)),
             control_client: Arc::new(control_client),
+            jetstream_client,
             handshakes,
         })
     }
@@ -59,6 +63,12 @@ impl MeshTls {
     /// The certificate store (the identity loop installs into it).
     pub(crate) fn store(&self) -> &Arc<CertStore> {
         &self.store
+    }
+
+    /// The client config of the connection to the JetStream server (the NATS client takes its own
+    /// copy).
+    pub(crate) fn jetstream_client(&self) -> rustls::ClientConfig {
+        self.jetstream_client.clone()
     }
 
     /// This workload's identity, once certified.

@@ -171,10 +171,15 @@ pub(crate) async fn run(
         Some(js) => {
             // Publishes of the types the routing table says are durable go to their Manager's
             // stream; the connection opens on first use.
-            let store =
-                Store::new(js, &c.namespace, &source, metrics.durable.clone()).map_err(|e| {
-                    crate::config::field_error(config_file, "jetstream.url", e.to_string())
-                })?;
+            let client = crate::durable::Client {
+                namespace: &c.namespace,
+                manager: &c.name,
+                publisher: &source,
+                tls: mesh.as_ref().map(|m| m.jetstream_client()),
+            };
+            let store = Store::new(js, client, metrics.durable.clone()).map_err(|e| {
+                crate::config::field_error(config_file, "jetstream.url", e.to_string())
+            })?;
             Some(Arc::new(store))
         }
     };

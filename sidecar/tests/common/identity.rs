@@ -33,6 +33,10 @@ pub struct Workload {
 pub struct TestIdentity {
     pub url: String,
     pub trust_file: PathBuf,
+    /// A JetStream server's certificate chain and key from the same CA (PEM files), as
+    /// `switchyard up` gives its nats-server.
+    pub nats_cert: PathBuf,
+    pub nats_key: PathBuf,
     pub ca: Arc<Ca>,
     pub issued: Arc<Issued>,
     tokens: Vec<(Kind, String, PathBuf)>,
@@ -82,6 +86,11 @@ impl TestIdentity {
             std::fs::write(&file, token).unwrap();
             tokens.push((w.kind, w.name.to_owned(), file));
         }
+        let server = local.jetstream_server(Duration::from_secs(3600)).unwrap();
+        let nats_cert = dir.join("nats.crt");
+        let nats_key = dir.join("nats.key");
+        std::fs::write(&nats_cert, server.chain).unwrap();
+        std::fs::write(&nats_key, server.key).unwrap();
         let ca = local.ca().clone();
         let issued = Arc::new(Issued::default());
         let running = local
@@ -91,6 +100,8 @@ impl TestIdentity {
         TestIdentity {
             url: running.url,
             trust_file,
+            nats_cert,
+            nats_key,
             ca,
             issued,
             tokens,
