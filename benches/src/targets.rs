@@ -272,6 +272,19 @@ pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
             durable.map(|d| d.p99_us / 1000.0),
             5.0,
         ),
+        // Issue 37: JetStream behind the mesh's identity (TLS, a NATS user per Manager) against the
+        // same publish to a server without them, in the same rounds.
+        at_least(
+            "Durable publish c=32: with NATS TLS and users / without",
+            rps_ratio(
+                r,
+                "durable",
+                ("switchyard", Some("durable")),
+                ("switchyard", Some("durable-plaintext")),
+                Some(32),
+            ),
+            0.9,
+        ),
         at_least(
             "Memory levels off under sustained load (1 = every sidecar)",
             levelled(r, "plateau_sustained"),

@@ -315,6 +315,7 @@ fn durable() {
         &[
             ("switchyard", "memory"),
             ("switchyard", "durable"),
+            ("switchyard", "durable-plaintext"),
             ("jetstream", "bare"),
             ("jetstream", "consumed"),
         ],

@@ -13,11 +13,27 @@ use switchyard_protocol::env;
 
 /// Makes the CA and a token per sidecar of `procs` (files under `dir`, readable by this user only),
 /// and adds each sidecar's identity environment except the service URL (known once it listens).
+/// With a JetStream server among `procs`, also its certificate and key, which its configuration
+/// names (`plan::NATS_CERT`, `plan::NATS_KEY`).
 pub fn prepare(procs: &mut [ProcSpec], dir: &Path) -> anyhow::Result<LocalIdentity> {
     let mut local = LocalIdentity::new(LOCAL_TRUST_DOMAIN).context("making the mesh CA")?;
-    let trust = dir.join("ca.crt");
+    let trust = dir.join(super::plan::TRUST_FILE);
     super::write_private(&trust, local.trust_pem().as_bytes())
         .with_context(|| trust.display().to_string())?;
+    if procs.iter().any(|p| p.tier == super::plan::Tier::Store) {
+        // As long as the run's CA may last: nats-server reads the files once, at start.
+        let server = local
+            .jetstream_server(NATS_CERT_LIFETIME)
+            .context("certifying the JetStream server")?;
+        for (name, pem) in [
+            (super::plan::NATS_CERT, &server.chain),
+            (super::plan::NATS_KEY, &server.key),
+        ] {
+            let file = dir.join(name);
+            super::write_private(&file, pem.as_bytes())
+                .with_context(|| file.display().to_string())?;
+        }
+    }
     for (i, p) in procs.iter_mut().enumerate() {
         let Some(w) = &p.identity else { continue };
         let token = local
@@ -33,6 +49,9 @@ pub fn prepare(procs: &mut [ProcSpec], dir: &Path) -> anyhow::Result<LocalIdenti
     }
     Ok(local)
 }
+
+/// Lifetime of the local JetStream server's certificate: a year, as a local run never renews it.
+const NATS_CERT_LIFETIME: Duration = Duration::from_secs(365 * 24 * 3600);
 
 /// Starts the service on a free loopback port and points every sidecar of `procs` at it.
 pub async fn serve(local: LocalIdentity, procs: &mut [ProcSpec]) -> anyhow::Result<Running> {

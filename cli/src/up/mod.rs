@@ -100,6 +100,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
             apps: !args.no_app,
             nats_server: nats_server.as_deref(),
             nats_sync: &nats_sync,
+            mesh_tls: !args.plaintext,
             nats_runtime: plan::nats_runtime(
                 std::thread::available_parallelism().map_or(1, usize::from),
                 |name| std::env::var_os(name).is_some(),
@@ -119,7 +120,7 @@ pub fn run(args: Args) -> anyhow::Result<ExitCode> {
     } else {
         Some(identity::prepare(
             &mut plan.procs,
-            &state.path().join("identity"),
+            &plan::identity_dir(state.path()),
         )?)
     };
     // For `switchyard top -f FILE`; removed when the run ends.

@@ -9,8 +9,24 @@
 
 use anyhow::bail;
 use std::net::Ipv4Addr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use switchyard_protocol::durable::NATS_MAX_PAYLOAD;
+use switchyard_protocol::nats_access::{self, Permissions};
+
+/// Who may connect and what each may do, when the mesh's mTLS is on: the server's certificate from
+/// the run's CA, client certificates required and verified against it, each mapped by its SPIFFE
+/// URI to a user with that Manager's permissions (`switchyard_protocol::nats_access`). A client
+/// without a certificate, or whose identity has no user, is refused.
+pub struct Access {
+    /// The server's certificate chain (PEM).
+    pub cert: PathBuf,
+    /// Its private key (PEM).
+    pub key: PathBuf,
+    /// The mesh's trust bundle (PEM).
+    pub ca: PathBuf,
+    /// Each Manager's identity (SPIFFE URI) and permissions.
+    pub users: Vec<(String, Permissions)>,
+}
 
 /// The flush setting the server gets unless the user chooses another: every write on disk before
 /// its PubAck.
@@ -31,9 +47,17 @@ pub fn sync_interval(value: &str) -> anyhow::Result<String> {
 }
 
 /// The server's configuration: clients and monitoring on `host`'s `port` and `monitor`, the store
-/// in `store`, flushed per `sync` (checked by [`sync_interval`]).
-pub fn conf(host: Ipv4Addr, port: u16, monitor: u16, store: &Path, sync: &str) -> String {
-    format!(
+/// in `store`, flushed per `sync` (checked by [`sync_interval`]); with `access`, clients only over
+/// mutual TLS, each with its Manager's permissions (monitoring stays on loopback, plain).
+pub fn conf(
+    host: Ipv4Addr,
+    port: u16,
+    monitor: u16,
+    store: &Path,
+    sync: &str,
+    access: Option<&Access>,
+) -> String {
+    let mut conf = format!(
         "# Written by `switchyard up`; rewritten at every start.\n\
          listen: \"{host}:{port}\"\n\
          http: \"{host}:{monitor}\"\n\
@@ -41,7 +65,18 @@ pub fn conf(host: Ipv4Addr, port: u16, monitor: u16, store: &Path, sync: &str) -
          max_payload: {NATS_MAX_PAYLOAD}\n\
          jetstream {{\n  store_dir: {store:?}\n  sync_interval: {sync}\n}}\n",
         store = store.display().to_string(),
-    )
+    );
+    if let Some(a) = access {
+        conf.push_str(&format!(
+            "# Mutual TLS with the run's mesh CA; each client certificate's SPIFFE URI is its user.\n\
+             tls {{\n  cert_file: {cert:?}\n  key_file: {key:?}\n  ca_file: {ca:?}\n  verify_and_map: true\n  timeout: 2\n}}\n",
+            cert = a.cert.display().to_string(),
+            key = a.key.display().to_string(),
+            ca = a.ca.display().to_string(),
+        ));
+        conf.push_str(&nats_access::authorization_block(&a.users));
+    }
+    conf
 }
 
 #[cfg(test)]
@@ -56,12 +91,45 @@ mod tests {
             8222,
             Path::new("/tmp/state/jetstream"),
             SYNC_ALWAYS,
+            None,
         );
         assert!(c.contains("listen: \"127.0.0.1:4222\""), "{c}");
         assert!(c.contains("http: \"127.0.0.1:8222\""), "{c}");
         assert!(c.contains("max_payload: 16842752\n"), "{c}");
         assert!(c.contains("store_dir: \"/tmp/state/jetstream\""), "{c}");
         assert!(c.contains("sync_interval: always\n"), "{c}");
+        assert!(!c.contains("tls"), "{c}");
+    }
+
+    #[test]
+    fn with_the_mesh_every_client_shows_a_certificate_mapped_to_its_user() {
+        let access = Access {
+            cert: "/s/identity/nats.crt".into(),
+            key: "/s/identity/nats.key".into(),
+            ca: "/s/identity/ca.crt".into(),
+            users: vec![(
+                "spiffe://local.switchyard/ns/default/manager/orders".into(),
+                Permissions {
+                    publish: vec!["sy.default.orders.a.*".into()],
+                    subscribe: vec!["_SY_INBOX.default.orders.>".into()],
+                },
+            )],
+        };
+        let c = conf(
+            Ipv4Addr::LOCALHOST,
+            4222,
+            8222,
+            Path::new("/s/jetstream"),
+            SYNC_ALWAYS,
+            Some(&access),
+        );
+        assert!(c.contains("cert_file: \"/s/identity/nats.crt\""), "{c}");
+        assert!(c.contains("ca_file: \"/s/identity/ca.crt\""), "{c}");
+        assert!(c.contains("verify_and_map: true"), "{c}");
+        assert!(
+            c.contains("\"user\": \"spiffe://local.switchyard/ns/default/manager/orders\""),
+            "{c}"
+        );
     }
 
     #[test]

@@ -182,9 +182,62 @@ pub struct Options<'a> {
     pub nats_runtime: Vec<(String, String)>,
     /// The NATS server's `sync_interval` (`--jetstream-sync`, checked by `nats::sync_interval`).
     pub nats_sync: &'a str,
+    /// The mesh's mTLS is on (not `--plaintext`): the NATS server then takes only clients with a
+    /// mesh certificate, each with its Manager's permissions.
+    pub mesh_tls: bool,
     /// `OTEL_EXPORTER_OTLP_ENDPOINT` is set in this environment: every process inherits it and the
     /// sidecars let it win over the Router's `tracing`, so apps keep it too.
     pub otlp_from_env: bool,
+}
+
+/// The folder of the run's mesh identity files: the trust bundle, the sidecars' tokens, the NATS
+/// server's certificate and key.
+pub fn identity_dir(state_dir: &Path) -> PathBuf {
+    state_dir.join("identity")
+}
+
+/// The mesh's trust bundle in [`identity_dir`].
+pub const TRUST_FILE: &str = "ca.crt";
+/// The NATS server's certificate chain in [`identity_dir`].
+pub const NATS_CERT: &str = "nats.crt";
+/// The NATS server's private key in [`identity_dir`].
+pub const NATS_KEY: &str = "nats.key";
+
+/// The NATS user of a Manager's sidecars: its identity, and what its table lets it store and
+/// consume.
+fn nats_user(
+    config: &switchyard_protocol::config::ManagerConfig,
+) -> anyhow::Result<(String, switchyard_protocol::nats_access::Permissions)> {
+    use switchyard_identity::{Kind, SpiffeId};
+    use switchyard_protocol::nats_access::{Party, permissions};
+    let mut party = Party {
+        namespace: config.namespace.clone(),
+        manager: config.name.clone(),
+        consumes: !config.durable_events.is_empty(),
+        stores: BTreeMap::new(),
+    };
+    let routed = config
+        .destinations
+        .iter()
+        .filter(|(_, d)| d.durable.is_some())
+        .map(|(event, d)| (d.manager.clone(), event.to_string()));
+    let own = config
+        .durable_events
+        .iter()
+        .map(|event| (config.name.clone(), event.to_string()));
+    for (manager, event) in routed.chain(own) {
+        party.stores.entry(manager).or_default().insert(event);
+    }
+    let who = || format!("Manager {}/{}", config.namespace, config.name);
+    let id = SpiffeId::new(
+        switchyard_identity::local::LOCAL_TRUST_DOMAIN,
+        &config.namespace,
+        Kind::Manager,
+        &config.name,
+    )
+    .with_context(who)?;
+    let allowed = permissions(&party).with_context(who)?;
+    Ok((id.uri(), allowed))
 }
 
 /// Whether any Manager of `objs` delivers some event type durably (then a JetStream server runs).
@@ -228,6 +281,7 @@ pub fn plan(
     }
 
     // Durable delivery: one JetStream server for the run, its data in the state folder.
+    let mut nats_conf = None;
     let jetstream = match (needs_jetstream(objs), opts.nats_server) {
         (false, _) => None,
         (true, None) => bail!("a Manager sets `delivery: durable`, and no nats-server was found"),
@@ -236,10 +290,8 @@ pub fn plan(
             let monitor = ports.ephemeral()?;
             let store = opts.state_dir.join("jetstream");
             let conf = opts.state_dir.join("nats.conf");
-            plan.files.push((
-                conf.clone(),
-                super::nats::conf(LOCALHOST, port, monitor, &store, opts.nats_sync),
-            ));
+            // Written once the Managers' tables are known: they decide the permissions.
+            nats_conf = Some((conf.clone(), port, monitor, store));
             plan.procs.push(ProcSpec {
                 label: "nats-server".into(),
                 tier: Tier::Store,
@@ -254,12 +306,16 @@ pub fn plan(
                     addr: SocketAddr::from((LOCALHOST, monitor)),
                     path: "/healthz?js-enabled-only=true",
                 },
-                listening: format!("nats://{LOCALHOST}:{port} (monitor :{monitor})"),
+                listening: format!(
+                    "{}://{LOCALHOST}:{port} (monitor :{monitor})",
+                    if opts.mesh_tls { "tls" } else { "nats" }
+                ),
                 edge: None,
                 identity: None,
             });
+            let scheme = if opts.mesh_tls { "tls" } else { "nats" };
             Some(switchyard_protocol::durable::JetStreamConfig {
-                url: format!("nats://{LOCALHOST}:{port}"),
+                url: format!("{scheme}://{LOCALHOST}:{port}"),
                 replicas: 1,
             })
         }
@@ -393,6 +449,7 @@ pub fn plan(
         }
     }
     plan.procs.extend(sidecars);
+    let mut nats_users = Vec::new();
     for (m, path, mut config) in manager_configs {
         // The app publishes and requests through its sidecar: give it the table its Router has.
         if let Some(r) = objs
@@ -414,8 +471,31 @@ pub fn plan(
             config.static_endpoints = table.static_endpoints;
         }
         config.jetstream = jetstream.clone();
+        if jetstream.is_some() {
+            nats_users.push(nats_user(&config)?);
+        }
         plan.files
             .push((path, serde_json::to_string_pretty(&config)?));
+    }
+    if let Some((conf, port, monitor, store)) = nats_conf {
+        let identity = identity_dir(opts.state_dir);
+        let access = opts.mesh_tls.then(|| super::nats::Access {
+            cert: identity.join(NATS_CERT),
+            key: identity.join(NATS_KEY),
+            ca: identity.join(TRUST_FILE),
+            users: nats_users,
+        });
+        plan.files.push((
+            conf,
+            super::nats::conf(
+                LOCALHOST,
+                port,
+                monitor,
+                &store,
+                opts.nats_sync,
+                access.as_ref(),
+            ),
+        ));
     }
 
     for r in &objs.routers {
@@ -715,6 +795,7 @@ spec:
             nats_server: Some(Path::new("/bin/nats-server")),
             nats_runtime: nats_runtime(2, |_| false),
             nats_sync: super::super::nats::SYNC_ALWAYS,
+            mesh_tls: true,
             otlp_from_env: false,
         };
         plan(&objs, &opts, &mut ports)
@@ -889,6 +970,7 @@ spec:
             nats_server: None,
             nats_runtime: Vec::new(),
             nats_sync: super::super::nats::SYNC_ALWAYS,
+            mesh_tls: true,
             otlp_from_env: false,
         };
         let p = plan(&objs, &opts, &mut ports)?;
@@ -998,6 +1080,60 @@ spec:
             .context("no nats.conf planned")?;
         assert!(conf.contains("sync_interval: always"), "{conf}");
         assert!(conf.contains("max_payload: 16842752"), "{conf}");
+        // Mesh mTLS on: only clients with a mesh certificate, each with its Manager's permissions.
+        assert!(conf.contains("verify_and_map: true"), "{conf}");
+        assert!(
+            conf.contains("ca_file: \"/state/identity/ca.crt\""),
+            "{conf}"
+        );
+        let users: serde_json::Value = serde_json::from_str(
+            conf.split_once("authorization: ")
+                .context("no authorization block")?
+                .1,
+        )?;
+        let allowed = |user: &str, side: &str| -> Vec<String> {
+            users["users"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|u| u["user"] == user)
+                .and_then(|u| u["permissions"][side]["allow"].as_array())
+                .into_iter()
+                .flatten()
+                .filter_map(|s| s.as_str().map(str::to_owned))
+                .collect()
+        };
+        let a = allowed("spiffe://local/ns/default/manager/a", "publish");
+        let b = allowed("spiffe://local/ns/default/manager/b", "publish");
+        assert!(
+            a.contains(&"$JS.API.CONSUMER.MSG.NEXT.SY_default_a.*".to_owned()),
+            "{a:?}"
+        );
+        assert!(a.contains(&"$JS.ACK.SY_default_a.>".to_owned()), "{a:?}");
+        // b's table routes noop durably to a: it may store it there, never consume a's events.
+        assert!(b.contains(&"sy.default.a.noop.*".to_owned()), "{b:?}");
+        assert!(
+            !b.iter()
+                .any(|s| s.contains("CONSUMER") || s.contains("$JS.ACK")),
+            "{b:?}"
+        );
+        assert_eq!(
+            allowed("spiffe://local/ns/default/manager/b", "subscribe"),
+            ["_SY_INBOX.default.b.>"]
+        );
+        let (_, text) = p
+            .files
+            .iter()
+            .find(|(path, _)| path.ends_with("manager-a.json"))
+            .context("manager config")?;
+        let cfg: switchyard_protocol::config::ManagerConfig = serde_json::from_str(text)?;
+        assert!(
+            cfg.jetstream
+                .as_ref()
+                .is_some_and(|j| j.url.starts_with("tls://127.0.0.1:")),
+            "{:?}",
+            cfg.jetstream
+        );
         assert!(
             plan_of(TWO_MANAGERS, true)?
                 .procs
