@@ -986,9 +986,31 @@ async fn operator_chart_deploys_a_jetstream_cluster_or_points_at_one() -> Result
             && routes[0]["namespaceSelector"].is_null(),
         "NATS cluster port is open to more than the other servers: {routes}"
     );
+    // The monitoring port (`/jsz`, `/connz` name every stream and client) from no pod by default;
+    // the kubelet's probes come from the node, which a NetworkPolicy always admits.
     ensure!(
-        rule("monitor").is_ok() && pol["ingress"].as_array().map(Vec::len) == Some(3),
-        "NATS NetworkPolicy rules: {policy}"
+        rule("monitor").is_err() && pol["ingress"].as_array().map(Vec::len) == Some(2),
+        "NATS monitoring port open without metricsFrom: {policy}"
+    );
+    let scraped = template(
+        "switchyard",
+        &[
+            "--set",
+            "jetstream.enabled=true",
+            "--set-json",
+            r#"networkPolicy.metricsFrom=[{"namespaceSelector":{"matchLabels":{"kubernetes.io/metadata.name":"monitoring"}}}]"#,
+        ],
+    )
+    .await?;
+    let scraped = &find(&scraped, "NetworkPolicy", "switchyard-nats")?["spec"]["ingress"];
+    let monitor = scraped
+        .as_array()
+        .and_then(|rs| rs.iter().find(|r| r["ports"][0]["port"] == "monitor"))
+        .with_context(|| format!("no monitor rule with metricsFrom: {scraped}"))?;
+    ensure!(
+        monitor["from"][0]["namespaceSelector"]["matchLabels"]["kubernetes.io/metadata.name"]
+            == "monitoring",
+        "NATS monitoring port not from metricsFrom: {monitor}"
     );
     let conf = find(&docs, "ConfigMap", "switchyard-nats")?["data"]["nats.conf"]
         .as_str()
