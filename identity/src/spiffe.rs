@@ -159,8 +159,8 @@ impl SpiffeId {
                 "the path must be /ns/<namespace>/<router|manager|operator|jetstream>/<name>",
             ));
         };
-        let kind =
-            Kind::parse(kind).ok_or_else(|| bad("the kind must be router, manager, operator or jetstream"))?;
+        let kind = Kind::parse(kind)
+            .ok_or_else(|| bad("the kind must be router, manager, operator or jetstream"))?;
         let id = SpiffeId {
             trust_domain: td.to_owned(),
             namespace: ns.to_owned(),

@@ -221,12 +221,22 @@ mod tests {
     fn a_publisher_may_store_only_the_types_its_table_routes_and_consume_nothing() {
         let p = permissions(&party(false, &[("billing", &["invoice.due", "dead"])])).expect("ok");
         assert!(p.publish.contains(&"sy.shop.billing.dead.*".to_owned()));
-        assert!(p.publish.contains(&"sy.shop.billing.invoice.due.*".to_owned()));
-        assert!(!p.publish.iter().any(|s| s.contains("CONSUMER") || s.contains("$JS.ACK")));
+        assert!(
+            p.publish
+                .contains(&"sy.shop.billing.invoice.due.*".to_owned())
+        );
+        assert!(
+            !p.publish
+                .iter()
+                .any(|s| s.contains("CONSUMER") || s.contains("$JS.ACK"))
+        );
         assert!(!p.publish.iter().any(|s| s.contains("SY_shop_orders")));
         // Its own stream exists only for its consumers: none here.
         let c = permissions(&party(true, &[])).expect("ok");
-        assert!(c.publish.contains(&"$JS.API.STREAM.CREATE.SY_shop_orders".to_owned()));
+        assert!(
+            c.publish
+                .contains(&"$JS.API.STREAM.CREATE.SY_shop_orders".to_owned())
+        );
         assert!(!c.publish.iter().any(|s| s.starts_with("sy.")));
     }
 
@@ -255,7 +265,10 @@ mod tests {
         let p = permissions(&party(true, &[])).expect("ok");
         let block = authorization_block(&[("spiffe://td/ns/shop/manager/orders".into(), p)]);
         assert!(block.starts_with("authorization: {"), "{block}");
-        assert!(block.contains("\"user\": \"spiffe://td/ns/shop/manager/orders\""), "{block}");
+        assert!(
+            block.contains("\"user\": \"spiffe://td/ns/shop/manager/orders\""),
+            "{block}"
+        );
         assert!(block.contains("\"$JS.ACK.SY_shop_orders.>\""), "{block}");
         assert!(block.contains("\"_SY_INBOX.shop.orders.>\""), "{block}");
     }

@@ -166,13 +166,16 @@ async fn only_mesh_identities_reach_jetstream_and_each_only_what_its_table_route
 
     // The mesh's own path works through TLS and these permissions alone.
     let client = Http::new();
-    let req = hyper::Request::post(format!("http://127.0.0.1:{}/v1/publish/orders", cart.local_api))
-        .header("content-type", "application/json")
-        .header("idempotency-key", "o-1")
-        .body(http_body_util::Full::new(bytes::Bytes::from_static(
-            br#"{"order":1}"#,
-        )))
-        .unwrap();
+    let req = hyper::Request::post(format!(
+        "http://127.0.0.1:{}/v1/publish/orders",
+        cart.local_api
+    ))
+    .header("content-type", "application/json")
+    .header("idempotency-key", "o-1")
+    .body(http_body_util::Full::new(bytes::Bytes::from_static(
+        br#"{"order":1}"#,
+    )))
+    .unwrap();
     let r = client.send(req).await.unwrap();
     assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
     poll(Duration::from_secs(20), "orders delivered", || {
@@ -241,7 +244,9 @@ async fn only_mesh_identities_reach_jetstream_and_each_only_what_its_table_route
     .await
     .unwrap();
     let orders = plan::subject(NAMESPACE, "handlers", "orders", Lane::Unordered);
-    idle.publish(orders.clone(), bytes::Bytes::new()).await.unwrap();
+    idle.publish(orders.clone(), bytes::Bytes::new())
+        .await
+        .unwrap();
     refused(&idle_errors, &orders).await;
 
     // handlers' stream and consumer survived every attempt, and keep delivering.
@@ -263,7 +268,11 @@ async fn only_mesh_identities_reach_jetstream_and_each_only_what_its_table_route
     assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
     poll(Duration::from_secs(20), "order o-2 delivered", || {
         let seen = app.state.seen("orders");
-        std::future::ready(seen.iter().any(|e| e.header("ce-id") == "o-2").then_some(()))
+        std::future::ready(
+            seen.iter()
+                .any(|e| e.header("ce-id") == "o-2")
+                .then_some(()),
+        )
     })
     .await;
 }

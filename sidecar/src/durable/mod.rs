@@ -242,14 +242,13 @@ impl Store {
                     // certificate installed then (the resolver reads the renewed one).
                     options = options.tls_client_config(tls.clone());
                 }
-                let client = options
-                    .connect(self.addrs.as_slice())
-                    .await
-                    .map_err(|e| DurableError::Setup {
+                let client = options.connect(self.addrs.as_slice()).await.map_err(|e| {
+                    DurableError::Setup {
                         what: "server",
                         name: self.url.clone(),
                         message: e.to_string(),
-                    })?;
+                    }
+                })?;
                 tracing::info!(url = %self.url, "connecting to JetStream");
                 Ok(jetstream::new(client))
             })
