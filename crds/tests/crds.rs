@@ -58,6 +58,16 @@ fn committed_crd_yaml_is_fresh() {
     }
 }
 
+/// The sidecar's test `every_path_the_crd_admits_is_a_delivery_target` draws its paths from this
+/// pattern's characters: a change here must be made there too.
+#[test]
+fn the_app_path_pattern_is_the_one_the_sidecar_is_tested_against() {
+    let crd = serde_json::to_value(Manager::crd()).expect("json");
+    let path = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["app"]["properties"]["path"];
+    assert_eq!(path["pattern"], "^/[A-Za-z0-9._~/-]*$", "{path}");
+}
+
 #[test]
 fn crds_have_status_scale_short_names_and_printer_columns() {
     for (crd, short, cols) in [

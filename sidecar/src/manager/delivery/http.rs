@@ -126,3 +126,33 @@ impl HttpDelivery {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::net::SocketAddr;
+
+    /// The characters the Manager CRD's `spec.app.path` pattern admits after the leading `/`
+    /// (`^/[A-Za-z0-9._~/-]*$`, pinned by `crds/tests/crds.rs`).
+    const CRD_PATH_CHARS: &str =
+        "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789._~/-";
+
+    /// `switchyard check` and the API server refuse a path outside the pattern; every path inside
+    /// it must be one this sidecar takes, so its own `app.path` refusal at start never fires first.
+    #[tokio::test]
+    async fn every_path_the_crd_admits_is_a_delivery_target() {
+        let app = AppAddr::Tcp(SocketAddr::from(([127, 0, 0, 1], 8000)));
+        let chars: Vec<char> = CRD_PATH_CHARS.chars().collect();
+        let mut paths = vec!["/".to_owned(), "//".to_owned(), "/./../~".to_owned()];
+        paths.extend((0..2000).map(|_| {
+            let len = fastrand::usize(0..80);
+            std::iter::once('/')
+                .chain((0..len).map(|_| chars[fastrand::usize(..chars.len())]))
+                .collect()
+        }));
+        for path in paths {
+            let d = HttpDelivery::new(app.clone(), &path, "/switchyard/default/m", 1);
+            assert!(d.is_ok(), "{path:?}: {:?}", d.err());
+        }
+    }
+}
