@@ -54,6 +54,7 @@ async fn main() -> ExitCode {
 }
 
 async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
+    settings.check_mesh().map_err(anyhow::Error::msg)?;
     if let Some(url) = &settings.control_plane_url {
         settings::check_control_plane_url(url, settings.mesh_tls).map_err(anyhow::Error::msg)?;
     }
@@ -106,11 +107,6 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         .await
         .map_err(|e| anyhow::anyhow!("mesh identity: {e}"))?;
         tokio::spawn(identity.clone().renew_forever());
-        if settings.control_plane_url.is_none() {
-            tracing::warn!(
-                "mesh TLS is on but --control-plane-url is unset: sidecars cannot reach the Identity service and run on plain TCP"
-            );
-        }
         Some(identity)
     } else {
         tracing::warn!(

@@ -177,6 +177,16 @@ pub fn check_control_plane_url(url: &str, mesh_tls: bool) -> Result<(), String> 
 }
 
 impl Settings {
+    /// Refuses mesh TLS with nothing for the sidecars to certify against: without a control-plane
+    /// URL their pods get no Identity service, and they would run on plain TCP while the operator
+    /// says mesh TLS is on. Fail closed, naming the missing setting.
+    pub fn check_mesh(&self) -> Result<(), String> {
+        if self.mesh_tls && self.control_plane_url.is_none() {
+            return Err("mesh TLS is on (--mesh-tls, SWITCHYARD_MESH_TLS) but --control-plane-url (SWITCHYARD_CONTROL_PLANE_URL) is unset: sidecars would have no Identity service to certify against and run on plain TCP; set --control-plane-url to the operator's Service (https://...), or --mesh-tls=false to run the mesh on plain TCP knowingly".to_owned());
+        }
+        Ok(())
+    }
+
     /// The URL other replicas forward to (see `--peer-url`); None when nothing names a host.
     pub fn peer_url(&self) -> Result<Option<String>, String> {
         if let Some(url) = &self.peer_url {
@@ -232,6 +242,20 @@ mod tests {
         let mut all = vec!["switchyard-operator"];
         all.extend_from_slice(args);
         Settings::try_parse_from(all).expect("settings")
+    }
+
+    #[test]
+    fn mesh_tls_without_a_control_plane_url_is_refused_naming_it() {
+        // Environment variables would fill the fields clap reads; these tests set neither.
+        let e = parse(&[]).check_mesh().expect_err("fails closed");
+        assert!(e.contains("--control-plane-url"), "{e}");
+        assert!(e.contains("--mesh-tls=false"), "{e}");
+        assert!(
+            parse(&["--control-plane-url", "https://op.system.svc:7443"])
+                .check_mesh()
+                .is_ok()
+        );
+        assert!(parse(&["--mesh-tls=false"]).check_mesh().is_ok());
     }
 
     #[test]
