@@ -372,13 +372,35 @@ pub fn client_config(
     roots: Arc<RootCertStore>,
     alpn: &[&[u8]],
 ) -> Result<ClientConfig, TlsError> {
+    mesh_client(store, roots, alpn, None)
+}
+
+/// A client config for the JetStream server of durable delivery: presents `store`'s certificate
+/// (nats-server maps its identity to the NATS user with that workload's permissions) and accepts
+/// only a server the mesh's CA certified as [`Expect::JetStream`], whatever host name the NATS URL
+/// gives (NATS clients send it as the server name; a mesh certificate names no host).
+pub fn jetstream_client_config(
+    store: Arc<CertStore>,
+    roots: Arc<RootCertStore>,
+) -> Result<ClientConfig, TlsError> {
+    mesh_client(Some(store), roots, &[], Some(Expect::JetStream))
+}
+
+/// The mesh's client side: TLS 1.3, the server checked against `roots` and `fixed` (or the
+/// expectation its server name carries), `store`'s certificate shown, never a resumed session.
+fn mesh_client(
+    store: Option<Arc<CertStore>>,
+    roots: Arc<RootCertStore>,
+    alpn: &[&[u8]],
+    fixed: Option<Expect>,
+) -> Result<ClientConfig, TlsError> {
     let provider = provider();
     let algs = provider.signature_verification_algorithms;
     let verifier = Arc::new(MeshServerVerifier {
         roots,
         algs,
         me: store.clone(),
-        fixed: None,
+        fixed,
     });
     let builder = ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])?
@@ -391,32 +413,6 @@ pub fn client_config(
     config.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
     config.enable_sni = false;
     // Never resume (see `server_config`): every connection shows the certificate installed now.
-    config.resumption = rustls::client::Resumption::disabled();
-    Ok(config)
-}
-
-/// A client config for the JetStream server of durable delivery: presents `store`'s certificate
-/// (nats-server maps its identity to the NATS user with that workload's permissions) and accepts
-/// only a server the mesh's CA certified as [`Expect::JetStream`], whatever host name the NATS URL
-/// gives (NATS clients send it as the server name; a mesh certificate names no host).
-pub fn jetstream_client_config(
-    store: Arc<CertStore>,
-    roots: Arc<RootCertStore>,
-) -> Result<ClientConfig, TlsError> {
-    let provider = provider();
-    let algs = provider.signature_verification_algorithms;
-    let verifier = Arc::new(MeshServerVerifier {
-        roots,
-        algs,
-        me: Some(store.clone()),
-        fixed: Some(Expect::JetStream),
-    });
-    let mut config = ClientConfig::builder_with_provider(provider)
-        .with_protocol_versions(&[&rustls::version::TLS13])?
-        .dangerous()
-        .with_custom_certificate_verifier(verifier)
-        .with_client_cert_resolver(store);
-    config.enable_sni = false;
     config.resumption = rustls::client::Resumption::disabled();
     Ok(config)
 }

@@ -801,6 +801,19 @@ spec:
         plan(&objs, &opts, &mut ports)
     }
 
+    /// The manager-role config `p` writes for Manager `name`.
+    fn manager_config_of(
+        p: &Plan,
+        name: &str,
+    ) -> anyhow::Result<switchyard_protocol::config::ManagerConfig> {
+        let (_, text) = p
+            .files
+            .iter()
+            .find(|(path, _)| path.ends_with(format!("manager-{name}.json")))
+            .with_context(|| format!("no config of Manager {name}"))?;
+        Ok(serde_json::from_str(text)?)
+    }
+
     #[test]
     fn apps_of_a_traced_router_export_to_its_collector() -> anyhow::Result<()> {
         let p = plan_of(TWO_MANAGERS, true)?;
@@ -904,12 +917,7 @@ spec:
         assert_eq!(cfg.static_endpoints.get("a"), Some(&vec![listen_a]));
         assert_eq!(cfg.static_endpoints.len(), 2);
 
-        let (_, text) = p
-            .files
-            .iter()
-            .find(|(path, _)| path.ends_with("manager-b.json"))
-            .context("manager config")?;
-        let cfg: switchyard_protocol::config::ManagerConfig = serde_json::from_str(text)?;
+        let cfg = manager_config_of(&p, "b")?;
         assert_eq!(cfg.app.port, 8001);
         // Its outbound path knows every Manager of the Router, at their local sidecars.
         assert_eq!(cfg.destinations.len(), 2, "{:?}", cfg.destinations);
@@ -1024,12 +1032,7 @@ spec:
             "  listeners: {http: {port: 8080}, websocket: {path: /ws}}\n  tracing: {otlpEndpoint: \"http://127.0.0.1:4317\", samplingRatio: 0.5}\n",
         );
         let p = plan_of(&yaml, true)?;
-        let (_, text) = p
-            .files
-            .iter()
-            .find(|(path, _)| path.ends_with("manager-a.json"))
-            .context("manager config")?;
-        let cfg: switchyard_protocol::config::ManagerConfig = serde_json::from_str(text)?;
+        let cfg = manager_config_of(&p, "a")?;
         let t = cfg.tracing.context("tracing")?;
         assert_eq!(
             (t.otlp_endpoint.as_str(), t.sampling_ratio),
@@ -1037,12 +1040,7 @@ spec:
         );
         // Without tracing on the Router, none on the Managers.
         let p = plan_of(TWO_MANAGERS, true)?;
-        let (_, text) = p
-            .files
-            .iter()
-            .find(|(path, _)| path.ends_with("manager-a.json"))
-            .context("manager config")?;
-        let cfg: switchyard_protocol::config::ManagerConfig = serde_json::from_str(text)?;
+        let cfg = manager_config_of(&p, "a")?;
         assert_eq!(cfg.tracing, None);
         Ok(())
     }
@@ -1121,12 +1119,7 @@ spec:
             allowed("spiffe://local/ns/default/manager/b", "subscribe"),
             ["_SY_INBOX.default.b.>"]
         );
-        let (_, text) = p
-            .files
-            .iter()
-            .find(|(path, _)| path.ends_with("manager-a.json"))
-            .context("manager config")?;
-        let cfg: switchyard_protocol::config::ManagerConfig = serde_json::from_str(text)?;
+        let cfg = manager_config_of(&p, "a")?;
         assert!(
             cfg.jetstream
                 .as_ref()
