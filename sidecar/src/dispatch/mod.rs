@@ -199,16 +199,7 @@ pub(crate) async fn publish_routed(
     if subs.is_empty() {
         return publish_to_handler(upstream, store, out, deadline).await;
     }
-    let copy = Outgoing {
-        event: out.event.clone(),
-        ce_id: out.ce_id.clone(),
-        traceparent: out.traceparent.clone(),
-        tracestate: out.tracestate.clone(),
-        payload: out.payload.clone(),
-        content_type: out.content_type.clone(),
-        upload: None,
-        headers: out.headers.clone(),
-    };
+    let copy = out.buffered_copy(out.headers.clone());
     let copies = futures::future::join_all(subs.iter().map(|s| async {
         let ack = upstream.publish(&s.pool, &copy, deadline).await?;
         accepted(ack, deadline)

@@ -54,16 +54,7 @@ impl Observers {
     /// Sends `out`'s copy to each of `subs` (its `requests` subscribers).
     pub(crate) fn request(&self, upstream: &Arc<Upstream>, subs: Vec<Arc<Sub>>, out: &Outgoing) {
         for sub in subs {
-            let copy = Outgoing {
-                event: out.event.clone(),
-                ce_id: out.ce_id.clone(),
-                traceparent: out.traceparent.clone(),
-                tracestate: out.tracestate.clone(),
-                payload: out.payload.clone(),
-                content_type: out.content_type.clone(),
-                upload: None,
-                headers: vec![(OBSERVED.to_owned(), "request".to_owned())],
-            };
+            let copy = out.buffered_copy(vec![(OBSERVED.to_owned(), "request".to_owned())]);
             self.send(upstream, sub, "request", copy);
         }
     }

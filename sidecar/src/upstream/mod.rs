@@ -102,6 +102,23 @@ pub struct Outgoing {
     pub headers: switchyard_protocol::headers::Fields,
 }
 
+impl Outgoing {
+    /// Another send of this event (a subscriber's or an observer's), with `headers` for the app.
+    /// Only a buffered event has one: a streamed upload is read once, by its handler.
+    pub(crate) fn buffered_copy(&self, headers: switchyard_protocol::headers::Fields) -> Outgoing {
+        Outgoing {
+            event: self.event.clone(),
+            ce_id: self.ce_id.clone(),
+            traceparent: self.traceparent.clone(),
+            tracestate: self.tracestate.clone(),
+            payload: self.payload.clone(),
+            content_type: self.content_type.clone(),
+            upload: None,
+            headers,
+        }
+    }
+}
+
 /// When the call's stages ended, for Server-Timing.
 #[derive(Default, Debug)]
 pub struct CallTimes {
