@@ -67,9 +67,46 @@ pub fn parse_for_local_run(text: &str) -> Result<Objects, YamlError> {
     parse_except(text, crate::strict::LOCAL_ONLY)
 }
 
+/// Every document of `text` as the JSON `kubectl apply` sends for it, so `check` and the API server
+/// judge the same values. kubectl reads YAML 1.1 (sigs.k8s.io/yaml, a go-yaml v2): `yes`, `on`,
+/// `off` are booleans, `0100` is octal (64), and a float with an integral value (`64.0`) reaches
+/// the server as an integer, because Go's JSON writes it as `64`. YAML 1.2 readers differ on each.
+pub fn documents(text: &str) -> Result<Vec<serde_json::Value>, serde_saphyr::Error> {
+    let mut options = serde_saphyr::Options::default();
+    options.legacy_octal_numbers = true;
+    options.strict_booleans = false;
+    let mut docs: Vec<serde_json::Value> = serde_saphyr::from_multiple_with_options(text, options)?;
+    docs.iter_mut().for_each(integral_floats_as_integers);
+    Ok(docs)
+}
+
+/// The largest integer a double holds exactly (2^53): beyond it a float's integral value is not
+/// the number written.
+const EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
+
+fn integral_floats_as_integers(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Number(n) if n.is_f64() => {
+            if let Some(f) = n.as_f64()
+                && f.fract() == 0.0
+                && f.abs() <= EXACT_INTEGER
+            {
+                // Exact: `f` is integral and within the range a double holds exactly.
+                #[allow(clippy::cast_possible_truncation)]
+                let i = f as i64;
+                *v = serde_json::Value::from(i);
+            }
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(integral_floats_as_integers),
+        serde_json::Value::Object(fields) => {
+            fields.values_mut().for_each(integral_floats_as_integers);
+        }
+        _ => {}
+    }
+}
+
 fn parse_except(text: &str, exempt: &[(&str, i64)]) -> Result<Objects, YamlError> {
-    let docs: Vec<serde_json::Value> =
-        serde_saphyr::from_multiple(text).map_err(|source| YamlError::Syntax { doc: 0, source })?;
+    let docs = documents(text).map_err(|source| YamlError::Syntax { doc: 0, source })?;
     let mut out = Objects::default();
     let mut schema_problems = Vec::new();
     // Each field's line, read only when a problem needs one.
@@ -192,6 +229,39 @@ fn unserved(head: &Head) -> Option<crate::strict::Problem> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn values_are_read_as_kubectl_sends_them() {
+        let doc = |yaml: &str| documents(yaml).expect("YAML").remove(0);
+        // YAML 1.1 booleans, octal, and integral floats as integers.
+        assert_eq!(
+            doc("a: yes\nb: on\nc: off\nd: No\ne: true\n"),
+            serde_json::json!({"a": true, "b": true, "c": false, "d": false, "e": true})
+        );
+        assert_eq!(doc("a: 0100\n")["a"], 64);
+        assert_eq!(
+            doc("a: 64.0\nb: -2.0\nc: 1e3\n"),
+            serde_json::json!({"a": 64, "b": -2, "c": 1000})
+        );
+        assert_eq!(
+            doc("a: 0x40\nb: 1_000\n"),
+            serde_json::json!({"a": 64, "b": 1000})
+        );
+        // What stays: fractions, quoted strings, nulls, and nested values are read alike.
+        assert_eq!(doc("a: 0.5\n")["a"], 0.5);
+        assert_eq!(
+            doc("a: \"yes\"\nb: '64.0'\n"),
+            serde_json::json!({"a": "yes", "b": "64.0"})
+        );
+        assert_eq!(
+            doc("a: ~\nb: null\nc:\n"),
+            serde_json::json!({"a": null, "b": null, "c": null})
+        );
+        assert_eq!(
+            doc("a: [1.0, {b: 2.0}]\n"),
+            serde_json::json!({"a": [1, {"b": 2}]})
+        );
+    }
 
     #[test]
     fn secrets_are_kept_with_data_decoded() {

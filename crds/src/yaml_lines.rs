@@ -35,7 +35,7 @@ pub struct Lines {
 impl Lines {
     /// `None` when the text is not YAML.
     pub fn of(text: &str) -> Option<Lines> {
-        let values: Vec<serde_json::Value> = serde_saphyr::from_multiple(text).ok()?;
+        let values = crate::yaml::documents(text).ok()?;
         let heads = values
             .iter()
             .map(|v| {
