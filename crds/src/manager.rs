@@ -5,7 +5,7 @@ use crate::event_type::EventType;
 use crate::schema;
 use crate::status::ManagerStatus;
 use crate::subscription::Subscription;
-use k8s_openapi::api::core::v1::PodTemplateSpec;
+use k8s_openapi::api::core::v1::{PodTemplateSpec, ResourceRequirements};
 use kube::CustomResource;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -134,6 +134,27 @@ pub struct ManagerSpec {
     /// Settings of durable delivery, for the types delivered durably.
     #[serde(default, skip_serializing_if = "Durable::is_default")]
     pub durable: Durable,
+    /// The manager sidecar container the operator adds to each pod (the app's containers are the
+    /// template's).
+    #[serde(default, skip_serializing_if = "ManagerSidecar::is_default")]
+    pub sidecar: ManagerSidecar,
+}
+
+/// The manager sidecar container of a Manager's pods.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ManagerSidecar {
+    /// Compute resources of the sidecar container. Absent: the operator's defaults (requests 100m
+    /// CPU and 32Mi memory, a 256Mi memory limit). Its queue is bounded by event count, so give it
+    /// room for `workers.queueCapacity` events of the largest size it admits.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+}
+
+impl ManagerSidecar {
+    fn is_default(&self) -> bool {
+        *self == ManagerSidecar::default()
+    }
 }
 
 /// Settings of a Manager's JetStream stream.

@@ -208,6 +208,48 @@ fn manager_gets_a_native_sidecar_and_keeps_the_users_template() {
 }
 
 #[test]
+fn a_managers_sidecar_resources_reach_its_sidecar_container() {
+    let (router, mut manager) = quickstart();
+    let sidecar = |m: &Manager| {
+        let c = render::manager::build(m, Some(&router), &settings()).expect("builds");
+        let p = pod(&c.deployments[0]).clone();
+        p.init_containers.expect("init containers")[0]
+            .resources
+            .clone()
+            .expect("resources")
+    };
+    // Absent: the operator's defaults, a memory limit among them.
+    let defaults = sidecar(&manager);
+    assert!(
+        defaults
+            .limits
+            .as_ref()
+            .is_some_and(|l| l.contains_key("memory")),
+        "{defaults:?}"
+    );
+    manager.spec.sidecar.resources = serde_json::from_value(serde_json::json!({
+        "requests": {"cpu": "250m", "memory": "128Mi"},
+        "limits": {"memory": "512Mi"},
+    }))
+    .expect("resources");
+    let set = sidecar(&manager);
+    assert_eq!(Some(set.clone()), manager.spec.sidecar.resources, "{set:?}");
+    // The app's containers keep the template's own.
+    let c = render::manager::build(&manager, Some(&router), &settings()).expect("builds");
+    assert_eq!(
+        pod(&c.deployments[0]).containers[0].resources,
+        manager
+            .spec
+            .template
+            .spec
+            .as_ref()
+            .expect("template")
+            .containers[0]
+            .resources
+    );
+}
+
+#[test]
 fn per_event_type_split_builds_one_deployment_per_type() {
     let mut m = fixture(include_str!("fixtures/per-event-type.yaml"))
         .managers

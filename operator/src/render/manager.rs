@@ -254,7 +254,7 @@ fn pod_template(
         settings,
         Role::Manager,
         &[("frames", i32::from(ports::MANAGER_INBOUND))],
-        None,
+        manager.spec.sidecar.resources.clone(),
         vec![EnvVar {
             name: EVENT_TYPES_ENV.into(),
             value: Some(event_list),
