@@ -97,6 +97,12 @@ pub struct ManagerSpec {
         extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["event"])
     )]
     pub subscriptions: Vec<Subscription>,
+    /// Event types this Manager's app may push to WebSocket clients (the local API's
+    /// `/v1/push/{event}`) besides the ones it handles. A push of any other type is refused (403)
+    /// by its sidecar, so one team's handler cannot send another team's notifications.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(length(max = 64), extend("x-kubernetes-list-type" = "set"))]
+    pub push: Vec<EventType>,
     /// How the sidecar reaches the handler app inside the pod.
     #[serde(default)]
     pub app: App,

@@ -208,6 +208,17 @@ fn manager_gets_a_native_sidecar_and_keeps_the_users_template() {
 }
 
 #[test]
+fn a_managers_push_list_reaches_its_sidecars_config() {
+    let (router, mut manager) = quickstart();
+    manager.spec.push = vec!["orders.shipped".into()];
+    let c = render::manager::build(&manager, Some(&router), &settings()).expect("builds");
+    let cfg: ManagerConfig =
+        serde_json::from_str(&c.config_map.data.as_ref().expect("data")["config.json"])
+            .expect("config parses");
+    assert_eq!(cfg.push, manager.spec.push);
+}
+
+#[test]
 fn a_managers_sidecar_resources_reach_its_sidecar_container() {
     let (router, mut manager) = quickstart();
     let sidecar = |m: &Manager| {

@@ -108,6 +108,9 @@ pub struct ManagerConfig {
     /// This Manager's own subscriptions (`spec.subscriptions`): its pods admit the events they cover.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub subscriptions: Vec<Subscription>,
+    /// Event types its app may push besides those in `events` (`spec.push`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub push: Vec<EventType>,
     /// As [`RouterConfig::static_endpoints`]: local mode's endpoint table.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub static_endpoints: BTreeMap<String, Vec<String>>,

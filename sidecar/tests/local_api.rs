@@ -248,6 +248,31 @@ async fn push_reports_the_routers_reached() {
     assert_eq!(r.json(), json!({"routers": 1}));
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_push_of_a_type_the_manager_neither_handles_nor_lists_is_refused() {
+    let mesh = LocalMesh::start().await;
+    // A type it handles may be pushed, as may `tick` (its `push` list).
+    let own = post(&mesh, "/v1/push/noop", &[], r#"{"n":1}"#).await;
+    assert_eq!(own.status, 202, "{:?}", own.body);
+    // `audit` is another Manager's (graveyard's): not this app's to push to WebSocket clients.
+    let r = post(&mesh, "/v1/push/audit", &[], r#"{"fake":true}"#).await;
+    assert_eq!(r.status, 403, "{:?}", r.body);
+    let said = String::from_utf8_lossy(&r.body).into_owned();
+    assert!(
+        said.contains("`audit` is neither") && said.contains("spec.push"),
+        "{said}"
+    );
+    let metrics = metrics_text(&mesh.client, mesh.handlers_admin).await;
+    assert!(
+        metrics.contains(r#"op="push",status="403""#),
+        "refusal not counted:\n{metrics}"
+    );
+    // gRPC takes the same rule.
+    let mut c = grpc_client(mesh.local_api).await;
+    let e = c.push(event("audit", "{}")).await.expect_err("refused");
+    assert_eq!(e.code(), tonic::Code::PermissionDenied, "{e:?}");
+}
+
 async fn grpc_client(port: u16) -> LocalApiClient<Channel> {
     let ch = Endpoint::from_shared(format!("http://127.0.0.1:{port}"))
         .unwrap()

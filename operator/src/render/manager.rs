@@ -96,6 +96,7 @@ pub fn render_config(
         destinations: Default::default(),
         subscribers: Default::default(),
         subscriptions: spec.subscriptions.clone(),
+        push: spec.push.clone(),
         static_endpoints: Default::default(),
         tracing: router.and_then(|r| r.spec.tracing.clone()),
         allow_from: spec.allow_from.clone(),

@@ -258,10 +258,13 @@ pub(crate) async fn run(
             &pulls,
         );
     }
+    // The Manager's own types (every pod of it, whatever its split) and `spec.push`.
+    let pushable = local_api::Pushable::new(c.events.iter().chain(&c.push).map(|e| e.as_str()));
     let local = LocalApi::new(
         upstream,
         store,
         routers.clone(),
+        pushable,
         metrics.clone(),
         otel.clone(),
     );

@@ -935,6 +935,8 @@ impl LocalMesh {
         });
         let mut hcfg = manager_config(app.port, &Opts::default());
         hcfg["events"] = json!(["noop", "echo", "slow", "slowish", "fail", "ordered"]);
+        // Pushed by the local API tests: not a type it handles, so listed (`spec.push`).
+        hcfg["push"] = json!(["tick"]);
         hcfg["workers"]["deadLetter"] = json!("dead");
         hcfg["workers"]["orderingKey"] = json!("/key");
         hcfg["destinations"] = table;

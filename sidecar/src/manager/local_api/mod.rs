@@ -22,6 +22,7 @@ use hyper::service::service_fn;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use parse::Op;
+use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_protocol::frame::Push;
@@ -92,9 +93,36 @@ pub enum Done {
     },
 }
 
+/// The event types a Manager's app may push to WebSocket clients: those the Manager handles and
+/// those its spec lists in `push`. Any other is another team's to push, and refused.
+#[derive(Clone, Debug, Default)]
+pub struct Pushable(BTreeSet<String>);
+
+impl Pushable {
+    /// From the Manager's handled types and its `push` list.
+    pub fn new<'a>(types: impl IntoIterator<Item = &'a str>) -> Pushable {
+        Pushable(types.into_iter().map(str::to_owned).collect())
+    }
+
+    /// Refuses a push of `event` unless this Manager may push it.
+    fn check(&self, event: &str) -> Result<(), Answer> {
+        if self.0.contains(event) {
+            return Ok(());
+        }
+        Err(Answer::refusal(
+            403,
+            format!(
+                "this Manager may push only the event types it handles or lists in spec.push ({}); `{event}` is neither",
+                self.0.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        ))
+    }
+}
+
 /// The shared core of both protocols: the app's events take the dispatch stage, as a client's do.
 pub struct LocalApi {
     dispatch: Dispatch,
+    pushable: Pushable,
     /// Bytes of the app's request bodies held at once.
     pub(crate) body_budget: ByteBudget,
     routers: Arc<Routers>,
@@ -109,10 +137,12 @@ impl LocalApi {
         upstream: Arc<Upstream>,
         durable: Option<Arc<Store>>,
         routers: Arc<Routers>,
+        pushable: Pushable,
         metrics: Arc<Metrics>,
         otel: Option<Arc<Otel>>,
     ) -> LocalApi {
         LocalApi {
+            pushable,
             dispatch: Dispatch {
                 broker: Broker::new(MAX_CALLS, metrics.clone()),
                 upstream,
@@ -140,6 +170,9 @@ impl LocalApi {
     /// Serves one call. Traced, a publish or push is a PRODUCER span under the app's
     /// `traceparent` and a request the SERVER span of the dispatch stage's spans.
     pub async fn call(&self, mut call: Call<'_>) -> Result<Done, Answer> {
+        if call.op == Op::Push {
+            self.pushable.check(call.event)?;
+        }
         let ce_id = match call.op {
             Op::Push => None,
             Op::Publish | Op::Request => Some(call.ce_id.take().unwrap_or_else(new_ce_id)),
