@@ -449,7 +449,8 @@ pub fn plan(
         }
     }
     plan.procs.extend(sidecars);
-    let mut nats_users = Vec::new();
+    // One NATS user per Manager: its replicas share one identity (and one table).
+    let mut nats_users = BTreeMap::new();
     for (m, path, mut config) in manager_configs {
         // The app publishes and requests through its sidecar: give it the table its Router has.
         if let Some(r) = objs
@@ -472,7 +473,8 @@ pub fn plan(
         }
         config.jetstream = jetstream.clone();
         if jetstream.is_some() {
-            nats_users.push(nats_user(&config)?);
+            let (user, allowed) = nats_user(&config)?;
+            nats_users.insert(user, allowed);
         }
         plan.files
             .push((path, serde_json::to_string_pretty(&config)?));
@@ -483,7 +485,7 @@ pub fn plan(
             cert: identity.join(NATS_CERT),
             key: identity.join(NATS_KEY),
             ca: identity.join(TRUST_FILE),
-            users: nats_users,
+            users: nats_users.into_iter().collect(),
         });
         plan.files.push((
             conf,
@@ -1196,6 +1198,47 @@ spec:
         assert!(p.procs.iter().all(|p| p.tier != Tier::App));
         assert_eq!(p.notes.len(), 2);
         assert!(p.procs[1].args.contains(&"127.0.0.1:8000".to_owned()));
+        Ok(())
+    }
+
+    #[test]
+    fn a_durable_managers_replicas_share_one_nats_user() -> anyhow::Result<()> {
+        // nats-server refuses to start on a user listed twice.
+        let yaml = TWO_MANAGERS.replace(
+            "  events: [noop]\n",
+            "  events: [noop]\n  replicas: 2\n  delivery: durable\n",
+        );
+        assert_ne!(yaml, TWO_MANAGERS, "the fixture changed shape");
+        let p = plan_of(&yaml, true)?;
+        assert!(
+            p.files
+                .iter()
+                .any(|(path, _)| path.ends_with("manager-a[2].json"))
+        );
+        let conf = p
+            .files
+            .iter()
+            .find(|(path, _)| path == Path::new("/state/nats.conf"))
+            .map(|(_, text)| text.as_str())
+            .context("no nats.conf planned")?;
+        let users: serde_json::Value = serde_json::from_str(
+            conf.split_once("authorization: ")
+                .context("no authorization block")?
+                .1,
+        )?;
+        let names: Vec<&str> = users["users"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|u| u["user"].as_str())
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "spiffe://local/ns/default/manager/a",
+                "spiffe://local/ns/default/manager/b"
+            ]
+        );
         Ok(())
     }
 
