@@ -290,6 +290,11 @@ pub fn plan(
             let monitor = ports.ephemeral()?;
             let store = opts.state_dir.join("jetstream");
             let conf = opts.state_dir.join("nats.conf");
+            // The one URL of the server, for the sidecars and the ✓ line: TLS with the mesh on.
+            let url = format!(
+                "{}://{LOCALHOST}:{port}",
+                if opts.mesh_tls { "tls" } else { "nats" }
+            );
             // Written once the Managers' tables are known: they decide the permissions.
             nats_conf = Some((conf.clone(), port, monitor, store));
             plan.procs.push(ProcSpec {
@@ -306,18 +311,11 @@ pub fn plan(
                     addr: SocketAddr::from((LOCALHOST, monitor)),
                     path: "/healthz?js-enabled-only=true",
                 },
-                listening: format!(
-                    "{}://{LOCALHOST}:{port} (monitor :{monitor})",
-                    if opts.mesh_tls { "tls" } else { "nats" }
-                ),
+                listening: format!("{url} (monitor :{monitor})"),
                 edge: None,
                 identity: None,
             });
-            let scheme = if opts.mesh_tls { "tls" } else { "nats" };
-            Some(switchyard_protocol::durable::JetStreamConfig {
-                url: format!("{scheme}://{LOCALHOST}:{port}"),
-                replicas: 1,
-            })
+            Some(switchyard_protocol::durable::JetStreamConfig { url, replicas: 1 })
         }
     };
     let mut endpoints: BTreeMap<String, Vec<String>> = BTreeMap::new();
@@ -803,6 +801,21 @@ spec:
         plan(&objs, &opts, &mut ports)
     }
 
+    /// The `authorization` block of the nats.conf `p` writes, as JSON.
+    fn nats_users_of(p: &Plan) -> anyhow::Result<serde_json::Value> {
+        let conf = p
+            .files
+            .iter()
+            .find(|(path, _)| path == Path::new("/state/nats.conf"))
+            .map(|(_, text)| text.as_str())
+            .context("no nats.conf planned")?;
+        let block = conf
+            .split_once("authorization: ")
+            .context("no authorization block")?
+            .1;
+        Ok(serde_json::from_str(block)?)
+    }
+
     /// The manager-role config `p` writes for Manager `name`.
     fn manager_config_of(
         p: &Plan,
@@ -1086,11 +1099,7 @@ spec:
             conf.contains("ca_file: \"/state/identity/ca.crt\""),
             "{conf}"
         );
-        let users: serde_json::Value = serde_json::from_str(
-            conf.split_once("authorization: ")
-                .context("no authorization block")?
-                .1,
-        )?;
+        let users = nats_users_of(&p)?;
         let allowed = |user: &str, side: &str| -> Vec<String> {
             users["users"]
                 .as_array()
@@ -1215,17 +1224,7 @@ spec:
                 .iter()
                 .any(|(path, _)| path.ends_with("manager-a[2].json"))
         );
-        let conf = p
-            .files
-            .iter()
-            .find(|(path, _)| path == Path::new("/state/nats.conf"))
-            .map(|(_, text)| text.as_str())
-            .context("no nats.conf planned")?;
-        let users: serde_json::Value = serde_json::from_str(
-            conf.split_once("authorization: ")
-                .context("no authorization block")?
-                .1,
-        )?;
+        let users = nats_users_of(&p)?;
         let names: Vec<&str> = users["users"]
             .as_array()
             .into_iter()
