@@ -17,6 +17,9 @@ pub struct Images {
     pub sidecar: String,
     /// The example app, pinned tag (also tagged with the bare version that the quickstart names).
     pub example_app: String,
+    /// nats-server (the version the tests run, `e2e/cluster/build-nats`), for the chart's
+    /// JetStream on the node.
+    pub nats: String,
     /// The pinned tag.
     pub tag: String,
     /// Folder of the archives.
@@ -29,7 +32,7 @@ impl Images {
         reference.rsplit_once(':').unwrap_or((reference, ""))
     }
 
-    /// The archives of the three images and the pause image. (The node imported pause when it
+    /// The archives of the three images, the pause image and nats-server. (The node imported pause when it
     /// started, but a kubelet under disk pressure deletes unused images, and containerd 1.6 cannot
     /// pin one: importing it again costs a second.)
     pub fn archives(&self) -> Vec<PathBuf> {
@@ -38,6 +41,7 @@ impl Images {
             "switchyard-operator",
             "switchyard-sidecar",
             "switchyard-example-app",
+            "nats",
         ]
         .iter()
         .map(|n| self.dir.join(format!("{n}.tar")))
@@ -65,6 +69,21 @@ async fn build() -> Result<Images> {
         .timeout(Duration::from_secs(60 * 60))
         .ok()
         .await?;
+    let nats = Cmd::new(
+        crate::repo_root()
+            .join("e2e/cluster/build-nats")
+            .to_string_lossy()
+            .as_ref(),
+    )
+    .timeout(Duration::from_secs(30 * 60))
+    .ok()
+    .await?;
+    Cmd::new(&script)
+        .env("SWITCHYARD_IMAGES_DIR", &dir)
+        .args(["nats", nats.stdout.trim()])
+        .timeout(Duration::from_secs(5 * 60))
+        .ok()
+        .await?;
     let env_file = dir.join("images.env");
     let text = std::fs::read_to_string(&env_file)
         .with_context(|| format!("reading {}", env_file.display()))?;
@@ -78,6 +97,7 @@ async fn build() -> Result<Images> {
         operator: get("SWITCHYARD_OPERATOR_IMAGE")?,
         sidecar: get("SWITCHYARD_SIDECAR_IMAGE")?,
         example_app: get("SWITCHYARD_EXAMPLE_APP_IMAGE")?,
+        nats: get("SWITCHYARD_NATS_IMAGE")?,
         tag: get("SWITCHYARD_IMAGE_TAG")?,
         dir,
     })

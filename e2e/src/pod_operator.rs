@@ -31,6 +31,9 @@ pub const RELEASE: &str = "switchyard-node";
 pub const NAMESPACE: &str = "switchyard-node";
 /// ClusterIP pinned for the control-plane Service (the static band of the e2e service range).
 pub const CONTROL_PLANE_IP: &str = "10.0.0.10";
+/// ClusterIP pinned for the chart's JetStream client Service (`jetstream.clusterIP`): no cluster
+/// DNS resolves the servers' names here.
+pub const NATS_IP: &str = "10.0.0.11";
 /// Port of the operator's metrics server (chart default).
 pub const METRICS_PORT: u16 = 8080;
 
@@ -49,6 +52,7 @@ pub struct PodOperator {
 fn values(node: &Node, images: &Images) -> serde_json::Value {
     let (op_repo, op_tag) = Images::split(&images.operator);
     let (sc_repo, sc_tag) = Images::split(&images.sidecar);
+    let (nats_repo, nats_tag) = Images::split(&images.nats);
     serde_json::json!({
         "image": {"repository": op_repo, "tag": op_tag, "pullPolicy": "IfNotPresent"},
         "sidecar": {"image": {"repository": sc_repo, "tag": sc_tag}},
@@ -62,6 +66,19 @@ fn values(node: &Node, images: &Images) -> serde_json::Value {
             "clusterIP": CONTROL_PLANE_IP,
             "url": format!("https://{CONTROL_PLANE_IP}:7443"),
             "port": 7443,
+        },
+        // The chart's JetStream, one server (the node has two cores), behind the mesh's identity
+        // as a user's would be: durable tests publish through it.
+        "jetstream": {
+            "enabled": true,
+            "clusterIP": NATS_IP,
+            "image": {"repository": nats_repo, "tag": nats_tag, "pullPolicy": "IfNotPresent"},
+            "cluster": {"replicas": 1},
+            "persistence": {"enabled": false},
+            "nodeSelector": {node.label.0.clone(): node.label.1.clone()},
+            "tolerations": [{"key": node.taint_key, "operator": "Exists", "effect": "NoSchedule"}],
+            "resources": {"requests": {"cpu": "50m", "memory": "64Mi"}, "limits": {"memory": "512Mi"}},
+            "gc": {"percent": 800, "memoryLimit": "450MiB"},
         },
     })
 }

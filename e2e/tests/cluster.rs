@@ -1027,14 +1027,71 @@ async fn operator_chart_deploys_a_jetstream_cluster_or_points_at_one() -> Result
         conf.contains("sync_interval: always") && conf.contains("max_payload: 16842752"),
         "nats.conf without sync_interval always or a 16 MiB max_payload:\n{conf}"
     );
+    // Behind the mesh's identity: mutual TLS with the mesh CA, each certificate mapped to the NATS
+    // user the operator writes into the access Secret, which a reloader beside the server applies.
+    ensure!(
+        conf.contains("verify_and_map: true")
+            && conf.contains("ca_file: /etc/nats-access/ca.crt")
+            && conf.contains("include ../nats-access/access.conf"),
+        "nats.conf without mutual TLS and the operator's users:\n{conf}"
+    );
+    let pod = &sts["spec"]["template"]["spec"];
+    ensure!(pod["shareProcessNamespace"] == true, "pod: {pod}");
+    let reloader = pod["containers"]
+        .as_array()
+        .and_then(|cs| cs.iter().find(|c| c["name"] == "reloader"))
+        .context("no reloader beside nats-server")?;
+    ensure!(
+        reloader["args"][0] == "nats-reload"
+            && reloader["image"]
+                .as_str()
+                .is_some_and(|i| i.contains("switchyard-sidecar")),
+        "reloader: {reloader}"
+    );
+    ensure!(
+        pod["volumes"].as_array().is_some_and(|vs| vs
+            .iter()
+            .any(|v| v["secret"]["secretName"] == "switchyard-nats-access")),
+        "no access Secret volume: {pod}"
+    );
     let urls: Vec<String> = (0..3)
-        .map(|i| format!("nats://switchyard-nats-{i}.switchyard-nats.{SYSTEM_NAMESPACE}.svc:4222"))
+        .map(|i| format!("tls://switchyard-nats-{i}.switchyard-nats.{SYSTEM_NAMESPACE}.svc:4222"))
         .collect();
     let args = operator_args(&docs)?;
     ensure!(
         args.contains(&format!("--jetstream-url={}", urls.join(",")))
-            && args.contains(&"--jetstream-replicas=3".to_owned()),
+            && args.contains(&"--jetstream-replicas=3".to_owned())
+            && args.contains(&"--jetstream-access-secret=switchyard-nats-access".to_owned()),
         "operator args: {args:?}"
+    );
+    // Where no cluster DNS resolves the servers' names, one pinned address in front of them.
+    let pinned = template(
+        "switchyard",
+        &[
+            "--set",
+            "jetstream.enabled=true,jetstream.clusterIP=10.0.0.11",
+        ],
+    )
+    .await?;
+    let client_svc = find(&pinned, "Service", "switchyard-nats-client")?;
+    ensure!(
+        client_svc["spec"]["clusterIP"] == "10.0.0.11",
+        "client Service: {client_svc}"
+    );
+    let args = operator_args(&pinned)?;
+    ensure!(
+        args.contains(&"--jetstream-url=tls://10.0.0.11:4222".to_owned()),
+        "operator args: {args:?}"
+    );
+    // The leader may write that one Secret (and create it once).
+    let role = find(&docs, "Role", "switchyard-identity")?;
+    ensure!(
+        role["rules"]
+            .as_array()
+            .is_some_and(|rs| rs.iter().any(|r| {
+                r["resourceNames"][0] == "switchyard-nats-access" && r["verbs"][1] == "patch"
+            })),
+        "identity Role: {role}"
     );
     // Without persistence, an emptyDir store.
     let docs = template(
@@ -1071,17 +1128,37 @@ async fn operator_chart_deploys_a_jetstream_cluster_or_points_at_one() -> Result
         "a NetworkPolicy with networkPolicy.enabled=false"
     );
 
-    // An existing JetStream: only the URL.
+    // An existing JetStream: only the URL. A plaintext one inside a mutual-TLS mesh only when
+    // accepted knowingly (contract change: it was taken silently).
     let docs = template(
         "switchyard",
-        &["--set", "jetstream.url=nats://nats.nats.svc:4222"],
+        &[
+            "--set",
+            "jetstream.url=nats://nats.nats.svc:4222,jetstream.insecure=true",
+        ],
     )
     .await?;
     ensure!(!docs.iter().any(|d| d["kind"] == "StatefulSet"));
     let args = operator_args(&docs)?;
     ensure!(
         args.contains(&"--jetstream-url=nats://nats.nats.svc:4222".to_owned())
-            && args.contains(&"--jetstream-replicas=1".to_owned()),
+            && args.contains(&"--jetstream-replicas=1".to_owned())
+            && args.contains(&"--jetstream-insecure".to_owned())
+            && !args
+                .iter()
+                .any(|a| a.starts_with("--jetstream-access-secret")),
+        "operator args: {args:?}"
+    );
+    let args = operator_args(
+        &template(
+            "switchyard",
+            &["--set", "jetstream.url=tls://nats.nats.svc:4222"],
+        )
+        .await?,
+    )?;
+    ensure!(
+        args.contains(&"--jetstream-url=tls://nats.nats.svc:4222".to_owned())
+            && !args.contains(&"--jetstream-insecure".to_owned()),
         "operator args: {args:?}"
     );
     // Both, or a URL that is not NATS: refused, naming the problem.
@@ -1091,6 +1168,7 @@ async fn operator_chart_deploys_a_jetstream_cluster_or_points_at_one() -> Result
             "set one of them",
         ),
         ("jetstream.url=http://x:4222", "/jetstream/url"),
+        ("jetstream.url=nats://x:4222", "jetstream.insecure=true"),
         ("jetstream.gc.memoryLimit=lots", "/jetstream/gc/memoryLimit"),
         ("jetstream.gc.percent=5", "/jetstream/gc/percent"),
         ("jetstream.maxPayload=1048576", "/jetstream/maxPayload"),

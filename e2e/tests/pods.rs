@@ -27,6 +27,9 @@ use switchyard_e2e::pods::{self, check_running_on, live_pods, route_endpoints, r
 use switchyard_e2e::{Cluster, TestNamespace, cluster, eventually, fixtures, timeout};
 use tokio::sync::OnceCell;
 
+#[path = "pods/durable.rs"]
+mod durable;
+
 const ROUTER_PODS: &str = "switchyard.dev/router=edge";
 const MANAGER_PODS: &str = "switchyard.dev/manager=handlers";
 
@@ -114,6 +117,10 @@ fn main() -> ExitCode {
         (
             "two_managers_subscribed_to_order_created_both_receive_it_in_real_pods",
             |e| Box::pin(two_subscribers_receive_a_publish(e)),
+        ),
+        (
+            "durable_events_go_through_the_charts_jetstream_which_takes_only_mesh_identities",
+            |e| Box::pin(durable::durable_through_the_charts_jetstream(e)),
         ),
     ];
     let trials = tests

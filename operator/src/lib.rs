@@ -14,6 +14,7 @@ pub mod error;
 pub mod identity;
 pub mod leader;
 pub mod metrics;
+pub mod nats_access;
 pub mod render;
 pub mod scope;
 pub mod settings;

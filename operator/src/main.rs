@@ -16,7 +16,7 @@ use switchyard_operator::metrics::Metrics;
 use switchyard_operator::render::RenderSettings;
 use switchyard_operator::render::identity::MeshRender;
 use switchyard_operator::settings::{self, Settings};
-use switchyard_operator::{autoscale, backlog, control_plane, controller, telemetry};
+use switchyard_operator::{autoscale, backlog, control_plane, controller, nats_access, telemetry};
 use tokio::sync::watch;
 
 /// mimalloc instead of glibc's malloc: start-up in a large cluster (the initial lists, every
@@ -107,6 +107,11 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         .await
         .map_err(|e| anyhow::anyhow!("mesh identity: {e}"))?;
         tokio::spawn(identity.clone().renew_forever());
+        if settings.jetstream_insecure {
+            tracing::warn!(
+                "--jetstream-insecure: durable events travel to JetStream in the clear, and any pod that reaches it can read, publish or delete them"
+            );
+        }
         Some(identity)
     } else {
         tracing::warn!(
@@ -255,18 +260,35 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         let managers = caches.managers.clone();
         let url = settings.jetstream_url.clone();
         let (interval, timeout) = (settings.backlog_interval, settings.backlog_timeout);
+        let tls = match mesh.as_ref().map(|m| m.jetstream_client()).transpose() {
+            Ok(tls) => tls,
+            Err(e) => anyhow::bail!("the operator's JetStream TLS: {e}"),
+        };
         async move {
             if let (Some(book), Some(url)) = (backlogs, url) {
                 let s = backlog::Settings {
                     url,
                     interval,
                     timeout,
+                    tls,
                 };
                 backlog::run(ctx, book, managers, s, end).await;
             }
         }
     };
+    // The chart's JetStream servers' certificate and users: written by the leader only.
+    let access = {
+        let (client, end) = (client.clone(), end.clone());
+        let managers = caches.managers.clone();
+        let target = mesh.clone().zip(settings.jetstream_access_secret.clone());
+        async move {
+            if let Some((identity, secret)) = target {
+                nats_access::run(client, identity, managers, secret, end).await;
+            }
+        }
+    };
     futures::join!(
+        access,
         controller::run(ctx.clone(), end.clone()),
         autoscale::run(ctx, loads, backlogs, caches.managers.clone(), end.clone()),
         reading

@@ -103,6 +103,17 @@ pub struct Settings {
     /// Unset: durable delivery has no servers in this cluster.
     #[arg(long, env = "SWITCHYARD_JETSTREAM_URL", value_parser = jetstream_url)]
     pub jetstream_url: Option<String>,
+    /// With mesh TLS, the Secret (in the operator's namespace) the leader keeps for the chart's
+    /// JetStream servers: their certificate from the mesh CA, the trust bundle, and one NATS user
+    /// per Manager with its table's permissions (`nats_access`). Unset: the servers are the
+    /// user's own (`jetstream.url`), who keeps their TLS and users.
+    #[arg(long, env = "SWITCHYARD_JETSTREAM_ACCESS_SECRET")]
+    pub jetstream_access_secret: Option<String>,
+    /// Accept a `nats://` (plaintext) JetStream URL while the mesh runs mutual TLS: every pod that
+    /// reaches the servers can then read, publish and delete every namespace's durable events.
+    /// Off: such a URL is refused at start.
+    #[arg(long, env = "SWITCHYARD_JETSTREAM_INSECURE", default_value_t = false)]
+    pub jetstream_insecure: bool,
     /// Replicas of each stream the sidecars create (3 on the chart's 3-node cluster).
     #[arg(long, env = "SWITCHYARD_JETSTREAM_REPLICAS", default_value_t = 1, value_parser = clap::value_parser!(u8).range(1..=5))]
     pub jetstream_replicas: u8,
@@ -184,6 +195,29 @@ impl Settings {
         if self.mesh_tls && self.control_plane_url.is_none() {
             return Err("mesh TLS is on (--mesh-tls, SWITCHYARD_MESH_TLS) but --control-plane-url (SWITCHYARD_CONTROL_PLANE_URL) is unset: sidecars would have no Identity service to certify against and run on plain TCP; set --control-plane-url to the operator's Service (https://...), or --mesh-tls=false to run the mesh on plain TCP knowingly".to_owned());
         }
+        self.check_jetstream()
+    }
+
+    /// Refuses durable events in the clear inside a mutual-TLS mesh: a `nats://` server takes any
+    /// client, so every pod that reaches it could read or delete every namespace's events. Only
+    /// `--jetstream-insecure` accepts it, knowingly; the access Secret needs the mesh's CA.
+    fn check_jetstream(&self) -> Result<(), String> {
+        if self.jetstream_access_secret.is_some() && !self.mesh_tls {
+            return Err("--jetstream-access-secret needs mesh TLS (--mesh-tls): the JetStream servers' certificate and users come from the mesh CA".to_owned());
+        }
+        let plain: Vec<&str> = self
+            .jetstream_url
+            .iter()
+            .flat_map(|u| u.split(','))
+            .map(str::trim)
+            .filter(|u| u.starts_with("nats://"))
+            .collect();
+        if self.mesh_tls && !self.jetstream_insecure && !plain.is_empty() {
+            return Err(format!(
+                "the JetStream server {} is plaintext (nats://) while the mesh runs mutual TLS: any pod that reaches it could read, publish or delete every namespace's durable events. Use tls:// with a server that takes only mesh certificates (the chart's jetstream.enabled does), or set --jetstream-insecure (the chart's jetstream.insecure) to accept that knowingly",
+                plain.join(", ")
+            ));
+        }
         Ok(())
     }
 
@@ -256,6 +290,33 @@ mod tests {
                 .is_ok()
         );
         assert!(parse(&["--mesh-tls=false"]).check_mesh().is_ok());
+    }
+
+    #[test]
+    fn a_plaintext_jetstream_in_a_tls_mesh_is_refused_unless_accepted_knowingly() {
+        let cp = ["--control-plane-url", "https://op.system.svc:7443"];
+        let with = |more: &[&str]| {
+            let mut args = cp.to_vec();
+            args.extend_from_slice(more);
+            parse(&args).check_mesh()
+        };
+        let e = with(&["--jetstream-url", "tls://a:4222,nats://b:4222"]).expect_err("refused");
+        assert!(
+            e.contains("nats://b:4222") && e.contains("--jetstream-insecure"),
+            "{e}"
+        );
+        assert!(!e.contains("tls://a:4222"), "{e}");
+        assert!(with(&["--jetstream-url", "nats://b:4222", "--jetstream-insecure"]).is_ok());
+        assert!(with(&["--jetstream-url", "tls://a:4222"]).is_ok());
+        assert!(
+            parse(&["--mesh-tls=false", "--jetstream-url", "nats://b:4222"])
+                .check_mesh()
+                .is_ok()
+        );
+        let e = parse(&["--mesh-tls=false", "--jetstream-access-secret", "s"])
+            .check_mesh()
+            .expect_err("no CA");
+        assert!(e.contains("--mesh-tls"), "{e}");
     }
 
     #[test]

@@ -98,6 +98,23 @@ pub fn permissions(party: &Party) -> Result<Permissions, AccessError> {
     })
 }
 
+/// The inbox prefix of the operator's NATS client. No namespace can make a Manager's inbox
+/// (`_SY_INBOX.<ns>.<manager>`) start with it, so the operator's grant covers no Manager's replies.
+pub const OPERATOR_INBOX: &str = "_SY_OPERATOR_INBOX";
+
+/// The allow lists of the operator, which reads every durable Manager's backlog (stream and
+/// consumer info, across namespaces) to scale it, and does nothing else: no event is published,
+/// pulled, acked or deleted under its name.
+pub fn operator_permissions() -> Permissions {
+    Permissions {
+        publish: vec![
+            "$JS.API.STREAM.INFO.*".to_owned(),
+            "$JS.API.CONSUMER.INFO.*.*".to_owned(),
+        ],
+        subscribe: vec![format!("{OPERATOR_INBOX}.>")],
+    }
+}
+
 /// The `authorization` block of a nats-server configuration: one user per `(name, permissions)`,
 /// `name` being the SPIFFE URI `verify_and_map` maps the client certificate to. JSON, which the
 /// server's configuration syntax includes, so every string is escaped as the server reads it.
@@ -271,6 +288,20 @@ mod tests {
         );
         assert!(block.contains("\"$JS.ACK.SY_shop_orders.>\""), "{block}");
         assert!(block.contains("\"_SY_INBOX.shop.orders.>\""), "{block}");
+    }
+
+    #[test]
+    fn the_operator_reads_info_only_and_its_inbox_is_no_managers() {
+        let p = operator_permissions();
+        assert!(
+            p.publish.iter().all(|s| s.contains(".INFO.")),
+            "the operator may only read: {p:?}"
+        );
+        assert!(
+            !p.subscribe.iter().any(|s| s.starts_with("_SY_INBOX")),
+            "{p:?}"
+        );
+        assert!(!inbox_prefix("x", "y").starts_with(OPERATOR_INBOX));
     }
 
     #[test]

@@ -85,6 +85,19 @@ enum Role {
         #[arg(long, env = switchyard_protocol::env::EVENT_TYPES, hide_env_values = true)]
         event_types: Option<String>,
     },
+    /// Beside the chart's nats-server (in a pod sharing its process namespace): send it SIGHUP,
+    /// its configuration reload, whenever the files of its mounted access Secret change.
+    NatsReload {
+        /// The mounted Secret's folder.
+        #[arg(long, default_value = "/etc/nats-access")]
+        watch: PathBuf,
+        /// nats-server's `pid_file`.
+        #[arg(long, default_value = "/var/run/nats/nats.pid")]
+        pid_file: PathBuf,
+        /// Time between looks at the folder, e.g. `2s`.
+        #[arg(long, default_value = "2s", value_parser = humantime::parse_duration)]
+        every: std::time::Duration,
+    },
 }
 
 /// Runs the sidecar as the command line says, until its role drains.
@@ -98,6 +111,19 @@ pub fn run() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
+    if let Role::NatsReload {
+        watch,
+        pid_file,
+        every,
+    } = &cli.role
+    {
+        let settings = crate::nats_reload::Settings {
+            watch: watch.clone(),
+            pid_file: pid_file.clone(),
+            every: *every,
+        };
+        return runtime.block_on(crate::nats_reload::run(&settings));
+    }
     let result = runtime.block_on(async {
         match &cli.role {
             Role::Router {
@@ -144,6 +170,7 @@ pub fn run() -> ExitCode {
                 )
                 .await
             }
+            Role::NatsReload { .. } => Ok(()),
         }
     });
     // Connection tasks still finishing after the drain limit must not hold the exit.

@@ -15,6 +15,8 @@ const FLOORS: &[(&str, u8)] = &[
     ("fuzz_checks", 12),
     ("cli", 11),
     ("roles", 10),
+    // The reloader beside the chart's nats-server: a role of its own, on process plumbing only.
+    ("nats_reload", 10),
     ("admin", 9),
     // What a config is refused for at start, without I/O (also run by `switchyard check`): the
     // checks of the front doors and middleware below it, without their Secrets and sockets.

@@ -27,6 +27,7 @@ mod load;
 mod manager;
 mod metrics;
 mod middleware;
+mod nats_reload;
 mod net;
 mod otel;
 mod params;

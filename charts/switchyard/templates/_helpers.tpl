@@ -179,17 +179,38 @@ Name of the chart's NATS JetStream StatefulSet and of its headless Service.
 {{- end }}
 
 {{/*
+Whether the chart's JetStream servers run behind the mesh's identity ("true"/"false"): with mesh
+TLS, they serve a certificate from the mesh CA, take only clients with a mesh certificate, and map
+each to the NATS user the operator writes for it (the access Secret).
+*/}}
+{{- define "switchyard.natsTLS" -}}
+{{- and .Values.jetstream.enabled .Values.meshTLS.enabled }}
+{{- end }}
+
+{{/*
+The Secret the operator keeps for the chart's JetStream servers: certificate, trust bundle, users.
+*/}}
+{{- define "switchyard.natsAccess" -}}
+{{- printf "%s-access" (include "switchyard.nats" .) | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/*
 The JetStream URL(s) given to the operator (--jetstream-url): each server of the chart's cluster
 by its stable name under the headless Service, or jetstream.url; empty: no durable delivery.
 */}}
 {{- define "switchyard.jetstreamUrl" -}}
 {{- if .Values.jetstream.enabled }}
 {{- $name := include "switchyard.nats" . }}
+{{- $scheme := ternary "tls" "nats" (include "switchyard.natsTLS" . | eq "true") }}
+{{- if .Values.jetstream.clusterIP }}
+{{- printf "%s://%s:%d" $scheme .Values.jetstream.clusterIP (int .Values.jetstream.port) }}
+{{- else }}
 {{- $urls := list }}
 {{- range $i := until (int .Values.jetstream.cluster.replicas) }}
-{{- $urls = append $urls (printf "nats://%s-%d.%s.%s.svc:%d" $name $i $name $.Release.Namespace (int $.Values.jetstream.port)) }}
+{{- $urls = append $urls (printf "%s://%s-%d.%s.%s.svc:%d" $scheme $name $i $name $.Release.Namespace (int $.Values.jetstream.port)) }}
 {{- end }}
 {{- join "," $urls }}
+{{- end }}
 {{- else }}
 {{- .Values.jetstream.url }}
 {{- end }}
@@ -237,6 +258,20 @@ jetstream {
   store_dir: /data
   sync_interval: {{ .Values.jetstream.syncInterval }}
 }
+{{- if eq (include "switchyard.natsTLS" .) "true" }}
+# Mutual TLS with the mesh CA: a client without a mesh certificate is refused at the handshake, and
+# each certificate's SPIFFE URI is its NATS user, whose permissions the operator writes from its
+# Manager's routing table (docs/delivery.md, "Who may do what on JetStream"). The operator renews
+# the certificate and rewrites the users; the reloader beside the server applies both.
+tls {
+  cert_file: /etc/nats-access/tls.crt
+  key_file: /etc/nats-access/tls.key
+  ca_file: /etc/nats-access/ca.crt
+  verify_and_map: true
+  timeout: 2
+}
+include ../nats-access/access.conf
+{{- end }}
 {{- if gt (int .Values.jetstream.cluster.replicas) 1 }}
 cluster {
   name: {{ include "switchyard.nats" . }}

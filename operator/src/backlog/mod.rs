@@ -48,6 +48,9 @@ pub struct Settings {
     pub interval: Duration,
     /// Longest one Manager's read may take.
     pub timeout: Duration,
+    /// The operator's mesh certificate, shown to a `tls://` server (its NATS user may only read
+    /// stream and consumer info); `None` with mesh TLS off.
+    pub tls: Option<rustls::ClientConfig>,
 }
 
 /// Namespace, Manager, event type.
@@ -124,7 +127,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
-    let client = match connect(&settings.url).await {
+    let client = match connect(&settings.url, settings.tls.clone()).await {
         Ok(c) => c,
         Err(e) => {
             // The URL was checked at start-up; this is a client that could not even be built.
@@ -227,7 +230,10 @@ pub async fn run(
     }
 }
 
-async fn connect(url: &str) -> Result<async_nats::Client, String> {
+async fn connect(
+    url: &str,
+    tls: Option<rustls::ClientConfig>,
+) -> Result<async_nats::Client, String> {
     let addrs = url
         .split(',')
         .map(str::trim)
@@ -235,8 +241,14 @@ async fn connect(url: &str) -> Result<async_nats::Client, String> {
         .map(|u| u.parse::<async_nats::ServerAddr>())
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| e.to_string())?;
-    async_nats::ConnectOptions::new()
+    let mut options = async_nats::ConnectOptions::new();
+    if let Some(tls) = tls {
+        options = options.tls_client_config(tls);
+    }
+    options
         .name("switchyard-operator")
+        // Replies come under the one prefix the operator's NATS user may read.
+        .custom_inbox_prefix(switchyard_protocol::nats_access::OPERATOR_INBOX)
         .connection_timeout(CONNECT_TIMEOUT)
         // Connects (and reconnects) in the background: a server down at start is an error in the
         // Managers' conditions, not a stuck operator.

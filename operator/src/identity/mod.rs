@@ -152,6 +152,17 @@ impl MeshIdentity {
         }
     }
 
+    /// The operator's own identity (its NATS user's name, among others).
+    pub fn operator_id(&self) -> &SpiffeId {
+        &self.subject.id
+    }
+
+    /// A client config for the JetStream servers: the operator's certificate shown, the server
+    /// checked to be the one the mesh CA certified as JetStream.
+    pub fn jetstream_client(&self) -> Result<rustls::ClientConfig, TlsError> {
+        tls::jetstream_client_config(self.store.clone(), tls::roots(self.ca.trust())?)
+    }
+
     /// The roots the mesh trusts, PEM (rendered into every sidecar's config map).
     pub fn trust_pem(&self) -> String {
         switchyard_identity::pem::certs(self.ca.trust())

@@ -1,0 +1,274 @@
+//! Durable delivery through the chart's JetStream on the real node, behind the mesh's identity:
+//! the servers take only mesh certificates, and each Manager's certificate is the NATS user the
+//! operator wrote for it from its Router's table. The Managers are created after the servers
+//! started, so their users reach the servers only through the reloader (no restart).
+
+use super::{Env, ROUTER_PODS, check_running_on, live_pods, node_namespace, pod_metrics, sample};
+use anyhow::{Context, Result, ensure};
+use async_nats::jetstream;
+use k8s_openapi::api::core::v1::Secret;
+use kube::api::Api;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
+use switchyard_e2e::client::RouterClient;
+use switchyard_e2e::pod_operator::{NAMESPACE, RELEASE};
+use switchyard_e2e::pods::routed_ip;
+use switchyard_e2e::{eventually, timeout};
+use switchyard_identity::{Ca, CertStore, Kind, SpiffeId, Subject, tls};
+use switchyard_protocol::durable::{self as plan, Lane};
+use switchyard_protocol::nats_access;
+
+/// `front` turns `POST /publish` into a publish of `data.event` through its local API; `orders`
+/// handles `echo`, durably.
+const MANIFESTS: &str = r#"
+apiVersion: switchyard.dev/v1alpha1
+kind: Router
+metadata: {name: edge}
+spec:
+  listeners: {http: {port: 8080}}
+  routes:
+    - event: publish
+      http: {method: POST, path: /publish}
+---
+apiVersion: switchyard.dev/v1alpha1
+kind: Manager
+metadata: {name: front}
+spec:
+  routerRef: {name: edge}
+  events: [publish]
+  app: {port: 8000, path: /events}
+  template:
+    spec:
+      containers:
+        - name: app
+          image: ghcr.io/switchyard-dev/switchyard-example-app:0.1.0
+          command: [switchyard-example-app, --port, "8000"]
+---
+apiVersion: switchyard.dev/v1alpha1
+kind: Manager
+metadata: {name: orders}
+spec:
+  routerRef: {name: edge}
+  events: [echo]
+  delivery: durable
+  app: {port: 8000, path: /events}
+  template:
+    spec:
+      containers:
+        - name: app
+          image: ghcr.io/switchyard-dev/switchyard-example-app:0.1.0
+          command: [switchyard-example-app, --port, "8000"]
+"#;
+
+/// The chart's default trust domain (`meshTLS.trustDomain`).
+const TRUST_DOMAIN: &str = "cluster.local";
+
+pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> Result<()> {
+    let ns = node_namespace(env, "durable").await?;
+    env.cluster
+        .kubectl()
+        .args(["-n", &ns.name, "apply", "-f", "-"])
+        .stdin(MANIFESTS.to_owned())
+        .ok()
+        .await?;
+    let client = env.cluster.client().await?;
+    let pod_of = |selector: String| {
+        let (client, ns, node) = (client.clone(), ns.name.clone(), env.node.name.clone());
+        async move {
+            eventually(&format!("a Ready pod of {selector}"), timeout(), || async {
+                let pods = live_pods(&client, &ns, &selector).await?;
+                ensure!(pods.len() == 1, "{} pods", pods.len());
+                check_running_on(&pods[0], &node)?;
+                Ok(pods[0].clone())
+            })
+            .await
+        }
+    };
+    let router = pod_of(ROUTER_PODS.to_owned()).await?;
+    let orders = pod_of("switchyard.dev/manager=orders".to_owned()).await?;
+    let orders_ip = routed_ip(&env.node, &orders).await?;
+    let http = RouterClient::new(SocketAddr::new(
+        routed_ip(&env.node, &router).await?.into(),
+        8080,
+    ));
+    let delivered = || async {
+        let m = pod_metrics(orders_ip, switchyard_protocol::ports::ADMIN).await?;
+        Ok::<f64, anyhow::Error>(sample(
+            &m,
+            "switchyard_requests_total",
+            &[("event", "echo"), ("status", "200")],
+        ))
+    };
+    let publish = |n: u32| {
+        let http = &http;
+        async move {
+            let body = format!(r#"{{"event":"echo","data":{{"n":{n}}}}}"#);
+            let a = http.post("/publish", &body).await?;
+            ensure!(a.status == 202, "POST /publish: {} {}", a.status, a.body);
+            Ok(())
+        }
+    };
+    // 202 once front's user is loaded by the servers (the operator's write, the kubelet's update of
+    // the mounted Secret, the reloader's SIGHUP): until then the store is refused and retried here.
+    let started = std::time::Instant::now();
+    eventually("a durable publish answered 202", timeout(), || publish(1)).await?;
+    eventually(
+        "orders' app to receive the stored echo",
+        timeout(),
+        || async {
+            let n = delivered().await?;
+            ensure!(n >= 1.0, "delivered {n}");
+            Ok(())
+        },
+    )
+    .await?;
+    eprintln!(
+        "[e2e] a durable publish through the chart's JetStream was stored and delivered {:.1}s after the Managers were applied",
+        started.elapsed().as_secs_f64()
+    );
+
+    // The operator's users: one per Manager of this namespace that uses JetStream.
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
+    let access = secrets
+        .get(&format!("{RELEASE}-nats-access"))
+        .await
+        .context("the operator's JetStream access Secret")?;
+    let text = |s: &Secret, key: &str| {
+        s.data
+            .as_ref()
+            .and_then(|d| d.get(key))
+            .map(|b| String::from_utf8_lossy(&b.0).into_owned())
+            .with_context(|| format!("no {key} in Secret {:?}", s.metadata.name))
+    };
+    let conf = text(&access, "access.conf")?;
+    for m in ["front", "orders"] {
+        let user = format!("spiffe://{TRUST_DOMAIN}/ns/{}/manager/{m}", ns.name);
+        ensure!(conf.contains(&user), "no NATS user {user} in:\n{conf}");
+    }
+
+    // Strangers at the servers' own address: no certificate, no connection; front's certificate
+    // (made here from the mesh CA, as its sidecar's is) cannot touch orders' stream or consumer.
+    let nats = live_pods(&client, NAMESPACE, "app.kubernetes.io/name=switchyard-nats")
+        .await?
+        .into_iter()
+        .next()
+        .context("no NATS pod")?;
+    let url = format!("tls://{}:4222", routed_ip(&env.node, &nats).await?);
+    let ca_secret = secrets
+        .get("switchyard-ca")
+        .await
+        .context("the CA Secret")?;
+    let ca = Ca::from_pem(
+        &text(&ca_secret, "tls.crt")?,
+        &text(&ca_secret, "tls.key")?,
+        None,
+    )
+    .map_err(|e| anyhow::anyhow!("the mesh CA: {e}"))?;
+    let none = connect(&url, &ca, Arc::new(CertStore::default()), "_X").await;
+    ensure!(none.is_err(), "a client without a certificate connected");
+    let front = certified(&ca, &ns.name, "front")?;
+    let (nc, errors) = connect(
+        &url,
+        &ca,
+        front,
+        &nats_access::inbox_prefix(&ns.name, "front"),
+    )
+    .await
+    .context("front's certificate could not connect")?;
+    let stream = plan::stream_name(&ns.name, "orders");
+    let consumer = plan::consumer_name("echo", Lane::Unordered);
+    for subject in [
+        format!("$JS.API.STREAM.DELETE.{stream}"),
+        format!("$JS.API.STREAM.PURGE.{stream}"),
+        format!("$JS.API.CONSUMER.MSG.NEXT.{stream}.{consumer}"),
+    ] {
+        nc.publish(subject.clone(), bytes::Bytes::new()).await?;
+        eventually(
+            &format!("a permissions violation for {subject}"),
+            Duration::from_secs(10),
+            || async {
+                let seen = errors.lock().map(|e| e.clone()).unwrap_or_default();
+                ensure!(
+                    seen.iter()
+                        .any(|e| e.to_ascii_lowercase().contains("permissions violation")
+                            && e.contains(&subject)),
+                    "server errors so far: {seen:?}"
+                );
+                Ok(())
+            },
+        )
+        .await?;
+    }
+    // What front's table routes is allowed: the stream survived, and delivery goes on.
+    let js = jetstream::new(nc);
+    js.publish(
+        plan::subject(&ns.name, "orders", "echo", Lane::Unordered),
+        bytes::Bytes::from_static(b"{}"),
+    )
+    .await?
+    .await
+    .context("front's certificate could not store echo in orders' stream")?;
+    let before = delivered().await?;
+    publish(2).await?;
+    eventually("orders to receive the next echo", timeout(), || async {
+        let n = delivered().await?;
+        ensure!(n > before, "delivered {n}, {before} before");
+        Ok(())
+    })
+    .await?;
+    eprintln!(
+        "[e2e] the chart's JetStream refused a client without a certificate and front's certificate on orders' stream and consumer"
+    );
+    Ok(())
+}
+
+/// A certificate of Manager `name` in `namespace`, issued by `ca` as the Identity service would.
+fn certified(ca: &Ca, namespace: &str, name: &str) -> Result<Arc<CertStore>> {
+    let subject = Subject {
+        id: SpiffeId::new(TRUST_DOMAIN, namespace, Kind::Manager, name)?,
+        pod: format!("{name}-e2e"),
+    };
+    let (issued, key) = ca
+        .issue_with_new_key(&subject, Duration::from_secs(3600), SystemTime::now())
+        .map_err(|e| anyhow::anyhow!("issuing {name}'s certificate: {e}"))?;
+    let store = Arc::new(CertStore::default());
+    store.install(
+        issued.chain,
+        rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
+        issued.not_after,
+    )?;
+    Ok(store)
+}
+
+/// A NATS client presenting `store`'s certificate, trusting `ca`, replies under `inbox`; the
+/// server's errors are collected in the returned list.
+async fn connect(
+    url: &str,
+    ca: &Ca,
+    store: Arc<CertStore>,
+    inbox: &str,
+) -> Result<(async_nats::Client, Arc<Mutex<Vec<String>>>)> {
+    let config = tls::jetstream_client_config(store, tls::roots(ca.trust())?)?;
+    let errors = Arc::new(Mutex::new(Vec::new()));
+    let seen = errors.clone();
+    let client = async_nats::ConnectOptions::new()
+        .tls_client_config(config)
+        .require_tls(true)
+        .custom_inbox_prefix(inbox)
+        .connection_timeout(Duration::from_secs(3))
+        .max_reconnects(Some(1))
+        .event_callback(move |event| {
+            let seen = seen.clone();
+            async move {
+                if let async_nats::Event::ServerError(e) = event
+                    && let Ok(mut s) = seen.lock()
+                {
+                    s.push(e.to_string());
+                }
+            }
+        })
+        .connect(url)
+        .await?;
+    Ok((client, errors))
+}
