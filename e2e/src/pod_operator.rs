@@ -156,10 +156,11 @@ async fn install_release(
         "the operator pod Ready on the node",
         crate::timeout(),
         || async {
+            // The operator's own pods: the release's NATS servers carry its instance label too.
             let list = pods
-                .list(
-                    &ListParams::default().labels(&format!("app.kubernetes.io/instance={RELEASE}")),
-                )
+                .list(&ListParams::default().labels(&format!(
+                    "app.kubernetes.io/name=switchyard,app.kubernetes.io/instance={RELEASE}"
+                )))
                 .await?;
             let live: Vec<&Pod> = list
                 .items
@@ -215,7 +216,7 @@ async fn remove(cluster: &Cluster) -> Result<()> {
                 .await?;
             ensure!(
                 left.items.is_empty(),
-                "{} operator pods left",
+                "{} pods of the release left",
                 left.items.len()
             );
             Ok(())

@@ -261,8 +261,8 @@ jetstream {
 {{- if eq (include "switchyard.natsTLS" .) "true" }}
 # Mutual TLS with the mesh CA: a client without a mesh certificate is refused at the handshake, and
 # each certificate's SPIFFE URI is its NATS user, whose permissions the operator writes from its
-# Manager's routing table (docs/delivery.md, "Who may do what on JetStream"). The operator renews
-# the certificate and rewrites the users; the reloader beside the server applies both.
+# Manager's routing table (docs/security.md, JetStream behind the mesh's identity). The operator
+# renews the certificate and rewrites the users; the reloader beside the server applies both.
 tls {
   cert_file: /etc/nats-access/tls.crt
   key_file: /etc/nats-access/tls.key
