@@ -10,6 +10,9 @@ pub const READY: &str = "Ready";
 pub const PROGRESSING: &str = "Progressing";
 /// Condition type: the spec cannot be realised, or a child failed.
 pub const DEGRADED: &str = "Degraded";
+/// Condition type of a Manager with durable types: whether what its 202s acknowledge is kept on a
+/// quorum of JetStream servers reached over TLS, or on fewer, or in the clear (the reason says).
+pub const DURABILITY: &str = "Durability";
 /// Condition type of a durable Manager with scaling: its backlog is read from JetStream.
 pub const BACKLOG_READ: &str = "BacklogRead";
 

@@ -308,3 +308,120 @@ mod tests {
         assert!(!complete);
     }
 }
+
+/// The `Durability` condition of a Manager with durable types (`None` without any, or without a
+/// JetStream server, which rendering refuses): True when its streams are replicated on a quorum
+/// (3 or more) and reached over TLS; False naming each risk otherwise, so a user who pointed
+/// `jetstream.url` at one plaintext server sees what a 202 then promises.
+pub fn durability(
+    durable_types: usize,
+    jetstream: Option<&switchyard_protocol::durable::JetStreamConfig>,
+    existing: &[Condition],
+    generation: Option<i64>,
+    now: &Time,
+) -> Option<Condition> {
+    let js = jetstream.filter(|_| durable_types > 0)?;
+    let plaintext: Vec<&str> = js
+        .url
+        .split(',')
+        .map(str::trim)
+        .filter(|u| u.starts_with("nats://"))
+        .collect();
+    let mut risks = Vec::new();
+    if js.replicas < 3 {
+        risks.push((
+            "FewReplicas",
+            format!(
+                "streams have {} replica(s): an acknowledged event is kept on fewer than a quorum of 3 servers, and losing a server (or its disk) loses it; run 3 servers (the chart's jetstream.enabled) or set jetstream.streamReplicas to 3",
+                js.replicas
+            ),
+        ));
+    }
+    if !plaintext.is_empty() {
+        risks.push((
+            "Plaintext",
+            format!(
+                "JetStream at {} is reached without TLS: events travel in the clear and any pod that reaches the server can read, publish or delete them (jetstream.insecure)",
+                plaintext.join(", ")
+            ),
+        ));
+    }
+    let (status, reason, message) = match risks.as_slice() {
+        [] => (
+            "True",
+            "Replicated",
+            format!(
+                "acknowledged events are kept on {} JetStream servers, reached over mutual TLS",
+                js.replicas
+            ),
+        ),
+        [(reason, message)] => ("False", *reason, message.clone()),
+        _ => (
+            "False",
+            "FewReplicasAndPlaintext",
+            risks
+                .iter()
+                .map(|(_, m)| m.as_str())
+                .collect::<Vec<_>>()
+                .join("; "),
+        ),
+    };
+    let last = existing
+        .iter()
+        .find(|c| c.type_ == switchyard_crds::status::DURABILITY && c.status == status)
+        .map(|c| c.last_transition_time.clone())
+        .unwrap_or_else(|| now.clone());
+    Some(Condition {
+        type_: switchyard_crds::status::DURABILITY.into(),
+        status: status.into(),
+        reason: reason.into(),
+        message,
+        observed_generation: generation,
+        last_transition_time: last,
+    })
+}
+
+#[cfg(test)]
+mod durability_tests {
+    use super::*;
+    use switchyard_protocol::durable::JetStreamConfig;
+
+    fn js(url: &str, replicas: u8) -> JetStreamConfig {
+        JetStreamConfig {
+            url: url.into(),
+            replicas,
+        }
+    }
+
+    fn now() -> Time {
+        Time(k8s_openapi::jiff::Timestamp::UNIX_EPOCH)
+    }
+
+    #[test]
+    fn a_replicated_tls_store_is_stated_and_each_risk_is_named() {
+        let ok = durability(1, Some(&js("tls://a:4222", 3)), &[], Some(2), &now()).expect("some");
+        assert_eq!(
+            (ok.status.as_str(), ok.reason.as_str()),
+            ("True", "Replicated")
+        );
+        let r1 = durability(1, Some(&js("tls://a:4222", 1)), &[], None, &now()).expect("some");
+        assert_eq!(
+            (r1.status.as_str(), r1.reason.as_str()),
+            ("False", "FewReplicas")
+        );
+        assert!(r1.message.contains("1 replica"), "{}", r1.message);
+        let both = durability(2, Some(&js("nats://a:4222", 1)), &[], None, &now()).expect("some");
+        assert_eq!(both.reason, "FewReplicasAndPlaintext");
+        assert!(
+            both.message.contains("nats://a:4222") && both.message.contains("jetstream.insecure"),
+            "{}",
+            both.message
+        );
+    }
+
+    #[test]
+    fn only_managers_with_durable_types_carry_it() {
+        assert!(durability(0, Some(&js("tls://a:4222", 3)), &[], None, &now()).is_none());
+        assert!(durability(1, None, &[], None, &now()).is_none());
+    }
+}

@@ -128,6 +128,28 @@ pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> R
         started.elapsed().as_secs_f64()
     );
 
+    // The status says what a 202 promises here: one server (the node's), over TLS.
+    let managers: Api<switchyard_crds::Manager> = Api::namespaced(client.clone(), &ns.name);
+    eventually("orders' Durability condition", timeout(), || async {
+        let m = managers.get("orders").await?;
+        let c = m
+            .status
+            .iter()
+            .flat_map(|s| s.conditions.iter())
+            .find(|c| c.type_ == switchyard_crds::status::DURABILITY)
+            .cloned()
+            .context("no Durability condition")?;
+        ensure!(
+            c.status == "False" && c.reason == "FewReplicas" && c.message.contains("1 replica"),
+            "Durability: {} {} {}",
+            c.status,
+            c.reason,
+            c.message
+        );
+        Ok(())
+    })
+    .await?;
+
     // The operator's users: one per Manager of this namespace that uses JetStream.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
     let access = secrets

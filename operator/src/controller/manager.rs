@@ -227,9 +227,17 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
     );
     // Only the controller's own fields: the autoscaler writes the desired replicas and load figures
     // under its own field manager, and server-side apply keeps them.
+    let mut conditions = summary.conditions;
+    conditions.extend(conditions::durability(
+        manager.spec.durable_events().len(),
+        ctx.render.jetstream.as_ref(),
+        &old.conditions,
+        generation,
+        &now,
+    ));
     let status = ManagerStatus {
         observed_generation: generation,
-        conditions: summary.conditions,
+        conditions,
         replicas: summary.replicas,
         ready_replicas: summary.ready_replicas,
         desired_replicas: None,
