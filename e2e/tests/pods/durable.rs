@@ -111,8 +111,10 @@ pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> R
     };
     // 202 once front's user is loaded by the servers (the operator's write, the kubelet's update of
     // the mounted Secret, the reloader's SIGHUP): until then the store is refused and retried here.
+    // The kubelet refreshes a mounted Secret on its pod's next sync, up to its sync period (1 min by
+    // default) later, so this waits up to three of the usual timeouts.
     let started = std::time::Instant::now();
-    eventually("a durable publish answered 202", timeout(), || publish(1)).await?;
+    eventually("a durable publish answered 202", timeout() * 3, || publish(1)).await?;
     eventually(
         "orders' app to receive the stored echo",
         timeout(),
