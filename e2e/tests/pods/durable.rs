@@ -66,6 +66,7 @@ const TRUST_DOMAIN: &str = "cluster.local";
 
 pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> Result<()> {
     let ns = node_namespace(env, "durable").await?;
+    let started = std::time::Instant::now();
     env.cluster
         .kubectl()
         .args(["-n", &ns.name, "apply", "-f", "-"])
@@ -113,7 +114,6 @@ pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> R
     // the mounted Secret, the reloader's SIGHUP): until then the store is refused and retried here.
     // The kubelet refreshes a mounted Secret on its pod's next sync, up to its sync period (1 min by
     // default) later, so this waits up to three of the usual timeouts.
-    let started = std::time::Instant::now();
     eventually("a durable publish answered 202", timeout() * 3, || publish(1)).await?;
     eventually(
         "orders' app to receive the stored echo",
