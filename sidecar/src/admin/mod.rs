@@ -1,5 +1,6 @@
 //! The admin server of both roles: `/healthz`, `/readyz`, `/metrics`, and `/routes` (the routing
-//! table as JSON, to loopback clients only); the manager role adds `/drain` (see [`DrainHook`]).
+//! table as JSON); the manager role adds `GET /drain` (see [`DrainHook`]). `/routes` and `/drain`
+//! answer clients inside the pod only (`gate`).
 //! And the probe server (`/healthz`, `/readyz` on a port of their own). `/metrics` carries no
 //! secrets and no addresses: its labels are event types, statuses and fixed reasons.
 
@@ -7,13 +8,16 @@ use crate::metrics::Metrics;
 use crate::upstream::Upstream;
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{Request, Response, StatusCode, body::Incoming, service::service_fn};
+use hyper::{Method, Request, Response, StatusCode, body::Incoming, service::service_fn};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+
+mod gate;
 
 /// Readiness: true once the listeners are bound, false again when a drain starts.
 #[derive(Clone, Default)]
@@ -118,7 +122,8 @@ pub async fn serve_router(
     serve_with(listener, metrics, ready, Some(upstream), None).await;
 }
 
-/// As [`serve_router`], plus `GET /drain` starting and awaiting the manager's drain.
+/// As [`serve_router`], plus `GET /drain` (loopback clients only) starting and awaiting the
+/// manager's drain.
 pub async fn serve_manager(
     listener: TcpListener,
     metrics: Arc<Metrics>,
@@ -129,6 +134,32 @@ pub async fn serve_manager(
     serve_with(listener, metrics, ready, Some(upstream), Some(drain)).await;
 }
 
+/// What the admin port answers with: the process's state and the role's hooks.
+struct Admin {
+    metrics: Arc<Metrics>,
+    ready: Readiness,
+    upstream: Option<Arc<Upstream>>,
+    drain: Option<DrainHook>,
+    refusals: gate::Refusals,
+}
+
+impl Admin {
+    /// The answer to `method path` from `peer`.
+    async fn respond(&self, method: &Method, path: &str, peer: IpAddr) -> Response<Full<Bytes>> {
+        if let Err(refusal) = gate::check(method, path, peer) {
+            self.refusals.record(&self.metrics, refusal, peer);
+            return refusal.answer();
+        }
+        match (path, &self.drain) {
+            (gate::DRAIN, Some(hook)) => {
+                let (status, body) = hook.run().await;
+                text(status, Bytes::from_static(body))
+            }
+            _ => answer(path, &self.metrics, &self.ready, self.upstream.as_deref()),
+        }
+    }
+}
+
 async fn serve_with(
     listener: TcpListener,
     metrics: Arc<Metrics>,
@@ -136,6 +167,13 @@ async fn serve_with(
     upstream: Option<Arc<Upstream>>,
     drain: Option<DrainHook>,
 ) {
+    let admin = Arc::new(Admin {
+        metrics,
+        ready,
+        upstream,
+        drain,
+        refusals: gate::Refusals::default(),
+    });
     // Probes and scrapes are few; a small bound keeps a flood of admin connections from costing memory.
     let limit = Arc::new(tokio::sync::Semaphore::new(64));
     loop {
@@ -150,33 +188,14 @@ async fn serve_with(
         let Ok(permit) = limit.clone().try_acquire_owned() else {
             continue;
         };
-        let metrics = metrics.clone();
-        let ready = ready.clone();
-        let upstream = upstream.clone();
-        let drain = drain.clone();
+        let admin = admin.clone();
         tokio::spawn(async move {
             let svc = service_fn(move |req: Request<Incoming>| {
-                let drain = (req.uri().path() == "/drain").then(|| drain.clone());
-                // The topology (endpoints, pod addresses) is for someone inside the pod or behind
-                // `kubectl port-forward`, not for whatever reaches the admin port.
-                let resp = if req.uri().path() == "/routes" && !client.ip().is_loopback() {
-                    text(
-                        StatusCode::FORBIDDEN,
-                        Bytes::from_static(
-                            b"/routes is served to loopback clients only (kubectl port-forward, or exec in the pod)\n",
-                        ),
-                    )
-                } else {
-                    answer(req.uri().path(), &metrics, &ready, upstream.as_deref())
-                };
+                let admin = admin.clone();
                 async move {
-                    let resp = match drain {
-                        Some(Some(hook)) => {
-                            let (status, body) = hook.run().await;
-                            text(status, Bytes::from_static(body))
-                        }
-                        _ => resp,
-                    };
+                    let resp = admin
+                        .respond(req.method(), req.uri().path(), client.ip())
+                        .await;
                     Ok::<_, std::convert::Infallible>(resp)
                 }
             });
