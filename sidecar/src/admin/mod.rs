@@ -17,7 +17,10 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+mod drain_call;
 mod gate;
+
+pub use drain_call::{DrainCallError, call as call_drain};
 
 /// Readiness: true once the listeners are bound, false again when a drain starts.
 #[derive(Clone, Default)]
@@ -79,10 +82,12 @@ pub async fn serve_probes(listener: TcpListener, ready: Readiness) {
     }
 }
 
-/// A drain started over HTTP: `GET /drain` starts it (as SIGTERM would) and answers once it is over.
-/// The operator makes it the app container's preStop hook. The kubelet stops a pod's app before its
-/// native sidecars, so without it the app would be gone while the manager still had deliveries for it;
-/// with it the app is stopped only after the manager sent GOAWAY and finished what it had accepted.
+/// A drain started over HTTP: `GET /drain` from inside the pod starts it (as SIGTERM would) and
+/// answers once it is over. The operator makes `switchyard-sidecar drain` (which asks for it on
+/// loopback) the sidecar's own preStop hook. The kubelet runs every container's preStop hook when
+/// the pod starts stopping, but sends a native sidecar SIGTERM only after the app has exited; so
+/// the drain has to start from the hook, while the app (held up by its own preStop sleep) is still
+/// there for the deliveries the manager had accepted.
 #[derive(Clone, Debug, Default)]
 pub struct DrainHook {
     start: CancellationToken,
