@@ -1,15 +1,14 @@
 //! The admin server of both roles: `/healthz`, `/readyz`, `/metrics`, and `/routes` (the routing
 //! table as JSON); the manager role adds `GET /drain` (see [`DrainHook`]). `/routes` and `/drain`
-//! answer clients inside the pod only (`gate`).
-//! And the probe server (`/healthz`, `/readyz` on a port of their own). `/metrics` carries no
-//! secrets and no addresses: its labels are event types, statuses and fixed reasons.
+//! answer clients inside the pod only (`gate`). And the probe server (`/healthz`, `/readyz` on a
+//! port of their own). Both serve under caps and timers (`conns`). `/metrics` carries no secrets
+//! and no addresses: its labels are event types, statuses and fixed reasons.
 
 use crate::metrics::Metrics;
 use crate::upstream::Upstream;
 use bytes::Bytes;
 use http_body_util::Full;
-use hyper::{Method, Request, Response, StatusCode, body::Incoming, service::service_fn};
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper::{Method, Response, StatusCode};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -17,6 +16,7 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
+mod conns;
 mod drain_call;
 mod gate;
 
@@ -41,45 +41,17 @@ impl Readiness {
 /// Serves the kubelet's probes on `listener` forever: `/healthz` (200 while the process runs) and
 /// `/readyz` (200 while ready). A port of their own, started before anything else, so probes
 /// answer while the certificate is fetched and however busy or flooded the serving ports are.
-pub async fn serve_probes(listener: TcpListener, ready: Readiness) {
-    let limit = Arc::new(tokio::sync::Semaphore::new(64));
-    loop {
-        let (stream, _) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::debug!(error = %e, "probe accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
+pub async fn serve_probes(listener: TcpListener, metrics: Arc<Metrics>, ready: Readiness) {
+    conns::serve(listener, conns::PROBES, &metrics, move |req, _peer| {
+        let (status, body): (StatusCode, &'static [u8]) = match req.uri().path() {
+            "/healthz" => (StatusCode::OK, b"ok\n"),
+            "/readyz" if ready.get() => (StatusCode::OK, b"ready\n"),
+            "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, b"not ready\n"),
+            _ => (StatusCode::NOT_FOUND, b"not found\n"),
         };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
-            continue;
-        };
-        let ready = ready.clone();
-        tokio::spawn(async move {
-            let svc = service_fn(move |req: Request<Incoming>| {
-                let (status, body): (StatusCode, &'static [u8]) = match req.uri().path() {
-                    "/healthz" => (StatusCode::OK, b"ok\n"),
-                    "/readyz" if ready.get() => (StatusCode::OK, b"ready\n"),
-                    "/readyz" => (StatusCode::SERVICE_UNAVAILABLE, b"not ready\n"),
-                    _ => (StatusCode::NOT_FOUND, b"not found\n"),
-                };
-                let mut resp = Response::new(Full::new(Bytes::from_static(body)));
-                *resp.status_mut() = status;
-                async move { Ok::<_, std::convert::Infallible>(resp) }
-            });
-            let _ = tokio::time::timeout(
-                Duration::from_secs(10),
-                hyper::server::conn::http1::Builder::new()
-                    .timer(TokioTimer::new())
-                    .header_read_timeout(Duration::from_secs(5))
-                    .keep_alive(false)
-                    .serve_connection(TokioIo::new(stream), svc),
-            )
-            .await;
-            drop(permit);
-        });
-    }
+        std::future::ready(text(status, Bytes::from_static(body)))
+    })
+    .await;
 }
 
 /// A drain started over HTTP: `GET /drain` from inside the pod starts it (as SIGTERM would) and
@@ -173,45 +145,21 @@ async fn serve_with(
     drain: Option<DrainHook>,
 ) {
     let admin = Arc::new(Admin {
-        metrics,
+        metrics: metrics.clone(),
         ready,
         upstream,
         drain,
         refusals: gate::Refusals::default(),
     });
-    // Probes and scrapes are few; a small bound keeps a flood of admin connections from costing memory.
-    let limit = Arc::new(tokio::sync::Semaphore::new(64));
-    loop {
-        let (stream, client) = match listener.accept().await {
-            Ok(c) => c,
-            Err(e) => {
-                tracing::debug!(error = %e, "admin accept failed");
-                tokio::time::sleep(Duration::from_millis(50)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = limit.clone().try_acquire_owned() else {
-            continue;
-        };
+    conns::serve(listener, conns::ADMIN, &metrics, move |req, peer| {
         let admin = admin.clone();
-        tokio::spawn(async move {
-            let svc = service_fn(move |req: Request<Incoming>| {
-                let admin = admin.clone();
-                async move {
-                    let resp = admin
-                        .respond(req.method(), req.uri().path(), client.ip())
-                        .await;
-                    Ok::<_, std::convert::Infallible>(resp)
-                }
-            });
-            let _ = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(Duration::from_secs(5))
-                .serve_connection(TokioIo::new(stream), svc)
-                .await;
-            drop(permit);
-        });
-    }
+        async move {
+            admin
+                .respond(req.method(), req.uri().path(), peer.ip())
+                .await
+        }
+    })
+    .await;
 }
 
 fn answer(

@@ -126,7 +126,7 @@ pub(crate) async fn run(
     // Probes answer from the start (live, not ready), while the certificate is being fetched.
     if let Some(addr) = probe_addr {
         let probes = bind("probe listener", addr).await?;
-        tokio::spawn(admin::serve_probes(probes, ready.clone()));
+        tokio::spawn(admin::serve_probes(probes, metrics.clone(), ready.clone()));
     }
     let identity = super::identity::start(Kind::Manager, &c.namespace, &c.name, &metrics).await?;
     let mesh = identity.as_ref().map(|i| i.mesh.clone());
