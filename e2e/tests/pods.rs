@@ -324,13 +324,24 @@ async fn quickstart_serves_through_real_pods(env: &'static Env) -> Result<()> {
         side_at.0 <= app_at.0,
         "sidecar started {side_at:?}, after the app {app_at:?}"
     );
+    // The stop: the sidecar drains from its own preStop hook (`/drain` answers loopback only), the
+    // app's preStop sleeps through that drain (the cluster admitted a sleep action).
+    let pre_stop = |c: &k8s_openapi::api::core::v1::Container| {
+        c.lifecycle.as_ref().and_then(|l| l.pre_stop.clone())
+    };
     let app = &spec.containers[0];
+    let sleep = pre_stop(app).and_then(|h| h.sleep).map(|s| s.seconds);
     ensure!(
-        app.lifecycle
-            .as_ref()
-            .and_then(|l| l.pre_stop.as_ref())
-            .is_some(),
-        "the app has no preStop hook"
+        sleep == Some(32),
+        "the app's preStop sleeps {sleep:?}, not 32 s"
+    );
+    let hook = pre_stop(side)
+        .and_then(|h| h.exec)
+        .and_then(|e| e.command)
+        .unwrap_or_default();
+    ensure!(
+        hook == ["/usr/local/bin/switchyard-sidecar", "drain"],
+        "the sidecar's preStop is {hook:?}"
     );
 
     // HTTP, good and bad input, with Server-Timing.
@@ -459,7 +470,8 @@ async fn roll_under_load(
         .await?;
     eventually(
         "the rollout to finish and the old pod to be gone",
-        Duration::from_secs(150),
+        // The old pod's stop alone takes the app's 32 s preStop sleep.
+        Duration::from_secs(180),
         || async {
             let all = pods::all_pods(&client, &q.ns.name, MANAGER_PODS).await?;
             let names: Vec<String> = all.iter().map(|p| p.name_any()).collect();

@@ -184,6 +184,28 @@ fn manager_gets_a_native_sidecar_and_keeps_the_users_template() {
         env.contains(&("SWITCHYARD_EVENT_TYPES", Some("noop,echo".into()))),
         "{env:?}"
     );
+    // The stop: the sidecar drains from its own preStop hook (on loopback), the app sleeps through it.
+    let pre_stop = |c: &k8s_openapi::api::core::v1::Container| {
+        c.lifecycle.as_ref().and_then(|l| l.pre_stop.clone())
+    };
+    assert_eq!(
+        pre_stop(&init[0])
+            .and_then(|h| h.exec)
+            .and_then(|e| e.command)
+            .expect("sidecar exec preStop"),
+        vec!["/usr/local/bin/switchyard-sidecar", "drain"]
+    );
+    assert!(
+        env.contains(&("SWITCHYARD_SIGNAL_WAIT", Some("62s".into()))),
+        "{env:?}"
+    );
+    assert_eq!(
+        pre_stop(&p.containers[0])
+            .and_then(|h| h.sleep)
+            .map(|s| s.seconds),
+        Some(32)
+    );
+    assert_eq!(p.termination_grace_period_seconds, Some(47));
     assert_eq!(p.containers[0].name, "app");
     assert!(
         p.containers[0]
