@@ -8,7 +8,7 @@ use crate::metrics::Metrics;
 use crate::net::accept::{Policy, accept_loop};
 use crate::net::conn::limits::{Caps, Tracker};
 use crate::net::conn::meters::Meters;
-use crate::net::conn::timers::Timeouts;
+use crate::net::conn::timers::{IDLE_CLOSE_GRACE, Timeouts};
 use crate::net::conn::tracked::track;
 use bytes::Bytes;
 use http_body_util::Full;
@@ -31,7 +31,7 @@ pub(super) struct Limits {
     pub total: usize,
     /// Most from one client address: one noisy client leaves room for the kubelet and a scraper.
     pub per_client: usize,
-    /// From accept to the end of the first request's head (also hyper's header read timeout).
+    /// From accept to the end of the first request's head.
     pub first_byte: Duration,
     /// With no request in flight: a request in flight (a `/drain` lasting the drain limit) is not
     /// idle.
@@ -94,8 +94,11 @@ where
     F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
 {
     let mut http = hyper::server::conn::http1::Builder::new();
+    // hyper's header timer covers a slow head on a kept-alive connection, which the first-byte
+    // timer does not; a little longer than that timer, so that a silent new connection is ended
+    // (and counted) by the timer.
     http.timer(TokioTimer::new())
-        .header_read_timeout(limits.first_byte)
+        .header_read_timeout(limits.first_byte + IDLE_CLOSE_GRACE)
         .keep_alive(limits.keep_alive);
     // Never cancelled: probes and scrapes are answered until the process exits, so they see the
     // drain.
@@ -170,11 +173,14 @@ mod tests {
 
     #[tokio::test]
     async fn an_idle_keep_alive_connection_is_closed() {
+        // The watcher re-reads a connection's activity when its last deadline passes (the first
+        // byte's here), so a short one keeps the test short.
         let limits = Limits {
+            first_byte: Duration::from_millis(300),
             idle: Duration::from_millis(100),
             ..ADMIN
         };
-        let (addr, _metrics) = started(limits).await;
+        let (addr, metrics) = started(limits).await;
         let mut s = TcpStream::connect(addr).await.expect("connect");
         s.write_all(b"GET /healthz HTTP/1.1\r\nhost: x\r\n\r\n")
             .await
@@ -186,6 +192,13 @@ mod tests {
             got.starts_with(b"HTTP/1.1 200"),
             "{}",
             String::from_utf8_lossy(&got)
+        );
+        assert!(
+            metrics.encode().contains(
+                r#"switchyard_connections_closed_total{listener="admin",reason="idle_timeout"} 1"#
+            ),
+            "{}",
+            metrics.encode()
         );
     }
 
