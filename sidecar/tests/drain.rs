@@ -1,6 +1,7 @@
-//! The manager's drain hook: `GET /drain` on loopback (`switchyard-sidecar drain`, the sidecar's
+//! The manager's drain hooks: `GET /drain` on loopback (`switchyard-sidecar drain`, the sidecar's
 //! preStop hook), other methods refused, and a drain no SIGTERM follows ending the process (exit 3)
-//! so the kubelet restarts it instead of leaving it unready for good.
+//! so the kubelet restarts it instead of leaving it unready for good; `GET /drained` (the app's
+//! preStop hook) answering once that drain is over, and starting none itself.
 
 #![allow(clippy::unwrap_used)]
 
@@ -91,4 +92,83 @@ async fn the_hook_fails_loudly_when_nothing_drains() {
     assert_eq!(out.status.code(), Some(1));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("GET /drain on 127.0.0.1:"), "{err}");
+}
+
+/// The value of the admin port's open-connection gauge.
+async fn admin_connections(admin: u16) -> u64 {
+    // A client of its own, so that no connection it pooled earlier is counted.
+    let text = metrics_text(&Http::new(), admin).await;
+    text.lines()
+        .find_map(|l| l.strip_prefix(r#"switchyard_connections{listener="admin"} "#))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no admin connection gauge in\n{text}"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drained_answers_once_the_drain_the_hook_started_is_over() {
+    let dir = tempfile::tempdir().unwrap();
+    let (mut p, ports, _app) = manager(dir.path(), "10m").await;
+    let url = format!("http://127.0.0.1:{}/drained", ports.admin);
+
+    // The app's hook arrives first, as the kubelet's httpGet usually does: it waits for the
+    // drain the sidecar's own hook is about to start.
+    let early = tokio::spawn({
+        let url = url.clone();
+        async move { Http::new().get(&url).await.unwrap() }
+    });
+    poll(Duration::from_secs(10), "/drained's connection", || async {
+        // Its connection and this scrape's.
+        (admin_connections(ports.admin).await >= 2).then_some(())
+    })
+    .await;
+    assert!(!early.is_finished(), "/drained answered before any drain");
+
+    let out = hook(ports.admin);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let r = tokio::time::timeout(Duration::from_secs(10), early)
+        .await
+        .expect("/drained answered once the drain was over")
+        .unwrap();
+    assert_eq!(
+        (r.status, String::from_utf8_lossy(&r.body).as_ref()),
+        (200, "drained\n")
+    );
+    // Asked after the drain, it answers at once.
+    let r = Http::new().get(&url).await.unwrap();
+    assert_eq!(
+        (r.status, String::from_utf8_lossy(&r.body).as_ref()),
+        (200, "drained\n")
+    );
+    p.sigterm();
+    assert_eq!(
+        p.wait_exit(Duration::from_secs(20)).await,
+        Some(0),
+        "{}",
+        p.log_text()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lone_drained_starts_no_drain() {
+    let dir = tempfile::tempdir().unwrap();
+    let (_p, ports, _app) = manager(dir.path(), "10m").await;
+    let client = Http::new();
+    // Anyone may ask (the kubelet's httpGet comes from the node): it only waits, and with no drain
+    // starting within its window (5 s) there is nothing to wait for.
+    let r = client
+        .get(&format!("http://127.0.0.1:{}/drained", ports.admin))
+        .await
+        .unwrap();
+    let body = String::from_utf8_lossy(&r.body);
+    assert_eq!(r.status, 200, "{body}");
+    assert!(body.contains("no drain started"), "{body}");
+    let r = client
+        .get(&format!("http://127.0.0.1:{}/readyz", ports.admin))
+        .await
+        .unwrap();
+    assert_eq!(r.status, 200, "/drained started a drain");
 }

@@ -42,8 +42,8 @@ pub enum DrainCallError {
 
 /// Asks the sidecar at `addr` to drain and waits until it says the drain is over.
 pub async fn call(addr: SocketAddr) -> Result<(), DrainCallError> {
-    // The endpoint answers by the drain limit plus 2 s; a little more so its answer is what ends this.
-    let limit = crate::shutdown::DRAIN_LIMIT + Duration::from_secs(5);
+    // A little more than the endpoint's own bound, so that its answer is what ends this.
+    let limit = super::drain_hook::FINISH_WAIT + Duration::from_secs(3);
     tokio::time::timeout(limit, exchange(addr))
         .await
         .unwrap_or(Err(DrainCallError::TimedOut { addr, limit }))

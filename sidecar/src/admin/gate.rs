@@ -1,8 +1,8 @@
 //! Who may ask the admin port for what (pure but for the refusal's count and its one log line).
-//! The port is bound on the pod's address so that the kubelet can probe it and a scraper read
-//! `/metrics`; `/routes` and `/drain` are for someone inside the pod only: the sidecar's own
-//! preStop hook (`switchyard-sidecar drain`), `kubectl exec`, or `kubectl port-forward` (whose
-//! connections arrive on loopback). A refusal is an RFC 9457 problem body.
+//! The port is bound on the pod's address so that the kubelet can probe it and send the app's
+//! preStop hook (`/drained`), and a scraper read `/metrics`; `/routes` and `/drain` are for someone
+//! inside the pod only: the sidecar's own preStop hook (`switchyard-sidecar drain`), `kubectl
+//! exec`, or `kubectl port-forward` (whose connections arrive on loopback). A refusal is an RFC 9457 problem body.
 
 use crate::metrics::Metrics;
 use crate::metrics::labels::AdminRefusedLabels;
@@ -14,6 +14,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// The path that starts the manager's drain.
 pub(super) const DRAIN: &str = "/drain";
+/// The path that waits for the manager's drain. Open to anyone: it starts nothing, so a stranger
+/// can only hold one connection (under the port's caps) for a bounded time, and the app's preStop
+/// hook, an httpGet the kubelet sends from the node, must reach it.
+pub(super) const DRAINED: &str = "/drained";
 /// The path that shows the routing table.
 pub(super) const ROUTES: &str = "/routes";
 
@@ -160,8 +164,10 @@ mod tests {
     }
 
     #[test]
-    fn probes_and_metrics_stay_open_to_anyone() {
-        for path in ["/healthz", "/readyz", "/metrics", "/drainx", "/drain/"] {
+    fn probes_metrics_and_drained_stay_open_to_anyone() {
+        for path in [
+            "/healthz", "/readyz", "/metrics", DRAINED, "/drainx", "/drain/",
+        ] {
             assert_eq!(check(&Method::GET, path, NODE), Ok(()), "{path}");
         }
     }

@@ -1,8 +1,9 @@
 //! The admin server of both roles: `/healthz`, `/readyz`, `/metrics`, and `/routes` (the routing
-//! table as JSON); the manager role adds `GET /drain` (see [`DrainHook`]). `/routes` and `/drain`
-//! answer clients inside the pod only (`gate`). And the probe server (`/healthz`, `/readyz` on a
-//! port of their own). Both serve under caps and timers (`conns`). `/metrics` carries no secrets
-//! and no addresses: its labels are event types, statuses and fixed reasons.
+//! table as JSON); the manager role adds `GET /drain`, which starts its drain, and `/drained`,
+//! which waits for it (see [`DrainHook`]). `/routes` and `/drain` answer clients inside the pod
+//! only (`gate`). And the probe server (`/healthz`, `/readyz` on a port of their own). Both serve
+//! under caps and timers (`conns`). `/metrics` carries no secrets and no addresses: its labels are
+//! event types, statuses and fixed reasons.
 
 use crate::metrics::Metrics;
 use crate::upstream::Upstream;
@@ -12,15 +13,15 @@ use hyper::{Method, Response, StatusCode};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::time::Duration;
 use tokio::net::TcpListener;
-use tokio_util::sync::CancellationToken;
 
 mod conns;
 mod drain_call;
+mod drain_hook;
 mod gate;
 
 pub use drain_call::{DrainCallError, call as call_drain};
+pub use drain_hook::DrainHook;
 
 /// Readiness: true once the listeners are bound, false again when a drain starts.
 #[derive(Clone, Default)]
@@ -54,40 +55,6 @@ pub async fn serve_probes(listener: TcpListener, metrics: Arc<Metrics>, ready: R
     .await;
 }
 
-/// A drain started over HTTP: `GET /drain` from inside the pod starts it (as SIGTERM would) and
-/// answers once it is over. The operator makes `switchyard-sidecar drain` (which asks for it on
-/// loopback) the sidecar's own preStop hook. The kubelet runs every container's preStop hook when
-/// the pod starts stopping, but sends a native sidecar SIGTERM only after the app has exited; so
-/// the drain has to start from the hook, while the app (held up by its own preStop sleep) is still
-/// there for the deliveries the manager had accepted.
-#[derive(Clone, Debug, Default)]
-pub struct DrainHook {
-    start: CancellationToken,
-    done: CancellationToken,
-}
-
-impl DrainHook {
-    /// Resolves once `/drain` was asked for.
-    pub async fn requested(&self) {
-        self.start.cancelled().await;
-    }
-
-    /// Marks the drain as over: waiting `/drain` requests answer.
-    pub fn finish(&self) {
-        self.done.cancel();
-    }
-
-    async fn run(&self) -> (StatusCode, &'static [u8]) {
-        self.start.cancel();
-        // The drain itself is bounded by DRAIN_LIMIT; a little more here so its end is what answers.
-        let limit = crate::shutdown::DRAIN_LIMIT + Duration::from_secs(2);
-        match tokio::time::timeout(limit, self.done.cancelled()).await {
-            Ok(()) => (StatusCode::OK, b"drained\n"),
-            Err(_) => (StatusCode::SERVICE_UNAVAILABLE, b"drain not finished\n"),
-        }
-    }
-}
-
 /// Serves admin requests on `listener` forever: `/healthz`, `/readyz`, `/metrics`, and `GET /routes`
 /// showing `upstream`'s routing table. Runs until the process exits, so probes see the drain.
 pub async fn serve_router(
@@ -100,7 +67,7 @@ pub async fn serve_router(
 }
 
 /// As [`serve_router`], plus `GET /drain` (loopback clients only) starting and awaiting the
-/// manager's drain.
+/// manager's drain, and `/drained` (anyone) awaiting it.
 pub async fn serve_manager(
     listener: TcpListener,
     metrics: Arc<Metrics>,
@@ -128,13 +95,26 @@ impl Admin {
             return refusal.answer();
         }
         match (path, &self.drain) {
-            (gate::DRAIN, Some(hook)) => {
-                let (status, body) = hook.run().await;
-                text(status, Bytes::from_static(body))
-            }
+            (gate::DRAIN, Some(hook)) => waited(hook.drain().await),
+            (gate::DRAINED, Some(hook)) => waited(hook.drained().await),
             _ => answer(path, &self.metrics, &self.ready, self.upstream.as_deref()),
         }
     }
+}
+
+/// The answer of `/drain` or `/drained`. Nothing to wait for is a success: the app's preStop hook
+/// should let the app stop, and a failed hook would only add a `FailedPreStopHook` event.
+fn waited(w: drain_hook::Waited) -> Response<Full<Bytes>> {
+    use drain_hook::Waited;
+    let (status, body): (StatusCode, &'static [u8]) = match w {
+        Waited::Drained => (StatusCode::OK, b"drained\n"),
+        Waited::NoneStarted => (
+            StatusCode::OK,
+            b"no drain started within the start window: nothing to wait for\n",
+        ),
+        Waited::NotFinished => (StatusCode::SERVICE_UNAVAILABLE, b"drain not finished\n"),
+    };
+    text(status, Bytes::from_static(body))
 }
 
 async fn serve_with(

@@ -320,6 +320,8 @@ pub(crate) async fn run(
             false
         }
     };
+    // Whatever started it: the app's preStop hook (`/drained`) waits for this drain either way.
+    hook.begin();
     ready.set(false);
     drain.cancel();
     let _ = acceptor.await;
@@ -358,10 +360,11 @@ pub(crate) async fn run(
 
 /// After a drain `/drain` started: whether the SIGTERM came within `wait`.
 ///
-/// In a pod the hook runs when the kubelet stops it: the app's own preStop sleep keeps the app up
-/// through the drain, the kubelet then stops the app and sends this native sidecar SIGTERM after
-/// it; meanwhile the app may still publish through the local API, which stays open until then.
-/// Exiting before that SIGTERM would have the kubelet restart a sidecar with nothing left to do.
+/// In a pod the hook runs when the kubelet stops it: the app's own preStop hook (`/drained`) keeps
+/// the app up until the drain is over, the kubelet then stops the app and sends this native
+/// sidecar SIGTERM after it; meanwhile the app may still publish through the local API, which
+/// stays open until then. Exiting before that SIGTERM would have the kubelet restart a sidecar
+/// with nothing left to do.
 ///
 /// When no SIGTERM comes, the drain was not the pod's stop (someone in the pod asked for it), and
 /// this sidecar would sit unready with its listeners and pulls stopped forever, its liveness still
