@@ -325,15 +325,20 @@ async fn quickstart_serves_through_real_pods(env: &'static Env) -> Result<()> {
         "sidecar started {side_at:?}, after the app {app_at:?}"
     );
     // The stop: the sidecar drains from its own preStop hook (`/drain` answers loopback only), the
-    // app's preStop sleeps through that drain (the cluster admitted a sleep action).
+    // app's preStop waits on `/drained` (sent from the node) until that drain is over.
     let pre_stop = |c: &k8s_openapi::api::core::v1::Container| {
         c.lifecycle.as_ref().and_then(|l| l.pre_stop.clone())
     };
     let app = &spec.containers[0];
-    let sleep = pre_stop(app).and_then(|h| h.sleep).map(|s| s.seconds);
+    let wait = pre_stop(app)
+        .and_then(|h| h.http_get)
+        .map(|g| (g.path, g.port));
     ensure!(
-        sleep == Some(32),
-        "the app's preStop sleeps {sleep:?}, not 32 s"
+        wait == Some((
+            Some("/drained".into()),
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(9901)
+        )),
+        "the app's preStop waits on {wait:?}, not GET :9901/drained"
     );
     let hook = pre_stop(side)
         .and_then(|h| h.exec)
@@ -470,8 +475,7 @@ async fn roll_under_load(
         .await?;
     eventually(
         "the rollout to finish and the old pod to be gone",
-        // The old pod's stop alone takes the app's 32 s preStop sleep.
-        Duration::from_secs(180),
+        Duration::from_secs(150),
         || async {
             let all = pods::all_pods(&client, &q.ns.name, MANAGER_PODS).await?;
             let names: Vec<String> = all.iter().map(|p| p.name_any()).collect();

@@ -8,8 +8,8 @@ pub const DRAIN_LIMIT: Duration = Duration::from_secs(30);
 
 /// How long a manager drained by its preStop hook waits for the SIGTERM that should follow, by
 /// default: above the drain limit plus the app's own stop (the operator's default grace period is
-/// 47 s), so a pod that is really stopping is killed by the kubelet first. The operator passes the
-/// pod's own grace period when it is longer.
+/// 52 s), so a pod that is really stopping is killed by the kubelet first. The operator passes the
+/// pod's own grace period plus a margin.
 pub const SIGNAL_WAIT: Duration = Duration::from_secs(DRAIN_LIMIT.as_secs() + 30);
 
 /// SIGTERM and SIGINT, listened for once for the whole life of a role: a signal that arrives while

@@ -7,55 +7,71 @@
 //!   asks the manager to drain on loopback: it turns unready, sends GOAWAY to its routers and
 //!   finishes every delivery it accepted, up to the sidecar's drain limit (30 s). The drain endpoint
 //!   answers loopback callers only: an httpGet hook comes from the node, and so could anyone else.
-//! - the app's preStop hook sleeps for that drain limit and its margin, so the app is up for every
-//!   delivery the drain finishes. (An exec hook in the app cannot call the sidecar: the app's image
-//!   has no sidecar binary and perhaps no shell.) A sleep takes its full length even when the drain
-//!   is over sooner: every manager pod takes about 32 s to stop.
+//! - the app's preStop hook, `GET /drained` on the sidecar's admin port, returns once that drain is
+//!   over, so the app is up for every delivery the drain finishes and an idle pod stops at once.
+//!   It starts nothing, so the node (or anyone) may ask it. The two hooks start together and the
+//!   app's usually arrives first; `/drained` waits a few seconds for the drain to begin before
+//!   deciding there is none. (An exec hook in the app could not call the sidecar: the app's image
+//!   has no sidecar binary and perhaps no shell.)
 //! - the app then gets SIGTERM and stops; the sidecar gets SIGTERM after it, closes the local API
 //!   the app could use while it stopped, and exits.
 //!
-//! The grace period leaves room for the sleep and both containers' own stop after it. The sidecar
-//! is told to wait for its SIGTERM longer than that grace period; a drain no SIGTERM follows (one
-//! not started by the pod's stop) ends the sidecar for the kubelet to restart.
+//! The grace period leaves room for the longest the app's hook can wait and both containers' own
+//! stop after it. The sidecar is told to wait for its SIGTERM longer than that grace period; a
+//! drain no SIGTERM follows (one not started by the pod's stop) ends the sidecar for the kubelet to
+//! restart.
 
 use super::sidecar::CONTAINER as SIDECAR;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, ExecAction, Lifecycle, LifecycleHandler, PodSpec, SleepAction,
+    Container, EnvVar, ExecAction, HTTPGetAction, Lifecycle, LifecycleHandler, PodSpec,
 };
-use switchyard_protocol::env;
+use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
+use switchyard_protocol::{env, ports};
 
 /// Where the sidecar image has its binary (`deploy/sidecar.Dockerfile`). A path, not a name: the
 /// kubelet's exec does not search a PATH in every runtime.
 pub const SIDECAR_BINARY: &str = "/usr/local/bin/switchyard-sidecar";
 
+/// The sidecar's endpoint that waits for its drain (`sidecar::admin`), the app's preStop hook.
+pub const DRAINED_PATH: &str = "/drained";
+
 /// The sidecars' drain limit (`sidecar::shutdown::DRAIN_LIMIT`), in seconds.
 pub const SIDECAR_DRAIN_LIMIT_SECONDS: i64 = 30;
 
-/// The app's preStop sleep: the drain limit plus the 2 s the drain endpoint may take beyond it to
-/// answer (its last deliveries' answers).
-pub const APP_SLEEP_SECONDS: i64 = SIDECAR_DRAIN_LIMIT_SECONDS + 2;
+/// How long `/drained` waits for the drain to begin (`sidecar::admin::drain_hook::START_WINDOW`):
+/// the sidecar's exec hook starts it a moment after the app's httpGet has arrived.
+pub const DRAINED_START_WINDOW_SECONDS: i64 = 5;
 
-/// Grace period of pods whose template sets none: the app's sleep plus the app's and the
-/// sidecar's own stop.
-pub const TERMINATION_GRACE_SECONDS: i64 = APP_SLEEP_SECONDS + 15;
+/// How long past the drain limit the drain's waiters allow it (`drain_hook::FINISH_WAIT`).
+pub const DRAIN_ANSWER_MARGIN_SECONDS: i64 = 2;
+
+/// The longest the app's hook waits: for the drain to begin, then for it to end.
+pub const APP_HOOK_MAX_SECONDS: i64 =
+    DRAINED_START_WINDOW_SECONDS + SIDECAR_DRAIN_LIMIT_SECONDS + DRAIN_ANSWER_MARGIN_SECONDS;
+
+/// The app's and the sidecar's own stop, after the drain.
+pub const OWN_STOP_SECONDS: i64 = 15;
+
+/// Grace period of manager pods whose template sets none: the longest the app's hook waits plus
+/// both containers' own stop. A pod whose drain is quick stops as quickly: this only bounds a
+/// stop that hangs.
+pub const TERMINATION_GRACE_SECONDS: i64 = APP_HOOK_MAX_SECONDS + OWN_STOP_SECONDS;
 
 /// How much longer than the grace period the sidecar waits for SIGTERM after its drain: past the
 /// grace period the kubelet has killed a pod that is really stopping.
 const SIGNAL_WAIT_MARGIN_SECONDS: i64 = 15;
 
 /// Sets up the stop described above: the pod's grace period when its template has none, the
-/// sleep on every app container without a preStop hook of its own (a user's hook is kept), and
-/// the drain hook and SIGTERM wait on the sidecar (an init container named
+/// `/drained` hook on every app container without a preStop hook of its own (a user's hook is
+/// kept), and the drain hook and SIGTERM wait on the sidecar (an init container named
 /// [`SIDECAR`](super::sidecar::CONTAINER)).
 pub fn wait_for_sidecar_drain(pod: &mut PodSpec) {
     let grace = *pod
         .termination_grace_period_seconds
         .get_or_insert(TERMINATION_GRACE_SECONDS);
-    if let Some(sleep) = app_sleep(grace) {
-        for c in &mut pod.containers {
-            let lifecycle = c.lifecycle.get_or_insert_with(Lifecycle::default);
-            lifecycle.pre_stop.get_or_insert_with(|| sleep.clone());
-        }
+    for c in &mut pod.containers {
+        let lifecycle = c.lifecycle.get_or_insert_with(Lifecycle::default);
+        lifecycle.pre_stop.get_or_insert_with(app_hook);
     }
     let sidecar = pod
         .init_containers
@@ -67,14 +83,18 @@ pub fn wait_for_sidecar_drain(pod: &mut PodSpec) {
     }
 }
 
-/// The app's preStop sleep, cut to `grace`: the API server refuses a sleep longer than the grace
-/// period, and one of 0 s. `None` when the grace period leaves no room for one.
-pub fn app_sleep(grace: i64) -> Option<LifecycleHandler> {
-    let seconds = APP_SLEEP_SECONDS.min(grace);
-    (seconds > 0).then(|| LifecycleHandler {
-        sleep: Some(SleepAction { seconds }),
+/// The app's preStop hook: `GET /drained` on the sidecar's admin port, from the node. By port
+/// number: a named port would be looked up in the app container's own ports. (A grace period of
+/// 0 needs no special case: the kubelet runs no hook then.)
+pub fn app_hook() -> LifecycleHandler {
+    LifecycleHandler {
+        http_get: Some(HTTPGetAction {
+            path: Some(DRAINED_PATH.into()),
+            port: IntOrString::Int(i32::from(ports::ADMIN)),
+            ..HTTPGetAction::default()
+        }),
         ..LifecycleHandler::default()
-    })
+    }
 }
 
 /// The sidecar's preStop hook (the drain, asked on loopback from inside its own container) and how
@@ -142,15 +162,18 @@ mod tests {
     }
 
     #[test]
-    fn the_app_sleeps_through_the_drain_the_sidecar_starts_itself() {
+    fn the_app_waits_for_the_drain_the_sidecar_starts_itself() {
         let mut p = pod(None, None);
         wait_for_sidecar_drain(&mut p);
-        assert_eq!(p.termination_grace_period_seconds, Some(47));
-        const { assert!(APP_SLEEP_SECONDS > SIDECAR_DRAIN_LIMIT_SECONDS) };
-        const { assert!(TERMINATION_GRACE_SECONDS > APP_SLEEP_SECONDS) };
+        assert_eq!(p.termination_grace_period_seconds, Some(52));
+        // The app's hook may wait the drain limit and more; both containers then stop.
+        const { assert!(APP_HOOK_MAX_SECONDS > SIDECAR_DRAIN_LIMIT_SECONDS) };
+        const { assert!(TERMINATION_GRACE_SECONDS >= APP_HOOK_MAX_SECONDS + OWN_STOP_SECONDS) };
         let app = pre_stop(&p.containers[0]).expect("app preStop");
-        assert_eq!(app.sleep, Some(SleepAction { seconds: 32 }));
-        assert!(app.http_get.is_none() && app.exec.is_none(), "{app:?}");
+        let get = app.http_get.as_ref().expect("app httpGet preStop");
+        assert_eq!(get.path.as_deref(), Some("/drained"));
+        assert_eq!(get.port, IntOrString::Int(9901));
+        assert!(app.sleep.is_none() && app.exec.is_none(), "{app:?}");
         let side = sidecar(&p);
         let hook = pre_stop(side)
             .and_then(|h| h.exec.as_ref())
@@ -158,7 +181,7 @@ mod tests {
             .expect("sidecar exec preStop");
         assert_eq!(hook, vec!["/usr/local/bin/switchyard-sidecar", "drain"]);
         // Past the grace period: a pod that is really stopping is killed before the sidecar gives up.
-        assert_eq!(signal_wait(side), Some("62s"));
+        assert_eq!(signal_wait(side), Some("67s"));
     }
 
     #[test]
@@ -179,17 +202,13 @@ mod tests {
     }
 
     #[test]
-    fn the_sleep_fits_in_a_short_grace_period_or_is_left_out() {
-        // The API server refuses a sleep longer than the grace period, and one of 0 s.
-        let mut p = pod(None, Some(10));
-        wait_for_sidecar_drain(&mut p);
-        assert_eq!(
-            pre_stop(&p.containers[0]).and_then(|h| h.sleep.clone()),
-            Some(SleepAction { seconds: 10 })
-        );
-        let mut p = pod(None, Some(0));
-        wait_for_sidecar_drain(&mut p);
-        assert_eq!(pre_stop(&p.containers[0]), None);
-        assert_eq!(app_sleep(-1), None);
+    fn a_short_grace_period_keeps_the_wait_hook() {
+        // Unlike a sleep, an httpGet hook may outlast the grace period: the kubelet cuts it there.
+        for grace in [10, 0] {
+            let mut p = pod(None, Some(grace));
+            wait_for_sidecar_drain(&mut p);
+            assert_eq!(p.termination_grace_period_seconds, Some(grace));
+            assert_eq!(pre_stop(&p.containers[0]), Some(&app_hook()), "{grace}");
+        }
     }
 }
