@@ -331,13 +331,29 @@ async fn quickstart_serves_through_real_pods(env: &'static Env) -> Result<()> {
         side_at.0 <= app_at.0,
         "sidecar started {side_at:?}, after the app {app_at:?}"
     );
+    // The stop: the sidecar drains from its own preStop hook (`/drain` answers loopback only), the
+    // app's preStop waits on `/drained` (sent from the node) until that drain is over.
+    let pre_stop = |c: &k8s_openapi::api::core::v1::Container| {
+        c.lifecycle.as_ref().and_then(|l| l.pre_stop.clone())
+    };
     let app = &spec.containers[0];
+    let wait = pre_stop(app)
+        .and_then(|h| h.http_get)
+        .map(|g| (g.path, g.port));
     ensure!(
-        app.lifecycle
-            .as_ref()
-            .and_then(|l| l.pre_stop.as_ref())
-            .is_some(),
-        "the app has no preStop hook"
+        wait == Some((
+            Some("/drained".into()),
+            k8s_openapi::apimachinery::pkg::util::intstr::IntOrString::Int(9901)
+        )),
+        "the app's preStop waits on {wait:?}, not GET :9901/drained"
+    );
+    let hook = pre_stop(side)
+        .and_then(|h| h.exec)
+        .and_then(|e| e.command)
+        .unwrap_or_default();
+    ensure!(
+        hook == ["/usr/local/bin/switchyard-sidecar", "drain"],
+        "the sidecar's preStop is {hook:?}"
     );
 
     // HTTP, good and bad input, with Server-Timing.

@@ -104,6 +104,11 @@ fn router_children_are_owned_labelled_and_wired_to_the_config() {
             .expect("an HTTP probe");
         assert_eq!(get.port, IntOrString::String("probes".into()));
     }
+    // A router drains on SIGTERM: the drain limit and its own stop, no preStop hook to wait for.
+    assert_eq!(
+        pod(&c.deployment).termination_grace_period_seconds,
+        Some(45)
+    );
 
     let svc_ports: Vec<_> = c
         .service
@@ -184,6 +189,30 @@ fn manager_gets_a_native_sidecar_and_keeps_the_users_template() {
         env.contains(&("SWITCHYARD_EVENT_TYPES", Some("noop,echo".into()))),
         "{env:?}"
     );
+    // The stop: the sidecar drains from its own preStop hook (on loopback), the app's waits for
+    // that drain to be over.
+    let pre_stop = |c: &k8s_openapi::api::core::v1::Container| {
+        c.lifecycle.as_ref().and_then(|l| l.pre_stop.clone())
+    };
+    assert_eq!(
+        pre_stop(&init[0])
+            .and_then(|h| h.exec)
+            .and_then(|e| e.command)
+            .expect("sidecar exec preStop"),
+        vec!["/usr/local/bin/switchyard-sidecar", "drain"]
+    );
+    assert!(
+        env.contains(&("SWITCHYARD_SIGNAL_WAIT", Some("67s".into()))),
+        "{env:?}"
+    );
+    let wait = pre_stop(&p.containers[0])
+        .and_then(|h| h.http_get)
+        .expect("app httpGet preStop");
+    assert_eq!(
+        (wait.path.as_deref(), wait.port),
+        (Some("/drained"), IntOrString::Int(9901))
+    );
+    assert_eq!(p.termination_grace_period_seconds, Some(52));
     assert_eq!(p.containers[0].name, "app");
     assert!(
         p.containers[0]

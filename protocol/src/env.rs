@@ -10,6 +10,9 @@ pub const LOCAL_API: &str = "SWITCHYARD_LOCAL_API";
 /// Path of the Unix domain socket the app listens on when the Manager's `app.transport` is `unix`;
 /// set on the app and on the manager sidecar, which connects there.
 pub const APP_SOCKET: &str = "SWITCHYARD_APP_SOCKET";
+/// How long a manager sidecar drained by its preStop hook waits for the SIGTERM that follows
+/// (a duration, e.g. `60s`); the operator sets it above the pod's termination grace period.
+pub const SIGNAL_WAIT: &str = "SWITCHYARD_SIGNAL_WAIT";
 /// Threads of a sidecar's async runtime (default 1).
 pub const RUNTIME_THREADS: &str = "SWITCHYARD_RUNTIME_THREADS";
 /// The pod's name (downward API); sidecars name themselves with it to the control plane.

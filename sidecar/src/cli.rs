@@ -1,5 +1,6 @@
 //! Command line: one binary, two roles. Parses the arguments, starts the runtime and runs the role;
-//! the exit status says how it ended (0 after a drain, 2 for an unusable config, 1 otherwise).
+//! the exit status says how it ended (0 after a drain, 2 for an unusable config, 3 after a drain
+//! `/drain` started that no SIGTERM followed, 1 otherwise).
 
 use crate::roles::{self, RunError};
 use crate::telemetry::LogFormat;
@@ -25,9 +26,17 @@ struct Cli {
     role: Role,
 }
 
-/// The two roles.
+/// The two roles, and the manager's preStop hook.
 #[derive(Subcommand, Debug)]
 enum Role {
+    /// The manager sidecar's preStop hook: asks the manager in this container to drain (`GET
+    /// /drain` on loopback, the only place it answers) and returns once the drain is over; exits 1
+    /// if it could not.
+    Drain {
+        /// The manager's admin address, as seen from inside its container.
+        #[arg(long, default_value = "127.0.0.1:9901")]
+        admin_addr: SocketAddr,
+    },
     /// At the edge: accept client requests and route them as events to manager sidecars.
     Router {
         /// Rendered router config (config.json).
@@ -84,6 +93,11 @@ enum Role {
         /// Event types this pod handles (comma list); default: every one in the config.
         #[arg(long, env = switchyard_protocol::env::EVENT_TYPES, hide_env_values = true)]
         event_types: Option<String>,
+        /// After a drain `GET /drain` started (the preStop hook), how long to wait for the SIGTERM
+        /// that ends the pod's stop before exiting 3 for the kubelet to restart the sidecar; keep
+        /// it above the pod's termination grace period.
+        #[arg(long, env = switchyard_protocol::env::SIGNAL_WAIT, default_value_t = crate::shutdown::SIGNAL_WAIT.into())]
+        signal_wait: humantime::Duration,
     },
     /// Beside the chart's nats-server (in a pod sharing its process namespace): send it SIGHUP,
     /// its configuration reload, whenever the files of its mounted access Secret change.
@@ -126,6 +140,7 @@ pub fn run() -> ExitCode {
     }
     let result = runtime.block_on(async {
         match &cli.role {
+            Role::Drain { admin_addr } => drain(*admin_addr).await,
             Role::Router {
                 config,
                 bind,
@@ -155,18 +170,22 @@ pub fn run() -> ExitCode {
                 app_socket,
                 local_api_addr,
                 event_types,
+                signal_wait,
             } => {
                 roles::manager::run(
                     config,
-                    *listen,
-                    *admin_addr,
-                    *probe_addr,
+                    roles::manager::Addrs {
+                        listen: *listen,
+                        admin: *admin_addr,
+                        probe: *probe_addr,
+                        local_api: *local_api_addr,
+                    },
                     roles::manager::AppFlags {
                         tcp: *app_addr,
                         unix: app_socket.as_deref(),
                     },
-                    *local_api_addr,
                     event_types.as_deref(),
+                    (*signal_wait).into(),
                 )
                 .await
             }
@@ -181,6 +200,12 @@ pub fn run() -> ExitCode {
             tracing::info!("stopped before start-up finished");
             ExitCode::SUCCESS
         }
+        Err(e @ (RunError::DrainNotFollowed(_) | RunError::DrainCall(_))) => {
+            tracing::error!(error = %e, "exiting");
+            // On stderr too: the kubelet puts a failed hook's output in the pod's events.
+            eprintln!("{e}");
+            ExitCode::from(e.exit_code())
+        }
         Err(RunError::Config(e)) => {
             tracing::error!(error = %e, "invalid config");
             eprintln!("{e}");
@@ -191,4 +216,11 @@ pub fn run() -> ExitCode {
             ExitCode::from(e.exit_code())
         }
     }
+}
+
+/// Runs the preStop hook: the drain of the manager at `admin_addr`.
+async fn drain(admin_addr: SocketAddr) -> Result<(), RunError> {
+    crate::admin::call_drain(admin_addr).await?;
+    tracing::info!("drained");
+    Ok(())
 }

@@ -201,7 +201,10 @@ pub fn build(
         image_pull_secrets: (!overrides.image_pull_secrets.is_empty())
             .then_some(overrides.image_pull_secrets),
         // Drain on SIGTERM needs time to finish in-flight requests: the drain limit and the exit.
-        termination_grace_period_seconds: Some(super::stop_order::TERMINATION_GRACE_SECONDS),
+        // (No preStop hook to wait for, unlike a manager pod.)
+        termination_grace_period_seconds: Some(
+            super::stop_order::SIDECAR_DRAIN_LIMIT_SECONDS + super::stop_order::OWN_STOP_SECONDS,
+        ),
         // The router talks to no API server: only the projected identity token.
         automount_service_account_token: Some(false),
         ..PodSpec::default()

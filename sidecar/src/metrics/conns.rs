@@ -10,14 +10,14 @@ use prometheus_client::registry::Registry;
 /// Labels keyed by listener only.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ListenerLabels {
-    /// `http`, `grpc` or `local-api`.
+    /// `http`, `grpc`, `local-api`, `admin` or `probes`.
     pub listener: &'static str,
 }
 
 /// Labels of the refusal and close counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
-    /// `http`, `grpc` or `local-api`.
+    /// `http`, `grpc`, `local-api`, `admin` or `probes`.
     pub listener: &'static str,
     /// Which cap refused, or which timer ended the connection.
     pub reason: &'static str,

@@ -38,6 +38,15 @@ pub struct RejectLabels {
     pub reason: &'static str,
 }
 
+/// Labels of the admin port's refusal counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct AdminRefusedLabels {
+    /// The path asked for (`/drain`, `/routes`).
+    pub path: &'static str,
+    /// `not_loopback` (403) or `method` (405).
+    pub reason: &'static str,
+}
+
 /// Labels of the local API counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct LocalApiLabels {

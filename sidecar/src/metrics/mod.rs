@@ -8,8 +8,8 @@ pub(crate) mod sessions;
 pub(crate) mod ws;
 
 use crate::load::{LoadMeters, Underway};
+use labels::{AdminRefusedLabels, RejectLabels, RequestLabels};
 pub(crate) use labels::{EventLabel, EventLabels, LocalApiLabels, ObserverLabels};
-use labels::{RejectLabels, RequestLabels};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -65,6 +65,9 @@ pub struct Metrics {
     pub conns: conns::ConnMetrics,
     /// `switchyard_middleware_rejections_total{middleware,reason}`: requests refused at the edge.
     pub rejections: Family<RejectLabels, Counter>,
+    /// `switchyard_admin_refused_total{path,reason}`: admin requests refused: a loopback-only path
+    /// asked from outside the pod, or a wrong method.
+    pub admin_refused: Family<AdminRefusedLabels, Counter>,
     /// `switchyard_dead_letter_published_total{event}`: events whose delivery failed for good,
     /// published to the dead-letter type (manager).
     pub dead_letter_published: Family<EventLabels, Counter>,
@@ -158,6 +161,12 @@ impl Metrics {
             "Requests refused by edge middleware, by middleware and reason",
             rejections.clone(),
         );
+        let admin_refused = Family::<AdminRefusedLabels, Counter>::default();
+        registry.register(
+            "switchyard_admin_refused",
+            "Admin requests refused, by path and reason (not_loopback: a pod-local path asked from outside the pod; method)",
+            admin_refused.clone(),
+        );
         let dead_letter_published = Family::<EventLabels, Counter>::default();
         registry.register(
             "switchyard_dead_letter_published",
@@ -216,6 +225,7 @@ impl Metrics {
             durable_redeliveries,
             dead_letter_unrouted,
             rejections,
+            admin_refused,
             dead_letter_published,
             published_unconfirmed,
             local_api,

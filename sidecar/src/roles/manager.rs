@@ -1,5 +1,6 @@
 //! Manager role: frame listener -> workers -> app, the app's local API -> outbound router, plus
-//! admin; drains on SIGTERM, or on the app's preStop hook (`GET /drain`), with GOAWAY.
+//! admin; drains on SIGTERM, or on its own preStop hook (`GET /drain` from inside the pod), with
+//! GOAWAY.
 
 use super::{RunError, bind, local_addr};
 use crate::admin::{self, DrainHook, Readiness};
@@ -37,16 +38,34 @@ pub(crate) struct AppFlags<'a> {
     pub unix: Option<&'a Path>,
 }
 
-/// Runs the manager role until a drain completes.
+/// Where the manager's servers bind.
+pub(crate) struct Addrs {
+    /// `--listen`: the frame listener.
+    pub listen: SocketAddr,
+    /// `--admin-addr`.
+    pub admin: SocketAddr,
+    /// `--probe-addr`.
+    pub probe: Option<SocketAddr>,
+    /// `--local-api-addr`.
+    pub local_api: SocketAddr,
+}
+
+/// Runs the manager role until a drain completes. After a drain `/drain` started, the SIGTERM
+/// that ends the pod's stop is awaited for `signal_wait`; without it the role fails
+/// ([`RunError::DrainNotFollowed`]).
 pub(crate) async fn run(
     config_file: &Path,
-    listen: SocketAddr,
-    admin_addr: SocketAddr,
-    probe_addr: Option<SocketAddr>,
+    addrs: Addrs,
     app_flags: AppFlags<'_>,
-    local_api_addr: SocketAddr,
     event_types: Option<&str>,
+    signal_wait: std::time::Duration,
 ) -> Result<(), RunError> {
+    let Addrs {
+        listen,
+        admin: admin_addr,
+        probe: probe_addr,
+        local_api: local_api_addr,
+    } = addrs;
     let s = crate::config::load_manager(config_file, event_types)?;
     let c = &s.config;
     let app = match c.app.transport {
@@ -107,7 +126,7 @@ pub(crate) async fn run(
     // Probes answer from the start (live, not ready), while the certificate is being fetched.
     if let Some(addr) = probe_addr {
         let probes = bind("probe listener", addr).await?;
-        tokio::spawn(admin::serve_probes(probes, ready.clone()));
+        tokio::spawn(admin::serve_probes(probes, metrics.clone(), ready.clone()));
     }
     let identity = super::identity::start(Kind::Manager, &c.namespace, &c.name, &metrics).await?;
     let mesh = identity.as_ref().map(|i| i.mesh.clone());
@@ -290,13 +309,19 @@ pub(crate) async fn run(
     ready.set(true);
     tracing::info!(listen = %listen, admin = %admin_addr, app = %app, local_api = %local_api_addr, events = ?events, manager = %c.name, "manager ready");
 
+    let mut signals = crate::shutdown::Signals::listen();
     let by_signal = tokio::select! {
-        () = crate::shutdown::signal() => true,
+        which = signals.recv() => {
+            tracing::info!("{which}: draining");
+            true
+        }
         () = hook.requested() => {
-            tracing::info!("drain requested (the app's preStop hook)");
+            tracing::info!("drain requested (the sidecar's preStop hook)");
             false
         }
     };
+    // Whatever started it: the app's preStop hook (`/drained`) waits for this drain either way.
+    hook.begin();
     ready.set(false);
     drain.cancel();
     let _ = acceptor.await;
@@ -310,13 +335,7 @@ pub(crate) async fn run(
         tracing::warn!("drain limit reached with deliveries still open");
     }
     hook.finish();
-    if !by_signal {
-        // The kubelet stops the app now and this sidecar after it. Exiting before that SIGTERM would
-        // have the kubelet restart a native sidecar that has nothing left to do; the app may still use
-        // the local API while it stops.
-        tracing::info!("drained; waiting for SIGTERM");
-        crate::shutdown::signal().await;
-    }
+    let followed = by_signal || signal_followed(&mut signals, signal_wait).await;
     local_drain.cancel();
     let _ = local_server.await;
     if let Some(f) = follower {
@@ -332,5 +351,42 @@ pub(crate) async fn run(
     if let Some(o) = &otel {
         o.shutdown().await;
     }
-    Ok(())
+    if followed {
+        Ok(())
+    } else {
+        Err(RunError::DrainNotFollowed(signal_wait))
+    }
+}
+
+/// After a drain `/drain` started: whether the SIGTERM came within `wait`.
+///
+/// In a pod the hook runs when the kubelet stops it: the app's own preStop hook (`/drained`) keeps
+/// the app up until the drain is over, the kubelet then stops the app and sends this native
+/// sidecar SIGTERM after it; meanwhile the app may still publish through the local API, which
+/// stays open until then. Exiting before that SIGTERM would have the kubelet restart a sidecar
+/// with nothing left to do.
+///
+/// When no SIGTERM comes, the drain was not the pod's stop (someone in the pod asked for it), and
+/// this sidecar would sit unready with its listeners and pulls stopped forever, its liveness still
+/// 200. It does not re-arm in place: the frame listener, the pulls' consumers and the routers'
+/// GOAWAY'd connections are each built once on the start-up path, and a second, rarely exercised
+/// way of building them would be the one that is wrong when it matters. Failing instead has the
+/// kubelet restart the container (`restartPolicy: Always`) through the start-up path that runs on
+/// every rollout. `wait` is longer than the pod's grace period, so a pod that really is stopping
+/// is killed before this fires.
+async fn signal_followed(
+    signals: &mut crate::shutdown::Signals,
+    wait: std::time::Duration,
+) -> bool {
+    tracing::info!(wait = ?wait, "drained; waiting for SIGTERM");
+    match tokio::time::timeout(wait, signals.recv()).await {
+        Ok(which) => {
+            tracing::info!("{which}: stopping");
+            true
+        }
+        Err(_) => {
+            tracing::error!(wait = ?wait, "drained by /drain but no SIGTERM followed: the pod is not stopping; exiting for the kubelet to restart this sidecar");
+            false
+        }
+    }
 }

@@ -48,16 +48,25 @@ pub enum RunError {
     /// The thread that reloads key files could not start (exit 1).
     #[error("key file reloads: {0}")]
     Reload(std::io::Error),
+    /// A drain `/drain` started was not followed by SIGTERM within the wait (exit 3): the pod is
+    /// not stopping, and the kubelet's restart brings the sidecar back to serving.
+    #[error("drained by /drain, but no SIGTERM followed within {0:?}")]
+    DrainNotFollowed(std::time::Duration),
+    /// `switchyard-sidecar drain` (the preStop hook) could not drain the manager (exit 1).
+    #[error(transparent)]
+    DrainCall(#[from] crate::admin::DrainCallError),
     /// gRPC reflection could not be built (exit 1).
     #[error(transparent)]
     Reflection(#[from] crate::listener::grpc::ReflectionError),
 }
 
 impl RunError {
-    /// The exit status: 2 for a config the user must fix, 1 for other start-up failures.
+    /// The exit status: 2 for a config the user must fix, 3 for a drain no SIGTERM followed, 1 for
+    /// other start-up failures.
     pub fn exit_code(&self) -> u8 {
         match self {
             RunError::Config(_) | RunError::Identity(_) => 2,
+            RunError::DrainNotFollowed(_) => 3,
             RunError::Stopped => 0,
             _ => 1,
         }

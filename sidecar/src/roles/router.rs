@@ -196,7 +196,7 @@ pub(crate) async fn run(
     if let Some(addr) = probe_addr {
         let probes = bind("probe listener", addr).await?;
         probe_shown = local_addr(&probes, addr).to_string();
-        tokio::spawn(admin::serve_probes(probes, ready.clone()));
+        tokio::spawn(admin::serve_probes(probes, metrics.clone(), ready.clone()));
     }
     let identity = super::identity::start(
         Kind::Router,
