@@ -114,7 +114,10 @@ pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> R
     // the mounted Secret, the reloader's SIGHUP): until then the store is refused and retried here.
     // The kubelet refreshes a mounted Secret on its pod's next sync, up to its sync period (1 min by
     // default) later, so this waits up to three of the usual timeouts.
-    eventually("a durable publish answered 202", timeout() * 3, || publish(1)).await?;
+    eventually("a durable publish answered 202", timeout() * 3, || {
+        publish(1)
+    })
+    .await?;
     eventually(
         "orders' app to receive the stored echo",
         timeout(),
