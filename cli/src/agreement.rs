@@ -14,6 +14,7 @@ use std::path::{Path, PathBuf};
 use switchyard_crds::strict::{self, Kind};
 use switchyard_crds::{Manager, Router};
 use switchyard_operator::validate;
+use switchyard_operator::validate::template::TemplatePolicy;
 
 /// What a layer says of a file: `None` when it never sees the file (the objects are not even typed).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -125,9 +126,10 @@ fn layers_of(text: &str) -> Verdicts {
     let operator = routers
         .iter()
         .any(|r| !validate::router::validate(&r.name_any(), &r.spec).is_empty())
-        || managers
-            .iter()
-            .any(|m| !validate::manager::validate(&m.name_any(), &m.spec).is_empty());
+        || managers.iter().any(|m| {
+            !validate::manager::validate(&m.name_any(), &m.spec, TemplatePolicy::Restricted)
+                .is_empty()
+        });
     let sidecar = routers
         .iter()
         .any(|r| check::router_start_problem(r, &managers).is_some())

@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use switchyard_crds::yaml::Objects;
 use switchyard_crds::{Manager, Router};
 use switchyard_operator::validate;
+use switchyard_operator::validate::template::TemplatePolicy;
 use switchyard_protocol::durable::JetStreamConfig;
 use switchyard_sidecar::start_checks;
 
@@ -50,7 +51,9 @@ pub fn problems_placed(objs: &Objects, place: Place<'_>) -> Vec<String> {
             let field = e.as_slice().first().map(|v| v.field_path.clone());
             push("Manager", &name, field.as_deref(), e.to_string());
         }
-        let errors = validate::manager::validate(&name, &m.spec);
+        // A file has no namespace whose label could allow an escalating template: refused, and the
+        // message names the label that would allow it in a cluster.
+        let errors = validate::manager::validate(&name, &m.spec, TemplatePolicy::Restricted);
         for e in &errors {
             push("Manager", &name, Some(&e.field), e.to_string());
         }
@@ -181,6 +184,13 @@ mod tests {
             operator,
             [
                 "Manager handlers, line 29: spec.app.port: 9901 is used by the sidecar; reserved ports are [9901, 9902, 7070, 7071]"
+            ]
+        );
+        let template = placed_problems_of("privileged-template.yaml");
+        assert_eq!(
+            template,
+            [
+                "Manager handlers, line 40: spec.template.spec.containers[0].securityContext.privileged: a privileged container has every device and capability of the node; remove it, or, where the pods are meant to have it, label the Manager's namespace switchyard.dev/allow-privileged-templates=true"
             ]
         );
         let sidecar = placed_problems_of("sidecar-start.yaml");

@@ -273,6 +273,8 @@ async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
         ("events.k8s.io", "events", "create"),
         ("", "pods", "list"),
         ("", "pods", "watch"),
+        // A Manager's namespace labels: whether its template may escalate.
+        ("", "namespaces", "get"),
         // Certifying a sidecar (mesh TLS, on by default): its token reviewed, then its pod and
         // the pod's owners read by name.
         ("authentication.k8s.io", "tokenreviews", "create"),

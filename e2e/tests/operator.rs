@@ -103,6 +103,10 @@ fn main() -> ExitCode {
             "refused_fixtures_the_api_server_takes_are_degraded_as_check_says",
             |e| Box::pin(refused_fixtures_are_degraded_as_check_says(e)),
         ),
+        (
+            "privileged_template_is_taken_only_where_its_namespace_allows_it",
+            |e| Box::pin(privileged_template_needs_the_namespace_label(e)),
+        ),
         ("health_readiness_and_metrics_endpoints", |e| {
             Box::pin(health_and_metrics(e))
         }),
@@ -1064,6 +1068,97 @@ async fn missing_router_is_degraded(env: &'static Env) -> Result<()> {
         .await
         .context("Degraded did not clear after the Router was created")?;
     wait_ready(&managers, "orphan").await?;
+    Ok(())
+}
+
+/// The namespace label that lets Manager templates escalate
+/// (`switchyard_operator::validate::template::ALLOW_PRIVILEGED_LABEL`).
+const ALLOW_PRIVILEGED: &str = "switchyard.dev/allow-privileged-templates";
+
+/// Issue 38: a Manager whose template asks for a privileged container is refused where its
+/// namespace has no `switchyard.dev/allow-privileged-templates: "true"` (Degraded/InvalidSpec naming
+/// the field and the label; examples/refused/privileged-template.yaml holds the exact message), and
+/// taken where it has, its Degraded condition saying the label allowed it. Labelling the first
+/// namespace takes effect at the Manager's next reconcile (the operator reads the label then; it
+/// does not watch namespaces).
+async fn privileged_template_needs_the_namespace_label(env: &'static Env) -> Result<()> {
+    let c = env.cluster;
+    let client = c.client().await?;
+    let label =
+        std::collections::BTreeMap::from([(ALLOW_PRIVILEGED.to_owned(), "true".to_owned())]);
+    let allowed = TestNamespace::create_with(c, "privileged", label, Default::default()).await?;
+    let plain = TestNamespace::create(c, "unprivileged").await?;
+    let manager = fixtures::manager(
+        "priv",
+        "edge",
+        "[noop]",
+        "          securityContext: {privileged: true}\n",
+    );
+    let field = "spec.template.spec.containers[0].securityContext.privileged";
+    for ns in [&allowed.name, &plain.name] {
+        apply_yaml(c, ns, &fixtures::router("edge")).await?;
+        apply_yaml(c, ns, &manager).await?;
+    }
+
+    let (_, managers) = apis(&client, &plain.name);
+    let m = wait_condition(&managers, "priv", "Degraded", "True", Some("InvalidSpec")).await?;
+    let degraded = condition(k8s::Reconciled::conditions(&m), "Degraded").context("Degraded")?;
+    ensure!(
+        degraded.message.contains(field) && degraded.message.contains(ALLOW_PRIVILEGED),
+        "refused without the label, but the message does not name {field} and the label: {:?}",
+        degraded.message
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &plain.name);
+    ensure!(
+        deployments.get_opt("priv-manager").await?.is_none(),
+        "a Deployment was made for the refused template"
+    );
+
+    let (_, managers) = apis(&client, &allowed.name);
+    let m = wait_condition(
+        &managers,
+        "priv",
+        "Degraded",
+        "False",
+        Some("PrivilegedTemplateAllowed"),
+    )
+    .await?;
+    let degraded = condition(k8s::Reconciled::conditions(&m), "Degraded").context("Degraded")?;
+    ensure!(
+        degraded.message.contains(field) && degraded.message.contains(ALLOW_PRIVILEGED),
+        "allowed by the label, but the status does not say so: {:?}",
+        degraded.message
+    );
+    let deployments: Api<Deployment> = Api::namespaced(client.clone(), &allowed.name);
+    eventually("the allowed Manager's Deployment", timeout(), || async {
+        deployments
+            .get("priv-manager")
+            .await
+            .context("Deployment priv-manager")
+    })
+    .await?;
+
+    // The label added afterwards, then any change to the Manager: taken.
+    let set = format!("{ALLOW_PRIVILEGED}=true");
+    c.kubectl()
+        .args(["label", "namespace", &plain.name, &set])
+        .ok()
+        .await?;
+    kubectl(
+        c,
+        &plain.name,
+        &["annotate", "manager", "priv", "e2e/nudge=1"],
+    )
+    .await?;
+    let (_, managers) = apis(&client, &plain.name);
+    wait_condition(
+        &managers,
+        "priv",
+        "Degraded",
+        "False",
+        Some("PrivilegedTemplateAllowed"),
+    )
+    .await?;
     Ok(())
 }
 

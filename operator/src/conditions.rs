@@ -176,6 +176,19 @@ pub fn summarize(
     }
 }
 
+/// Says on a Degraded=False condition why something that would otherwise degrade does not (a
+/// namespace's leave, say): `reason` and `message` replace `AsExpected`. A Degraded=True condition
+/// keeps its problem, which is what needs reading first.
+pub fn not_degraded_because(conditions: &mut [Condition], reason: &str, message: String) {
+    for c in conditions
+        .iter_mut()
+        .filter(|c| c.type_ == DEGRADED && c.status == "False")
+    {
+        c.reason = reason.to_owned();
+        c.message.clone_from(&message);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -293,6 +306,29 @@ mod tests {
             &t(10),
         );
         assert_eq!((s.replicas, s.ready_replicas), (5, 5));
+    }
+
+    #[test]
+    fn a_reason_not_to_degrade_shows_on_degraded_false_only() {
+        let mut fine = compute(Some(1), Some(Rollout::total(&[done(1)])), None, &[], &t(10));
+        not_degraded_because(&mut fine, "Allowed", "by a label".into());
+        assert_eq!(
+            (
+                fine[2].status.as_str(),
+                fine[2].reason.as_str(),
+                fine[2].message.as_str()
+            ),
+            ("False", "Allowed", "by a label")
+        );
+        assert_eq!(fine[0].reason, "Available", "other conditions untouched");
+        let p = Problem {
+            reason: "RouterNotFound",
+            message: "x".into(),
+            blocks_apply: false,
+        };
+        let mut degraded = compute(Some(1), None, Some(&p), &[], &t(10));
+        not_degraded_because(&mut degraded, "Allowed", "by a label".into());
+        assert_eq!(degraded[2].reason, "RouterNotFound");
     }
 
     #[test]

@@ -8,6 +8,7 @@ use switchyard_crds::router::HttpMethod;
 use switchyard_crds::{Manager, Router, yaml};
 use switchyard_operator::render::{self, RenderSettings, meta};
 use switchyard_operator::validate;
+use switchyard_operator::validate::template::TemplatePolicy;
 use switchyard_protocol::config::{ManagerConfig, RouterConfig};
 
 const SIDECAR: &str = "registry.example/switchyard-sidecar:test";
@@ -366,7 +367,10 @@ fn managers_follow_their_routers_tracing() {
 fn quickstart_is_valid() {
     let (router, manager) = quickstart();
     assert_eq!(validate::router::validate("edge", &router.spec), []);
-    assert_eq!(validate::manager::validate("handlers", &manager.spec), []);
+    assert_eq!(
+        validate::manager::validate("handlers", &manager.spec, TemplatePolicy::Restricted),
+        []
+    );
 }
 
 #[test]
@@ -442,10 +446,11 @@ fn invalid_manager_reports_reserved_names_and_ports() {
     let m = fixture(include_str!("fixtures/invalid-manager.yaml"))
         .managers
         .remove(0);
-    let fields: Vec<String> = validate::manager::validate("clash", &m.spec)
-        .into_iter()
-        .map(|e| e.field)
-        .collect();
+    let fields: Vec<String> =
+        validate::manager::validate("clash", &m.spec, TemplatePolicy::Restricted)
+            .into_iter()
+            .map(|e| e.field)
+            .collect();
     assert_eq!(
         fields,
         [

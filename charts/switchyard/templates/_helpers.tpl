@@ -138,6 +138,11 @@ Role of each namespace of watchNamespaces otherwise. One list, so the two modes 
 - apiGroups: [""]
   resources: ["pods"]
   verbs: ["list", "watch"]
+# A Manager's namespace, for its labels (switchyard.dev/allow-privileged-templates), read only
+# when the Manager's pod template escalates. In a Role this grants get on that namespace alone.
+- apiGroups: [""]
+  resources: ["namespaces"]
+  verbs: ["get"]
 # The NetworkPolicy it makes for each Router's and Manager's pods.
 - apiGroups: ["networking.k8s.io"]
   resources: ["networkpolicies"]

@@ -9,15 +9,17 @@ use crate::context::Context;
 use crate::render::{self, meta};
 use crate::scope::Target;
 use crate::validate;
+use crate::validate::template::{self, TemplatePolicy};
 use crate::{Error, Result};
 use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::core::v1::Namespace;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::events::EventType;
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::watcher;
-use kube::{Resource, ResourceExt};
+use kube::{Api, Resource, ResourceExt};
 use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -107,13 +109,22 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
         .await
         .map_err(|()| Error::CacheClosed("routers"))?;
 
-    // validate
-    let errors = validate::manager::validate(&name, &manager.spec);
+    // validate, with what the namespace allows the template: read only when the template asks
+    // for more than a workload needs, so most reconciles make no request for it
+    let escalations = template::escalations(&manager.spec.template);
+    let (policy, unread) = template_policy(ctx, &ns, !escalations.is_empty()).await;
+    let errors = validate::manager::validate(&name, &manager.spec, policy);
     let problem = if !errors.is_empty() {
         ctx.metrics.invalid_spec(NAME);
+        let mut message = validate::summary(&errors);
+        if let Some(e) = unread {
+            message.push_str(&format!(
+                " (the labels of namespace {ns} could not be read, so none was taken to allow anything: {e})"
+            ));
+        }
         Some(Problem {
             reason: "InvalidSpec",
-            message: validate::summary(&errors),
+            message,
             blocks_apply: true,
         })
     } else if router.is_none() {
@@ -217,7 +228,7 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
     let old = manager.status.clone().unwrap_or_default();
     let now = Time(k8s_openapi::jiff::Timestamp::now());
     let generation = manager.meta().generation;
-    let summary = conditions::summarize(
+    let mut summary = conditions::summarize(
         generation,
         rollout,
         problem.as_ref(),
@@ -225,6 +236,11 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
         (old.replicas, old.ready_replicas),
         &now,
     );
+    if policy == TemplatePolicy::Privileged
+        && let Some(note) = template::allowed_by_label(&escalations)
+    {
+        conditions::not_degraded_because(&mut summary.conditions, template::ALLOWED_REASON, note);
+    }
     // Only the controller's own fields: the autoscaler writes the desired replicas and load figures
     // under its own field manager, and server-side apply keeps them.
     let mut conditions = summary.conditions;
@@ -271,6 +287,29 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
         .await;
     }
     Ok(super::resync())
+}
+
+/// What the Manager's namespace allows its pod template, from the namespace's labels when `needed`
+/// (the template escalates). A namespace that cannot be read allows nothing: the error comes back to
+/// be shown with the refusal, since a label set but unread would otherwise look ignored.
+async fn template_policy(
+    ctx: &Context,
+    ns: &str,
+    needed: bool,
+) -> (TemplatePolicy, Option<String>) {
+    if !needed {
+        return (TemplatePolicy::Restricted, None);
+    }
+    match Api::<Namespace>::all(ctx.client.clone())
+        .get_metadata(ns)
+        .await
+    {
+        Ok(n) => (TemplatePolicy::of_labels(n.metadata.labels.as_ref()), None),
+        Err(e) => {
+            tracing::warn!(error = %e, namespace = ns, "could not read the namespace's labels");
+            (TemplatePolicy::Restricted, Some(e.to_string()))
+        }
+    }
 }
 
 /// How a child's live version is read from its watch, to tell whether it changed since our apply.

@@ -1,13 +1,15 @@
 //! Checks of a Manager spec beyond its schema.
 
+use super::template::{self, TemplatePolicy};
 use super::{FieldError, check_name};
 use crate::render::sidecar;
 use switchyard_crds::ManagerSpec;
 use switchyard_crds::manager::DeliveryMode;
 use switchyard_protocol::ports;
 
-/// Every problem of `spec`, in field order; empty when valid.
-pub fn validate(name: &str, spec: &ManagerSpec) -> Vec<FieldError> {
+/// Every problem of `spec`, in field order; empty when valid. `policy` is what the Manager's
+/// namespace allows its pod template.
+pub fn validate(name: &str, spec: &ManagerSpec, policy: TemplatePolicy) -> Vec<FieldError> {
     let mut out = Vec::new();
     check_name(name, &mut out);
     if ports::RESERVED
@@ -71,6 +73,10 @@ pub fn validate(name: &str, spec: &ManagerSpec) -> Vec<FieldError> {
                 ));
             }
         }
+    }
+    out.extend(template::identity_theft(&spec.template));
+    if policy == TemplatePolicy::Restricted {
+        out.extend(template::escalations(&spec.template));
     }
     check_subscriptions(spec, &mut out);
     out

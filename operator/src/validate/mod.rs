@@ -3,6 +3,7 @@
 
 pub mod manager;
 pub mod router;
+pub mod template;
 
 use std::fmt;
 
