@@ -52,6 +52,8 @@ spec:
   routerRef: {name: edge}
   events: [echo]
   delivery: durable
+  # Scaled, so the operator reads its backlog from JetStream under its own (read-only) NATS user.
+  scaling: {enabled: true, minReplicas: 1, maxReplicas: 1}
   app: {port: 8000, path: /events}
   template:
     spec:
@@ -153,6 +155,31 @@ pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> R
         );
         Ok(())
     })
+    .await?;
+
+    // The operator reads orders' backlog over TLS as its own NATS user.
+    eventually(
+        "orders' backlog read by the operator",
+        timeout(),
+        || async {
+            let m = managers.get("orders").await?;
+            let c = m
+                .status
+                .iter()
+                .flat_map(|s| s.conditions.iter())
+                .find(|c| c.type_ == switchyard_crds::status::BACKLOG_READ)
+                .cloned()
+                .context("no BacklogRead condition")?;
+            ensure!(
+                c.status == "True",
+                "BacklogRead: {} {} {}",
+                c.status,
+                c.reason,
+                c.message
+            );
+            Ok(())
+        },
+    )
     .await?;
 
     // The operator's users: one per Manager of this namespace that uses JetStream.
