@@ -135,52 +135,38 @@ pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> R
         started.elapsed().as_secs_f64()
     );
 
-    // The status says what a 202 promises here: one server (the node's), over TLS.
+    // The status says what a 202 promises here: one server (the node's), over TLS; and the
+    // operator reads orders' backlog over TLS as its own NATS user.
     let managers: Api<switchyard_crds::Manager> = Api::namespaced(client.clone(), &ns.name);
-    eventually("orders' Durability condition", timeout(), || async {
-        let m = managers.get("orders").await?;
-        let c = m
-            .status
-            .iter()
-            .flat_map(|s| s.conditions.iter())
-            .find(|c| c.type_ == switchyard_crds::status::DURABILITY)
-            .cloned()
-            .context("no Durability condition")?;
-        ensure!(
-            c.status == "False" && c.reason == "FewReplicas" && c.message.contains("1 replica"),
-            "Durability: {} {} {}",
-            c.status,
-            c.reason,
-            c.message
-        );
-        Ok(())
-    })
-    .await?;
-
-    // The operator reads orders' backlog over TLS as its own NATS user.
-    eventually(
-        "orders' backlog read by the operator",
-        timeout(),
-        || async {
+    for (type_, status, reason, says) in [
+        (
+            switchyard_crds::status::DURABILITY,
+            "False",
+            "FewReplicas",
+            "1 replica",
+        ),
+        (switchyard_crds::status::BACKLOG_READ, "True", "Read", ""),
+    ] {
+        eventually(&format!("orders' {type_} condition"), timeout(), || async {
             let m = managers.get("orders").await?;
             let c = m
                 .status
                 .iter()
                 .flat_map(|s| s.conditions.iter())
-                .find(|c| c.type_ == switchyard_crds::status::BACKLOG_READ)
+                .find(|c| c.type_ == type_)
                 .cloned()
-                .context("no BacklogRead condition")?;
+                .with_context(|| format!("no {type_} condition"))?;
             ensure!(
-                c.status == "True",
-                "BacklogRead: {} {} {}",
+                c.status == status && c.reason == reason && c.message.contains(says),
+                "{type_}: {} {} {}",
                 c.status,
                 c.reason,
                 c.message
             );
             Ok(())
-        },
-    )
-    .await?;
+        })
+        .await?;
+    }
 
     // The operator's users: one per Manager of this namespace that uses JetStream.
     let secrets: Api<Secret> = Api::namespaced(client.clone(), NAMESPACE);
