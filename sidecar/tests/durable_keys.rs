@@ -308,12 +308,19 @@ async fn a_full_stream_refuses_a_publish_naming_its_limit_and_drops_nothing_it_k
         kept.len() as u64,
         "every acknowledged event is in the stream, and only those"
     );
+    // A limit lowered below what the stream holds drops none of it (discard new trims nothing).
+    let mut lower = info.config.clone();
+    lower.max_bytes = 16 << 20;
+    js.update_stream(&lower).await.unwrap();
+    assert_eq!(
+        stream.info().await.unwrap().state.messages,
+        kept.len() as u64
+    );
     // A smaller one does not fit either while the stream is this full; it is refused the same way.
     let r = publish(&client, cart.local_api, "refunds", "small-0", &big(99)).await;
     assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
 
-    // The Manager's own sidecar starts with the same limit, consumes the backlog, and leaves the
-    // stream's limit as the publisher set it.
+    // The Manager's own sidecar starts with the same limit and consumes the backlog.
     let app = TestApp::start().await;
     let mut handlers_cfg = receiver(app.port, &url);
     handlers_cfg["maxBytes"] = json!(limit);
@@ -339,6 +346,7 @@ async fn a_full_stream_refuses_a_publish_naming_its_limit_and_drops_nothing_it_k
         seen.iter().all(|e| e.body.len() == big(0).len()),
         "each whole"
     );
+    // Its own sidecar gave the stream the Manager's limit back.
     let info = stream.info().await.unwrap().clone();
     assert_eq!(info.config.max_bytes, i64::try_from(limit).unwrap());
 
