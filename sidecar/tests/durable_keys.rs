@@ -9,6 +9,8 @@
 //! - A durable event at the local API's limit (1 MiB) is delivered through a server configured as
 //!   `switchyard up` and the chart configure theirs; a server with NATS's default `max_payload`
 //!   answers it 413 naming its limit, not 503 forever.
+//! - The largest durable event the mesh makes, a dead letter of a request read whole (16 MiB; an
+//!   app's own publish is at most 1 MiB), is stored whole through such a server.
 //! - A Manager's stream with a byte limit (`durable.maxBytes`), given it by the publisher and by
 //!   its own sidecar alike, refuses the publish that would pass it with a 503 naming the limit,
 //!   and every event it acknowledged before is still delivered, whole: nothing dropped.
@@ -22,7 +24,7 @@ use common::*;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
-use switchyard_protocol::durable as plan;
+use switchyard_protocol::durable::{self as plan, Lane};
 
 const NAMESPACE: &str = "default";
 
@@ -363,5 +365,82 @@ async fn a_full_stream_refuses_a_publish_naming_its_limit_and_drops_nothing_it_k
         )
     })
     .await;
+    drop(servers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_of_the_largest_request_is_stored_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = Http::new();
+    let (servers, _relays) = nats::cluster_with(
+        dir.path(),
+        1,
+        &format!("max_payload: {}", plan::NATS_MAX_PAYLOAD),
+        "",
+    )
+    .await;
+    let url = nats::urls(&servers);
+    let js = jetstream::new(async_nats::connect(url.as_str()).await.unwrap());
+
+    // Manager `handlers`, whose app fails `fail` once for good; its dead letters go to `graveyard`,
+    // durably (nothing runs there, so the stream keeps them), whose stream has the least byte limit
+    // a Manager may set: it still takes the largest event.
+    let app = TestApp::start().await;
+    let mut mcfg = manager_config(app.port, &Opts::default());
+    mcfg["workers"]["retries"]["attempts"] = json!(1);
+    mcfg["workers"]["deadLetter"] = json!("dead");
+    let nowhere = ClosedPort::new();
+    mcfg["destinations"] = json!({"dead": {
+        "manager": "graveyard", "service": "graveyard", "port": nowhere.port,
+        "podSelector": {}, "durable": {"maxBytes": plan::MIN_STREAM_BYTES},
+    }});
+    mcfg["staticEndpoints"] = json!({"graveyard": [format!("127.0.0.1:{}", nowhere.port)]});
+    mcfg["jetstream"] = json!({"url": url, "replicas": 1});
+    let (_handlers, ports) = start(dir.path(), "handlers", &mcfg).await;
+
+    // A Router reading JSON bodies whole up to the 16 MiB an event carries.
+    let mut rcfg = router_config(ports.listen, "30s");
+    rcfg["spec"]["routes"] = json!([{"event": "fail", "http": {"method": "POST", "path": "/big"}}]);
+    rcfg["spec"]["middleware"] = json!([{"bodyLimit": {"maxBytes": 16 << 20}}]);
+    rcfg["destinations"] = json!({"fail": rcfg["destinations"]["fail"]});
+    let rfile = write_json(dir.path(), "router.json", &rcfg);
+    let rdir = dir.path().join("router");
+    std::fs::create_dir_all(&rdir).unwrap();
+    let (_router, router) = start_router(&rdir, &rfile, &[], &[]).await;
+
+    // As large as a request goes to a Manager whole (a frame's payload less its other fields).
+    let body = format!("\"{}\"", "x".repeat((16 << 20) - 16 * 1024));
+    let req = hyper::Request::post(format!("http://127.0.0.1:{}/big", router.http))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body.clone())))
+        .unwrap();
+    let r = client.send(req).await.unwrap();
+    assert_eq!(r.status, 502, "{}", String::from_utf8_lossy(&r.body));
+    let failed = app.state.seen("fail").remove(0);
+    assert_eq!(failed.body.len(), body.len());
+    let dead = plan::subject(NAMESPACE, "graveyard", "dead", Lane::Unordered);
+    let m = poll(
+        Duration::from_secs(30),
+        "the dead letter in graveyard's stream",
+        || async {
+            let s = js
+                .get_stream(plan::stream_name(NAMESPACE, "graveyard"))
+                .await
+                .ok()?;
+            s.get_last_raw_message_by_subject(&dead).await.ok()
+        },
+    )
+    .await;
+    // The failed event's own id (the Router names a request's event).
+    assert_eq!(
+        m.headers.get("ce-id").map(|v| v.as_str()),
+        Some(failed.header("ce-id"))
+    );
+    assert_eq!(m.payload.len(), body.len(), "the whole body");
+    assert!(
+        m.payload.len() > 16 * 1024 * 1024 - 32 * 1024,
+        "{}",
+        m.payload.len()
+    );
     drop(servers);
 }
