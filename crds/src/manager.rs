@@ -172,6 +172,12 @@ impl ManagerSidecar {
         "message": "durable.duplicateWindow must be between 1s and 1h",
         "fieldPath": ".duplicateWindow",
     },
+    {
+        // A rule beside the schema's range so the refusal names the field and says why the floor is where it is.
+        "rule": "!has(self.maxBytes) || (self.maxBytes >= 33554432 && self.maxBytes <= 1099511627776)",
+        "message": "durable.maxBytes must be between 33554432 (32 MiB: room for the largest event the mesh carries, 16 MiB with its headers) and 1099511627776 (1 TiB)",
+        "fieldPath": ".maxBytes",
+    },
 ]))]
 pub struct Durable {
     /// How long the stream remembers a published event's ce-id, so a retried publish with the same
@@ -181,7 +187,24 @@ pub struct Durable {
     #[serde(default = "default_duplicate_window")]
     #[schemars(schema_with = "schema::duration")]
     pub duplicate_window: Duration,
+    /// Bytes the stream holds at most: its backlog, the events stored and not yet delivered. A
+    /// publish that would pass it is refused (503 with Retry-After, naming this limit), never an old
+    /// event dropped; it is taken again once the app has worked the backlog down. At least 32 MiB
+    /// (two events of the largest size the mesh carries, so an empty stream always takes one), at
+    /// most 1 TiB. The servers reserve it (times the stream's replicas) from their store when the
+    /// stream is created, so the Managers' limits together must fit the servers' volumes. Absent: no
+    /// byte limit, only the 1,000,000 events every stream holds at most and the servers' store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 33554432, max = 1099511627776_i64))]
+    pub max_bytes: Option<i64>,
 }
+
+/// The least `durable.maxBytes`: two events of the largest size the mesh carries
+/// ([`crate::router::MAX_EVENT_BYTES`]), so a stream emptied of its backlog always takes the largest
+/// event with its headers and the server's per-event overhead.
+pub const MIN_STREAM_BYTES: i64 = 2 * crate::router::MAX_EVENT_BYTES;
+/// The most `durable.maxBytes`: 1 TiB.
+pub const MAX_STREAM_BYTES: i64 = 1 << 40;
 
 fn default_duplicate_window() -> Duration {
     // switchyard_protocol::durable::DUPLICATE_WINDOW (that crate depends on this one; a test there pins them equal).
@@ -192,6 +215,7 @@ impl Default for Durable {
     fn default() -> Self {
         Durable {
             duplicate_window: default_duplicate_window(),
+            max_bytes: None,
         }
     }
 }
@@ -204,10 +228,15 @@ impl Durable {
     /// The window in milliseconds when it is not the default (the default travels as none, so
     /// peers of an older version and this one agree on it).
     pub fn duplicate_window_ms(&self) -> Option<u64> {
-        (!self.is_default()).then(|| {
+        (self.duplicate_window != default_duplicate_window()).then(|| {
             u64::try_from(std::time::Duration::from(self.duplicate_window).as_millis())
                 .unwrap_or(u64::MAX)
         })
+    }
+
+    /// The stream's byte limit, when the Manager sets one (none travels as none: no byte limit).
+    pub fn max_bytes(&self) -> Option<u64> {
+        self.max_bytes.and_then(|b| u64::try_from(b).ok())
     }
 }
 

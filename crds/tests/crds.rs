@@ -293,6 +293,45 @@ fn a_duplicate_window_is_taken_between_one_second_and_one_hour() {
 }
 
 #[test]
+fn a_streams_max_bytes_is_taken_between_32_mib_and_1_tib() {
+    use switchyard_crds::manager::{MAX_STREAM_BYTES, MIN_STREAM_BYTES};
+    for ok in [MIN_STREAM_BYTES, 1 << 30, MAX_STREAM_BYTES] {
+        let m = manager(serde_json::json!({"spec": {"durable": {"maxBytes": ok}}}));
+        assert_eq!(cel_errors(&m), "", "{ok}");
+        assert_eq!(m.spec.durable.max_bytes(), u64::try_from(ok).ok());
+        // A byte limit alone leaves the window the default, which travels as none.
+        assert_eq!(m.spec.durable.duplicate_window_ms(), None, "{ok}");
+    }
+    // Below two events of the largest size (one 16 MiB event could fill it for good), or above 1 TiB.
+    for bad in [1, 1 << 20, MIN_STREAM_BYTES - 1, MAX_STREAM_BYTES + 1] {
+        let m = manager(serde_json::json!({"spec": {"durable": {"maxBytes": bad}}}));
+        let errors = cel_errors(&m);
+        assert!(
+            errors.contains("durable.maxBytes must be between 33554432 (32 MiB")
+                && errors.contains("1099511627776 (1 TiB)"),
+            "{bad}: {errors}"
+        );
+    }
+    // The schema's own bounds are the rule's, so a client that skips CEL is refused alike.
+    let crd = serde_json::to_value(Manager::crd()).expect("json");
+    let field = &crd["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+        ["durable"]["properties"]["maxBytes"];
+    assert_eq!(
+        field["minimum"].as_f64(),
+        Some(MIN_STREAM_BYTES as f64),
+        "{field}"
+    );
+    assert_eq!(
+        field["maximum"].as_f64(),
+        Some(MAX_STREAM_BYTES as f64),
+        "{field}"
+    );
+    // Left out: no byte limit, and nothing written back.
+    let m = manager(serde_json::json!({}));
+    assert_eq!(m.spec.durable.max_bytes(), None);
+}
+
+#[test]
 fn grpc_and_http_ports_must_differ() {
     let r = router(serde_json::json!({"spec": {"listeners": {"grpc": {"port": 8080}}}}));
     assert!(cel_errors(&r).contains("must differ"), "{}", cel_errors(&r));

@@ -131,4 +131,7 @@ pub struct ManagerConfig {
     /// (`spec.durable.duplicateWindow`); absent: the default.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duplicate_window_ms: Option<u64>,
+    /// Bytes this Manager's stream holds at most (`spec.durable.maxBytes`); absent: no byte limit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
 }

@@ -16,6 +16,10 @@
 //! - The server never gives up on an event (`max_deliver` unlimited): the sidecar counts the
 //!   deliveries (`attempts` = `retries.attempts`) and dead-letters an event on its last failed attempt,
 //!   or on the first delivery past it (the pod of the last attempt died), so no event is stranded.
+//! - The stream's limits are the Manager's spec ([`StreamLimits`]: its duplicate window and byte
+//!   limit), carried to its sidecars and to every publisher, so each party creates or updates it
+//!   alike and none undoes another's update. A full stream refuses a publish (discard policy New),
+//!   never drops a stored event.
 //! - Publishes carry a `Nats-Msg-Id` derived from (event type, publisher, ce-id), so the stream's
 //!   duplicate window drops a retried publish and no other type's or publisher's event.
 //!
@@ -38,6 +42,14 @@ pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(30);
 pub const MIN_DUPLICATE_WINDOW: Duration = Duration::from_secs(1);
 /// See [`MIN_DUPLICATE_WINDOW`].
 pub const MAX_DUPLICATE_WINDOW: Duration = Duration::from_secs(3600);
+/// Events a stream holds at most, whatever its byte limit; past it a publish is refused, never an
+/// old event dropped.
+pub const MAX_STREAM_MESSAGES: i64 = 1_000_000;
+/// The least and the most bytes a Manager's stream may be limited to (`spec.durable.maxBytes`,
+/// checked by the CRD): room for two events of the largest size, and 1 TiB.
+pub const MIN_STREAM_BYTES: u64 = switchyard_crds::manager::MIN_STREAM_BYTES.unsigned_abs();
+/// See [`MIN_STREAM_BYTES`].
+pub const MAX_STREAM_BYTES: u64 = switchyard_crds::manager::MAX_STREAM_BYTES.unsigned_abs();
 /// Added to the attempt timeout for AckWait: the ack travels after the app's answer.
 pub const ACK_SLACK: Duration = Duration::from_secs(2);
 /// The longest AckWait: a sidecar holding an event sends a progress ack every quarter of it, so a
@@ -84,6 +96,9 @@ pub struct DurableRoute {
     /// The Manager's duplicate window in milliseconds, when it sets one; else [`DUPLICATE_WINDOW`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub duplicate_window_ms: Option<u64>,
+    /// The Manager's stream byte limit, when it sets one; else none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_bytes: Option<u64>,
 }
 
 impl DurableRoute {
@@ -92,21 +107,60 @@ impl DurableRoute {
         crate::control::v1::DurableRoute {
             ordering_key: self.ordering_key.clone().unwrap_or_default(),
             duplicate_window_ms: self.duplicate_window_ms.unwrap_or_default(),
+            max_bytes: self.max_bytes.unwrap_or_default(),
         }
     }
 
     /// From a control-plane route: an empty ordering key is none (a JSON pointer of a key is
-    /// never empty), and so is a zero window (an operator that sends none).
+    /// never empty), and so are a zero window and a zero byte limit (an operator that sends none).
     pub fn from_wire(wire: &crate::control::v1::DurableRoute) -> DurableRoute {
         DurableRoute {
             ordering_key: Some(wire.ordering_key.clone()).filter(|k| !k.is_empty()),
             duplicate_window_ms: Some(wire.duplicate_window_ms).filter(|ms| *ms > 0),
+            max_bytes: Some(wire.max_bytes).filter(|b| *b > 0),
         }
     }
 
     /// The window the Manager's stream is created with.
     pub fn duplicate_window(&self) -> Duration {
         duplicate_window(self.duplicate_window_ms)
+    }
+
+    /// The limits the Manager's stream is created with.
+    pub fn stream_limits(&self) -> StreamLimits {
+        StreamLimits::of(self.duplicate_window_ms, self.max_bytes)
+    }
+}
+
+/// What a Manager's spec sets of its stream: the same at every party that creates or updates it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StreamLimits {
+    /// How long it remembers a ce-id (`spec.durable.duplicateWindow`).
+    pub duplicate_window: Duration,
+    /// Bytes it holds at most (`spec.durable.maxBytes`); none: no byte limit.
+    pub max_bytes: Option<u64>,
+}
+
+impl Default for StreamLimits {
+    fn default() -> Self {
+        StreamLimits::of(None, None)
+    }
+}
+
+impl StreamLimits {
+    /// The limits from a Manager's window in milliseconds and byte limit, as they travel (none:
+    /// the default), each kept within the CRD's bounds whatever a peer sent.
+    pub fn of(duplicate_window_ms: Option<u64>, max_bytes: Option<u64>) -> StreamLimits {
+        StreamLimits {
+            duplicate_window: duplicate_window(duplicate_window_ms),
+            max_bytes: max_bytes.map(|b| b.clamp(MIN_STREAM_BYTES, MAX_STREAM_BYTES)),
+        }
+    }
+
+    /// The byte limit as JetStream's stream config takes it: -1 for none.
+    pub fn nats_max_bytes(&self) -> i64 {
+        self.max_bytes
+            .map_or(-1, |b| i64::try_from(b).unwrap_or(i64::MAX))
     }
 }
 
@@ -301,11 +355,14 @@ mod tests {
     fn a_route_survives_the_wire() {
         for key in [None, Some("/customerId".to_owned())] {
             for window in [None, Some(5_000)] {
-                let route = DurableRoute {
-                    ordering_key: key.clone(),
-                    duplicate_window_ms: window,
-                };
-                assert_eq!(DurableRoute::from_wire(&route.to_wire()), route);
+                for max_bytes in [None, Some(MIN_STREAM_BYTES)] {
+                    let route = DurableRoute {
+                        ordering_key: key.clone(),
+                        duplicate_window_ms: window,
+                        max_bytes,
+                    };
+                    assert_eq!(DurableRoute::from_wire(&route.to_wire()), route);
+                }
             }
         }
     }
@@ -324,6 +381,36 @@ mod tests {
         // Out of the CRD's bounds (an older or a foreign peer): clamped, never 0 (NATS's 2 min).
         assert_eq!(duplicate_window(Some(1)), MIN_DUPLICATE_WINDOW);
         assert_eq!(duplicate_window(Some(u64::MAX)), MAX_DUPLICATE_WINDOW);
+    }
+
+    #[test]
+    fn a_byte_limit_is_the_managers_or_none_and_always_within_bounds() {
+        let none = DurableRoute::default().stream_limits();
+        assert_eq!(none, StreamLimits::default());
+        assert_eq!(none.max_bytes, None);
+        assert_eq!(none.nats_max_bytes(), -1, "JetStream's no limit");
+        assert_eq!(none.duplicate_window, DUPLICATE_WINDOW);
+        let set = DurableRoute {
+            max_bytes: Some(1 << 30),
+            ..DurableRoute::default()
+        }
+        .stream_limits();
+        assert_eq!(set.max_bytes, Some(1 << 30));
+        assert_eq!(set.nats_max_bytes(), 1 << 30);
+        // Out of the CRD's bounds (an older or a foreign peer): clamped, so a stream always takes
+        // the largest event, and never a limit JetStream reads as none.
+        assert_eq!(
+            StreamLimits::of(None, Some(1)).max_bytes,
+            Some(MIN_STREAM_BYTES)
+        );
+        assert_eq!(
+            StreamLimits::of(None, Some(u64::MAX)).nats_max_bytes(),
+            i64::try_from(MAX_STREAM_BYTES).unwrap_or_default()
+        );
+        // An empty stream at the least limit takes an event of the largest size the server takes,
+        // with its subject and the store's record overhead (tens of bytes), so a refusal for a full
+        // stream always ends once the backlog is delivered.
+        assert!(MIN_STREAM_BYTES > u64::try_from(NATS_MAX_PAYLOAD + 1024).unwrap_or(u64::MAX));
     }
 
     #[test]

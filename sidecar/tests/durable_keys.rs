@@ -9,6 +9,11 @@
 //! - A durable event at the local API's limit (1 MiB) is delivered through a server configured as
 //!   `switchyard up` and the chart configure theirs; a server with NATS's default `max_payload`
 //!   answers it 413 naming its limit, not 503 forever.
+//! - The largest durable event the mesh makes, a dead letter of a request read whole (16 MiB; an
+//!   app's own publish is at most 1 MiB), is stored whole through such a server.
+//! - A Manager's stream with a byte limit (`durable.maxBytes`), given it by the publisher and by
+//!   its own sidecar alike, refuses the publish that would pass it with a 503 naming the limit,
+//!   and every event it acknowledged before is still delivered, whole: nothing dropped.
 
 #![allow(clippy::unwrap_used)]
 
@@ -19,7 +24,7 @@ use common::*;
 use serde_json::{Value, json};
 use std::path::Path;
 use std::time::Duration;
-use switchyard_protocol::durable as plan;
+use switchyard_protocol::durable::{self as plan, Lane};
 
 const NAMESPACE: &str = "default";
 
@@ -244,4 +249,198 @@ async fn a_durable_event_fits_the_meshs_nats_and_one_over_a_servers_max_payload_
     assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
     drop(servers);
     drop(small);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_stream_refuses_a_publish_naming_its_limit_and_drops_nothing_it_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = Http::new();
+    let no_app = ClosedPort::new();
+    // The least limit a Manager may set: 32 MiB, about 31 events of the local API's largest size.
+    let limit = plan::MIN_STREAM_BYTES;
+    let big = |i: usize| format!("\"{i:04}{}\"", "x".repeat((1 << 20) - 6));
+    let (servers, _relays) = nats::cluster_with(
+        dir.path(),
+        1,
+        &format!("max_payload: {}", plan::NATS_MAX_PAYLOAD),
+        "",
+    )
+    .await;
+    let url = nats::urls(&servers);
+    let js = jetstream::new(async_nats::connect(url.as_str()).await.unwrap());
+
+    // Only the publisher runs: nothing consumes, so the stream fills.
+    let mut cart_cfg = publisher("cart", no_app.port, &url);
+    for event in ["orders", "refunds"] {
+        cart_cfg["destinations"][event]["durable"] = json!({"maxBytes": limit});
+    }
+    let (_cart, cart) = start(dir.path(), "cart", &cart_cfg).await;
+    let mut kept = Vec::new();
+    let refused = loop {
+        let i = kept.len();
+        assert!(i < 40, "32 MiB never filled after {i} events of 1 MiB");
+        let key = format!("full-{i}");
+        let r = publish(&client, cart.local_api, "orders", &key, &big(i)).await;
+        match r.status {
+            202 => kept.push(key),
+            _ => break r,
+        }
+    };
+    let detail = String::from_utf8_lossy(&refused.body).into_owned();
+    assert_eq!(refused.status, 503, "{detail}");
+    assert!(
+        detail.contains("the event store of Manager handlers is full")
+            && detail.contains(&format!("{limit} bytes, its spec.durable.maxBytes")),
+        "names the Manager and its limit: {detail}"
+    );
+    assert_eq!(
+        refused.headers.get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"5"[..]),
+        "to be retried once the backlog drains"
+    );
+    assert!(kept.len() >= 30, "{} events kept in 32 MiB", kept.len());
+    let mut stream = js
+        .get_stream(plan::stream_name(NAMESPACE, "handlers"))
+        .await
+        .unwrap();
+    let info = stream.info().await.unwrap().clone();
+    assert_eq!(info.config.max_bytes, i64::try_from(limit).unwrap());
+    assert_eq!(
+        info.state.messages,
+        kept.len() as u64,
+        "every acknowledged event is in the stream, and only those"
+    );
+    // A limit lowered below what the stream holds drops none of it (discard new trims nothing).
+    let mut lower = info.config.clone();
+    lower.max_bytes = 16 << 20;
+    js.update_stream(&lower).await.unwrap();
+    assert_eq!(
+        stream.info().await.unwrap().state.messages,
+        kept.len() as u64
+    );
+    // A smaller one does not fit either while the stream is this full; it is refused the same way.
+    let r = publish(&client, cart.local_api, "refunds", "small-0", &big(99)).await;
+    assert_eq!(r.status, 503, "{}", String::from_utf8_lossy(&r.body));
+
+    // The Manager's own sidecar starts with the same limit and consumes the backlog.
+    let app = TestApp::start().await;
+    let mut handlers_cfg = receiver(app.port, &url);
+    handlers_cfg["maxBytes"] = json!(limit);
+    let (_handlers, _) = start(dir.path(), "handlers", &handlers_cfg).await;
+    let seen = poll(
+        Duration::from_secs(60),
+        "every kept event delivered",
+        || {
+            let seen = app.state.seen("orders");
+            std::future::ready((seen.len() >= kept.len()).then_some(seen))
+        },
+    )
+    .await;
+    let mut delivered: Vec<String> = seen.iter().map(|e| e.header("ce-id").to_owned()).collect();
+    delivered.sort();
+    let mut want = kept.clone();
+    want.sort();
+    assert_eq!(
+        delivered, want,
+        "each acknowledged event delivered, none dropped"
+    );
+    assert!(
+        seen.iter().all(|e| e.body.len() == big(0).len()),
+        "each whole"
+    );
+    // Its own sidecar gave the stream the Manager's limit back.
+    let info = stream.info().await.unwrap().clone();
+    assert_eq!(info.config.max_bytes, i64::try_from(limit).unwrap());
+
+    // Its backlog worked down, the stream takes events again.
+    let r = publish(&client, cart.local_api, "orders", "after", &big(100)).await;
+    assert_eq!(r.status, 202, "{}", String::from_utf8_lossy(&r.body));
+    poll(Duration::from_secs(30), "the later event delivered", || {
+        std::future::ready(
+            app.state
+                .seen("orders")
+                .iter()
+                .any(|e| e.header("ce-id") == "after")
+                .then_some(()),
+        )
+    })
+    .await;
+    drop(servers);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_of_the_largest_request_is_stored_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let client = Http::new();
+    let (servers, _relays) = nats::cluster_with(
+        dir.path(),
+        1,
+        &format!("max_payload: {}", plan::NATS_MAX_PAYLOAD),
+        "",
+    )
+    .await;
+    let url = nats::urls(&servers);
+    let js = jetstream::new(async_nats::connect(url.as_str()).await.unwrap());
+
+    // Manager `handlers`, whose app fails `fail` once for good; its dead letters go to `graveyard`,
+    // durably (nothing runs there, so the stream keeps them), whose stream has the least byte limit
+    // a Manager may set: it still takes the largest event.
+    let app = TestApp::start().await;
+    let mut mcfg = manager_config(app.port, &Opts::default());
+    mcfg["workers"]["retries"]["attempts"] = json!(1);
+    mcfg["workers"]["deadLetter"] = json!("dead");
+    let nowhere = ClosedPort::new();
+    mcfg["destinations"] = json!({"dead": {
+        "manager": "graveyard", "service": "graveyard", "port": nowhere.port,
+        "podSelector": {}, "durable": {"maxBytes": plan::MIN_STREAM_BYTES},
+    }});
+    mcfg["staticEndpoints"] = json!({"graveyard": [format!("127.0.0.1:{}", nowhere.port)]});
+    mcfg["jetstream"] = json!({"url": url, "replicas": 1});
+    let (_handlers, ports) = start(dir.path(), "handlers", &mcfg).await;
+
+    // A Router reading JSON bodies whole up to the 16 MiB an event carries.
+    let mut rcfg = router_config(ports.listen, "30s");
+    rcfg["spec"]["routes"] = json!([{"event": "fail", "http": {"method": "POST", "path": "/big"}}]);
+    rcfg["spec"]["middleware"] = json!([{"bodyLimit": {"maxBytes": 16 << 20}}]);
+    rcfg["destinations"] = json!({"fail": rcfg["destinations"]["fail"]});
+    let rfile = write_json(dir.path(), "router.json", &rcfg);
+    let rdir = dir.path().join("router");
+    std::fs::create_dir_all(&rdir).unwrap();
+    let (_router, router) = start_router(&rdir, &rfile, &[], &[]).await;
+
+    // As large as a request goes to a Manager whole (a frame's payload less its other fields).
+    let body = format!("\"{}\"", "x".repeat((16 << 20) - 16 * 1024));
+    let req = hyper::Request::post(format!("http://127.0.0.1:{}/big", router.http))
+        .header("content-type", "application/json")
+        .body(http_body_util::Full::new(bytes::Bytes::from(body.clone())))
+        .unwrap();
+    let r = client.send(req).await.unwrap();
+    assert_eq!(r.status, 502, "{}", String::from_utf8_lossy(&r.body));
+    let failed = app.state.seen("fail").remove(0);
+    assert_eq!(failed.body.len(), body.len());
+    let dead = plan::subject(NAMESPACE, "graveyard", "dead", Lane::Unordered);
+    let m = poll(
+        Duration::from_secs(30),
+        "the dead letter in graveyard's stream",
+        || async {
+            let s = js
+                .get_stream(plan::stream_name(NAMESPACE, "graveyard"))
+                .await
+                .ok()?;
+            s.get_last_raw_message_by_subject(&dead).await.ok()
+        },
+    )
+    .await;
+    // The failed event's own id (the Router names a request's event).
+    assert_eq!(
+        m.headers.get("ce-id").map(|v| v.as_str()),
+        Some(failed.header("ce-id"))
+    );
+    assert_eq!(m.payload.len(), body.len(), "the whole body");
+    assert!(
+        m.payload.len() > 16 * 1024 * 1024 - 32 * 1024,
+        "{}",
+        m.payload.len()
+    );
+    drop(servers);
 }

@@ -4,8 +4,9 @@
 //! local API is kept in Manager `queue`'s stream on a real nats-server (read back here) and is
 //! answered 202 only once stored; the next table turns the type direct, and the publish goes over
 //! a frame connection to `queue`'s real manager sidecar and app instead; another brings it back
-//! durable with an ordering key and a 5 s duplicate window, and the publish lands on that key's
-//! partition subject of a stream that now remembers ce-ids for 5 s. A dead letter
+//! durable with an ordering key, a 5 s duplicate window and a 64 MiB byte limit, and the publish
+//! lands on that key's partition subject of a stream that now remembers ce-ids for 5 s and holds
+//! at most 64 MiB. A dead letter
 //! takes the same path: `queue`'s failed `fail` event goes to its dead-letter type, which `queue`'s
 //! table marks durable, so it is kept in Manager `graveyard`'s stream (which never runs). With the
 //! server gone, a durable publish is a 503, never a 202.
@@ -78,11 +79,16 @@ async fn stored(js: &jetstream::Context) -> u64 {
 
 /// The duplicate window of `manager`'s stream, as the server holds it.
 async fn window_of(js: &jetstream::Context, manager: &str) -> Duration {
+    config_of(js, manager).await.duplicate_window
+}
+
+/// The configuration of `manager`'s stream, as the server holds it.
+async fn config_of(js: &jetstream::Context, manager: &str) -> jetstream::stream::Config {
     let mut s = js
         .get_stream(plan::stream_name(NAMESPACE, manager))
         .await
         .unwrap();
-    s.info().await.unwrap().config.duplicate_window
+    s.info().await.unwrap().config.clone()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -196,6 +202,11 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
         plan::DUPLICATE_WINDOW,
         "a route without a window: the default"
     );
+    assert_eq!(
+        config_of(&js, "queue").await.max_bytes,
+        -1,
+        "nor a byte limit: none"
+    );
 
     // The next table says direct: over the frame connection to queue's sidecar, not the stream.
     cp.tables
@@ -220,10 +231,11 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
     );
 
     // Durable again, now ordered by a key: the key's partition subject; and the Manager now
-    // sets a 5 s duplicate window, which the publisher gives its stream.
+    // sets a 5 s duplicate window and a 64 MiB byte limit, which the publisher gives its stream.
     let keyed = DurableRoute {
         ordering_key: "/customerId".into(),
         duplicate_window_ms: 5_000,
+        max_bytes: 64 << 20,
     };
     cp.tables
         .send_replace(table(3, Some(queue_ports.listen), Some(keyed)));
@@ -242,6 +254,7 @@ async fn a_durable_route_from_the_control_plane_sends_publishes_to_the_stream() 
     assert_eq!(&m.payload[..], body.as_bytes());
     assert_eq!(stored(&js).await, 2);
     assert_eq!(window_of(&js, "queue").await, Duration::from_secs(5));
+    assert_eq!(config_of(&js, "queue").await.max_bytes, 64 << 20);
     assert_eq!(app.state.seen("orders").len(), 1, "still one direct event");
     // Both durable publishes were timed, stage by stage; the direct one is not among them.
     let text = metrics_text(&client, ports.admin).await;

@@ -256,8 +256,9 @@ lame_duck_duration: 30s
 # The largest durable event a Manager accepts (16 MiB, the Router's event limit) with its headers;
 # NATS's default of 1 MiB refused every larger durable publish.
 max_payload: {{ int64 .Values.jetstream.maxPayload }}
-# The store fills at most its volume; each stream holds at most 1,000,000 events (a publish past
-# that is refused, never an old event dropped). sync_interval `always` writes every event to disk
+# The store fills at most its volume; each stream holds at most 1,000,000 events and its Manager's
+# spec.durable.maxBytes, which the server reserves from the store (a publish past either is refused,
+# never an old event dropped). sync_interval `always` writes every event to disk
 # before its PubAck (and so before its 202): see jetstream.syncInterval.
 jetstream {
   store_dir: /data

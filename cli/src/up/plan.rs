@@ -1168,10 +1168,10 @@ spec:
     }
 
     #[test]
-    fn a_managers_duplicate_window_reaches_its_sidecar_and_every_publisher() -> anyhow::Result<()> {
+    fn a_managers_stream_limits_reach_its_sidecar_and_every_publisher() -> anyhow::Result<()> {
         let durable = TWO_MANAGERS.replacen(
             "  routerRef:",
-            "  delivery: durable\n  durable: {duplicateWindow: 5s}\n  routerRef:",
+            "  delivery: durable\n  durable: {duplicateWindow: 5s, maxBytes: 1073741824}\n  routerRef:",
             1,
         );
         assert_ne!(durable, TWO_MANAGERS, "the fixture changed shape");
@@ -1187,7 +1187,8 @@ spec:
         let manager: switchyard_protocol::config::ManagerConfig =
             serde_json::from_str(&file("manager-a.json")?)?;
         assert_eq!(manager.duplicate_window_ms, Some(5_000));
-        // The publishing side: the Router's route to a's durable type carries the same window.
+        assert_eq!(manager.max_bytes, Some(1 << 30));
+        // The publishing side: the Router's route to a's durable type carries the same limits.
         let router: switchyard_protocol::config::RouterConfig =
             serde_json::from_str(&file("router-edge.json")?)?;
         let noop = router
@@ -1198,6 +1199,7 @@ spec:
             .context("noop's destination")?;
         let route = noop.durable.as_ref().context("noop is durable")?;
         assert_eq!(route.duplicate_window(), std::time::Duration::from_secs(5));
+        assert_eq!(route.stream_limits().max_bytes, Some(1 << 30));
         Ok(())
     }
 

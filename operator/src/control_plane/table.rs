@@ -334,18 +334,22 @@ spec:
             Some(switchyard_protocol::control::v1::DurableRoute {
                 ordering_key: "/customerId".into(),
                 duplicate_window_ms: 0,
+                max_bytes: 0,
             }),
-            "the default window travels as none"
+            "the default window and no byte limit travel as none"
         );
         m.spec.durable.duplicate_window =
             switchyard_crds::common::Duration::from(std::time::Duration::from_secs(5));
+        m.spec.durable.max_bytes = Some(1 << 30);
         let routes = routes(&r, &[m], &[]);
         assert_eq!(
             routes[0].durable,
             Some(switchyard_protocol::control::v1::DurableRoute {
                 ordering_key: "/customerId".into(),
                 duplicate_window_ms: 5_000,
-            })
+                max_bytes: 1 << 30,
+            }),
+            "every publisher gives the stream the Manager's window and byte limit"
         );
         assert_eq!(routes[1].durable, None, "orders.get stays direct");
     }

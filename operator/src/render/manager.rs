@@ -103,6 +103,7 @@ pub fn render_config(
         durable_events,
         jetstream,
         duplicate_window_ms: spec.durable.duplicate_window_ms(),
+        max_bytes: spec.durable.max_bytes(),
     })
 }
 

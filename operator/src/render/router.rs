@@ -86,6 +86,7 @@ pub fn destinations<'a>(
                         .then(|| DurableRoute {
                             ordering_key: m.spec.workers.ordering_key.clone(),
                             duplicate_window_ms: m.spec.durable.duplicate_window_ms(),
+                            max_bytes: m.spec.durable.max_bytes(),
                         }),
                 });
         }

@@ -79,7 +79,24 @@ pub fn validate(name: &str, spec: &ManagerSpec, policy: TemplatePolicy) -> Vec<F
         out.extend(template::escalations(&spec.template));
     }
     check_subscriptions(spec, &mut out);
+    check_durable(spec, &mut out);
     out
+}
+
+/// `spec.durable` as its CEL rules check it, for files that never pass the API server
+/// (`switchyard up` and `check`).
+fn check_durable(spec: &ManagerSpec, out: &mut Vec<FieldError>) {
+    use switchyard_crds::manager::{MAX_STREAM_BYTES, MIN_STREAM_BYTES};
+    if let Some(b) = spec.durable.max_bytes
+        && !(MIN_STREAM_BYTES..=MAX_STREAM_BYTES).contains(&b)
+    {
+        out.push(FieldError::new(
+            "spec.durable.maxBytes",
+            format!(
+                "{b} is outside {MIN_STREAM_BYTES} (32 MiB: room for the largest event the mesh carries, 16 MiB with its headers) to {MAX_STREAM_BYTES} (1 TiB)"
+            ),
+        ));
+    }
 }
 
 /// What the CRD's schema cannot say of `spec.subscriptions` (and, for files that never pass the
@@ -102,6 +119,53 @@ fn check_subscriptions(spec: &ManagerSpec, out: &mut Vec<FieldError>) {
                 format!("{at}.startFrom"),
                 "startFrom replays stored events, so it needs delivery: durable",
             ));
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MANAGER: &str = "
+apiVersion: switchyard.dev/v1alpha1
+kind: Manager
+metadata: {name: handlers}
+spec:
+  routerRef: {name: edge}
+  events: [orders.created]
+  delivery: durable
+  template:
+    spec:
+      containers: [{name: app, image: app:1}]
+";
+
+    fn with_max_bytes(max_bytes: Option<i64>) -> Vec<FieldError> {
+        let mut m = switchyard_crds::yaml::parse(MANAGER)
+            .expect("fixture parses")
+            .managers
+            .remove(0);
+        m.spec.durable.max_bytes = max_bytes;
+        validate("handlers", &m.spec, TemplatePolicy::Restricted)
+    }
+
+    #[test]
+    fn a_streams_byte_limit_is_refused_outside_its_bounds_naming_the_field() {
+        use switchyard_crds::manager::{MAX_STREAM_BYTES, MIN_STREAM_BYTES};
+        for ok in [None, Some(MIN_STREAM_BYTES), Some(MAX_STREAM_BYTES)] {
+            assert_eq!(with_max_bytes(ok), [], "{ok:?}");
+        }
+        for bad in [0, 1 << 20, MIN_STREAM_BYTES - 1, MAX_STREAM_BYTES + 1] {
+            let errors = with_max_bytes(Some(bad));
+            assert_eq!(errors.len(), 1, "{bad}: {errors:?}");
+            assert_eq!(errors[0].field, "spec.durable.maxBytes");
+            assert!(
+                errors[0]
+                    .message
+                    .starts_with(&format!("{bad} is outside 33554432")),
+                "{}",
+                errors[0].message
+            );
         }
     }
 }

@@ -21,6 +21,10 @@ use tonic::Code;
 /// Seconds a client is asked to wait before retrying a request the mesh did not handle.
 pub(crate) const RETRY_AFTER_SECS: u64 = 1;
 
+/// Seconds a client is asked to wait before retrying a publish its Manager's full stream refused:
+/// a backlog drains at the app's pace, not in the second a shed request waits.
+pub(crate) const STREAM_FULL_RETRY_AFTER_SECS: u64 = 5;
+
 /// A manager's deadline answer that arrives this close to the router's own deadline is that deadline
 /// passing there: it is reported as the router's timeout, in the same words.
 pub(crate) const DEADLINE_SLACK: Duration = Duration::from_millis(50);
@@ -65,6 +69,15 @@ pub(crate) enum Failure {
         /// The key (the publisher's ce-id or Idempotency-Key).
         key: String,
     },
+    /// A durable publish found its Manager's stream full (`limit`: its `durable.maxBytes`, or the
+    /// events a stream holds at most); nothing was stored and nothing stored was dropped, so a
+    /// retry is safe once the Manager's app works its backlog down.
+    StreamFull {
+        /// The Manager whose stream is full.
+        manager: String,
+        /// The limit reached, as the store words it.
+        limit: String,
+    },
     /// A durable event is larger than the event store's server takes (NATS `max_payload`, 413);
     /// nothing was stored.
     StoreTooLarge {
@@ -98,6 +111,7 @@ impl Failure {
             Failure::PeerTakesNoStreams { .. } => "peer_takes_no_streams",
             Failure::NotKept => "not_kept",
             Failure::KeyReused { .. } => "key_reused",
+            Failure::StreamFull { .. } => "stream_full",
             Failure::StoreTooLarge { .. } => "store_too_large",
             Failure::Manager { .. } => "manager",
         }
@@ -184,6 +198,17 @@ impl Answer {
                     "key {key} was already used for another {event} event from this publisher within the duplicate window; use a new key for a new event (a retry must carry the same payload)"
                 ),
             ),
+            // 503, not 507: the client's retry is what this asks for, and 503 is the status clients
+            // and gRPC (RESOURCE_EXHAUSTED) retry; its detail names the limit, so it reads apart
+            // from an unreachable store.
+            Failure::StreamFull { manager, limit } => Answer {
+                status: 503,
+                code: Code::ResourceExhausted,
+                detail: format!(
+                    "the {event} event was not kept: the event store of Manager {manager} is full ({limit}) of events not yet delivered; retry once its app has worked the backlog down, or raise the limit"
+                ),
+                retry_after: Some(STREAM_FULL_RETRY_AFTER_SECS),
+            },
             Failure::StoreTooLarge { bytes, max } => Answer::refusal(
                 413,
                 format!(

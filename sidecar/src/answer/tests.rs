@@ -75,6 +75,16 @@ fn table() -> Vec<Row> {
             "key order-42 was already used for another orders.create event from this publisher within the duplicate window; use a new key for a new event (a retry must carry the same payload)",
         ),
         row(
+            Failure::StreamFull {
+                manager: "orders".into(),
+                limit: "33554432 bytes, its spec.durable.maxBytes".into(),
+            },
+            503,
+            Code::ResourceExhausted,
+            Some(5),
+            "the orders.create event was not kept: the event store of Manager orders is full (33554432 bytes, its spec.durable.maxBytes) of events not yet delivered; retry once its app has worked the backlog down, or raise the limit",
+        ),
+        row(
             Failure::StoreTooLarge {
                 bytes: 2_000_000,
                 max: 1_048_576,

@@ -231,7 +231,7 @@ async fn publish_to_handler(
         let to = Target {
             manager: &manager,
             ordering_key: route.ordering_key.as_deref(),
-            duplicate_window: route.duplicate_window(),
+            stream: route.stream_limits(),
         };
         return store
             .publish(
@@ -252,7 +252,7 @@ async fn publish_to_handler(
                 deadline,
             )
             .await
-            .map_err(|e| durable_failure(&out.event, &out.ce_id, e));
+            .map_err(|e| durable_failure(&out.event, &out.ce_id, &manager, e));
     }
     let pool = upstream.pool_of(&out.event).ok_or(Failure::NoManager)?;
     let ack = upstream.publish(&pool, &out, deadline).await?;
@@ -260,9 +260,17 @@ async fn publish_to_handler(
 }
 
 /// The answer to a durable publish the store did not take: a reused key and an event too large
-/// for the server are the client's to fix (409, 413); anything else may be retried (503).
-fn durable_failure(event: &str, ce_id: &str, e: DurableError) -> Failure {
+/// for the server are the client's to fix (409, 413); a full stream (503 naming its limit) and
+/// anything else may be retried.
+fn durable_failure(event: &str, ce_id: &str, manager: &str, e: DurableError) -> Failure {
     match e {
+        DurableError::StreamFull { stream, limit } => {
+            tracing::warn!(%event, %ce_id, %stream, %limit, "durable publish refused: the stream is full");
+            Failure::StreamFull {
+                manager: manager.to_owned(),
+                limit: limit.to_string(),
+            }
+        }
         DurableError::KeyReused { key } => {
             tracing::debug!(%event, %ce_id, "durable publish refused: its key was used for another event");
             Failure::KeyReused { key }

@@ -14,6 +14,9 @@
 //! replicas still takes events), a manager sidecar its stream and consumers. Beside the upstream
 //! room, below the dispatch stage.
 //!
+//! A full stream (its Manager's `durable.maxBytes`, or the events every stream holds at most)
+//! refuses a publish with [`DurableError::StreamFull`], naming the limit; it drops nothing stored.
+//!
 //! The stream's dedupe id is scoped to (event type, publisher, key) (`dedupe.rs`); a publish the
 //! stream calls a duplicate is compared with the stored event, and one with other content is
 //! refused as a reused key.
@@ -27,11 +30,11 @@ use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use switchyard_protocol::durable::{self as plan, ConsumerPlan, JetStreamConfig, Lane};
+use switchyard_protocol::durable::{
+    self as plan, ConsumerPlan, JetStreamConfig, Lane, MAX_STREAM_MESSAGES, StreamLimits,
+};
 use switchyard_protocol::nats_access as plan_access;
 
-/// Events a stream holds at most; past it a publish is refused (503), never an old event dropped.
-pub(crate) const MAX_STREAM_MESSAGES: i64 = 1_000_000;
 /// Time to open the connection to a server.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 /// Time a JetStream API call (stream and consumer management, PubAck) may take.
@@ -89,6 +92,15 @@ pub(crate) enum DurableError {
         /// The publisher's key (its ce-id).
         key: String,
     },
+    /// The stream holds all it may (`limit`); nothing was stored, nothing stored was dropped. It
+    /// takes events again as its Manager's app works the backlog down.
+    #[error("stream `{stream}` is full: {limit}")]
+    StreamFull {
+        /// The stream's name.
+        stream: String,
+        /// The limit it reached.
+        limit: Full,
+    },
     /// The event with its headers is larger than the server's `max_payload`; nothing was stored.
     #[error("the event's {bytes} bytes are more than the server's max_payload of {max}")]
     TooLarge {
@@ -99,6 +111,26 @@ pub(crate) enum DurableError {
     },
 }
 
+/// The limit a full stream reached.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Full {
+    /// Its Manager's `durable.maxBytes`, when this sidecar knows it (the server's words say only
+    /// that bytes ran out).
+    Bytes(Option<u64>),
+    /// [`MAX_STREAM_MESSAGES`] events.
+    Messages,
+}
+
+impl std::fmt::Display for Full {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Full::Bytes(Some(b)) => write!(f, "{b} bytes, its spec.durable.maxBytes"),
+            Full::Bytes(None) => f.write_str("its byte limit"),
+            Full::Messages => write!(f, "{MAX_STREAM_MESSAGES} events"),
+        }
+    }
+}
+
 /// Where a durable publish goes: the stream of `manager`, on the lane of the payload's ordering
 /// key at the JSON pointer `ordering_key` when the Manager orders by one.
 #[derive(Debug, Clone, Copy)]
@@ -107,8 +139,8 @@ pub(crate) struct Target<'a> {
     pub(crate) manager: &'a str,
     /// JSON pointer of its ordering key, if any.
     pub(crate) ordering_key: Option<&'a str>,
-    /// How long its stream remembers a ce-id (the Manager's `durable.duplicateWindow`).
-    pub(crate) duplicate_window: Duration,
+    /// Its stream's limits (the Manager's `durable.duplicateWindow` and `durable.maxBytes`).
+    pub(crate) stream: StreamLimits,
 }
 
 /// What a stream keeps of an event beside its payload.
@@ -155,9 +187,9 @@ pub(crate) struct Store {
     /// This sidecar's identity as a publisher: the scope of its keys and its events' `ce-source`.
     publisher: String,
     replicas: usize,
-    /// Streams created or confirmed by this process, with the duplicate window they were given, so
-    /// a publish ensures its stream once, and again only when its Manager's window changed.
-    ensured: Mutex<HashMap<String, Duration>>,
+    /// Streams created or confirmed by this process, with the limits they were given, so a publish
+    /// ensures its stream once, and again only when its Manager's limits changed.
+    ensured: Mutex<HashMap<String, StreamLimits>>,
     /// The time of each stage of a publish.
     metrics: DurableMetrics,
 }
@@ -255,41 +287,29 @@ impl Store {
             .await
     }
 
-    /// Creates (or updates to the plan) the stream of `manager`, remembering ce-ids for `window`;
-    /// idempotent. Every party gives a Manager's stream the same window (its spec's), so they never
-    /// undo each other's update.
+    /// Creates (or updates to the plan) the stream of `manager` with `limits`; idempotent. Every
+    /// party gives a Manager's stream the same limits (its spec's), so they never undo each other's
+    /// update.
     pub(crate) async fn ensure_stream(
         &self,
         manager: &str,
-        window: Duration,
+        limits: StreamLimits,
     ) -> Result<(), DurableError> {
         let name = plan::stream_name(&self.namespace, manager);
-        if self.known(&name, window) {
+        if self.known(&name, limits) {
             return Ok(());
         }
         // Boxed for the same reason as the connect: it runs once per stream, not per publish.
-        Box::pin(self.create_stream(name, manager, window)).await
+        Box::pin(self.create_stream(name, manager, limits)).await
     }
 
     async fn create_stream(
         &self,
         name: String,
         manager: &str,
-        window: Duration,
+        limits: StreamLimits,
     ) -> Result<(), DurableError> {
-        let config = stream::Config {
-            name: name.clone(),
-            subjects: vec![plan::stream_subjects(&self.namespace, manager)],
-            // Each (event type, lane) has one consumer, so an ack removes the event: the stream
-            // holds exactly what is not yet delivered.
-            retention: stream::RetentionPolicy::WorkQueue,
-            storage: stream::StorageType::File,
-            num_replicas: self.replicas,
-            duplicate_window: window,
-            max_messages: MAX_STREAM_MESSAGES,
-            discard: stream::DiscardPolicy::New,
-            ..Default::default()
-        };
+        let config = stream_config(&self.namespace, manager, self.replicas, limits);
         self.js()
             .await?
             .create_or_update_stream(config)
@@ -302,27 +322,27 @@ impl Store {
         self.ensured
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .insert(name, window);
+            .insert(name, limits);
         Ok(())
     }
 
-    fn known(&self, stream: &str, window: Duration) -> bool {
+    fn known(&self, stream: &str, limits: StreamLimits) -> bool {
         self.ensured
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(stream)
-            == Some(&window)
+            == Some(&limits)
     }
 
     /// Creates (or updates to the plan) one durable pull consumer of `manager`'s stream, whose
-    /// duplicate window is `window`.
+    /// limits are `limits`.
     pub(crate) async fn consumer(
         &self,
         manager: &str,
-        window: Duration,
+        limits: StreamLimits,
         c: &ConsumerPlan,
     ) -> Result<consumer::PullConsumer, DurableError> {
-        self.ensure_stream(manager, window).await?;
+        self.ensure_stream(manager, limits).await?;
         let name = plan::stream_name(&self.namespace, manager);
         let setup = |e: String| DurableError::Setup {
             what: "consumer",
@@ -363,7 +383,7 @@ impl Store {
         let Target {
             manager,
             ordering_key,
-            duplicate_window,
+            stream: limits,
         } = to;
         let Fields {
             event,
@@ -384,7 +404,7 @@ impl Store {
         let bytes = payload.len();
         let within = async {
             let start = Instant::now();
-            self.ensure_stream(manager, duplicate_window).await?;
+            self.ensure_stream(manager, limits).await?;
             let mut headers = async_nats::HeaderMap::new();
             headers.insert(header::CE_ID, ce_id);
             headers.insert(header::SOURCE, publisher);
@@ -414,7 +434,7 @@ impl Store {
                 .observe(sent.duration_since(start).as_secs_f64());
             let ack = ack
                 .await
-                .map_err(|e| DurableError::NotStored(e.to_string()))?;
+                .map_err(|e| not_stored(&e, plan::stream_name(&self.namespace, manager), limits))?;
             self.metrics.stored.observe(sent.elapsed().as_secs_f64());
             if ack.duplicate {
                 same_event(js, &ack.stream, ack.sequence, &digest, ce_id).await?;
@@ -425,6 +445,65 @@ impl Store {
             Ok(r) => r,
             Err(_) => Err(DurableError::Timeout),
         }
+    }
+}
+
+/// Why a sent publish was not stored: a full stream (the server's words name the limit it hit), or
+/// anything else.
+fn not_stored(
+    e: &jetstream::context::PublishError,
+    stream: String,
+    limits: StreamLimits,
+) -> DurableError {
+    let server = std::error::Error::source(e)
+        .and_then(|s| s.downcast_ref::<jetstream::Error>())
+        .map(|s| (s.error_code(), s.to_string()));
+    match server.and_then(|(code, words)| full(code, &words, limits)) {
+        Some(limit) => DurableError::StreamFull { stream, limit },
+        None => DurableError::NotStored(e.to_string()),
+    }
+}
+
+/// The limit a store refusal reached, when it is a full stream: nats-server answers 503 with
+/// JetStream error 10077 (a store failure) and the store's own words, `maximum bytes exceeded` or
+/// `maximum messages exceeded`, which no other store failure uses.
+fn full(code: jetstream::ErrorCode, words: &str, limits: StreamLimits) -> Option<Full> {
+    if code != jetstream::ErrorCode::STREAM_STORE_FAILED {
+        return None;
+    }
+    if words.contains("maximum bytes exceeded") {
+        Some(Full::Bytes(limits.max_bytes))
+    } else if words.contains("maximum messages exceeded") {
+        Some(Full::Messages)
+    } else {
+        None
+    }
+}
+
+/// The configuration every party gives the stream of `manager` in `namespace`, with `replicas`
+/// and the Manager's `limits`. Pure.
+fn stream_config(
+    namespace: &str,
+    manager: &str,
+    replicas: usize,
+    limits: StreamLimits,
+) -> stream::Config {
+    stream::Config {
+        name: plan::stream_name(namespace, manager),
+        subjects: vec![plan::stream_subjects(namespace, manager)],
+        // Each (event type, lane) has one consumer, so an ack removes the event: the stream
+        // holds exactly what is not yet delivered.
+        retention: stream::RetentionPolicy::WorkQueue,
+        storage: stream::StorageType::File,
+        num_replicas: replicas,
+        duplicate_window: limits.duplicate_window,
+        max_messages: MAX_STREAM_MESSAGES,
+        max_bytes: limits.nats_max_bytes(),
+        // A full stream refuses the new event: dropping an old one (NATS's default) would lose an
+        // event already acknowledged 202. Lowering a limit below what is stored drops nothing
+        // either (nats-server trims on update only under DiscardOld).
+        discard: stream::DiscardPolicy::New,
+        ..Default::default()
     }
 }
 
@@ -475,5 +554,55 @@ async fn same_event(
         dedupe::Replay::Conflict => Err(DurableError::KeyReused {
             key: key.to_owned(),
         }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_stream_takes_the_managers_limits_and_refuses_rather_than_drops() {
+        let limits = StreamLimits::of(Some(5_000), Some(1 << 30));
+        let c = stream_config("shop", "orders", 3, limits);
+        assert_eq!(c.name, "SY_shop_orders");
+        assert_eq!(c.subjects, ["sy.shop.orders.>"]);
+        assert_eq!(c.max_bytes, 1 << 30);
+        assert_eq!(c.duplicate_window, Duration::from_secs(5));
+        assert_eq!(c.max_messages, MAX_STREAM_MESSAGES);
+        assert_eq!(c.num_replicas, 3);
+        assert_eq!(c.retention, stream::RetentionPolicy::WorkQueue);
+        // The promise of a 202: a full stream refuses the next event, it never drops a kept one.
+        assert_eq!(c.discard, stream::DiscardPolicy::New);
+        // No byte limit set: JetStream's none, not 0 bytes.
+        let none = stream_config("shop", "orders", 1, StreamLimits::default());
+        assert_eq!(none.max_bytes, -1);
+        assert_eq!(none.duplicate_window, plan::DUPLICATE_WINDOW);
+    }
+
+    #[test]
+    fn a_full_stream_is_told_from_other_store_failures_and_named() {
+        let store = jetstream::ErrorCode::STREAM_STORE_FAILED;
+        let limits = StreamLimits::of(None, Some(64 << 20));
+        let bytes = "maximum bytes exceeded (code 503, error code 10077)";
+        assert_eq!(
+            full(store, bytes, limits),
+            Some(Full::Bytes(Some(64 << 20)))
+        );
+        assert_eq!(
+            full(store, "maximum messages exceeded", limits),
+            Some(Full::Messages)
+        );
+        // Another store failure, or the words under another code: not a full stream.
+        assert_eq!(
+            full(store, "message size exceeds maximum allowed", limits),
+            None
+        );
+        assert_eq!(full(jetstream::ErrorCode(10047), bytes, limits), None);
+        assert_eq!(
+            Full::Bytes(Some(64 << 20)).to_string(),
+            "67108864 bytes, its spec.durable.maxBytes"
+        );
+        assert_eq!(Full::Messages.to_string(), "1000000 events");
     }
 }

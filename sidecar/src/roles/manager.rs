@@ -267,8 +267,9 @@ pub(crate) async fn run(
             worker.clone(),
             &durable::OwnStream {
                 manager: c.name.clone(),
-                duplicate_window: switchyard_protocol::durable::duplicate_window(
+                limits: switchyard_protocol::durable::StreamLimits::of(
                     c.duplicate_window_ms,
+                    c.max_bytes,
                 ),
             },
             plans,

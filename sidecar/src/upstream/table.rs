@@ -487,6 +487,7 @@ mod tests {
         ordered.durable = Some(Wire {
             ordering_key: "/customerId".into(),
             duplicate_window_ms: 5_000,
+            max_bytes: 1 << 30,
         });
         let mut unordered = route("c.d", "m", &[]);
         unordered.durable = Some(Wire::default());
@@ -509,6 +510,11 @@ mod tests {
             p.durable["a.b"].duplicate_window(),
             std::time::Duration::from_secs(5),
             "the Manager's window reaches the publisher"
+        );
+        assert_eq!(
+            p.durable["a.b"].stream_limits().max_bytes,
+            Some(1 << 30),
+            "and its byte limit"
         );
         assert_eq!(p.durable["c.d"], DurableRoute::default());
         assert!(!p.durable.contains_key("g.h"), "direct");

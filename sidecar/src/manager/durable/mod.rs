@@ -34,7 +34,7 @@ use futures::stream::FuturesUnordered;
 use pull::Pull;
 use std::sync::Arc;
 use std::time::Duration;
-use switchyard_protocol::durable::{ConsumerPlan, Lane};
+use switchyard_protocol::durable::{ConsumerPlan, Lane, StreamLimits};
 use switchyard_protocol::frame::Request;
 use tokio::sync::OwnedSemaphorePermit;
 use tokio_util::sync::CancellationToken;
@@ -46,14 +46,14 @@ const SETUP_RETRY_MAX: Duration = Duration::from_secs(5);
 /// Shortest interval between progress acks of one event.
 const MIN_PROGRESS_EVERY: Duration = Duration::from_millis(100);
 
-/// The stream this pod's consumers read: its Manager's, created with the Manager's duplicate
-/// window (so this pod and every publisher give it the same one).
+/// The stream this pod's consumers read: its Manager's, created with the Manager's limits (so
+/// this pod and every publisher give it the same ones).
 #[derive(Clone)]
 pub(crate) struct OwnStream {
     /// The Manager.
     pub(crate) manager: String,
-    /// Its `durable.duplicateWindow`.
-    pub(crate) duplicate_window: Duration,
+    /// Its `durable.duplicateWindow` and `durable.maxBytes`.
+    pub(crate) limits: StreamLimits,
 }
 
 /// Starts one pull loop per consumer of this pod's durable types; they stop pulling when `drain`
@@ -109,7 +109,7 @@ async fn lane(
     while !drain.is_cancelled() {
         let opened = beside(&mut deliveries, async {
             let consumer = store
-                .consumer(&own.manager, own.duplicate_window, &plan)
+                .consumer(&own.manager, own.limits, &plan)
                 .await
                 .map_err(|e| e.to_string())?;
             let context = store.context().await.map_err(|e| e.to_string())?;
