@@ -53,7 +53,7 @@ spec:
   events: [echo]
   delivery: durable
   # Scaled, so the operator reads its backlog from JetStream under its own (read-only) NATS user.
-  scaling: {enabled: true, minReplicas: 1, maxReplicas: 1}
+  scaling: {enabled: true, minReplicas: 1, maxReplicas: 1, targets: {echo: {targetInFlight: 32}}}
   app: {port: 8000, path: /events}
   template:
     spec:
