@@ -148,31 +148,34 @@ mod tests {
 
     #[tokio::test]
     async fn a_changed_file_sends_the_watched_process_sighup() {
-        // A real process standing in for nats-server: `sleep` dies of SIGHUP, which it does not
-        // handle, so its exit status shows the signal arrived.
+        // The watched process is this test's own: a listener for SIGHUP shows the signal arrived.
+        // (A child process would inherit an ignored SIGHUP from a run under `nohup`, and never
+        // show it.)
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hup = signal(SignalKind::hangup()).expect("listen for SIGHUP");
         let dir = tempfile::tempdir().expect("dir");
         let watch = dir.path().join("access");
         std::fs::create_dir(&watch).expect("dir");
         std::fs::write(watch.join("access.conf"), "a").expect("write");
-        let mut child = tokio::process::Command::new("sleep")
-            .arg("60")
-            .kill_on_drop(true)
-            .spawn()
-            .expect("sleep");
         let pid_file = dir.path().join("nats.pid");
-        std::fs::write(&pid_file, child.id().expect("pid").to_string()).expect("write");
+        std::fs::write(&pid_file, std::process::id().to_string()).expect("write");
         let settings = Settings {
-            watch,
+            watch: watch.clone(),
             pid_file,
             every: Duration::from_millis(20),
         };
         let watcher = tokio::spawn(async move { run(&settings).await });
-        let status = tokio::time::timeout(Duration::from_secs(10), child.wait())
+        // The first look signals (the files may have changed before it started) ...
+        tokio::time::timeout(Duration::from_secs(10), hup.recv())
             .await
             .expect("signalled in time")
-            .expect("status");
-        use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.signal(), Some(1), "{status:?}");
+            .expect("SIGHUP");
+        // ... and a change signals again.
+        std::fs::write(watch.join("access.conf"), "b").expect("write");
+        tokio::time::timeout(Duration::from_secs(10), hup.recv())
+            .await
+            .expect("signalled again in time")
+            .expect("SIGHUP");
         watcher.abort();
     }
 }
