@@ -10,6 +10,7 @@ pub mod frame;
 pub mod fuzz_checks;
 pub mod headers;
 pub mod labels;
+pub mod memory;
 pub mod nats_access;
 pub mod path_template;
 pub mod ports;
