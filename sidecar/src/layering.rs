@@ -50,6 +50,8 @@ const FLOORS: &[(&str, u8)] = &[
     ("hex", 2),
     ("telemetry", 2),
     ("runtime", 2),
+    // The container's memory limit, read from its cgroup.
+    ("cgroup", 2),
 ];
 
 /// One source file: its module path and the module paths its code names.

@@ -16,6 +16,7 @@
 mod admin;
 mod answer;
 mod backoff;
+mod cgroup;
 mod cli;
 mod config;
 mod dispatch;

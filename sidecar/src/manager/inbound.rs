@@ -465,7 +465,7 @@ async fn connection<S: SplitIo>(
                 }
                 // Admitted or refused here, in arrival order, before any delivery task runs: an
                 // acknowledgement then means the event is in this pod's queue.
-                let admission = match inbound.worker.admit(&req) {
+                let admission = match inbound.worker.admit(&req, upload.is_some()) {
                     Ok(a) => a,
                     Err(refusal) => {
                         let own = inbound.finished(conn_id);

@@ -8,6 +8,7 @@ use super::ordering::{self, Lanes, Turn};
 use crate::backoff;
 use crate::durable::Store;
 use crate::metrics::{EventLabel, EventLabels, Metrics};
+use crate::net::budget::{ByteBudget, Held};
 use crate::net::stream::body::StreamBody;
 use crate::otel::Otel;
 use crate::otel::inbound::InboundTrace;
@@ -39,6 +40,8 @@ pub struct Settings {
     pub max_backoff: Duration,
     /// Whether a dead-letter event type is configured.
     pub dead_letter: bool,
+    /// Bytes of admitted events held at once (`switchyard_protocol::memory::manager_budgets`).
+    pub admitted_bytes: usize,
 }
 
 /// How long publishing a dead letter may wait for an endpoint and credit.
@@ -100,6 +103,8 @@ pub struct Admission {
     label: EventLabel,
     _underway: Option<crate::load::Underway>,
     _admitted: Admitted,
+    /// The event's bytes in the pod's byte budget, given back when its delivery ends.
+    _bytes: Held,
 }
 
 /// The worker pool of one manager sidecar.
@@ -115,6 +120,8 @@ pub struct Worker {
     /// The pod's worker slots, one budget for direct events and every durable lane (FIFO, so fair).
     slots: Arc<Semaphore>,
     admitted: Arc<AtomicUsize>,
+    /// The bytes of admitted events, bounded below the container's memory limit.
+    bytes: ByteBudget,
     delivery: Delivery,
     metrics: Arc<Metrics>,
     otel: Option<Arc<Otel>>,
@@ -135,6 +142,26 @@ fn problem_response(id: u64, status: u16, detail: &str) -> Response {
     }
 }
 
+/// The bytes an admitted event holds: its payload (a streamed body: one window of it at a time) and
+/// its head. Its payload shares the frame's buffer, which is freed when the delivery drops it.
+fn cost(ev: &Request, streamed: bool) -> usize {
+    let head = ev.event.len()
+        + ev.ce_id.len()
+        + ev.traceparent.len()
+        + ev.tracestate.len()
+        + ev.content_type.len()
+        + ev.headers
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>();
+    let body = match streamed {
+        true => ev.payload.len() + crate::net::stream::WINDOW as usize,
+        false => ev.payload.len(),
+    };
+    let overhead = usize::try_from(switchyard_protocol::memory::EVENT_OVERHEAD).unwrap_or(4096);
+    body + head + overhead
+}
+
 fn micros(d: Duration) -> u32 {
     u32::try_from(d.as_micros()).unwrap_or(u32::MAX)
 }
@@ -151,6 +178,7 @@ impl Worker {
             .iter()
             .map(|e| (e.clone(), EventLabel(Arc::from(e.as_str()))))
             .collect();
+        let bytes = ByteBudget::new(settings.admitted_bytes);
         Worker {
             slots: Arc::new(Semaphore::new(
                 settings.max_in_flight.min(Semaphore::MAX_PERMITS),
@@ -161,6 +189,7 @@ impl Worker {
             events,
             subscribed: Vec::new(),
             admitted: Arc::default(),
+            bytes,
             delivery,
             metrics,
             otel: None,
@@ -241,14 +270,26 @@ impl Worker {
 
     /// Admits `ev` to the queue or refuses it, at once and in arrival order (the connection's reader
     /// calls it before the delivery task starts, so an acknowledgement means admitted). A refusal is
-    /// the answer to send: 503 when the queue or the ordering lanes are full, 502 for an event type
-    /// this pod does not handle.
-    pub fn admit(&self, ev: &Request) -> Result<Admission, Response> {
+    /// the answer to send: 503 when the queue, the ordering lanes or the pod's byte budget are full,
+    /// 502 for an event type this pod does not handle. `streamed`: its body follows in DATA frames,
+    /// of which the pod holds one window at a time.
+    pub fn admit(&self, ev: &Request, streamed: bool) -> Result<Admission, Response> {
         let Some(label) = self.label_of(&ev.event) else {
             let detail = format!("this Manager pod does not handle event type {:?}", ev.event);
             return Err(problem_response(ev.id, 502, &detail));
         };
         let underway = self.metrics.arrive(&label.0);
+        // Bytes first: an event refused for them takes no place in a lane and no slot of the queue.
+        let mut bytes = Held::default();
+        if !self.bytes.grow(&mut bytes, cost(ev, streamed)) {
+            self.metrics.shed_event(label);
+            self.metrics.refuse_admission("bytes");
+            let detail = format!(
+                "the Manager pod holds {} of admitted events at most (its share of the sidecar's memory limit) and has no room for this one now; retry shortly",
+                switchyard_protocol::memory::mib(self.bytes.total() as u64)
+            );
+            return Err(problem_response(ev.id, 503, &detail));
+        }
         let place = self.place(ev);
         // Credits bound the sum over all senders; this holds it against a sender that ignores them.
         let lanes_full = matches!(place, Place::Full);
@@ -257,6 +298,8 @@ impl Worker {
                 self.admitted.fetch_sub(1, Ordering::AcqRel);
             }
             self.metrics.shed_event(label);
+            self.metrics
+                .refuse_admission(if lanes_full { "lanes" } else { "queue" });
             return Err(problem_response(
                 ev.id,
                 503,
@@ -268,6 +311,7 @@ impl Worker {
             label: label.clone(),
             _underway: underway,
             _admitted: Admitted(self.admitted.clone()),
+            _bytes: bytes,
         })
     }
 
@@ -311,6 +355,7 @@ impl Worker {
             label,
             _underway,
             _admitted,
+            _bytes,
         } = admission;
         let label = &label;
         let deadline = match ev.deadline_ms {

@@ -1,5 +1,6 @@
 //! Prometheus metrics of one sidecar process (either role), served on the admin port.
 
+pub(crate) mod admission;
 pub(crate) mod conns;
 pub(crate) mod durable;
 pub(crate) mod labels;
@@ -57,6 +58,8 @@ pub struct Metrics {
     pub ws: ws::WsMetrics,
     /// Mesh TLS: handshakes, the certificate, refused peers.
     pub mesh: mesh::MeshMetrics,
+    /// A manager pod's admission: refusals and byte budgets.
+    pub admission: admission::AdmissionMetrics,
     /// Durable publishes: the time of each stage (manager).
     pub durable: durable::DurableMetrics,
     /// Key material reloads and sessions ended by a lapsed credential (router).
@@ -152,6 +155,7 @@ impl Metrics {
         );
         let ws = ws::WsMetrics::register(&mut registry);
         let mesh = mesh::MeshMetrics::register(&mut registry);
+        let admission = admission::AdmissionMetrics::register(&mut registry);
         let durable = durable::DurableMetrics::register(&mut registry);
         let sessions = sessions::SessionMetrics::register(&mut registry);
         let conns = conns::ConnMetrics::register(&mut registry);
@@ -211,6 +215,7 @@ impl Metrics {
         Arc::new(Metrics {
             ws,
             mesh,
+            admission,
             durable,
             sessions,
             conns,
@@ -271,6 +276,14 @@ impl Metrics {
         if let Some(l) = self.load.get() {
             l.shed(&event.0);
         }
+    }
+
+    /// Counts one event a manager pod refused at admission, by `reason`.
+    pub fn refuse_admission(&self, reason: &'static str) {
+        self.admission
+            .refused
+            .get_or_create(&vec![("reason", reason)])
+            .inc();
     }
 
     /// Counts one request refused by middleware.

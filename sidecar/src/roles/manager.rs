@@ -26,7 +26,7 @@ use std::path::Path;
 use std::sync::Arc;
 use switchyard_crds::manager::{AppProtocol, AppTransport};
 use switchyard_identity::Kind;
-use switchyard_protocol::env;
+use switchyard_protocol::{env, memory};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -104,6 +104,7 @@ pub(crate) async fn run(
     )?
     .map(Arc::new);
     let metrics = Metrics::new();
+    let budgets = memory_budgets(&s, &metrics)?;
     let events: Vec<String> = s.events.iter().map(|e| e.as_str().to_owned()).collect();
     // Direct subscriptions only: a durable one's stream is not built yet (the operator leaves it
     // out of the routing tables and says so in the Manager's status).
@@ -211,6 +212,7 @@ pub(crate) async fn run(
             backoff: c.workers.retries.backoff.into(),
             max_backoff: c.workers.retries.max_backoff.into(),
             dead_letter: c.workers.dead_letter.is_some(),
+            admitted_bytes: usize::try_from(budgets.admitted).unwrap_or(usize::MAX),
         },
         &events,
         delivery,
@@ -287,7 +289,8 @@ pub(crate) async fn run(
         pushable,
         metrics.clone(),
         otel.clone(),
-    );
+    )
+    .with_body_budget(usize::try_from(budgets.local_api).unwrap_or(usize::MAX));
     let local_server = tokio::spawn(local_api::serve(
         local_listener,
         Arc::new(local),
@@ -390,4 +393,30 @@ async fn signal_followed(
             false
         }
     }
+}
+
+/// The byte budgets of this sidecar, from its container's memory limit (its cgroup): refused when
+/// the limit cannot hold one event of the largest size the mesh carries.
+fn memory_budgets(
+    s: &crate::config::ManagerSettings,
+    metrics: &Metrics,
+) -> Result<memory::ManagerBudgets, RunError> {
+    let limit = crate::cgroup::memory_limit();
+    let load = memory::ManagerLoad {
+        largest_event: switchyard_protocol::frame::DEFAULT_MAX_FRAME as u64,
+        admitted_events: (s.queue_capacity + s.max_in_flight) as u64,
+        local_api_body: local_api::MAX_BODY as u64,
+    };
+    let budgets = memory::manager_budgets(limit, load).map_err(RunError::Memory)?;
+    let a = &metrics.admission;
+    a.set_budget("limit", budgets.limit);
+    a.set_budget("events", budgets.admitted);
+    a.set_budget("local_api", budgets.local_api);
+    tracing::info!(
+        memory_limit = limit.map_or_else(|| "none".to_owned(), memory::mib),
+        admitted_events = %memory::mib(budgets.admitted),
+        local_api_bodies = %memory::mib(budgets.local_api),
+        "byte budgets from the memory limit"
+    );
+    Ok(budgets)
 }

@@ -55,6 +55,9 @@ pub enum RunError {
     /// `switchyard-sidecar drain` (the preStop hook) could not drain the manager (exit 1).
     #[error(transparent)]
     DrainCall(#[from] crate::admin::DrainCallError),
+    /// The container's memory limit cannot hold what the settings ask (exit 2: a setting to fix).
+    #[error("{0}")]
+    Memory(switchyard_protocol::memory::Misfit),
     /// gRPC reflection could not be built (exit 1).
     #[error(transparent)]
     Reflection(#[from] crate::listener::grpc::ReflectionError),
@@ -65,7 +68,7 @@ impl RunError {
     /// other start-up failures.
     pub fn exit_code(&self) -> u8 {
         match self {
-            RunError::Config(_) | RunError::Identity(_) => 2,
+            RunError::Config(_) | RunError::Identity(_) | RunError::Memory(_) => 2,
             RunError::DrainNotFollowed(_) => 3,
             RunError::Stopped => 0,
             _ => 1,

@@ -70,6 +70,7 @@ pub(crate) async fn run(
         .map_err(|e| crate::config::field_error(config_file, e.field, e.message))?;
     crate::start_checks::body_budget(settings.body_budget, &table)
         .map_err(|e| crate::config::field_error(config_file, e.field, e.message))?;
+    let bodies = body_budget_under_limit(settings.body_budget, &table)?;
     for route in table.routes() {
         if !settings
             .config
@@ -324,7 +325,7 @@ pub(crate) async fn run(
         },
         metrics,
         unmatched: EventLabel(Arc::from("unmatched")),
-        body_budget: crate::net::budget::ByteBudget::new(settings.body_budget),
+        body_budget: crate::net::budget::ByteBudget::new(bodies),
         otel: otel.clone(),
         ws,
         middleware,
@@ -408,4 +409,20 @@ pub(crate) async fn run(
         o.shutdown().await;
     }
     Ok(())
+}
+
+/// `broker.bodyBudgetBytes`, lowered to what the container's memory limit (its cgroup) leaves for
+/// bodies; refused when that cannot hold one body of the largest size read whole.
+fn body_budget_under_limit(configured: usize, table: &RouteTable) -> Result<usize, RunError> {
+    use switchyard_protocol::memory;
+    let limit = crate::cgroup::memory_limit();
+    let b = memory::router_budget(limit, configured as u64, table.whole_limit as u64)
+        .map_err(RunError::Memory)?;
+    let shown = limit.map_or_else(|| "none".to_owned(), memory::mib);
+    if b.lowered {
+        tracing::warn!(memory_limit = %shown, configured = %memory::mib(configured as u64), bodies = %memory::mib(b.bodies), "broker.bodyBudgetBytes is more than the memory limit leaves for bodies; lowered");
+    } else {
+        tracing::info!(memory_limit = %shown, bodies = %memory::mib(b.bodies), "body budget");
+    }
+    Ok(usize::try_from(b.bodies).unwrap_or(usize::MAX))
 }

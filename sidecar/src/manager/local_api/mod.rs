@@ -156,6 +156,13 @@ impl LocalApi {
         }
     }
 
+    /// Holds at most `bytes` of the app's request bodies at once (the manager's share of its
+    /// memory limit for them).
+    pub(crate) fn with_body_budget(mut self, bytes: usize) -> LocalApi {
+        self.body_budget = ByteBudget::new(bytes);
+        self
+    }
+
     /// Counts a finished call.
     pub fn count(&self, op: Op, status: u16) {
         self.metrics
