@@ -12,8 +12,10 @@
 //! the frame being read on each connection, an event's copy on its way to the app, the app's answer
 //! read back.
 
-/// What the process needs besides the bytes it counts (measured: an idle manager sidecar under
-/// 128 MiB holds about 12 MiB, see docs/delivery.md).
+/// What the process needs besides the bytes it counts. Measured (`sidecar/tests/memory_limit.rs`):
+/// a manager sidecar's cgroup holds about 3 MiB when it is ready, and 63-73 MiB at the peak of a
+/// flood of 1 MiB events under 128 MiB, with 48 MiB of them admitted; the rest is headroom for
+/// TLS sessions and many connections.
 pub const PROCESS_BYTES: u64 = 32 << 20;
 
 /// The limit the budgets are computed for when the container has none (cgroup v2 `max`, cgroup v1's

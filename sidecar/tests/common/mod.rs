@@ -329,8 +329,31 @@ impl Proc {
     /// Starts the sidecar with `args`, logging JSON lines (the ready lines carry the bound
     /// addresses) to `log`.
     pub fn spawn(args: &[&str], log: PathBuf, env: &[(&str, &str)]) -> Proc {
+        Proc::spawn_via(Command::new(BIN), args, log, env)
+    }
+
+    /// Starts the sidecar like [`Proc::spawn`] inside the cgroup whose `cgroup.procs` file is
+    /// `procs`: a shell moves itself there, then becomes the sidecar, so the sidecar's first read
+    /// of its cgroup already sees that one.
+    pub fn spawn_in_cgroup(
+        procs: &Path,
+        args: &[&str],
+        log: PathBuf,
+        env: &[(&str, &str)],
+    ) -> Proc {
+        let mut sh = Command::new("sh");
+        sh.args([
+            "-c",
+            "procs=$1; shift; echo $$ > \"$procs\" && exec \"$@\"",
+            "sh",
+        ])
+        .arg(procs)
+        .arg(BIN);
+        Proc::spawn_via(sh, args, log, env)
+    }
+
+    fn spawn_via(mut cmd: Command, args: &[&str], log: PathBuf, env: &[(&str, &str)]) -> Proc {
         let file = std::fs::File::create(&log).unwrap();
-        let mut cmd = Command::new(BIN);
         cmd.args(["--log-format", "json"])
             .args(args)
             .stdout(Stdio::null())
