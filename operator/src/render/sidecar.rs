@@ -166,7 +166,7 @@ fn default_resources() -> ResourceRequirements {
         ])),
         limits: Some(BTreeMap::from([(
             "memory".into(),
-            Quantity("256Mi".into()),
+            Quantity(crate::validate::memory::DEFAULT_LIMIT.into()),
         )])),
         ..ResourceRequirements::default()
     }

@@ -80,6 +80,7 @@ pub fn validate(name: &str, spec: &ManagerSpec, policy: TemplatePolicy) -> Vec<F
     }
     check_subscriptions(spec, &mut out);
     check_durable(spec, &mut out);
+    super::memory::manager(spec, &mut out);
     out
 }
 

@@ -2,6 +2,7 @@
 //! status (Degraded, reason InvalidSpec) with the field path; it never breaks the watch.
 
 pub mod manager;
+pub(crate) mod memory;
 pub mod router;
 pub mod template;
 

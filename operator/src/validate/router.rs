@@ -113,6 +113,7 @@ pub fn validate(name: &str, spec: &RouterSpec) -> Vec<FieldError> {
             ),
         ));
     }
+    super::memory::router(spec, largest, &mut out);
     out
 }
 
