@@ -151,8 +151,10 @@ pub struct ManagerSpec {
 #[serde(rename_all = "camelCase")]
 pub struct ManagerSidecar {
     /// Compute resources of the sidecar container. Absent: the operator's defaults (requests 100m
-    /// CPU and 32Mi memory, a 256Mi memory limit). Its queue is bounded by event count, so give it
-    /// room for `workers.queueCapacity` events of the largest size it admits.
+    /// CPU and 32Mi memory, a 256Mi memory limit). The memory limit sets the sidecar's byte
+    /// budgets: half of what is left after 32Mi for the events it admits (past it, 503 with
+    /// Retry-After), a quarter for its local API's bodies. A limit below 64Mi plus one event of the
+    /// largest size (16Mi) is refused. Without a memory limit the budgets are those of 1Gi.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
 }

@@ -95,7 +95,10 @@ pub struct RouterSpec {
     /// Broker queues and response deadline.
     #[serde(default)]
     pub broker: Broker,
-    /// Compute resources of the router sidecar container.
+    /// Compute resources of the router sidecar container. Absent: the operator's defaults (requests
+    /// 100m CPU and 32Mi memory, a 256Mi memory limit). The memory limit caps
+    /// `broker.bodyBudgetBytes` at half of what is left after 32Mi; a limit that cannot hold one
+    /// body of the largest size read whole is refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
     /// Overrides merged into the router pods (labels, annotations, scheduling).
@@ -719,7 +722,8 @@ pub struct Broker {
     /// flight); a body that does not fit now gets 503 with Retry-After, unread. A body read whole
     /// counts its size, a streamed one its window (256 KiB). At least one body read whole of the
     /// largest size (`bodyLimit.maxBytes` capped at 16 MiB; 1 MiB when unset), at most 64 GiB;
-    /// default 256 MiB.
+    /// default 256 MiB. Lowered at start to half of what the sidecar's memory limit
+    /// (`spec.resources`) leaves after 32 MiB: 112 MiB under the default 256Mi.
     #[serde(default = "default_body_budget_bytes")]
     #[schemars(range(min = 1048576, max = 68719476736_i64))]
     pub body_budget_bytes: i64,

@@ -1,6 +1,8 @@
 //! The credit bank of one manager pod: the credits granted over all sender connections add up to at
 //! most what the pod admits at once (`queueCapacity + maxInFlight`), so a sender holding credit is
-//! never shed, however many senders there are.
+//! never shed for the event bound, however many senders there are. Bytes are not credit: the pod's
+//! byte budget is held at admission (`worker.rs`), and may refuse a large event whatever credit its
+//! sender held (docs/delivery.md says why).
 //!
 //! With `n` connections each gets at most `ceil(total / (n + 1))`: one share stays in reserve, so a
 //! new connection gets what is free up to its share at once. The others shrink towards the new share
