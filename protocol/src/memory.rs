@@ -13,7 +13,7 @@
 //! read back.
 
 /// What the process needs besides the bytes it counts. Measured (`sidecar/tests/memory_limit.rs`):
-/// a manager sidecar's cgroup holds about 3 MiB when it is ready, and 63-73 MiB at the peak of a
+/// a manager sidecar's cgroup holds about 3 MiB when it is ready, and 61-73 MiB at the peak of a
 /// flood of 1 MiB events under 128 MiB, with 48 MiB of them admitted; the rest is headroom for
 /// TLS sessions and many connections.
 pub const PROCESS_BYTES: u64 = 32 << 20;
