@@ -168,9 +168,20 @@ impl MeshIdentity {
         switchyard_identity::pem::certs(self.ca.trust())
     }
 
-    /// The control plane's TLS: the operator's certificate; client certificates optional (a
-    /// sidecar asking for its first certificate has none), checked against the CA when sent.
+    /// The control plane's TLS: the operator's certificate; client certificates required and
+    /// checked against the CA (a client without one fails the handshake).
     pub fn server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
+        tls::server_config(
+            self.store.clone(),
+            tls::roots(self.ca.trust())?,
+            ClientAuth::Required,
+            &[tls::H2_ALPN],
+        )
+    }
+
+    /// The Identity listener's TLS: the operator's certificate; client certificates optional (a
+    /// sidecar asking for its first certificate has none), checked against the CA when sent.
+    pub fn identity_server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
         tls::server_config(
             self.store.clone(),
             tls::roots(self.ca.trust())?,
