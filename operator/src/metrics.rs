@@ -51,6 +51,7 @@ pub struct Metrics {
     identity_refused: Family<ReasonLabels, Counter>,
     cp_refused: Family<ReasonLabels, Counter>,
     conn_refused: Family<ListenerLabels, Counter>,
+    token_reviews: Family<ResultLabels, Counter>,
     backlog_reads: Family<ResultLabels, Counter>,
     backlog_read: Histogram,
 }
@@ -58,7 +59,7 @@ pub struct Metrics {
 /// Labels of the backlog read counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    /// `ok`, `timeout` or `error`.
+    /// `ok`, `timeout` or `error` (backlog reads); `reviewed` or `cached` (token reviews).
     pub result: &'static str,
 }
 
@@ -241,6 +242,12 @@ impl Default for Metrics {
             "Connections closed by a listener's caps and timeouts (over the cap, over the peer's share, a failed or slow handshake, idle), by listener and reason",
             conn_refused.clone(),
         );
+        let token_reviews = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "identity_token_reviews",
+            "Tokens of certificate requests checked, by result: reviewed (a TokenReview made) or cached (a review of the same token kept until it expires)",
+            token_reviews.clone(),
+        );
         let backlog_reads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "backlog_reads",
@@ -262,6 +269,7 @@ impl Default for Metrics {
             identity_refused,
             cp_refused,
             conn_refused,
+            token_reviews,
             scale_decisions,
             scale_reaction,
             cp_subscribers,
@@ -310,6 +318,13 @@ impl Metrics {
     pub fn connection_refused(&self, listener: &'static str, reason: &'static str) {
         self.conn_refused
             .get_or_create(&ListenerLabels { listener, reason })
+            .inc();
+    }
+
+    /// Counts a token checked: `reviewed` or `cached`.
+    pub fn token_review(&self, result: &'static str) {
+        self.token_reviews
+            .get_or_create(&ResultLabels { result })
             .inc();
     }
 

@@ -4,11 +4,13 @@
 //! two thirds of its life without a restart.
 //!
 //! `owner` is the pure core (review status, pod, owners -> who), `review` the API shell,
+//! `throttle` what keeps it cheap (rate limits per caller, reviews cached by token hash),
 //! `ca_secret` the CA's storage.
 
 pub mod ca_secret;
 pub mod owner;
 pub mod review;
+pub mod throttle;
 
 use crate::metrics::Metrics;
 use std::sync::Arc;
@@ -214,6 +216,8 @@ impl MeshIdentity {
                 client,
                 trust_domain: self.settings.trust_domain.clone(),
                 scope,
+                throttle: Arc::default(),
+                metrics: metrics.clone(),
             },
             self.settings.lifetime,
             metrics,
