@@ -53,12 +53,9 @@ impl Activity {
 pub fn hold<B>(
     body: B,
     busy: Busy,
-) -> http_body_util::combinators::MapFrame<
-    B,
-    impl FnMut(hyper::body::Frame<B::Data>) -> hyper::body::Frame<B::Data>,
->
+) -> impl hyper::body::Body<Data = B::Data, Error = B::Error> + Send + 'static
 where
-    B: hyper::body::Body,
+    B: hyper::body::Body + Send + 'static,
 {
     body.map_frame(move |frame| {
         let _held = &busy;
