@@ -547,7 +547,7 @@ async fn idle_connections_by_the_thousand_leave_the_probes_green_and_the_tables_
         .stdin(manifests)
         .ok()
         .await?;
-    wait_rolled_out(&client, &ns.name, "handlers", 1).await?;
+    wait_rolled_out(&client, &ns.name, "handlers-manager", 1).await?;
     let started = std::time::Instant::now();
     let cp_idle = idle_connections(op.control_plane_port, IDLE).await?;
     let admin_idle = idle_connections(op.port, IDLE).await?;

@@ -631,7 +631,13 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
     closed_without_certificate("standby WatchRoutes", &standby_url, &trust, ns).await?;
     refused(
         "WatchRoutes at the leader's Identity port",
-        watch(&channel(&leader_identity, &trust, None).await?, ns, ROUTER, "").await,
+        watch(
+            &channel(&leader_identity, &trust, None).await?,
+            ns,
+            ROUTER,
+            "",
+        )
+        .await,
         Code::Unimplemented,
         "",
     )?;
@@ -676,7 +682,11 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
     let sibling_token = pod_token(&client, sibling, TOKEN_AUDIENCE).await?;
     let other = ok(
         "Certify the other pod at the standby",
-        certify(channel(&standby_identity, &trust, None).await?, &sibling_token).await?,
+        certify(
+            channel(&standby_identity, &trust, None).await?,
+            &sibling_token,
+        )
+        .await?,
     )?;
     ensure!(
         other.peer.id.uri() == want_id

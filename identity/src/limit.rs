@@ -149,7 +149,10 @@ mod tests {
         let l = ConnLimiter::new(limits(10, 2));
         let a1 = l.admit(ip(1)).expect("first");
         let _a2 = l.admit(ip(1)).expect("second");
-        assert_eq!(l.admit(ip(1)).expect_err("over the share"), Refused::PeerFull);
+        assert_eq!(
+            l.admit(ip(1)).expect_err("over the share"),
+            Refused::PeerFull
+        );
         let _b = l.admit(ip(2)).expect("another peer");
         drop(a1);
         let _a3 = l.admit(ip(1)).expect("a place given back is taken again");
