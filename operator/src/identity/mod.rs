@@ -224,3 +224,88 @@ impl MeshIdentity {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn identity() -> MeshIdentity {
+        let (ca, _) = Ca::generate("cluster.local", SystemTime::now()).expect("CA");
+        let settings = IdentitySettings {
+            trust_domain: "cluster.local".into(),
+            ca_secret: (ca_secret::DEFAULT_SECRET.into(), false),
+            namespace: "switchyard-system".into(),
+            pod: "operator-0".into(),
+            lifetime: Duration::from_secs(3600),
+        };
+        let subject = Subject {
+            id: SpiffeId::new(
+                "cluster.local",
+                "switchyard-system",
+                Kind::Operator,
+                OPERATOR_NAME,
+            )
+            .expect("id"),
+            pod: settings.pod.clone(),
+        };
+        let me = MeshIdentity {
+            ca: Arc::new(ca),
+            store: Arc::new(CertStore::default()),
+            settings,
+            subject,
+        };
+        me.certify_self().expect("certified");
+        me
+    }
+
+    /// Whether a client without a certificate gets an answer over `config`: a TLS 1.3 client
+    /// finishes its side before the server checks its certificate, so the server's refusal shows
+    /// at the first read.
+    async fn anonymous_gets_through(me: &MeshIdentity, config: rustls::ServerConfig) -> bool {
+        let client = tls::client_config(
+            None,
+            tls::roots(me.ca.trust()).expect("roots"),
+            &[tls::H2_ALPN],
+        )
+        .expect("client config");
+        let (c, s) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(async move {
+            let mut conn = tokio_rustls::TlsAcceptor::from(Arc::new(config))
+                .accept(s)
+                .await
+                .ok()?;
+            conn.write_all(b"hello").await.ok()?;
+            conn.flush().await.ok()
+        });
+        let name = Expect::Operator.server_name().expect("name");
+        let answered = async {
+            let mut conn = tokio_rustls::TlsConnector::from(Arc::new(client))
+                .connect(name, c)
+                .await
+                .ok()?;
+            let mut buf = [0u8; 5];
+            conn.read_exact(&mut buf).await.ok()?;
+            Some(buf == *b"hello")
+        }
+        .await;
+        let _ = server.await;
+        answered == Some(true)
+    }
+
+    #[tokio::test]
+    async fn the_control_plane_refuses_a_client_without_a_certificate_and_the_identity_port_takes_it()
+     {
+        let me = identity();
+        let control_plane = me.server_config().expect("control-plane config");
+        assert!(
+            !anonymous_gets_through(&me, control_plane).await,
+            "the control plane answered a client without a certificate"
+        );
+        let identity = me.identity_server_config().expect("identity config");
+        assert!(
+            anonymous_gets_through(&me, identity).await,
+            "the Identity port refused a client without a certificate"
+        );
+    }
+}
