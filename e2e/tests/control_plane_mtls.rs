@@ -696,6 +696,26 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
         other.peer.pod
     );
 
+    // The same token again: its review was kept (no TokenReview made); certifying in a loop from
+    // one address then runs into the per-caller limit.
+    ok(
+        "Certify again with the same token",
+        certify(channel(&leader_identity, &trust, None).await?, &token).await?,
+    )?;
+    let mut limited = None;
+    for _ in 0..30 {
+        if let Err(s) = certify(channel(&leader_identity, &trust, None).await?, &token).await? {
+            limited = Some(s);
+            break;
+        }
+    }
+    refused(
+        "Certify in a loop from one address",
+        limited.map_or(Ok(()), Err),
+        Code::ResourceExhausted,
+        "too many certificate requests",
+    )?;
+
     // Every refusal counted where it happened, by reason; the leader never saw the standby's.
     let cp = "switchyard_operator_control_plane_refused_total";
     let idr = "switchyard_operator_identity_refused_total";
@@ -714,11 +734,25 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
             ("handshake", 2.0),
         ],
     )?;
-    check_counts("leader", &lm, idr, &[("owner", 1.0), ("token", 1.0)])?;
+    check_counts(
+        "leader",
+        &lm,
+        idr,
+        &[("owner", 1.0), ("token", 1.0), ("rate_peer", 1.0)],
+    )?;
     ensure!(
-        lm.sum_where(issued, "kind", "manager") == 1.0,
+        lm.sum_where(issued, "kind", "manager") >= 2.0,
         "leader: {:?}",
         lm.samples(issued)
+    );
+    // Three tokens reviewed (the pod's, the plain pod's, the other audience's); every repeat of
+    // the pod's token was answered from the kept review.
+    let reviews = "switchyard_operator_identity_token_reviews_total";
+    ensure!(
+        lm.sum_where(reviews, "result", "reviewed") == 3.0
+            && lm.sum_where(reviews, "result", "cached") >= 2.0,
+        "leader: token reviews {:?}",
+        lm.samples(reviews)
     );
     ensure!(
         lm.sum("switchyard_operator_control_plane_load_reports_total") >= 4.0,
