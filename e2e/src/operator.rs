@@ -85,6 +85,9 @@ pub struct OperatorOpts {
     pub extra_args: Vec<String>,
     /// Further environment (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`).
     pub env: Vec<(String, String)>,
+    /// The process's limit of open files (`ulimit -n`), as a container runtime sets one; the
+    /// test runner's when `None`.
+    pub max_open_files: Option<u64>,
 }
 
 impl OperatorOpts {
@@ -99,6 +102,7 @@ impl OperatorOpts {
             run_as: RunAs::default(),
             extra_args: Vec::new(),
             env: Vec::new(),
+            max_open_files: None,
         }
     }
 
@@ -192,8 +196,12 @@ pub struct Operator {
     pid: u32,
     /// Port of /metrics, /healthz and /readyz on 127.0.0.1.
     pub port: u16,
+    /// Port of the probe server (/healthz, /readyz only) on 127.0.0.1.
+    pub probe_port: u16,
     /// Port of the control-plane gRPC server on 127.0.0.1.
     pub control_plane_port: u16,
+    /// Port of the Identity service (Certify; mesh TLS only) on 127.0.0.1.
+    pub identity_port: u16,
     /// Whether it runs with `--mesh-tls` (its control plane is then TLS only).
     pub mesh_tls: bool,
     /// `--identity`.
@@ -241,10 +249,17 @@ impl Operator {
         // and two picks in a row once gave the metrics and control-plane listeners the same one.
         // A control-plane port from `opts` was picked (and let go) by the caller: the metrics port
         // is never it.
-        let [a, b] = free_ports()?;
-        let (port, control_plane_port) = match opts.control_plane_port {
-            Some(cp) => (if a == cp { b } else { a }, cp),
-            None => (a, b),
+        let picked = free_ports::<4>()?;
+        let mut others = picked
+            .into_iter()
+            .filter(|p| Some(*p) != opts.control_plane_port);
+        let mut next = || others.next().context("no free port left");
+        let port = next()?;
+        let probe_port = next()?;
+        let identity_port = next()?;
+        let control_plane_port = match opts.control_plane_port {
+            Some(cp) => cp,
+            None => next()?,
         };
         let logs = crate::work_dir().join("logs");
         std::fs::create_dir_all(&logs).with_context(|| format!("creating {}", logs.display()))?;
@@ -256,13 +271,25 @@ impl Operator {
         let out =
             std::fs::File::create(&log).with_context(|| format!("creating {}", log.display()))?;
         let err = out.try_clone()?;
-        let mut cmd = tokio::process::Command::new(&bin);
+        let mut cmd = match opts.max_open_files {
+            None => tokio::process::Command::new(&bin),
+            Some(n) => {
+                // exec: the shell becomes the operator, so the pid is the operator's.
+                let mut sh = tokio::process::Command::new("sh");
+                sh.arg("-c")
+                    .arg(format!("ulimit -n {n} && exec \"$0\" \"$@\""))
+                    .arg(&bin);
+                sh
+            }
+        };
         cmd.arg("--metrics-addr")
             .arg(format!("127.0.0.1:{port}"))
             // Never the default 0.0.0.0:7443: two replicas in one test would collide on it.
             .arg(format!(
                 "--control-plane-addr=127.0.0.1:{control_plane_port}"
             ))
+            .arg(format!("--probe-addr=127.0.0.1:{probe_port}"))
+            .arg(format!("--identity-addr=127.0.0.1:{identity_port}"))
             .args(["--sidecar-image", crate::SIDECAR_IMAGE])
             .args(["--log-format", "text", "--log-level", "info"])
             .arg(format!("--leader-election={}", opts.leader_election))
@@ -290,7 +317,9 @@ impl Operator {
             child,
             pid,
             port,
+            probe_port,
             control_plane_port,
+            identity_port,
             mesh_tls: opts.mesh_tls,
             identity: opts.identity.clone(),
             log,
@@ -332,6 +361,11 @@ impl Operator {
     pub fn control_plane_url(&self) -> String {
         let scheme = if self.mesh_tls { "https" } else { "http" };
         format!("{scheme}://127.0.0.1:{}", self.control_plane_port)
+    }
+
+    /// The URL of its Identity service (mesh TLS only).
+    pub fn identity_url(&self) -> String {
+        format!("https://127.0.0.1:{}", self.identity_port)
     }
 
     /// Process id.

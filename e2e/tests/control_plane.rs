@@ -485,3 +485,130 @@ async fn a_stream_gets_deltas_and_a_whole_table_after_a_gap_or_a_reconnect() -> 
     op.stop().await?;
     Ok(())
 }
+
+/// Idle connections each test opens to the control plane and to the operator's admin port.
+const IDLE: usize = 5_000;
+/// The operator's open-file limit in that test: below what the idle connections would take
+/// without caps, as a container's limit is for a large enough flood.
+const IDLE_TEST_FILES: u64 = 4_096;
+
+/// Opens `n` TCP connections to 127.0.0.1:`port` from 127.0.0.2 (another peer than the test's
+/// own clients), sending nothing; those the server closed stay open here, as a flood's would.
+async fn idle_connections(port: u16, n: usize) -> Result<Vec<tokio::net::TcpStream>> {
+    let mut held = Vec::with_capacity(n);
+    for batch in (0..n).collect::<Vec<_>>().chunks(250) {
+        let opened = futures::future::join_all(batch.iter().map(|_| async {
+            let socket = tokio::net::TcpSocket::new_v4()?;
+            socket.bind("127.0.0.2:0".parse()?)?;
+            anyhow::Ok(socket.connect(([127, 0, 0, 1], port).into()).await?)
+        }))
+        .await;
+        for s in opened {
+            held.push(s.context("an idle connection")?);
+        }
+    }
+    Ok(held)
+}
+
+/// Connections `listener` refused by `reason`.
+fn refused_connections(m: &switchyard_e2e::Metrics, listener: &str, reason: &str) -> f64 {
+    m.samples("switchyard_operator_connections_refused_total")
+        .iter()
+        .filter(|(l, _)| {
+            l.get("listener").map(String::as_str) == Some(listener)
+                && l.get("reason").map(String::as_str) == Some(reason)
+        })
+        .map(|(_, v)| v)
+        .sum()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idle_connections_by_the_thousand_leave_the_probes_green_and_the_tables_streaming()
+-> Result<()> {
+    let _lock = OperatorLock::acquire().await?;
+    let c = cluster().await?;
+    let client = c.client().await?;
+    let ns = TestNamespace::create(c, "cp-idle").await?;
+    let op = Operator::start(
+        c,
+        OperatorOpts {
+            max_open_files: Some(IDLE_TEST_FILES),
+            ..OperatorOpts::new("e2e-cp-idle")
+        },
+    )
+    .await?;
+    let manifests = format!(
+        "{}---\n{}",
+        fixtures::router("edge"),
+        fixtures::manager("handlers", "edge", "[noop]", "  replicas: 1\n")
+    );
+    c.kubectl()
+        .args(["apply", "-n", &ns.name, "-f", "-"])
+        .stdin(manifests)
+        .ok()
+        .await?;
+    wait_rolled_out(&client, &ns.name, "handlers-manager", 1).await?;
+    let started = std::time::Instant::now();
+    let cp_idle = idle_connections(op.control_plane_port, IDLE).await?;
+    let admin_idle = idle_connections(op.port, IDLE).await?;
+    eprintln!(
+        "[e2e] {} idle connections to the control plane and {} to the admin port in {:?}",
+        cp_idle.len(),
+        admin_idle.len(),
+        started.elapsed()
+    );
+    let checked = async {
+        // The probes answer at once, on their own port.
+        for path in ["/healthz", "/readyz"] {
+            let (code, body) = switchyard_e2e::operator::http_get_within(
+                op.probe_port,
+                path,
+                std::time::Duration::from_secs(2),
+            )
+            .await
+            .with_context(|| format!("probe {path} under the idle flood"))?;
+            ensure!(code == 200, "probe {path}: HTTP {code}: {body}");
+        }
+        // A table streams, and follows a scale.
+        let mut stream = watch(&op.control_plane_url(), &ns.name).await?;
+        let first = next_table(&mut stream).await?;
+        eprintln!("[e2e] table version {} under the idle flood", first.version);
+        scale(c, &ns.name, 2).await?;
+        let want = eventually("two pods ready", timeout(), || async {
+            let want = ready_endpoints(&client, &ns.name, "handlers").await?;
+            ensure!(want.len() == 2, "ready pods {want:?}");
+            Ok(want)
+        })
+        .await?;
+        let grown = tokio::time::timeout(timeout(), async {
+            loop {
+                let t = next_table(&mut stream).await?;
+                let endpoints: usize = t
+                    .routes
+                    .iter()
+                    .filter(|r| r.event_type == "noop")
+                    .map(|r| r.endpoints.len())
+                    .sum();
+                if endpoints == want.len() {
+                    return anyhow::Ok(t.version);
+                }
+            }
+        })
+        .await
+        .context("the stream never listed both pods")??;
+        eprintln!("[e2e] table version {grown} lists both pods under the idle flood");
+        let m = op.metrics().await?;
+        let (cp, admin) = (
+            refused_connections(&m, "control_plane", "peer_connections"),
+            refused_connections(&m, "admin", "peer_connections"),
+        );
+        eprintln!("[e2e] refused over the peer's share: control plane {cp}, admin {admin}");
+        ensure!(cp > 0.0 && admin > 0.0, "no connection refused: {m:?}");
+        anyhow::Ok(())
+    }
+    .await;
+    drop((cp_idle, admin_idle));
+    let tail = op.log_tail(30);
+    op.stop().await?;
+    checked.with_context(|| format!("--- operator log ---\n{tail}"))
+}

@@ -158,6 +158,31 @@ async fn watch(
         .map(tonic::Response::into_inner)
 }
 
+/// Checks that a client without a certificate gets nothing from the control plane at `url`: with
+/// TLS 1.3 the client may finish its side of the handshake before the server refuses it, so the
+/// refusal shows at the connect or at the first call.
+async fn closed_without_certificate(
+    what: &str,
+    url: &str,
+    trust: &[CertificateDer<'static>],
+    ns: &str,
+) -> Result<()> {
+    let answer = match channel(url, trust, None).await {
+        Err(e) => Err(format!("{e:#}")),
+        Ok(anonymous) => watch(&anonymous, ns, ROUTER, "")
+            .await
+            .map(|_| ())
+            .map_err(|s| format!("{:?}: {}", s.code(), s.message())),
+    };
+    match answer {
+        Ok(()) => bail!("{what}: a client without a certificate got a routing table"),
+        Err(e) => {
+            eprintln!("[e2e] refused: {what} without a client certificate: {e}");
+            Ok(())
+        }
+    }
+}
+
 /// Follows the own Router's table until its route lists exactly `want` (the Manager's Ready pods).
 async fn own_table(channel: &Channel, ns: &str, pod: &str, want: &[String]) -> Result<()> {
     let mut stream = ok(
@@ -447,13 +472,16 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
         ops.leader.control_plane_url(),
         ops.standby.control_plane_url(),
     );
+    let (leader_identity, standby_identity) =
+        (ops.leader.identity_url(), ops.standby.identity_url());
     ensure!(leader_url.starts_with("https://"), "{leader_url}");
 
-    // Certified as the sidecar is: a token bound to its pod, a fresh key, Certify at the leader.
+    // Certified as the sidecar is: a token bound to its pod, a fresh key, Certify at the leader's
+    // Identity port (the control plane's requires a certificate already).
     let token = pod_token(&client, mine, TOKEN_AUDIENCE).await?;
     let me = ok(
         "Certify with the pod's token",
-        certify(channel(&leader_url, &trust, None).await?, &token).await?,
+        certify(channel(&leader_identity, &trust, None).await?, &token).await?,
     )?;
     let want_id = format!("spiffe://cluster.local/ns/{ns}/manager/{MANAGER}");
     ensure!(
@@ -596,26 +624,22 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
     shown?;
     ensure!(ack.received >= 1, "{ack:?}");
 
-    // No certificate: only Certify may be called so; and plain h2c gets no control plane at all.
-    let anonymous = channel(&leader_url, &trust, None).await?;
-    let need_cert = "a mesh client certificate is required";
+    // No certificate: the control plane's TLS refuses the client (counted as `handshake`); the
+    // Identity port, which takes it, serves nothing but Certify; and plain h2c gets no control
+    // plane at all.
+    closed_without_certificate("leader WatchRoutes", &leader_url, &trust, ns).await?;
+    closed_without_certificate("standby WatchRoutes", &standby_url, &trust, ns).await?;
     refused(
-        "leader WatchRoutes without a client certificate",
-        watch(&anonymous, ns, ROUTER, "").await,
-        Code::Unauthenticated,
-        need_cert,
-    )?;
-    refused(
-        "leader ReportLoad without a client certificate",
-        send(&anonymous, vec![report(ns, &mine_name, 1, 1)]).await,
-        Code::Unauthenticated,
-        need_cert,
-    )?;
-    refused(
-        "standby WatchRoutes without a client certificate",
-        watch(&channel(&standby_url, &trust, None).await?, ns, ROUTER, "").await,
-        Code::Unauthenticated,
-        need_cert,
+        "WatchRoutes at the leader's Identity port",
+        watch(
+            &channel(&leader_identity, &trust, None).await?,
+            ns,
+            ROUTER,
+            "",
+        )
+        .await,
+        Code::Unimplemented,
+        "",
     )?;
     // The control plane is TLS only: an h2c client's preface fails the handshake (counted as
     // `handshake`), and the client sees its connection closed, whatever code its library makes of that.
@@ -638,7 +662,7 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
     let plain_token = pod_token(&client, &plain, TOKEN_AUDIENCE).await?;
     refused(
         "Certify with the token of a pod no Router or Manager owns",
-        certify(channel(&leader_url, &trust, None).await?, &plain_token)
+        certify(channel(&leader_identity, &trust, None).await?, &plain_token)
             .await?
             .map(|c| c.peer),
         Code::PermissionDenied,
@@ -647,7 +671,7 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
     let api_token = pod_token(&client, mine, "https://kubernetes.default.svc").await?;
     refused(
         "Certify with the pod's token for another audience",
-        certify(channel(&leader_url, &trust, None).await?, &api_token)
+        certify(channel(&leader_identity, &trust, None).await?, &api_token)
             .await?
             .map(|c| c.peer),
         Code::Unauthenticated,
@@ -658,7 +682,11 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
     let sibling_token = pod_token(&client, sibling, TOKEN_AUDIENCE).await?;
     let other = ok(
         "Certify the other pod at the standby",
-        certify(channel(&standby_url, &trust, None).await?, &sibling_token).await?,
+        certify(
+            channel(&standby_identity, &trust, None).await?,
+            &sibling_token,
+        )
+        .await?,
     )?;
     ensure!(
         other.peer.id.uri() == want_id
@@ -667,6 +695,26 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
         other.peer.id,
         other.peer.pod
     );
+
+    // The same token again: its review was kept (no TokenReview made); certifying in a loop from
+    // one address then runs into the per-caller limit.
+    ok(
+        "Certify again with the same token",
+        certify(channel(&leader_identity, &trust, None).await?, &token).await?,
+    )?;
+    let mut limited = None;
+    for _ in 0..30 {
+        if let Err(s) = certify(channel(&leader_identity, &trust, None).await?, &token).await? {
+            limited = Some(s);
+            break;
+        }
+    }
+    refused(
+        "Certify in a loop from one address",
+        limited.map_or(Ok(()), Err),
+        Code::ResourceExhausted,
+        "too many certificate requests",
+    )?;
 
     // Every refusal counted where it happened, by reason; the leader never saw the standby's.
     let cp = "switchyard_operator_control_plane_refused_total";
@@ -683,15 +731,28 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
             ("oversized", 1.0),
             ("bounds", 1.0),
             ("unknown_event", 1.0),
-            ("unauthenticated", 2.0),
-            ("handshake", 1.0),
+            ("handshake", 2.0),
         ],
     )?;
-    check_counts("leader", &lm, idr, &[("owner", 1.0), ("token", 1.0)])?;
+    check_counts(
+        "leader",
+        &lm,
+        idr,
+        &[("owner", 1.0), ("token", 1.0), ("rate_peer", 1.0)],
+    )?;
     ensure!(
-        lm.sum_where(issued, "kind", "manager") == 1.0,
+        lm.sum_where(issued, "kind", "manager") >= 2.0,
         "leader: {:?}",
         lm.samples(issued)
+    );
+    // Three tokens reviewed (the pod's, the plain pod's, the other audience's); every repeat of
+    // the pod's token was answered from the kept review.
+    let reviews = "switchyard_operator_identity_token_reviews_total";
+    ensure!(
+        lm.sum_where(reviews, "result", "reviewed") == 3.0
+            && lm.sum_where(reviews, "result", "cached") >= 2.0,
+        "leader: token reviews {:?}",
+        lm.samples(reviews)
     );
     ensure!(
         lm.sum("switchyard_operator_control_plane_load_reports_total") >= 4.0,
@@ -707,7 +768,7 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
             ("not_allowed", 1.0),
             ("spoofed", 2.0),
             ("oversized", 1.0),
-            ("unauthenticated", 1.0),
+            ("handshake", 1.0),
         ],
     )?;
     check_counts("standby", &sm, idr, &[])?;

@@ -1,8 +1,11 @@
 //! TLS connections for a tonic server, each carrying who the client is: the accept loop hands
 //! every handshake to its own task (bounded in number and time, so slow or silent clients never hold
 //! the loop), and a finished connection reaches the service with its [`PeerInfo`] as the requests'
-//! connect info. [`bind`] makes listeners whose queue takes a burst of clients.
+//! connect info. [`bind`] makes listeners whose queue takes a burst of clients. With
+//! [`incoming_limited`] every connection is admitted against the listener's [`Limits`] at accept,
+//! before any TLS, and holds its place until it closes.
 
+use crate::limit::{ConnLimiter, ConnPermit, Limits};
 use crate::peer::Peer;
 use crate::tls;
 use std::io;
@@ -56,6 +59,8 @@ pub struct PeerInfo {
 pub struct Authenticated {
     inner: TlsStream<TcpStream>,
     info: PeerInfo,
+    /// The connection's place under the listener's caps, given back when it is dropped.
+    _permit: Option<ConnPermit>,
 }
 
 impl Authenticated {
@@ -120,12 +125,44 @@ pub fn incoming(
     acceptor: TlsAcceptor,
     on_failed: impl Fn() + Send + Sync + 'static,
 ) -> ReceiverStream<Result<Authenticated, io::Error>> {
+    accept_loop(listener, acceptor, None, HANDSHAKE_TIMEOUT, move |_| {
+        on_failed();
+    })
+}
+
+/// As [`incoming`], each connection admitted under `limiter`'s caps first: one over a cap is
+/// closed at once, and `on_refused` hears why (`connections`, `peer_connections`, `handshake`).
+pub fn incoming_limited(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    limiter: Arc<ConnLimiter>,
+    on_refused: impl Fn(&'static str) + Send + Sync + 'static,
+) -> ReceiverStream<Result<Authenticated, io::Error>> {
+    let Limits {
+        handshake_timeout, ..
+    } = limiter.limits();
+    accept_loop(
+        listener,
+        acceptor,
+        Some(limiter),
+        handshake_timeout,
+        on_refused,
+    )
+}
+
+fn accept_loop(
+    listener: TcpListener,
+    acceptor: TlsAcceptor,
+    limiter: Option<Arc<ConnLimiter>>,
+    handshake_timeout: Duration,
+    on_refused: impl Fn(&'static str) + Send + Sync + 'static,
+) -> ReceiverStream<Result<Authenticated, io::Error>> {
     let (tx, rx) = mpsc::channel(64);
-    let on_failed = Arc::new(on_failed);
+    let on_refused = Arc::new(on_refused);
     tokio::spawn(async move {
         let slots = Arc::new(Semaphore::new(MAX_HANDSHAKES));
         loop {
-            let Ok(permit) = slots.clone().acquire_owned().await else {
+            let Ok(slot) = slots.clone().acquire_owned().await else {
                 return;
             };
             let (stream, remote) = tokio::select! {
@@ -139,26 +176,36 @@ pub fn incoming(
                 },
                 () = tx.closed() => return,
             };
+            // Admitted before any TLS work: a peer over its share costs an accept and a close.
+            let permit = match limiter.as_ref().map(|l| l.admit(remote.ip())).transpose() {
+                Ok(p) => p,
+                Err(refused) => {
+                    on_refused(refused.reason());
+                    tracing::debug!(%remote, reason = refused.reason(), "connection refused");
+                    continue;
+                }
+            };
             let _ = stream.set_nodelay(true);
-            let (acceptor, tx, on_failed) = (acceptor.clone(), tx.clone(), on_failed.clone());
+            let (acceptor, tx, on_refused) = (acceptor.clone(), tx.clone(), on_refused.clone());
             tokio::spawn(async move {
-                let result = tokio::time::timeout(HANDSHAKE_TIMEOUT, acceptor.accept(stream)).await;
-                drop(permit);
+                let result = tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await;
+                drop(slot);
                 match result {
                     Ok(Ok(inner)) => {
                         let peer = tls::peer_of(inner.get_ref().1.peer_certificates());
                         let conn = Authenticated {
                             inner,
                             info: PeerInfo { remote, peer },
+                            _permit: permit,
                         };
                         let _ = tx.send(Ok(conn)).await;
                     }
                     Ok(Err(e)) => {
-                        on_failed();
+                        on_refused("handshake");
                         tracing::debug!(%remote, error = %e, "TLS handshake failed");
                     }
                     Err(_) => {
-                        on_failed();
+                        on_refused("handshake");
                         tracing::debug!(%remote, "TLS handshake timed out");
                     }
                 }

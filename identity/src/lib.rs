@@ -7,13 +7,15 @@
 //! - `tls`: rustls configs, the swappable certificate store, the verifier that checks a server is
 //!   the workload the client meant;
 //! - `service`: the `Identity` gRPC service over an `Authenticator`;
-//! - `incoming`, `connect`: TLS under tonic, server and client side;
+//! - `incoming`, `connect`: TLS under tonic, server and client side; `limit`: a listener's
+//!   connection caps;
 //! - `local`: the identity service of a local run (an ephemeral CA, tokens made here);
 //! - `pem`, `random`: PEM text; system randomness.
 
 pub mod ca;
 pub mod connect;
 pub mod incoming;
+pub mod limit;
 pub mod local;
 pub mod peer;
 pub mod pem;

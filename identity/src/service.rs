@@ -35,8 +35,13 @@ pub struct Refusal {
 /// Turns a token into the subject it proves.
 #[tonic::async_trait]
 pub trait Authenticator: Send + Sync + 'static {
-    /// The pod `token` proves, and its identity.
-    async fn authenticate(&self, token: &str) -> Result<Subject, Refusal>;
+    /// The pod `token` proves, and its identity; `remote` is the connection's source, for limits
+    /// per caller.
+    async fn authenticate(
+        &self,
+        token: &str,
+        remote: Option<std::net::SocketAddr>,
+    ) -> Result<Subject, Refusal>;
 }
 
 /// Hears what the service did, for metrics.
@@ -87,10 +92,9 @@ impl<A: Authenticator> Identity for IdentityService<A> {
         &self,
         request: Request<CertifyRequest>,
     ) -> Result<Response<CertifyReply>, Status> {
-        let presented = request
-            .extensions()
-            .get::<PeerInfo>()
-            .and_then(|p| p.peer.clone());
+        let info = request.extensions().get::<PeerInfo>();
+        let remote = info.map(|p| p.remote).or_else(|| request.remote_addr());
+        let presented = info.and_then(|p| p.peer.clone());
         let req = request.into_inner();
         if req.token.is_empty() {
             return Err(self.refuse("request", Status::invalid_argument("token is required")));
@@ -103,7 +107,7 @@ impl<A: Authenticator> Identity for IdentityService<A> {
         }
         let subject = self
             .auth
-            .authenticate(&req.token)
+            .authenticate(&req.token, remote)
             .await
             .map_err(|r| self.refuse(r.reason, Status::new(r.code, r.message)))?;
         // A renewal over a certificate must stay that certificate's workload: a token stolen from
@@ -158,7 +162,11 @@ impl StaticTokens {
 
 #[tonic::async_trait]
 impl Authenticator for StaticTokens {
-    async fn authenticate(&self, token: &str) -> Result<Subject, Refusal> {
+    async fn authenticate(
+        &self,
+        token: &str,
+        _remote: Option<std::net::SocketAddr>,
+    ) -> Result<Subject, Refusal> {
         // Every entry is compared, in constant time, so timing tells nothing about which is close.
         let mut found = None;
         for (t, s) in &self.tokens {

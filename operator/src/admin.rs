@@ -1,4 +1,6 @@
-//! The admin HTTP server: `/metrics`, `/healthz`, `/readyz`.
+//! The admin HTTP server (`/metrics`, and `/healthz`, `/readyz` for scrapers that read them there)
+//! and the probe server (`/healthz`, `/readyz` only), each on a listener of its own under
+//! `conn::http`'s caps, so that clients holding every admin connection cannot fail the probes.
 
 use crate::metrics::Metrics;
 use axum::Router;
@@ -22,6 +24,13 @@ pub struct Admin {
 pub fn router(admin: Admin) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
+        .with_state(admin.clone())
+        .merge(probes(admin))
+}
+
+/// The probe routes.
+pub fn probes(admin: Admin) -> Router {
+    Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
         .with_state(admin)

@@ -7,6 +7,7 @@ pub mod apply;
 pub mod autoscale;
 pub mod backlog;
 pub mod conditions;
+pub mod conn;
 pub mod context;
 pub mod control_plane;
 pub mod controller;
@@ -25,3 +26,20 @@ pub use error::{Error, Result};
 
 /// Field manager of every server-side apply, and the `managed-by` label value.
 pub const FIELD_MANAGER: &str = "switchyard-operator";
+
+/// Waiting on observable conditions in tests.
+#[cfg(test)]
+pub(crate) mod test_util {
+    use std::time::Duration;
+
+    /// Waits (at most ten seconds, then panics) until `ready` holds.
+    pub async fn until(ready: impl Fn() -> bool) {
+        let waited = tokio::time::timeout(Duration::from_secs(10), async {
+            while !ready() {
+                tokio::time::sleep(Duration::from_millis(10)).await;
+            }
+        })
+        .await;
+        assert!(waited.is_ok(), "the condition never held");
+    }
+}

@@ -5,6 +5,7 @@ use clap::Parser;
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use switchyard_identity::limit::ConnLimiter;
 use switchyard_operator::admin::{self, Admin};
 use switchyard_operator::context::Context;
 use switchyard_operator::identity::ca_secret::DEFAULT_SECRET;
@@ -16,7 +17,9 @@ use switchyard_operator::metrics::Metrics;
 use switchyard_operator::render::RenderSettings;
 use switchyard_operator::render::identity::MeshRender;
 use switchyard_operator::settings::{self, Settings};
-use switchyard_operator::{autoscale, backlog, control_plane, controller, nats_access, telemetry};
+use switchyard_operator::{
+    autoscale, backlog, conn, control_plane, controller, nats_access, telemetry,
+};
 use tokio::sync::watch;
 
 /// mimalloc instead of glibc's malloc: start-up in a large cluster (the initial lists, every
@@ -59,6 +62,7 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         settings::check_control_plane_url(url, settings.mesh_tls).map_err(anyhow::Error::msg)?;
     }
     let peer_url = settings.peer_url().map_err(anyhow::Error::msg)?;
+    let identity_url = settings.identity_url().map_err(anyhow::Error::msg)?;
     if settings.leader_election && peer_url.is_none() {
         tracing::warn!(
             "no --peer-url (nor POD_IP): while this replica leads, standbys cannot forward load reports and activations to it"
@@ -70,17 +74,37 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let metrics = Arc::new(Metrics::default());
     let ready = Arc::new(AtomicBool::new(false));
 
-    let listener = switchyard_identity::incoming::bind(settings.metrics_addr)
-        .map_err(|e| anyhow::anyhow!("--metrics-addr {}: {e}", settings.metrics_addr))?;
-    let app = admin::router(Admin {
+    let admin = Admin {
         metrics: metrics.clone(),
         ready: ready.clone(),
-    });
-    tokio::spawn(async move {
-        if let Err(e) = axum::serve(listener, app).await {
-            tracing::error!(error = %e, "admin server stopped");
-        }
-    });
+    };
+    let servers = [
+        (
+            "admin",
+            "--metrics-addr",
+            settings.metrics_addr,
+            admin::router(admin.clone()),
+            conn::ADMIN,
+        ),
+        (
+            "probes",
+            "--probe-addr",
+            settings.probe_addr,
+            admin::probes(admin),
+            conn::PROBES,
+        ),
+    ];
+    for (name, flag, addr, app, limits) in servers {
+        let listener = switchyard_identity::incoming::bind(addr)
+            .map_err(|e| anyhow::anyhow!("{flag} {addr}: {e}"))?;
+        let metrics = metrics.clone();
+        tokio::spawn(conn::http::serve(
+            listener,
+            app,
+            ConnLimiter::new(limits),
+            move |reason| metrics.connection_refused(name, reason),
+        ));
+    }
 
     let version = client
         .apiserver_version()
@@ -153,6 +177,11 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             config: m
                 .server_config()
                 .map_err(|e| anyhow::anyhow!("control-plane TLS: {e}"))?,
+            identity_config: m
+                .identity_server_config()
+                .map_err(|e| anyhow::anyhow!("Identity service TLS: {e}"))?,
+            identity_listener: switchyard_identity::incoming::bind(settings.identity_addr)
+                .map_err(|e| anyhow::anyhow!("--identity-addr {}: {e}", settings.identity_addr))?,
             forward: m
                 .forward_connector()
                 .map_err(|e| anyhow::anyhow!("TLS to the leader: {e}"))?,
@@ -210,13 +239,10 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         RenderSettings {
             sidecar_image: settings.sidecar_image.clone(),
             control_plane_url: settings.control_plane_url.clone(),
-            mesh: mesh
-                .as_ref()
-                .zip(settings.control_plane_url.as_ref())
-                .map(|(m, url)| MeshRender {
-                    identity_url: url.clone(),
-                    trust_bundle: m.trust_pem(),
-                }),
+            mesh: mesh.as_ref().zip(identity_url).map(|(m, url)| MeshRender {
+                identity_url: url,
+                trust_bundle: m.trust_pem(),
+            }),
             jetstream: settings.jetstream_url.as_ref().map(|url| {
                 switchyard_protocol::durable::JetStreamConfig {
                     url: url.clone(),

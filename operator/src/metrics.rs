@@ -50,6 +50,8 @@ pub struct Metrics {
     certificates: Family<KindLabels, Counter>,
     identity_refused: Family<ReasonLabels, Counter>,
     cp_refused: Family<ReasonLabels, Counter>,
+    conn_refused: Family<ListenerLabels, Counter>,
+    token_reviews: Family<ResultLabels, Counter>,
     backlog_reads: Family<ResultLabels, Counter>,
     backlog_read: Histogram,
 }
@@ -57,7 +59,7 @@ pub struct Metrics {
 /// Labels of the backlog read counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ResultLabels {
-    /// `ok`, `timeout` or `error`.
+    /// `ok`, `timeout` or `error` (backlog reads); `reviewed` or `cached` (token reviews).
     pub result: &'static str,
 }
 
@@ -72,6 +74,15 @@ pub struct KindLabels {
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     /// Why, as a fixed word (`token`, `owner`, `spoofed`, `oversized`, ...).
+    pub reason: &'static str,
+}
+
+/// Labels of the connection refusal counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ListenerLabels {
+    /// `control_plane`, `identity`, `admin` or `probes`.
+    pub listener: &'static str,
+    /// `connections`, `peer_connections`, `handshake` or `idle`.
     pub reason: &'static str,
 }
 
@@ -225,6 +236,18 @@ impl Default for Metrics {
             "Control-plane calls and messages refused (unauthenticated, another pod's or Router's, oversized, out of bounds), by reason",
             cp_refused.clone(),
         );
+        let conn_refused = Family::<ListenerLabels, Counter>::default();
+        registry.register(
+            "connections_refused",
+            "Connections closed by a listener's caps and timeouts (over the cap, over the peer's share, a failed or slow handshake, idle), by listener and reason",
+            conn_refused.clone(),
+        );
+        let token_reviews = Family::<ResultLabels, Counter>::default();
+        registry.register(
+            "identity_token_reviews",
+            "Tokens of certificate requests checked, by result: reviewed (a TokenReview made) or cached (a review of the same token kept until it expires)",
+            token_reviews.clone(),
+        );
         let backlog_reads = Family::<ResultLabels, Counter>::default();
         registry.register(
             "backlog_reads",
@@ -245,6 +268,8 @@ impl Default for Metrics {
             certificates,
             identity_refused,
             cp_refused,
+            conn_refused,
+            token_reviews,
             scale_decisions,
             scale_reaction,
             cp_subscribers,
@@ -286,6 +311,20 @@ impl Metrics {
     pub fn control_plane_refused(&self, reason: &'static str) {
         self.cp_refused
             .get_or_create(&ReasonLabels { reason })
+            .inc();
+    }
+
+    /// Counts a connection closed by `listener`'s caps or timeouts.
+    pub fn connection_refused(&self, listener: &'static str, reason: &'static str) {
+        self.conn_refused
+            .get_or_create(&ListenerLabels { listener, reason })
+            .inc();
+    }
+
+    /// Counts a token checked: `reviewed` or `cached`.
+    pub fn token_review(&self, result: &'static str) {
+        self.token_reviews
+            .get_or_create(&ResultLabels { result })
             .inc();
     }
 

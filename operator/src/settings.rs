@@ -18,9 +18,13 @@ pub enum LogFormat {
 #[derive(Parser, Clone, Debug)]
 #[command(name = "switchyard-operator", version, about)]
 pub struct Settings {
-    /// Address of /metrics, /healthz and /readyz.
+    /// Address of /metrics (and /healthz, /readyz, kept for scrapers that read them there).
     #[arg(long, env = "SWITCHYARD_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
+    /// Address of the probes, /healthz and /readyz, on a listener of their own: clients holding
+    /// every admin connection cannot fail the kubelet's probes.
+    #[arg(long, env = "SWITCHYARD_PROBE_ADDR", default_value = "0.0.0.0:8081")]
+    pub probe_addr: SocketAddr,
     /// Address of the control-plane gRPC server (routing tables, load reports); every replica serves it.
     #[arg(
         long,
@@ -28,6 +32,14 @@ pub struct Settings {
         default_value = "0.0.0.0:7443"
     )]
     pub control_plane_addr: SocketAddr,
+    /// Address of the Identity service (`Certify`) with mesh TLS: the one port where a client
+    /// without a mesh certificate may connect; the control plane's requires one.
+    #[arg(long, env = "SWITCHYARD_IDENTITY_ADDR", default_value = "0.0.0.0:7444")]
+    pub identity_addr: SocketAddr,
+    /// URL at which sidecars reach the Identity service; unset: the control-plane URL's host with
+    /// the port of `--identity-addr`.
+    #[arg(long, env = "SWITCHYARD_IDENTITY_URL")]
+    pub identity_url: Option<String>,
     /// URL at which sidecars reach the control plane (the chart sets
     /// `https://<release service>.<namespace>.svc:<port>`; `http://` with `--mesh-tls=false`).
     /// Unset: sidecars get no control plane and find Manager pods by DNS of their Services.
@@ -187,6 +199,24 @@ pub fn check_control_plane_url(url: &str, mesh_tls: bool) -> Result<(), String> 
     Ok(())
 }
 
+/// `url` with its port replaced by (or set to) `port`.
+fn with_port(url: &str, port: u16) -> Result<String, String> {
+    let uri: axum::http::Uri = url
+        .parse()
+        .map_err(|e| format!("--control-plane-url {url:?} is not a URL: {e}"))?;
+    let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
+        return Err(format!("--control-plane-url {url:?} has no scheme or host"));
+    };
+    let host = match authority.port() {
+        Some(_) => authority
+            .as_str()
+            .rsplit_once(':')
+            .map_or(authority.as_str(), |(h, _)| h),
+        None => authority.as_str(),
+    };
+    Ok(format!("{scheme}://{host}:{port}"))
+}
+
 impl Settings {
     /// Refuses mesh TLS with nothing for the sidecars to certify against: without a control-plane
     /// URL their pods get no Identity service, and they would run on plain TCP while the operator
@@ -237,6 +267,23 @@ impl Settings {
         Ok((!addr.ip().is_unspecified()).then(|| format!("{scheme}://{addr}")))
     }
 
+    /// The URL sidecars certify at (mesh TLS on and a control-plane URL given): `--identity-url`,
+    /// or the control-plane URL with the Identity port.
+    pub fn identity_url(&self) -> Result<Option<String>, String> {
+        if !self.mesh_tls {
+            return Ok(None);
+        }
+        if let Some(url) = &self.identity_url {
+            check_control_plane_url(url, true)
+                .map_err(|e| e.replace("--control-plane-url", "--identity-url"))?;
+            return Ok(Some(url.clone()));
+        }
+        let Some(cp) = &self.control_plane_url else {
+            return Ok(None);
+        };
+        Ok(Some(with_port(cp, self.identity_addr.port())?))
+    }
+
     /// The identity to hold the Lease under.
     pub fn identity(&self) -> String {
         self.identity.clone().unwrap_or_else(|| {
@@ -250,6 +297,43 @@ impl Settings {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_identity_url_is_the_control_planes_host_on_the_identity_port_unless_given() {
+        let base = |extra: &[&str]| {
+            let mut args = vec!["op", "--control-plane-url=https://sy.system.svc:7443"];
+            args.extend_from_slice(extra);
+            Settings::try_parse_from(args).expect("settings")
+        };
+        assert_eq!(
+            base(&[]).identity_url().expect("derived"),
+            Some("https://sy.system.svc:7444".into())
+        );
+        assert_eq!(
+            base(&["--identity-addr=0.0.0.0:9000"])
+                .identity_url()
+                .expect("derived"),
+            Some("https://sy.system.svc:9000".into())
+        );
+        assert_eq!(
+            base(&["--identity-url=https://id.system.svc:1"])
+                .identity_url()
+                .expect("given"),
+            Some("https://id.system.svc:1".into())
+        );
+        let e = base(&["--identity-url=http://id:1"])
+            .identity_url()
+            .expect_err("plain");
+        assert!(e.contains("--identity-url"), "{e}");
+        assert_eq!(
+            with_port("https://[::1]:7443", 7444).expect("v6"),
+            "https://[::1]:7444"
+        );
+        assert_eq!(
+            base(&["--mesh-tls=false"]).identity_url().expect("off"),
+            None
+        );
+    }
 
     #[test]
     fn control_plane_urls_need_the_scheme_of_the_mode_and_a_host() {

@@ -11,9 +11,12 @@
 //! `caller` is where a call's origin is read and what it may ask is decided (pure), from
 //! `directory` (who is who).
 //!
-//! With mesh TLS the server is TLS only, with the operator's certificate, and serves the
-//! `Identity` service next to the control plane: a sidecar without a certificate may only ask for
-//! one; everything else needs the certificate it got.
+//! With mesh TLS the control plane is TLS only, with the operator's certificate, and a client
+//! without a mesh certificate fails the handshake. The `Identity` service, where a sidecar without
+//! a certificate gets one, listens on a port of its own (client certificates optional there, and
+//! nothing but `Certify` served): one rustls config cannot require a certificate for some calls and
+//! not for others, since the handshake ends before the request names its call. Both listeners cap
+//! their connections (`conn`), in all and per source IP, and close idle ones.
 
 pub mod activation;
 pub mod caller;
@@ -32,10 +35,11 @@ mod transport;
 
 use crate::leader::view::LeaderView;
 use crate::metrics::Metrics;
-use futures::StreamExt;
+use futures::{FutureExt, StreamExt};
 use std::future::Future;
 use std::sync::Arc;
 use switchyard_identity::connect::MeshConnector;
+use switchyard_identity::limit::{ConnLimiter, Limits};
 use switchyard_identity::service::IdentityService;
 use switchyard_protocol::control::v1::control_plane_server::ControlPlaneServer;
 use switchyard_protocol::control::v1::identity_server::IdentityServer;
@@ -44,8 +48,13 @@ use tonic::service::Routes;
 
 /// What the control plane needs to serve mesh TLS.
 pub struct MeshServing {
-    /// TLS with the operator's certificate (client certificates optional, checked when sent).
+    /// The control plane's TLS: the operator's certificate, client certificates required.
     pub config: rustls::ServerConfig,
+    /// The Identity listener's TLS: client certificates optional (a sidecar's first `Certify` has
+    /// none), checked when sent.
+    pub identity_config: rustls::ServerConfig,
+    /// Where the Identity service listens.
+    pub identity_listener: TcpListener,
     /// How a standby dials the leader (the operator's certificate presented).
     pub forward: MeshConnector,
     /// The Identity service.
@@ -92,30 +101,85 @@ pub async fn serve(
         }
     };
     let control = ControlPlaneServer::new(service).max_decoding_message_size(caller::MAX_MESSAGE);
+    let limiter = ConnLimiter::new(crate::conn::CONTROL_PLANE);
+    let refused = |listener: &'static str, metrics: &Arc<Metrics>| {
+        let metrics = metrics.clone();
+        move |reason: &'static str| metrics.connection_refused(listener, reason)
+    };
     match mesh {
-        None => transport::serve(transport::plain(listener), Routes::new(control), closing).await,
-        Some(m) => {
-            // A plain-TCP client, another CA's certificate or a stalled handshake never reaches
-            // a handler: counted here.
-            let incoming = switchyard_identity::incoming::incoming(
-                listener,
-                tokio_rustls::TlsAcceptor::from(Arc::new(m.config)),
-                move || metrics.control_plane_refused("handshake"),
+        None => {
+            let incoming = transport::plain(listener, limiter, refused("control_plane", &metrics));
+            let idle = refused("control_plane", &metrics);
+            transport::serve(
+                incoming,
+                Routes::new(control),
+                crate::conn::CONTROL_PLANE.idle_timeout,
+                move || idle("idle"),
+                closing,
             )
-            .map(|accepted| {
-                accepted.map(|conn| {
-                    let info = conn.info().clone();
-                    (conn, info)
-                })
-            });
-            let routes = Routes::new(control).add_service(
-                IdentityServer::new(m.identity)
-                    .max_decoding_message_size(switchyard_identity::service::MAX_MESSAGE),
+            .await;
+        }
+        Some(m) => {
+            let closing = closing.shared();
+            // A plain-TCP client, a client without a mesh certificate, another CA's certificate
+            // or a stalled handshake never reaches a handler: counted here.
+            let on_refused = {
+                let (conn, metrics) = (refused("control_plane", &metrics), metrics.clone());
+                move |reason: &'static str| {
+                    if reason == "handshake" {
+                        metrics.control_plane_refused("handshake");
+                    }
+                    conn(reason);
+                }
+            };
+            let control_plane = tls_serve(
+                listener,
+                m.config,
+                crate::conn::CONTROL_PLANE,
+                Routes::new(control),
+                on_refused,
+                closing.clone(),
             );
-            transport::serve(incoming, routes, closing).await;
+            let identity = tls_serve(
+                m.identity_listener,
+                m.identity_config,
+                crate::conn::IDENTITY,
+                Routes::new(
+                    IdentityServer::new(m.identity)
+                        .max_decoding_message_size(switchyard_identity::service::MAX_MESSAGE),
+                ),
+                refused("identity", &metrics),
+                closing,
+            );
+            tokio::join!(control_plane, identity);
         }
     }
     observer.abort();
+}
+
+/// Serves `routes` over TLS with `config` on `listener`, under `limits`, until `shutdown`.
+async fn tls_serve(
+    listener: TcpListener,
+    config: rustls::ServerConfig,
+    limits: Limits,
+    routes: Routes,
+    on_refused: impl Fn(&'static str) + Clone + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()>,
+) {
+    let incoming = switchyard_identity::incoming::incoming_limited(
+        listener,
+        tokio_rustls::TlsAcceptor::from(Arc::new(config)),
+        ConnLimiter::new(limits),
+        on_refused.clone(),
+    )
+    .map(|accepted| {
+        accepted.map(|conn| {
+            let info = conn.info().clone();
+            (conn, info, None)
+        })
+    });
+    let on_idle = move || on_refused("idle");
+    transport::serve(incoming, routes, limits.idle_timeout, on_idle, shutdown).await;
 }
 
 pub use hub::Hub;

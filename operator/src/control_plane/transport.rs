@@ -7,8 +7,11 @@
 //! it is then.
 //!
 //! Each connection's requests carry its [`PeerInfo`] (who the TLS client certificate names), which
-//! `caller` reads.
+//! `caller` reads. A connection holds its place under the listener's caps (its permit) until it
+//! closes, and is closed once it has had no request in progress for the idle timeout
+//! (`conn::idle`): keepalive pings alone would keep a client that does nothing connected forever.
 
+use crate::conn::idle::{self, Activity};
 use futures::{Stream, StreamExt};
 use hyper::server::conn::http2;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -17,6 +20,7 @@ use std::future::Future;
 use std::io;
 use std::time::Duration;
 use switchyard_identity::incoming::PeerInfo;
+use switchyard_identity::limit::{ConnLimiter, ConnPermit};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tonic::codegen::Service;
 use tonic::service::Routes;
@@ -45,14 +49,25 @@ fn builder() -> http2::Builder<TokioExecutor> {
     b
 }
 
-/// Serves `routes` on every connection `incoming` yields until `shutdown` resolves; then takes no
+/// One accepted connection: the stream, who is on the other end, and its place under the caps
+/// (`None` when the stream holds it itself, as a TLS connection of `incoming_limited` does).
+pub type Accepted<IO> = (IO, PeerInfo, Option<ConnPermit>);
+
+/// Serves `routes` on every connection `incoming` yields until `shutdown` resolves, closing each
+/// one that has had no request in progress for `idle` (and telling `on_idle`); then takes no
 /// more, lets each connection finish its streams (which `shutdown` must have ended) within
 /// [`DRAIN`], and returns.
-pub async fn serve<I, IO>(incoming: I, routes: Routes, shutdown: impl Future<Output = ()>)
-where
-    I: Stream<Item = io::Result<(IO, PeerInfo)>>,
+pub async fn serve<I, IO>(
+    incoming: I,
+    routes: Routes,
+    idle: Duration,
+    on_idle: impl Fn() + Send + Sync + 'static,
+    shutdown: impl Future<Output = ()>,
+) where
+    I: Stream<Item = io::Result<Accepted<IO>>>,
     IO: AsyncRead + AsyncWrite + Send + Unpin + 'static,
 {
+    let on_idle = std::sync::Arc::new(on_idle);
     let builder = builder();
     let graceful = GracefulShutdown::new();
     // Boxed so that it can be dropped before the drain: the TLS accept loop stops with it.
@@ -63,7 +78,7 @@ where
             () = &mut shutdown => break,
             next = incoming.next() => next,
         };
-        let (io, info) = match next {
+        let (io, info, permit) = match next {
             None => break,
             Some(Ok(conn)) => conn,
             Some(Err(e)) => {
@@ -73,16 +88,34 @@ where
             }
         };
         let remote = info.remote;
-        let routes = routes.clone();
-        let service = hyper::service::service_fn(move |mut req| {
-            req.extensions_mut().insert(info.clone());
-            routes.clone().call(req)
-        });
+        let activity = Activity::default();
+        let service = {
+            let (routes, activity) = (routes.clone(), activity.clone());
+            hyper::service::service_fn(move |mut req| {
+                req.extensions_mut().insert(info.clone());
+                let busy = activity.begin();
+                let call = routes.clone().call(req);
+                async move {
+                    let response = call.await?;
+                    Ok::<_, std::convert::Infallible>(
+                        response.map(|b| tonic::body::Body::new(idle::hold(b, busy))),
+                    )
+                }
+            })
+        };
         let conn = graceful.watch(builder.serve_connection(TokioIo::new(io), service));
+        let on_idle = on_idle.clone();
         tokio::spawn(async move {
-            if let Err(e) = conn.await {
-                tracing::debug!(%remote, error = %e, "control-plane connection ended");
+            tokio::select! {
+                r = conn => if let Err(e) = r {
+                    tracing::debug!(%remote, error = %e, "control-plane connection ended");
+                },
+                () = activity.idle_for(idle) => {
+                    on_idle();
+                    tracing::debug!(%remote, "idle control-plane connection closed");
+                }
             }
+            drop(permit);
         });
     }
     drop(incoming);
@@ -96,16 +129,34 @@ where
     }
 }
 
-/// Plain TCP connections of `listener` (mesh TLS off: nobody is known by a certificate).
+/// Plain TCP connections of `listener` (mesh TLS off: nobody is known by a certificate), each
+/// admitted under `limiter`'s caps; one over a cap is closed at once and `on_refused` hears why.
 pub fn plain(
     listener: tokio::net::TcpListener,
-) -> impl Stream<Item = io::Result<(tokio::net::TcpStream, PeerInfo)>> {
-    tokio_stream::wrappers::TcpListenerStream::new(listener).map(|accepted| {
-        let stream = accepted?;
-        // Table deltas are small and latency is the point of them.
-        stream.set_nodelay(true)?;
-        let remote = stream.peer_addr()?;
-        Ok((stream, PeerInfo { remote, peer: None }))
+    limiter: std::sync::Arc<ConnLimiter>,
+    on_refused: impl Fn(&'static str) + Send + 'static,
+) -> impl Stream<Item = io::Result<Accepted<tokio::net::TcpStream>>> {
+    tokio_stream::wrappers::TcpListenerStream::new(listener).filter_map(move |accepted| {
+        let admitted = (|| {
+            let stream = accepted?;
+            let remote = stream.peer_addr()?;
+            match limiter.admit(remote.ip()) {
+                Err(r) => {
+                    on_refused(r.reason());
+                    Ok(None)
+                }
+                Ok(permit) => {
+                    // Table deltas are small and latency is the point of them.
+                    stream.set_nodelay(true)?;
+                    Ok(Some((
+                        stream,
+                        PeerInfo { remote, peer: None },
+                        Some(permit),
+                    )))
+                }
+            }
+        })();
+        std::future::ready(admitted.transpose())
     })
 }
 
@@ -213,11 +264,13 @@ mod tests {
         let (pulled, go) = (Arc::new(AtomicUsize::new(0)), Arc::new(Notify::new()));
         let (client_io, server_io) = tokio::io::duplex(PIPE);
         let remote = "127.0.0.1:1".parse().expect("addr");
-        let one = futures::stream::iter([Ok((server_io, PeerInfo { remote, peer: None }))]);
+        let one = futures::stream::iter([Ok((server_io, PeerInfo { remote, peer: None }, None))]);
         let (stop, stopping) = tokio::sync::oneshot::channel::<()>();
         let server = tokio::spawn(serve(
             one.chain(futures::stream::pending()),
             app(pulled.clone(), go.clone()),
+            Duration::from_secs(60),
+            || {},
             async move {
                 let _ = stopping.await;
             },
@@ -269,7 +322,10 @@ mod tests {
         let addr = listener.local_addr().expect("addr");
         let (stop, stopping) = tokio::sync::oneshot::channel::<()>();
         let routes = app(Arc::default(), Arc::default());
-        let server = tokio::spawn(serve(plain(listener), routes, async move {
+        let limiter = ConnLimiter::new(crate::conn::CONTROL_PLANE);
+        let incoming = plain(listener, limiter, |_| {});
+        let idle = Duration::from_secs(60);
+        let server = tokio::spawn(serve(incoming, routes, idle, || {}, async move {
             let _ = stopping.await;
         }));
         let tcp = TcpStream::connect(addr).await.expect("connect");
@@ -293,5 +349,93 @@ mod tests {
             .expect("client connection closed after the server's shutdown")
             .expect("client connection task")
             .expect("client connection ended cleanly");
+    }
+
+    /// A served listener with small caps and a short idle timeout; the limiter and the idle count.
+    async fn limited() -> (std::net::SocketAddr, Arc<ConnLimiter>, Arc<AtomicUsize>) {
+        let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
+        let addr = listener.local_addr().expect("addr");
+        let limiter = ConnLimiter::new(switchyard_identity::limit::Limits {
+            max_connections: 16,
+            max_per_peer: 2,
+            handshake_timeout: Duration::from_secs(5),
+            idle_timeout: Duration::from_millis(300),
+        });
+        let idled = Arc::new(AtomicUsize::new(0));
+        let incoming = plain(listener, limiter.clone(), |_| {});
+        let on_idle = {
+            let idled = idled.clone();
+            move || {
+                idled.fetch_add(1, Ordering::SeqCst);
+            }
+        };
+        let idle = limiter.limits().idle_timeout;
+        let routes = app(Arc::default(), Arc::new(Notify::new()));
+        tokio::spawn(serve(
+            incoming,
+            routes,
+            idle,
+            on_idle,
+            std::future::pending(),
+        ));
+        (addr, limiter, idled)
+    }
+
+    async fn h2(
+        addr: std::net::SocketAddr,
+    ) -> (
+        hyper::client::conn::http2::SendRequest<http_body_util::Empty<Bytes>>,
+        tokio::task::JoinHandle<hyper::Result<()>>,
+    ) {
+        let tcp = TcpStream::connect(addr).await.expect("connect");
+        let (send, conn) = hyper::client::conn::http2::Builder::new(TokioExecutor::new())
+            .handshake(TokioIo::new(tcp))
+            .await
+            .expect("h2 handshake");
+        (send, tokio::spawn(conn))
+    }
+
+    #[tokio::test]
+    async fn a_peer_past_its_share_is_closed_and_idle_connections_go_while_streams_stay() {
+        let (addr, limiter, idled) = limited().await;
+        // One connection holds a stream open (a sidecar's table stream), one does nothing.
+        let (mut streaming, streaming_conn) = h2(addr).await;
+        let response = streaming
+            .send_request(get("/pull"))
+            .await
+            .expect("response");
+        assert_eq!(response.status(), http::StatusCode::OK);
+        let (_quiet, quiet_conn) = h2(addr).await;
+        crate::test_util::until(|| limiter.open() == 2).await;
+        // A third from the same peer is closed before any h2.
+        let mut over = TcpStream::connect(addr).await.expect("connect");
+        let mut buf = [0u8; 64];
+        let read = tokio::time::timeout(
+            Duration::from_secs(5),
+            tokio::io::AsyncReadExt::read(&mut over, &mut buf),
+        )
+        .await
+        .expect("the connection over the peer's share was closed");
+        assert!(matches!(read, Ok(0) | Err(_)), "{read:?}");
+        // The quiet one is closed once idle; the one with a stream is not.
+        tokio::time::timeout(Duration::from_secs(5), quiet_conn)
+            .await
+            .expect("the idle connection was closed")
+            .expect("task")
+            .ok();
+        assert_eq!(idled.load(Ordering::SeqCst), 1);
+        assert!(
+            !streaming_conn.is_finished(),
+            "a connection with a stream was closed"
+        );
+        assert_eq!(limiter.open(), 1, "the idle connection gave its place back");
+        // Once its stream ends, it is idle too.
+        drop(response);
+        tokio::time::timeout(Duration::from_secs(5), streaming_conn)
+            .await
+            .expect("closed once its stream ended and it idled")
+            .expect("task")
+            .ok();
+        crate::test_util::until(|| limiter.open() == 0).await;
     }
 }

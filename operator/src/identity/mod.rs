@@ -4,11 +4,13 @@
 //! two thirds of its life without a restart.
 //!
 //! `owner` is the pure core (review status, pod, owners -> who), `review` the API shell,
+//! `throttle` what keeps it cheap (rate limits per caller, reviews cached by token hash),
 //! `ca_secret` the CA's storage.
 
 pub mod ca_secret;
 pub mod owner;
 pub mod review;
+pub mod throttle;
 
 use crate::metrics::Metrics;
 use std::sync::Arc;
@@ -168,9 +170,20 @@ impl MeshIdentity {
         switchyard_identity::pem::certs(self.ca.trust())
     }
 
-    /// The control plane's TLS: the operator's certificate; client certificates optional (a
-    /// sidecar asking for its first certificate has none), checked against the CA when sent.
+    /// The control plane's TLS: the operator's certificate; client certificates required and
+    /// checked against the CA (a client without one fails the handshake).
     pub fn server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
+        tls::server_config(
+            self.store.clone(),
+            tls::roots(self.ca.trust())?,
+            ClientAuth::Required,
+            &[tls::H2_ALPN],
+        )
+    }
+
+    /// The Identity listener's TLS: the operator's certificate; client certificates optional (a
+    /// sidecar asking for its first certificate has none), checked against the CA when sent.
+    pub fn identity_server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
         tls::server_config(
             self.store.clone(),
             tls::roots(self.ca.trust())?,
@@ -203,9 +216,96 @@ impl MeshIdentity {
                 client,
                 trust_domain: self.settings.trust_domain.clone(),
                 scope,
+                throttle: Arc::default(),
+                metrics: metrics.clone(),
             },
             self.settings.lifetime,
             metrics,
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    fn identity() -> MeshIdentity {
+        let (ca, _) = Ca::generate("cluster.local", SystemTime::now()).expect("CA");
+        let settings = IdentitySettings {
+            trust_domain: "cluster.local".into(),
+            ca_secret: (ca_secret::DEFAULT_SECRET.into(), false),
+            namespace: "switchyard-system".into(),
+            pod: "operator-0".into(),
+            lifetime: Duration::from_secs(3600),
+        };
+        let subject = Subject {
+            id: SpiffeId::new(
+                "cluster.local",
+                "switchyard-system",
+                Kind::Operator,
+                OPERATOR_NAME,
+            )
+            .expect("id"),
+            pod: settings.pod.clone(),
+        };
+        let me = MeshIdentity {
+            ca: Arc::new(ca),
+            store: Arc::new(CertStore::default()),
+            settings,
+            subject,
+        };
+        me.certify_self().expect("certified");
+        me
+    }
+
+    /// Whether a client without a certificate gets an answer over `config`: a TLS 1.3 client
+    /// finishes its side before the server checks its certificate, so the server's refusal shows
+    /// at the first read.
+    async fn anonymous_gets_through(me: &MeshIdentity, config: rustls::ServerConfig) -> bool {
+        let client = tls::client_config(
+            None,
+            tls::roots(me.ca.trust()).expect("roots"),
+            &[tls::H2_ALPN],
+        )
+        .expect("client config");
+        let (c, s) = tokio::io::duplex(64 * 1024);
+        let server = tokio::spawn(async move {
+            let mut conn = tokio_rustls::TlsAcceptor::from(Arc::new(config))
+                .accept(s)
+                .await
+                .ok()?;
+            conn.write_all(b"hello").await.ok()?;
+            conn.flush().await.ok()
+        });
+        let name = Expect::Operator.server_name().expect("name");
+        let answered = async {
+            let mut conn = tokio_rustls::TlsConnector::from(Arc::new(client))
+                .connect(name, c)
+                .await
+                .ok()?;
+            let mut buf = [0u8; 5];
+            conn.read_exact(&mut buf).await.ok()?;
+            Some(buf == *b"hello")
+        }
+        .await;
+        let _ = server.await;
+        answered == Some(true)
+    }
+
+    #[tokio::test]
+    async fn the_control_plane_refuses_a_client_without_a_certificate_and_the_identity_port_takes_it()
+     {
+        let me = identity();
+        let control_plane = me.server_config().expect("control-plane config");
+        assert!(
+            !anonymous_gets_through(&me, control_plane).await,
+            "the control plane answered a client without a certificate"
+        );
+        let identity = me.identity_server_config().expect("identity config");
+        assert!(
+            anonymous_gets_through(&me, identity).await,
+            "the Identity port refused a client without a certificate"
+        );
     }
 }
