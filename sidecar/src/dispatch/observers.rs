@@ -5,6 +5,7 @@
 //! observer that is slow or gone costs the client's answer nothing.
 
 use super::ce_id::new_ce_id;
+use crate::durable::Store;
 use crate::metrics::{EventLabel, Metrics, ObserverLabels};
 use crate::upstream::subscribers::Sub;
 use crate::upstream::{Outgoing, Upstream};
@@ -51,11 +52,18 @@ impl Observers {
         upstream.subscribers_of(out, Observe::Requests)
     }
 
-    /// Sends `out`'s copy to each of `subs` (its `requests` subscribers).
-    pub(crate) fn request(&self, upstream: &Arc<Upstream>, subs: Vec<Arc<Sub>>, out: &Outgoing) {
+    /// Sends `out`'s copy to each of `subs` (its `requests` subscribers); a durable subscriber's
+    /// copy is stored in its stream (`store`).
+    pub(crate) fn request(
+        &self,
+        upstream: &Arc<Upstream>,
+        store: Option<&Arc<Store>>,
+        subs: Vec<Arc<Sub>>,
+        out: &Outgoing,
+    ) {
         for sub in subs {
             let copy = out.buffered_copy(vec![(OBSERVED.to_owned(), "request".to_owned())]);
-            self.send(upstream, sub, "request", copy);
+            self.send(upstream, store, sub, "request", copy);
         }
     }
 
@@ -65,6 +73,7 @@ impl Observers {
     pub(crate) fn response(
         &self,
         upstream: &Arc<Upstream>,
+        store: Option<&Arc<Store>>,
         subs: Vec<Arc<Sub>>,
         request: &Outgoing,
         resp: &Response,
@@ -84,11 +93,18 @@ impl Observers {
                     (STATUS.to_owned(), resp.status.to_string()),
                 ],
             };
-            self.send(upstream, sub, "response", copy);
+            self.send(upstream, store, sub, "response", copy);
         }
     }
 
-    fn send(&self, upstream: &Arc<Upstream>, sub: Arc<Sub>, copy: &'static str, out: Outgoing) {
+    fn send(
+        &self,
+        upstream: &Arc<Upstream>,
+        store: Option<&Arc<Store>>,
+        sub: Arc<Sub>,
+        copy: &'static str,
+        out: Outgoing,
+    ) {
         let label = |outcome| ObserverLabels {
             subscription: EventLabel(sub.spec.key.clone()),
             copy,
@@ -103,16 +119,16 @@ impl Observers {
             return;
         };
         let upstream = upstream.clone();
+        let store = store.cloned();
         let metrics = self.metrics.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let deadline = Instant::now() + COPY_DEADLINE;
-            let outcome = match upstream.publish(&sub.pool, &out, deadline).await {
-                Ok(ack) if ack.status == 202 && ack.from_mesh => "sent",
-                Ok(ack) => {
-                    tracing::debug!(subscription = %sub.spec.key, status = ack.status, "observer refused its copy");
-                    "failed"
-                }
+            let sent =
+                super::publish_to_subscriber(&upstream, store.as_deref(), &sub, &out, deadline)
+                    .await;
+            let outcome = match sent {
+                Ok(()) => "sent",
                 Err(e) => {
                     tracing::debug!(subscription = %sub.spec.key, error = ?e, "observer copy not delivered");
                     "failed"

@@ -64,6 +64,19 @@ pub(crate) mod header {
     pub(crate) const OLD_TRACESTATE: &str = "tracestate";
     /// Media type of the payload.
     pub(crate) const CONTENT_TYPE: &str = "content-type";
+    /// CloudEvents type, on a subscription's copy: its consumer takes every type its pattern
+    /// covers, so the type travels with the event (a handled type's subject names it).
+    pub(crate) const TYPE: &str = "ce-type";
+    /// The prefix of the extension attributes a stored copy keeps (an observer's
+    /// `switchyardobserved`, `switchyardrequestid`, `switchyardstatus`).
+    pub(crate) const EXTENSION_PREFIX: &str = "ce-switchyard";
+    /// Most extension attributes a stored event keeps, and the longest name and value of one:
+    /// read back as outside input, so bounded.
+    pub(crate) const MAX_EXTENSIONS: usize = 8;
+    /// See [`MAX_EXTENSIONS`].
+    pub(crate) const MAX_EXTENSION_NAME: usize = 64;
+    /// See [`MAX_EXTENSIONS`].
+    pub(crate) const MAX_EXTENSION_VALUE: usize = 1024;
 }
 
 /// Why the event store did not take an event or a setting.
@@ -135,8 +148,11 @@ impl std::fmt::Display for Full {
 /// key at the JSON pointer `ordering_key` when the Manager orders by one.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Target<'a> {
-    /// The Manager that handles the event type.
+    /// The Manager that handles the event type, or that subscribes to it.
     pub(crate) manager: &'a str,
+    /// The subscription's pattern when the event is a subscriber's copy: stored under the
+    /// subscription's subjects, with its type in a header. `None`: the handler's event.
+    pub(crate) subscription: Option<&'a str>,
     /// JSON pointer of its ordering key, if any.
     pub(crate) ordering_key: Option<&'a str>,
     /// Its stream's limits (the Manager's `durable.duplicateWindow` and `durable.maxBytes`).
@@ -160,6 +176,9 @@ pub(crate) struct Fields<'a> {
     /// The publisher the event already names (a dead letter of a durable event keeps its
     /// publisher's `ce-source`); none: this sidecar is the publisher.
     pub(crate) source: Option<&'a str>,
+    /// The event's headers: those naming a Switchyard extension attribute (an observer copy's)
+    /// are kept with it, at most [`header::MAX_EXTENSIONS`].
+    pub(crate) headers: &'a [(String, String)],
 }
 
 /// Who a sidecar is to the JetStream server.
@@ -382,6 +401,7 @@ impl Store {
     ) -> Result<(), DurableError> {
         let Target {
             manager,
+            subscription,
             ordering_key,
             stream: limits,
         } = to;
@@ -392,6 +412,7 @@ impl Store {
             tracestate,
             content_type,
             source,
+            headers: extensions,
         } = fields;
         let publisher = source.unwrap_or(&self.publisher);
         let lane = Lane::of(
@@ -399,7 +420,10 @@ impl Store {
                 .and_then(|p| plan::ordering_key(&payload, p))
                 .as_deref(),
         );
-        let subject = plan::subject(&self.namespace, manager, event, lane);
+        let subject = match subscription {
+            Some(pattern) => plan::subscription_subject(&self.namespace, manager, pattern, lane),
+            None => plan::subject(&self.namespace, manager, event, lane),
+        };
         let digest = dedupe::digest(content_type, &payload);
         let bytes = payload.len();
         let within = async {
@@ -418,6 +442,12 @@ impl Store {
             }
             if !tracestate.is_empty() {
                 headers.insert(header::TRACESTATE, tracestate);
+            }
+            if subscription.is_some() {
+                headers.insert(header::TYPE, event);
+            }
+            for (name, value) in kept_extensions(extensions) {
+                headers.insert(name, value);
             }
             let msg = jetstream::message::PublishMessage::build()
                 .payload(payload)
@@ -446,6 +476,27 @@ impl Store {
             Err(_) => Err(DurableError::Timeout),
         }
     }
+}
+
+/// The extension attributes of `headers` a stored event keeps: Switchyard's own, within the bounds
+/// its reader checks.
+fn kept_extensions(headers: &[(String, String)]) -> impl Iterator<Item = (&str, &str)> {
+    headers
+        .iter()
+        .filter(|(n, v)| is_extension(n, v))
+        .take(header::MAX_EXTENSIONS)
+        .map(|(n, v)| (n.as_str(), v.as_str()))
+}
+
+/// Whether `(name, value)` is an extension attribute a stored event keeps (and its reader takes).
+pub(crate) fn is_extension(name: &str, value: &str) -> bool {
+    name.starts_with(header::EXTENSION_PREFIX)
+        && name.len() <= header::MAX_EXTENSION_NAME
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && value.len() <= header::MAX_EXTENSION_VALUE
+        && !value.chars().any(char::is_control)
 }
 
 /// Why a sent publish was not stored: a full stream (the server's words name the limit it hit), or
