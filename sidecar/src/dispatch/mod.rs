@@ -134,8 +134,7 @@ impl Dispatch {
         }
         let (asking, answered_to) = self.observers_of(&out);
         if !asking.is_empty() {
-            self.observers
-                .request(&self.upstream, self.durable.as_ref(), asking, &out);
+            self.observers.request(&self.upstream, asking, &out);
         }
         let result = self
             .upstream
@@ -145,13 +144,8 @@ impl Dispatch {
         let resp = result?;
         // A streamed answer is read once, by the client: its observers are not sent a copy.
         if !answered_to.is_empty() && resp.body.is_none() && !resp.head.from_mesh {
-            self.observers.response(
-                &self.upstream,
-                self.durable.as_ref(),
-                answered_to,
-                &out,
-                &resp.head,
-            );
+            self.observers
+                .response(&self.upstream, answered_to, &out, &resp.head);
         }
         clock.queue = Duration::from_micros(resp.head.queue_us.into());
         clock.app = Duration::from_micros(resp.head.app_us.into());
@@ -245,7 +239,7 @@ async fn publish_to_handler(
 
 /// A copy of `out` for the subscriber `sub`: stored in its Manager's stream for a durable
 /// subscription (done on the PubAck), else sent to one of its pods (done on its admission).
-pub(crate) async fn publish_to_subscriber(
+async fn publish_to_subscriber(
     upstream: &Upstream,
     store: Option<&Store>,
     sub: &Sub,
@@ -288,7 +282,6 @@ async fn store_durably(
             .iter()
             .find(|(n, _)| n == crate::durable::header::SOURCE)
             .map(|(_, v)| v.as_str()),
-        headers: &out.headers,
     };
     store
         .publish(to, fields, out.payload.clone(), deadline)

@@ -3,9 +3,13 @@
 //! publish in a task of its own; at most [`MAX_UNDERWAY`] are underway per sidecar, and a copy
 //! past that is shed and counted (`switchyard_observer_copies_total{outcome="shed"}`), so an
 //! observer that is slow or gone costs the client's answer nothing.
+//!
+//! Copies go to the observer's pods directly, also for a durable subscription: a copy is
+//! best-effort by design (shed rather than slow the handler), and the Router's sidecars, which
+//! send most of them, are not JetStream clients. A durable subscription keeps its `published`
+//! events in its stream.
 
 use super::ce_id::new_ce_id;
-use crate::durable::Store;
 use crate::metrics::{EventLabel, Metrics, ObserverLabels};
 use crate::upstream::subscribers::Sub;
 use crate::upstream::{Outgoing, Upstream};
@@ -52,18 +56,11 @@ impl Observers {
         upstream.subscribers_of(out, Observe::Requests)
     }
 
-    /// Sends `out`'s copy to each of `subs` (its `requests` subscribers); a durable subscriber's
-    /// copy is stored in its stream (`store`).
-    pub(crate) fn request(
-        &self,
-        upstream: &Arc<Upstream>,
-        store: Option<&Arc<Store>>,
-        subs: Vec<Arc<Sub>>,
-        out: &Outgoing,
-    ) {
+    /// Sends `out`'s copy to each of `subs` (its `requests` subscribers).
+    pub(crate) fn request(&self, upstream: &Arc<Upstream>, subs: Vec<Arc<Sub>>, out: &Outgoing) {
         for sub in subs {
             let copy = out.buffered_copy(vec![(OBSERVED.to_owned(), "request".to_owned())]);
-            self.send(upstream, store, sub, "request", copy);
+            self.send(upstream, sub, "request", copy);
         }
     }
 
@@ -73,7 +70,6 @@ impl Observers {
     pub(crate) fn response(
         &self,
         upstream: &Arc<Upstream>,
-        store: Option<&Arc<Store>>,
         subs: Vec<Arc<Sub>>,
         request: &Outgoing,
         resp: &Response,
@@ -93,18 +89,11 @@ impl Observers {
                     (STATUS.to_owned(), resp.status.to_string()),
                 ],
             };
-            self.send(upstream, store, sub, "response", copy);
+            self.send(upstream, sub, "response", copy);
         }
     }
 
-    fn send(
-        &self,
-        upstream: &Arc<Upstream>,
-        store: Option<&Arc<Store>>,
-        sub: Arc<Sub>,
-        copy: &'static str,
-        out: Outgoing,
-    ) {
+    fn send(&self, upstream: &Arc<Upstream>, sub: Arc<Sub>, copy: &'static str, out: Outgoing) {
         let label = |outcome| ObserverLabels {
             subscription: EventLabel(sub.spec.key.clone()),
             copy,
@@ -119,16 +108,16 @@ impl Observers {
             return;
         };
         let upstream = upstream.clone();
-        let store = store.cloned();
         let metrics = self.metrics.clone();
         tokio::spawn(async move {
             let _slot = slot;
             let deadline = Instant::now() + COPY_DEADLINE;
-            let sent =
-                super::publish_to_subscriber(&upstream, store.as_deref(), &sub, &out, deadline)
-                    .await;
-            let outcome = match sent {
-                Ok(()) => "sent",
+            let outcome = match upstream.publish(&sub.pool, &out, deadline).await {
+                Ok(ack) if ack.status == 202 && ack.from_mesh => "sent",
+                Ok(ack) => {
+                    tracing::debug!(subscription = %sub.spec.key, status = ack.status, "observer refused its copy");
+                    "failed"
+                }
                 Err(e) => {
                     tracing::debug!(subscription = %sub.spec.key, error = ?e, "observer copy not delivered");
                     "failed"

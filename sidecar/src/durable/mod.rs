@@ -67,16 +67,6 @@ pub(crate) mod header {
     /// CloudEvents type, on a subscription's copy: its consumer takes every type its pattern
     /// covers, so the type travels with the event (a handled type's subject names it).
     pub(crate) const TYPE: &str = "ce-type";
-    /// The prefix of the extension attributes a stored copy keeps (an observer's
-    /// `switchyardobserved`, `switchyardrequestid`, `switchyardstatus`).
-    pub(crate) const EXTENSION_PREFIX: &str = "ce-switchyard";
-    /// Most extension attributes a stored event keeps, and the longest name and value of one:
-    /// read back as outside input, so bounded.
-    pub(crate) const MAX_EXTENSIONS: usize = 8;
-    /// See [`MAX_EXTENSIONS`].
-    pub(crate) const MAX_EXTENSION_NAME: usize = 64;
-    /// See [`MAX_EXTENSIONS`].
-    pub(crate) const MAX_EXTENSION_VALUE: usize = 1024;
 }
 
 /// Why the event store did not take an event or a setting.
@@ -176,9 +166,6 @@ pub(crate) struct Fields<'a> {
     /// The publisher the event already names (a dead letter of a durable event keeps its
     /// publisher's `ce-source`); none: this sidecar is the publisher.
     pub(crate) source: Option<&'a str>,
-    /// The event's headers: those naming a Switchyard extension attribute (an observer copy's)
-    /// are kept with it, at most [`header::MAX_EXTENSIONS`].
-    pub(crate) headers: &'a [(String, String)],
 }
 
 /// Who a sidecar is to the JetStream server.
@@ -412,7 +399,6 @@ impl Store {
             tracestate,
             content_type,
             source,
-            headers: extensions,
         } = fields;
         let publisher = source.unwrap_or(&self.publisher);
         let lane = Lane::of(
@@ -446,9 +432,6 @@ impl Store {
             if subscription.is_some() {
                 headers.insert(header::TYPE, event);
             }
-            for (name, value) in kept_extensions(extensions) {
-                headers.insert(name, value);
-            }
             let msg = jetstream::message::PublishMessage::build()
                 .payload(payload)
                 .headers(headers)
@@ -476,27 +459,6 @@ impl Store {
             Err(_) => Err(DurableError::Timeout),
         }
     }
-}
-
-/// The extension attributes of `headers` a stored event keeps: Switchyard's own, within the bounds
-/// its reader checks.
-fn kept_extensions(headers: &[(String, String)]) -> impl Iterator<Item = (&str, &str)> {
-    headers
-        .iter()
-        .filter(|(n, v)| is_extension(n, v))
-        .take(header::MAX_EXTENSIONS)
-        .map(|(n, v)| (n.as_str(), v.as_str()))
-}
-
-/// Whether `(name, value)` is an extension attribute a stored event keeps (and its reader takes).
-pub(crate) fn is_extension(name: &str, value: &str) -> bool {
-    name.starts_with(header::EXTENSION_PREFIX)
-        && name.len() <= header::MAX_EXTENSION_NAME
-        && name
-            .bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && value.len() <= header::MAX_EXTENSION_VALUE
-        && !value.chars().any(char::is_control)
 }
 
 /// Why a sent publish was not stored: a full stream (the server's words name the limit it hit), or

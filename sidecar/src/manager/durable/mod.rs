@@ -325,13 +325,12 @@ fn request_of(event: &str, headers: Option<&HeaderMap>, payload: &Bytes) -> Requ
     // The publisher's identity, as it stored it: it replaces this Manager's own as the app's
     // `ce-source`, so (source, id) names one event however many publishers reuse a key.
     let source = get(&[header::SOURCE]);
-    let mut kept = Vec::new();
-    if !source.is_empty() {
-        kept.push((header::SOURCE.to_owned(), source));
-    }
-    kept.extend(extensions(headers));
     Request {
-        headers: kept,
+        headers: if source.is_empty() {
+            Vec::new()
+        } else {
+            vec![(header::SOURCE.to_owned(), source)]
+        },
         id: 0,
         flags: 0,
         deadline_ms: 0,
@@ -371,23 +370,6 @@ fn event_of<'a>(plan: &'a ConsumerPlan, headers: Option<&'a HeaderMap>) -> Optio
     (switchyard_crds::event_type::EventType::check(named).is_ok()
         && switchyard_crds::subscription::pattern_matches(&plan.event, named))
     .then_some(named)
-}
-
-/// The extension attributes a stored copy carries (an observer's), within their bounds, sorted so
-/// the app sees them alike on every delivery.
-fn extensions(headers: Option<&HeaderMap>) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> = headers
-        .into_iter()
-        .flat_map(HeaderMap::iter)
-        .filter_map(|(name, values)| {
-            let name: &str = name.as_ref();
-            let value = values.first()?.as_str();
-            crate::durable::is_extension(name, value).then(|| (name.to_owned(), value.to_owned()))
-        })
-        .collect();
-    out.sort();
-    out.truncate(header::MAX_EXTENSIONS);
-    out
 }
 
 /// Delivers one pulled event on `slot` (or on the first slot free, when it came without one) and
