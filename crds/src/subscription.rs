@@ -54,9 +54,11 @@ pub struct Subscription {
     /// connections, held in the receiving pod's memory) or `durable` (kept in JetStream for it).
     #[serde(default, skip_serializing_if = "is_direct")]
     pub delivery: DeliveryMode,
-    /// Durable subscriptions only: where a subscriber that (re)starts begins: `new` (events
-    /// published from now on), `stored` (everything its stream still holds) or a duration back
-    /// from now (`10m`), as EDRI's `from_time` replays its cache.
+    /// Durable subscriptions only: where the subscriber begins when its consumer is first made:
+    /// `stored` (the default: everything kept for it since the subscription reached the
+    /// publishers, including while it had no pod), `new` (only what is stored from then on) or a
+    /// duration back (`10m`: what was stored at most that long before), as EDRI's `from_time`
+    /// replays its cache. A restart goes on where it stopped, skipping nothing.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^(new|stored|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
     pub start_from: Option<String>,
