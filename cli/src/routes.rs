@@ -65,7 +65,7 @@ fn print_fan_out(managers: &[&Manager]) {
             let observe: Vec<&str> = s.observe.iter().map(|o| o.as_str()).collect();
             let mut observe = observe.join(",");
             if s.delivery == DeliveryMode::Durable {
-                observe.push_str(" (durable: not built yet)");
+                observe.push_str(" (durable)");
             }
             let filter = s
                 .filter

@@ -319,8 +319,14 @@ fn require_binaries() {
 
 /// Starts `switchyard up -f manifest` with its output lines collected.
 fn start_up(manifest: &Path) -> Up {
+    start_up_with(manifest, &[])
+}
+
+/// [`start_up`] with `env` set for `switchyard up`.
+fn start_up_with(manifest: &Path, env: &[(&str, &Path)]) -> Up {
     let mut child = Command::new(SWITCHYARD)
         .args(["up", "-f", &manifest.display().to_string()])
+        .envs(env.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
@@ -644,6 +650,87 @@ fn answered_of(admin: u16, event: &str) -> u64 {
         .filter(|l| l.starts_with(&prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum::<f64>() as u64
+}
+
+/// The nats-server `e2e/cluster/build-nats` builds into `.tools/bin` (cached after the first run).
+fn nats_server() -> PathBuf {
+    let script = repo_file("e2e/cluster/build-nats");
+    let out = Command::new(&script)
+        .stderr(Stdio::inherit())
+        .output()
+        .unwrap_or_else(|e| panic!("{}: {e}", script.display()));
+    assert!(out.status.success(), "{} failed", script.display());
+    PathBuf::from(String::from_utf8_lossy(&out.stdout).trim())
+}
+
+#[test]
+fn a_durable_subscription_is_kept_behind_the_mesh_identity_and_delivered() {
+    require_binaries();
+    let nats = nats_server();
+    let _one_at_a_time = END_TO_END.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().expect("tempdir");
+    let text = std::fs::read_to_string(repo_file("examples/subscriptions.yaml")).expect("example");
+    let observe = "      observe: [published, requests, responses]\n";
+    assert!(text.contains(observe), "the example changed shape");
+    // `audit` keeps what it observes in its own stream: the local nats-server serves TLS from the
+    // run's CA and maps each sidecar's certificate to a user whose permissions its table gives.
+    let text = text
+        .replace("port: 8080", "port: 0")
+        .replace(observe, &format!("{observe}      delivery: durable\n"));
+    let manifest = dir.path().join("subscriptions.yaml");
+    std::fs::write(&manifest, text).expect("write");
+    let mut up = start_up_with(&manifest, &[("SWITCHYARD_NATS_SERVER", &nats)]);
+    let ready = up.wait_for("ready: try curl", Duration::from_secs(90));
+    assert!(ready.is_some(), "never ready:\n{}", up.seen.join("\n"));
+    let (http, _) = up.router_ports();
+    let label = "✓ manager sidecar audit (";
+    let audit = up
+        .seen
+        .iter()
+        .find(|l| l.starts_with(label))
+        .and_then(|l| admin_port(l))
+        .unwrap_or_else(|| panic!("no {label} line:\n{}", up.seen.join("\n")));
+    // 202 once `back` admitted it and `audit`'s copy is stored (the stream is made on first use).
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answer = loop {
+        let a = post_json(http, "/publish", r#"{"event":"echo","data":{"value":1}}"#)
+            .expect("POST /publish");
+        if !a.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
+            break a;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        answer.starts_with("HTTP/1.1 202"),
+        "{answer}\n{}",
+        up.seen.join("\n")
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while answered_of(audit, "echo") == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert!(
+        answered_of(audit, "echo") >= 1,
+        "audit never got its stored copy:\n{}",
+        up.seen.join("\n")
+    );
+    // A request's copy and its answer's reach `audit` directly (best-effort copies, sent beside
+    // the client's answer by the Router's sidecar, which is no JetStream client).
+    let before = answered_of(audit, "echo");
+    let answer = post_json(http, "/echo", r#"{"value":2}"#).expect("POST /echo");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while answered_of(audit, "echo") < before + 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        answered_of(audit, "echo"),
+        before + 2,
+        "request and answer copies"
+    );
+    up.term();
+    let status = up.wait_exit(Duration::from_secs(40));
+    assert!(status.is_some_and(|s| s.success()), "{status:?}");
 }
 
 #[test]

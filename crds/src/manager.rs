@@ -301,6 +301,19 @@ impl ManagerSpec {
             .cloned()
             .collect()
     }
+
+    /// The subscriptions delivered durably (kept in this Manager's stream), in spec order.
+    pub fn durable_subscriptions(&self) -> impl Iterator<Item = &Subscription> {
+        self.subscriptions
+            .iter()
+            .filter(|s| s.delivery == DeliveryMode::Durable)
+    }
+
+    /// Whether this Manager's sidecars consume a stream of their own: a durable type or a durable
+    /// subscription.
+    pub fn consumes_durably(&self) -> bool {
+        !self.durable_events().is_empty() || self.durable_subscriptions().next().is_some()
+    }
 }
 
 fn one() -> i32 {

@@ -13,6 +13,11 @@
 //! - `ack_wait` is the attempt timeout plus slack for the ack to travel, at most [`MAX_ACK_WAIT`]: the
 //!   consuming sidecar sends progress acks while it holds an event, so AckWait only has to outlast a
 //!   silent sidecar, and a killed pod's events come back within it.
+//! - A Manager's durable subscriptions are kept in its own stream too: a publisher stores a copy of
+//!   each event a subscription takes under `sy.<namespace>.<manager>.<subscription token>.<lane>`
+//!   ([`subscription_token`]: never an event type's first token, so a subscription's consumer and a
+//!   handled type's never take the same event), so each subscriber has its own copy, kept until
+//!   it acknowledged it, whatever the other subscribers do.
 //! - The server never gives up on an event (`max_deliver` unlimited): the sidecar counts the
 //!   deliveries (`attempts` = `retries.attempts`) and dead-letters an event on its last failed attempt,
 //!   or on the first delivery past it (the pod of the last attempt died), so no event is stranded.
@@ -27,6 +32,7 @@
 
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
+pub use switchyard_crds::subscription::StartFrom;
 
 /// Partitions of an event type with an ordering key: keys hash onto them; each is delivered in order.
 pub const PARTITIONS: u32 = 16;
@@ -234,6 +240,22 @@ pub fn subject(namespace: &str, manager: &str, event: &str, lane: Lane) -> Strin
     format!("sy.{namespace}.{manager}.{event}.{}", lane.token())
 }
 
+/// The subject token of a Manager's subscription to `pattern` (a type, `prefix.*` or `*`): `_s-`,
+/// the pattern with `.` as `_` and `*` as `x`, and a hash of the exact pattern. An event type
+/// starts with a letter, so no type's subjects are a subscription's.
+pub fn subscription_token(pattern: &str) -> String {
+    format!(
+        "_s-{}-{:08x}",
+        pattern.replace('.', "_").replace('*', "x"),
+        fnv1a(pattern.as_bytes())
+    )
+}
+
+/// The subject of a copy of an event for the subscription to `pattern` of `manager`, in `lane`.
+pub fn subscription_subject(namespace: &str, manager: &str, pattern: &str, lane: Lane) -> String {
+    subject(namespace, manager, &subscription_token(pattern), lane)
+}
+
 /// The durable consumer of (`event`, `lane`): consumer names take no `.`, so the type's dots become
 /// `_` and a hash of the exact name keeps `a.b` and `a_b` apart.
 pub fn consumer_name(event: &str, lane: Lane) -> String {
@@ -265,6 +287,9 @@ pub struct ConsumerPlan {
     pub attempts: u32,
     /// Deliveries outstanding at once over every pod.
     pub max_ack_pending: i64,
+    /// For a subscription's consumer: where it begins when first made (its `event` is then the
+    /// subscription's pattern, and each message names its own type); `None` for a handled type's.
+    pub start: Option<StartFrom>,
 }
 
 /// The consumers of `events` of Manager `manager`: attempt timeout, attempts, and whether the
@@ -292,7 +317,41 @@ pub fn consumers(
                     Lane::Unordered => MAX_ACK_PENDING,
                     Lane::Partition(_) => 1,
                 },
+                start: None,
             });
+        }
+    }
+    out
+}
+
+/// The consumers of `manager`'s durable subscriptions (each pattern with where it starts), with
+/// the same workers as [`consumers`]: one per (subscription, lane), over the subjects publishers
+/// store its copies under.
+pub fn subscription_consumers(
+    namespace: &str,
+    manager: &str,
+    subscriptions: &[(String, StartFrom)],
+    attempt_timeout: Duration,
+    attempts: u32,
+    ordered: bool,
+) -> Vec<ConsumerPlan> {
+    let tokens: Vec<String> = subscriptions
+        .iter()
+        .map(|(p, _)| subscription_token(p))
+        .collect();
+    let mut out = consumers(
+        namespace,
+        manager,
+        &tokens,
+        attempt_timeout,
+        attempts,
+        ordered,
+    );
+    for plan in &mut out {
+        if let Some(i) = tokens.iter().position(|t| *t == plan.event) {
+            let (pattern, start) = &subscriptions[i];
+            plan.event.clone_from(pattern);
+            plan.start = Some(*start);
         }
     }
     out
@@ -334,6 +393,51 @@ mod tests {
             "{name}"
         );
         assert!(!name.contains('.'));
+    }
+
+    #[test]
+    fn a_subscriptions_subjects_and_consumers_are_never_a_types() {
+        let token = subscription_token("orders.*");
+        assert!(token.starts_with("_s-orders_x-"), "{token}");
+        assert!(!token.contains(['.', '*', '>']), "{token}");
+        assert_ne!(subscription_token("a.b"), subscription_token("a_b"));
+        assert_eq!(
+            subscription_subject("shop", "billing", "orders.*", Lane::Unordered),
+            format!("sy.shop.billing.{token}.u")
+        );
+        let plans = subscription_consumers(
+            "shop",
+            "billing",
+            &[
+                ("orders.*".to_owned(), StartFrom::New),
+                ("audit.entry".to_owned(), StartFrom::Stored),
+            ],
+            Duration::from_secs(5),
+            3,
+            true,
+        );
+        assert_eq!(plans.len(), 2 * (1 + PARTITIONS as usize));
+        let first = &plans[0];
+        assert_eq!(first.event, "orders.*", "the pattern, not the token");
+        assert_eq!(first.start, Some(StartFrom::New));
+        assert_eq!(first.filter_subject, format!("sy.shop.billing.{token}.u"));
+        assert!(first.name.starts_with("_s-orders_x-"), "{}", first.name);
+        assert!(plans.iter().all(|p| !p.name.contains('.')));
+        assert_eq!(plans[1 + PARTITIONS as usize].event, "audit.entry");
+        assert_eq!(
+            plans[1 + PARTITIONS as usize].start,
+            Some(StartFrom::Stored)
+        );
+        // A handled type's consumer has no start: it takes everything.
+        let handled = consumers(
+            "shop",
+            "billing",
+            &["orders".to_owned()],
+            Duration::from_secs(5),
+            3,
+            false,
+        );
+        assert_eq!(handled[0].start, None);
     }
 
     #[test]

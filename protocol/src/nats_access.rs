@@ -6,6 +6,7 @@
 //! | what | subjects | who |
 //! |---|---|---|
 //! | store an event | `sy.<ns>.<manager>.<type>.*` | a sidecar whose table routes `<type>` durably to `<manager>` (its own types included) |
+//! | store a subscriber's copy | `sy.<ns>.<manager>.<subscription token>.*` (`durable::subscription_token`) | a sidecar whose table has `<manager>`'s durable subscription |
 //! | create, update, read a stream; read one stored event (a duplicate's comparison) | `$JS.API.STREAM.{INFO,CREATE,UPDATE,MSG.GET}.SY_<ns>_<manager>` | the same |
 //! | create, read and pull its consumers; ack, progress-ack or nak what it pulled | `$JS.API.CONSUMER.{INFO,CREATE,DURABLE.CREATE,MSG.NEXT}.SY_<ns>_<own>…`, `$JS.ACK.SY_<ns>_<own>.>` | the Manager whose stream it is |
 //! | receive answers (PubAcks, pulled events, API replies) | `_SY_INBOX.<ns>.<own>.>` | that Manager only (its client's inbox prefix) |

@@ -213,7 +213,11 @@ fn nats_user(
     let mut party = Party {
         namespace: config.namespace.clone(),
         manager: config.name.clone(),
-        consumes: !config.durable_events.is_empty(),
+        consumes: !config.durable_events.is_empty()
+            || config
+                .subscriptions
+                .iter()
+                .any(|s| s.delivery == switchyard_crds::manager::DeliveryMode::Durable),
         stores: BTreeMap::new(),
     };
     let routed = config
@@ -225,7 +229,18 @@ fn nats_user(
         .durable_events
         .iter()
         .map(|event| (config.name.clone(), event.to_string()));
-    for (manager, event) in routed.chain(own) {
+    // A durable subscriber's copies, under its subscription's token.
+    let copies = config
+        .subscribers
+        .values()
+        .filter(|s| s.destination.durable.is_some())
+        .map(|s| {
+            (
+                s.destination.manager.clone(),
+                switchyard_protocol::durable::subscription_token(&s.subscription.event),
+            )
+        });
+    for (manager, event) in routed.chain(own).chain(copies) {
         party.stores.entry(manager).or_default().insert(event);
     }
     let who = || format!("Manager {}/{}", config.namespace, config.name);
@@ -240,11 +255,10 @@ fn nats_user(
     Ok((id.uri(), allowed))
 }
 
-/// Whether any Manager of `objs` delivers some event type durably (then a JetStream server runs).
+/// Whether any Manager of `objs` delivers some event type or subscription durably (then a
+/// JetStream server runs).
 pub fn needs_jetstream(objs: &Objects) -> bool {
-    objs.managers
-        .iter()
-        .any(|m| !m.spec.durable_events().is_empty())
+    objs.managers.iter().any(|m| m.spec.consumes_durably())
 }
 
 const LOCALHOST: Ipv4Addr = Ipv4Addr::LOCALHOST;

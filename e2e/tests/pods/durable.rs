@@ -20,7 +20,7 @@ use switchyard_protocol::durable::{self as plan, Lane};
 use switchyard_protocol::nats_access;
 
 /// `front` turns `POST /publish` into a publish of `data.event` through its local API; `orders`
-/// handles `echo`, durably.
+/// handles `echo`, durably, and `audit` subscribes to it durably (a copy kept in its own stream).
 const MANIFESTS: &str = r#"
 apiVersion: switchyard.dev/v1alpha1
 kind: Router
@@ -61,6 +61,22 @@ spec:
         - name: app
           image: ghcr.io/switchyard-dev/switchyard-example-app:0.1.0
           command: [switchyard-example-app, --port, "8000"]
+---
+apiVersion: switchyard.dev/v1alpha1
+kind: Manager
+metadata: {name: audit}
+spec:
+  routerRef: {name: edge}
+  events: [audit.noop]
+  subscriptions:
+    - {event: echo, delivery: durable}
+  app: {port: 8000, path: /events}
+  template:
+    spec:
+      containers:
+        - name: app
+          image: ghcr.io/switchyard-dev/switchyard-example-app:0.1.0
+          command: [switchyard-example-app, --port, "8000"]
 "#;
 
 /// The chart's default trust domain (`meshTLS.trustDomain`).
@@ -91,12 +107,14 @@ pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> R
     let router = pod_of(ROUTER_PODS.to_owned()).await?;
     let orders = pod_of("switchyard.dev/manager=orders".to_owned()).await?;
     let orders_ip = routed_ip(&env.node, &orders).await?;
+    let audit = pod_of("switchyard.dev/manager=audit".to_owned()).await?;
+    let audit_ip = routed_ip(&env.node, &audit).await?;
     let http = RouterClient::new(SocketAddr::new(
         routed_ip(&env.node, &router).await?.into(),
         8080,
     ));
-    let delivered = || async {
-        let m = pod_metrics(orders_ip, switchyard_protocol::ports::ADMIN).await?;
+    let delivered_at = |ip| async move {
+        let m = pod_metrics(ip, switchyard_protocol::ports::ADMIN).await?;
         Ok::<f64, anyhow::Error>(sample(
             &m,
             "switchyard_requests_total",
@@ -120,16 +138,20 @@ pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> R
         publish(1)
     })
     .await?;
-    eventually(
-        "orders' app to receive the stored echo",
-        timeout(),
-        || async {
-            let n = delivered().await?;
-            ensure!(n >= 1.0, "delivered {n}");
-            Ok(())
-        },
-    )
-    .await?;
+    // The handler's event and the subscriber's copy, each from its own stream, through the NATS
+    // users the operator wrote (front may store into both streams; each consumes its own).
+    for (who, ip) in [("orders", orders_ip), ("audit", audit_ip)] {
+        eventually(
+            &format!("{who}'s app to receive the stored echo"),
+            timeout(),
+            || async {
+                let n = delivered_at(ip).await?;
+                ensure!(n >= 1.0, "delivered {n}");
+                Ok(())
+            },
+        )
+        .await?;
+    }
     eprintln!(
         "[e2e] a durable publish through the chart's JetStream was stored and delivered {:.1}s after the Managers were applied",
         started.elapsed().as_secs_f64()
@@ -182,7 +204,7 @@ pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> R
             .with_context(|| format!("no {key} in Secret {:?}", s.metadata.name))
     };
     let conf = text(&access, "access.conf")?;
-    for m in ["front", "orders"] {
+    for m in ["front", "orders", "audit"] {
         let user = format!("spiffe://{TRUST_DOMAIN}/ns/{}/manager/{m}", ns.name);
         ensure!(conf.contains(&user), "no NATS user {user} in:\n{conf}");
     }
@@ -249,10 +271,10 @@ pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> R
     .await?
     .await
     .context("front's certificate could not store echo in orders' stream")?;
-    let before = delivered().await?;
+    let before = delivered_at(orders_ip).await?;
     publish(2).await?;
     eventually("orders to receive the next echo", timeout(), || async {
-        let n = delivered().await?;
+        let n = delivered_at(orders_ip).await?;
         ensure!(n > before, "delivered {n}, {before} before");
         Ok(())
     })

@@ -106,9 +106,9 @@ impl Backlogs {
     }
 }
 
-/// Whether the autoscaler reads `m`'s backlog: it scales and has durable types.
+/// Whether the autoscaler reads `m`'s backlog: it scales and has durable types or subscriptions.
 pub fn is_read(m: &Manager) -> bool {
-    m.spec.scaling.enabled && !m.spec.durable_events().is_empty()
+    m.spec.scaling.enabled && m.spec.consumes_durably()
 }
 
 /// Whether `m`'s status carries the `BacklogRead` condition.

@@ -44,8 +44,10 @@ impl ReadError {
     }
 }
 
-/// The consumers the sidecars of `m` (named `name`) pull its durable types from (names and subjects as they
-/// create them, from the one plan in `switchyard_protocol::durable`).
+/// The consumers the sidecars of `m` (named `name`) pull its durable types and durable
+/// subscriptions from (names and subjects as they create them, from the one plan in
+/// `switchyard_protocol::durable`); a subscription's backlog counts under its pattern, as its
+/// load does.
 pub fn plans(namespace: &str, name: &str, m: &Manager) -> Vec<ConsumerPlan> {
     let events: Vec<String> = m
         .spec
@@ -53,15 +55,31 @@ pub fn plans(namespace: &str, name: &str, m: &Manager) -> Vec<ConsumerPlan> {
         .iter()
         .map(|e| e.as_str().to_owned())
         .collect();
+    let subscriptions: Vec<(String, plan::StartFrom)> = m
+        .spec
+        .durable_subscriptions()
+        .map(|s| (s.event.clone(), s.start().unwrap_or_default()))
+        .collect();
     let w = &m.spec.workers;
-    plan::consumers(
+    let attempts = u32::try_from(w.retries.attempts).unwrap_or(1);
+    let ordered = w.ordering_key.is_some();
+    let mut plans = plan::consumers(
         namespace,
         name,
         &events,
         w.timeout.into(),
-        u32::try_from(w.retries.attempts).unwrap_or(1),
-        w.ordering_key.is_some(),
-    )
+        attempts,
+        ordered,
+    );
+    plans.extend(plan::subscription_consumers(
+        namespace,
+        name,
+        &subscriptions,
+        w.timeout.into(),
+        attempts,
+        ordered,
+    ));
+    plans
 }
 
 /// Reads the backlog of each event type of `plans` in Manager `manager`'s stream.

@@ -376,7 +376,7 @@ impl Index {
                             selector: d.pod_selector,
                             port: d.port,
                         },
-                        durable: None,
+                        durable: d.durable,
                         subscription: Some(super::table::subscription_wire(&sub.subscription)),
                     };
                     (route_key, dest)

@@ -245,7 +245,7 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
     // under its own field manager, and server-side apply keeps them.
     let mut conditions = summary.conditions;
     conditions.extend(conditions::durability(
-        manager.spec.durable_events().len(),
+        manager.spec.durable_events().len() + manager.spec.durable_subscriptions().count(),
         ctx.render.jetstream.as_ref(),
         &old.conditions,
         generation,

@@ -212,9 +212,8 @@ fn event_type_conflicts(managers: &[Manager]) -> Option<String> {
 /// Most entries of the Router's `status.subscribers` (its schema's bound).
 const MAX_FAN_OUT_ENTRIES: usize = 1024;
 
-/// Per subscribed event type (or pattern): its handler and its subscribers, for the status. A
-/// durable subscription is listed as such, though its delivery is not built yet (the Manager's
-/// status says so).
+/// Per subscribed event type (or pattern): its handler and its subscribers, for the status, a
+/// durable subscription marked as such.
 fn fan_out(managers: &[Manager]) -> Vec<TypeSubscribers> {
     let mut by_event: BTreeMap<&str, Vec<String>> = BTreeMap::new();
     for m in managers {

@@ -7,6 +7,7 @@ use kube::ResourceExt;
 use std::collections::{BTreeMap, BTreeSet};
 use switchyard_crds::Manager;
 use switchyard_identity::{Kind, SpiffeId};
+use switchyard_protocol::durable;
 use switchyard_protocol::nats_access::{self, Party, Permissions};
 
 /// The users of the JetStream server, and the Managers left out with the reason.
@@ -69,8 +70,9 @@ fn by_router<'a>(
     groups
 }
 
-/// The durable types of one Router's table, by the Manager whose stream keeps them: the same
-/// computation the control plane sends the sidecars (`render::router::destinations`).
+/// The durable types of one Router's table, by the Manager whose stream keeps them, and its
+/// durable subscriptions' subject tokens: the same computation the control plane sends the
+/// sidecars (`render::router::destinations` and `subscribers`).
 fn durable_routes(group: &[&Manager]) -> BTreeMap<String, BTreeSet<String>> {
     let mut routed: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
     for (event, dest) in crate::render::router::destinations(group.iter().copied()) {
@@ -79,6 +81,14 @@ fn durable_routes(group: &[&Manager]) -> BTreeMap<String, BTreeSet<String>> {
                 .entry(dest.manager)
                 .or_default()
                 .insert(event.as_str().to_owned());
+        }
+    }
+    for sub in crate::render::router::subscribers(group.iter().copied()).into_values() {
+        if sub.destination.durable.is_some() {
+            routed
+                .entry(sub.destination.manager)
+                .or_default()
+                .insert(durable::subscription_token(&sub.subscription.event));
         }
     }
     routed
@@ -103,7 +113,7 @@ fn party(
     Party {
         namespace: namespace.to_owned(),
         manager: name.to_owned(),
-        consumes: !own.is_empty(),
+        consumes: m.spec.consumes_durably(),
         stores,
     }
 }

@@ -66,17 +66,21 @@ pub fn render_config(
 ) -> Result<ManagerConfig, Error> {
     let spec = &manager.spec;
     let durable_events = spec.durable_events();
-    let jetstream = match (durable_events.is_empty(), jetstream) {
+    let jetstream = match (spec.consumes_durably(), jetstream) {
         (_, Some(js)) => Some(js.clone()),
-        (true, None) => None,
-        (false, None) => {
+        (false, None) => None,
+        (true, None) => {
             return Err(Error::Render {
                 what: "manager config".into(),
                 message: format!(
-                    "event types {} are delivered durably but the operator has no JetStream server: set the chart's jetstream.enabled or jetstream.url (the operator's --jetstream-url), or delivery: direct",
+                    "{} delivered durably but the operator has no JetStream server: set the chart's jetstream.enabled or jetstream.url (the operator's --jetstream-url), or delivery: direct",
                     durable_events
                         .iter()
-                        .map(|e| e.as_str())
+                        .map(|e| format!("event type {e}"))
+                        .chain(
+                            spec.durable_subscriptions()
+                                .map(|s| format!("subscription {}", s.event))
+                        )
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),

@@ -83,21 +83,26 @@ pub fn destinations<'a>(
                     pod_selector,
                     durable: (m.spec.delivery_of(event)
                         == switchyard_crds::manager::DeliveryMode::Durable)
-                        .then(|| DurableRoute {
-                            ordering_key: m.spec.workers.ordering_key.clone(),
-                            duplicate_window_ms: m.spec.durable.duplicate_window_ms(),
-                            max_bytes: m.spec.durable.max_bytes(),
-                        }),
+                        .then(|| durable_route(m)),
                 });
         }
     }
     destinations
 }
 
+/// How publishers store events for Manager `m`'s stream: its ordering key and stream limits, the
+/// same for its handled types and its durable subscriptions.
+pub fn durable_route(m: &Manager) -> DurableRoute {
+    DurableRoute {
+        ordering_key: m.spec.workers.ordering_key.clone(),
+        duplicate_window_ms: m.spec.durable.duplicate_window_ms(),
+        max_bytes: m.spec.durable.max_bytes(),
+    }
+}
+
 /// Who observes what, from the Managers that name a Router: one entry per subscription, keyed by
-/// [`config::subscriber_key`], each sending to all pods of its Manager. Durable subscriptions are
-/// left out: their streams are not built yet, and validation says so in the Manager's status
-/// rather than delivering them direct, which would lose what a durable subscriber was promised.
+/// [`config::subscriber_key`], each sending to all pods of its Manager, or, for a durable
+/// subscription, storing a copy in its Manager's stream (the route's `durable`).
 pub fn subscribers<'a>(
     managers: impl IntoIterator<Item = &'a Manager>,
 ) -> BTreeMap<String, Subscriber> {
@@ -105,9 +110,8 @@ pub fn subscribers<'a>(
     for m in managers {
         let name = m.name_any();
         for s in &m.spec.subscriptions {
-            if s.delivery != switchyard_crds::manager::DeliveryMode::Direct {
-                continue;
-            }
+            let durable = (s.delivery == switchyard_crds::manager::DeliveryMode::Durable)
+                .then(|| durable_route(m));
             out.insert(
                 config::subscriber_key(&s.event, &name),
                 Subscriber {
@@ -117,7 +121,7 @@ pub fn subscribers<'a>(
                         service: super::manager::service_name(&name),
                         port: ports::MANAGER_INBOUND,
                         pod_selector: meta::selector(meta::MANAGER, &name),
-                        durable: None,
+                        durable,
                     },
                 },
             );

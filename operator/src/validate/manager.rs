@@ -111,10 +111,9 @@ fn check_subscriptions(spec: &ManagerSpec, out: &mut Vec<FieldError>) {
             out.push(FieldError::new(format!("{at}.filter"), e));
         }
         if s.delivery == DeliveryMode::Durable {
-            out.push(FieldError::new(
-                format!("{at}.delivery"),
-                "durable subscriptions are not built yet (no stream keeps events for a subscriber); use delivery: direct",
-            ));
+            if let Err(e) = s.start() {
+                out.push(FieldError::new(format!("{at}.startFrom"), e));
+            }
         } else if s.start_from.is_some() {
             out.push(FieldError::new(
                 format!("{at}.startFrom"),

@@ -200,10 +200,10 @@ pub(crate) async fn publish_routed(
         return publish_to_handler(upstream, store, out, deadline).await;
     }
     let copy = out.buffered_copy(out.headers.clone());
-    let copies = futures::future::join_all(subs.iter().map(|s| async {
-        let ack = upstream.publish(&s.pool, &copy, deadline).await?;
-        accepted(ack, deadline)
-    }));
+    let copies = futures::future::join_all(
+        subs.iter()
+            .map(|s| publish_to_subscriber(upstream, store, s, &copy, deadline)),
+    );
     let handled = async {
         match publish_to_handler(upstream, store, out, deadline).await {
             // Subscribers only: the type needs no handler to be published.
@@ -224,39 +224,69 @@ async fn publish_to_handler(
     deadline: Instant,
 ) -> Result<(), Failure> {
     if let Some((manager, route)) = upstream.durable_of(&out.event) {
-        let Some(store) = store else {
-            tracing::warn!(event = %out.event, ce_id = %out.ce_id, manager = %manager, "the event type is delivered durably but this sidecar has no JetStream server (the operator's --jetstream-url); not sent");
-            return Err(Failure::NotKept);
-        };
         let to = Target {
             manager: &manager,
+            subscription: None,
             ordering_key: route.ordering_key.as_deref(),
             stream: route.stream_limits(),
         };
-        return store
-            .publish(
-                to,
-                Fields {
-                    event: &out.event,
-                    ce_id: &out.ce_id,
-                    traceparent: &out.traceparent,
-                    tracestate: &out.tracestate,
-                    content_type: out.content_type.as_deref(),
-                    source: out
-                        .headers
-                        .iter()
-                        .find(|(n, _)| n == crate::durable::header::SOURCE)
-                        .map(|(_, v)| v.as_str()),
-                },
-                out.payload,
-                deadline,
-            )
-            .await
-            .map_err(|e| durable_failure(&out.event, &out.ce_id, &manager, e));
+        return store_durably(store, to, &out, deadline).await;
     }
     let pool = upstream.pool_of(&out.event).ok_or(Failure::NoManager)?;
     let ack = upstream.publish(&pool, &out, deadline).await?;
     accepted(ack, deadline)
+}
+
+/// A copy of `out` for the subscriber `sub`: stored in its Manager's stream for a durable
+/// subscription (done on the PubAck), else sent to one of its pods (done on its admission).
+async fn publish_to_subscriber(
+    upstream: &Upstream,
+    store: Option<&Store>,
+    sub: &Sub,
+    out: &Outgoing,
+    deadline: Instant,
+) -> Result<(), Failure> {
+    if let Some(route) = &sub.spec.durable {
+        let to = Target {
+            manager: &sub.spec.manager,
+            subscription: Some(&sub.spec.event),
+            ordering_key: route.ordering_key.as_deref(),
+            stream: route.stream_limits(),
+        };
+        return store_durably(store, to, out, deadline).await;
+    }
+    let ack = upstream.publish(&sub.pool, out, deadline).await?;
+    accepted(ack, deadline)
+}
+
+/// Stores `out` as `to` says, done once the stream confirmed it; without JetStream servers it is
+/// refused, never sent direct (that would lose what its Manager was promised).
+async fn store_durably(
+    store: Option<&Store>,
+    to: Target<'_>,
+    out: &Outgoing,
+    deadline: Instant,
+) -> Result<(), Failure> {
+    let Some(store) = store else {
+        tracing::warn!(event = %out.event, ce_id = %out.ce_id, manager = %to.manager, "the event is delivered durably but this sidecar has no JetStream server (the operator's --jetstream-url); not sent");
+        return Err(Failure::NotKept);
+    };
+    let fields = Fields {
+        event: &out.event,
+        ce_id: &out.ce_id,
+        traceparent: &out.traceparent,
+        tracestate: &out.tracestate,
+        content_type: out.content_type.as_deref(),
+        source: out
+            .headers
+            .iter()
+            .find(|(n, _)| n == crate::durable::header::SOURCE)
+            .map(|(_, v)| v.as_str()),
+    };
+    store
+        .publish(to, fields, out.payload.clone(), deadline)
+        .await
+        .map_err(|e| durable_failure(&out.event, &out.ce_id, to.manager, e))
 }
 
 /// The answer to a durable publish the store did not take: a reused key and an event too large

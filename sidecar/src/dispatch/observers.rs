@@ -3,6 +3,11 @@
 //! publish in a task of its own; at most [`MAX_UNDERWAY`] are underway per sidecar, and a copy
 //! past that is shed and counted (`switchyard_observer_copies_total{outcome="shed"}`), so an
 //! observer that is slow or gone costs the client's answer nothing.
+//!
+//! Copies go to the observer's pods directly, also for a durable subscription: a copy is
+//! best-effort by design (shed rather than slow the handler), and the Router's sidecars, which
+//! send most of them, are not JetStream clients. A durable subscription keeps its `published`
+//! events in its stream.
 
 use super::ce_id::new_ce_id;
 use crate::metrics::{EventLabel, Metrics, ObserverLabels};

@@ -64,6 +64,9 @@ pub(crate) mod header {
     pub(crate) const OLD_TRACESTATE: &str = "tracestate";
     /// Media type of the payload.
     pub(crate) const CONTENT_TYPE: &str = "content-type";
+    /// CloudEvents type, on a subscription's copy: its consumer takes every type its pattern
+    /// covers, so the type travels with the event (a handled type's subject names it).
+    pub(crate) const TYPE: &str = "ce-type";
 }
 
 /// Why the event store did not take an event or a setting.
@@ -135,8 +138,11 @@ impl std::fmt::Display for Full {
 /// key at the JSON pointer `ordering_key` when the Manager orders by one.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Target<'a> {
-    /// The Manager that handles the event type.
+    /// The Manager that handles the event type, or that subscribes to it.
     pub(crate) manager: &'a str,
+    /// The subscription's pattern when the event is a subscriber's copy: stored under the
+    /// subscription's subjects, with its type in a header. `None`: the handler's event.
+    pub(crate) subscription: Option<&'a str>,
     /// JSON pointer of its ordering key, if any.
     pub(crate) ordering_key: Option<&'a str>,
     /// Its stream's limits (the Manager's `durable.duplicateWindow` and `durable.maxBytes`).
@@ -382,6 +388,7 @@ impl Store {
     ) -> Result<(), DurableError> {
         let Target {
             manager,
+            subscription,
             ordering_key,
             stream: limits,
         } = to;
@@ -399,7 +406,10 @@ impl Store {
                 .and_then(|p| plan::ordering_key(&payload, p))
                 .as_deref(),
         );
-        let subject = plan::subject(&self.namespace, manager, event, lane);
+        let subject = match subscription {
+            Some(pattern) => plan::subscription_subject(&self.namespace, manager, pattern, lane),
+            None => plan::subject(&self.namespace, manager, event, lane),
+        };
         let digest = dedupe::digest(content_type, &payload);
         let bytes = payload.len();
         let within = async {
@@ -418,6 +428,9 @@ impl Store {
             }
             if !tracestate.is_empty() {
                 headers.insert(header::TRACESTATE, tracestate);
+            }
+            if subscription.is_some() {
+                headers.insert(header::TYPE, event);
             }
             let msg = jetstream::message::PublishMessage::build()
                 .payload(payload)

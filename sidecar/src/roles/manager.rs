@@ -106,14 +106,11 @@ pub(crate) async fn run(
     let metrics = Metrics::new();
     let budgets = memory_budgets(&s, &metrics)?;
     let events: Vec<String> = s.events.iter().map(|e| e.as_str().to_owned()).collect();
-    // Direct subscriptions only: a durable one's stream is not built yet (the operator leaves it
-    // out of the routing tables and says so in the Manager's status).
-    let subscribed: Vec<String> = c
-        .subscriptions
-        .iter()
-        .filter(|s| s.delivery == switchyard_crds::manager::DeliveryMode::Direct)
-        .map(|s| s.event.clone())
-        .collect();
+    // Direct subscriptions arrive as frames, durable ones from their consumers; both are counted
+    // under their pattern.
+    let subscribed: Vec<String> = c.subscriptions.iter().map(|s| s.event.clone()).collect();
+    let durable_subscriptions = durable_subscriptions(c)
+        .map_err(|e| crate::config::field_error(config_file, "subscriptions", e))?;
     // The app's outgoing events and dead letters leave through the same router stage as client requests.
     // In a cluster the table comes from the operator's control plane (the operator sets the variable on
     // both sidecars); locally `switchyard up` puts the Router's table in the config.
@@ -178,7 +175,7 @@ pub(crate) async fn run(
     }
     let store = match &c.jetstream {
         None => {
-            if !c.durable_events.is_empty() {
+            if !c.durable_events.is_empty() || !durable_subscriptions.is_empty() {
                 return Err(crate::config::field_error(
                     config_file,
                     "jetstream",
@@ -255,7 +252,7 @@ pub(crate) async fn run(
             .map(|e| e.as_str().to_owned())
             .filter(|e| events.contains(e))
             .collect();
-        let plans = switchyard_protocol::durable::consumers(
+        let mut plans = switchyard_protocol::durable::consumers(
             &c.namespace,
             &c.name,
             &mine,
@@ -263,7 +260,16 @@ pub(crate) async fn run(
             s.attempts,
             c.workers.ordering_key.is_some(),
         );
-        tracing::info!(events = ?mine, consumers = plans.len(), "durable delivery from JetStream");
+        // Every pod takes every durable subscription (a subscription is not split by event type).
+        plans.extend(switchyard_protocol::durable::subscription_consumers(
+            &c.namespace,
+            &c.name,
+            &durable_subscriptions,
+            c.workers.timeout.into(),
+            s.attempts,
+            c.workers.ordering_key.is_some(),
+        ));
+        tracing::info!(events = ?mine, subscriptions = durable_subscriptions.len(), consumers = plans.len(), "durable delivery from JetStream");
         durable::start(
             store.clone(),
             worker.clone(),
@@ -419,4 +425,19 @@ fn memory_budgets(
         "byte budgets from the memory limit"
     );
     Ok(budgets)
+}
+
+/// The Manager's durable subscriptions, each pattern with where it starts; why one cannot start.
+fn durable_subscriptions(
+    c: &switchyard_protocol::config::ManagerConfig,
+) -> Result<Vec<(String, switchyard_protocol::durable::StartFrom)>, String> {
+    c.subscriptions
+        .iter()
+        .filter(|s| s.delivery == switchyard_crds::manager::DeliveryMode::Durable)
+        .map(|s| {
+            s.start()
+                .map(|start| (s.event.clone(), start))
+                .map_err(|e| format!("{}: {e}", s.event))
+        })
+        .collect()
 }

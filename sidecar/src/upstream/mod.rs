@@ -255,12 +255,13 @@ impl Upstream {
                 .clone();
             if let Some(wire) = &sub {
                 match table::subscription(&event, &dest.manager, wire) {
-                    Ok(spec) => {
+                    Ok(mut spec) => {
+                        spec.durable.clone_from(&dest.durable);
                         routes.push(RouteInfo {
                             event: event.clone(),
                             manager: dest.manager.clone(),
                             pool: key,
-                            durable: None,
+                            durable: spec.durable.clone().map(Arc::new),
                             subscription: Some(spec.clone()),
                         });
                         subscribed.push(Arc::new(Sub { spec, pool }));
@@ -421,7 +422,7 @@ impl Upstream {
                 event: key,
                 manager: spec.manager.to_string(),
                 pool,
-                durable: None,
+                durable: spec.durable.clone().map(Arc::new),
                 subscription: Some(spec),
             });
         }

@@ -5,6 +5,7 @@
 use super::pool::Pool;
 use std::sync::Arc;
 use switchyard_crds::subscription::{Filter, Observe, pattern_matches};
+use switchyard_protocol::durable::DurableRoute;
 
 /// One subscription as the sidecar holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,6 +20,9 @@ pub struct Spec {
     pub observe: Vec<Observe>,
     /// The attribute filter; `None`: every event of the type.
     pub filter: Option<Filter>,
+    /// Set for a durable subscription: its copies are stored in the subscriber's stream, with the
+    /// subscriber Manager's ordering key and stream limits.
+    pub durable: Option<DurableRoute>,
 }
 
 /// A subscriber: its subscription and the pool of its Manager's pods.
@@ -101,6 +105,7 @@ mod tests {
             event: event.into(),
             observe: observe.to_vec(),
             filter: (!filter.is_null()).then(|| serde_json::from_value(filter).expect("filter")),
+            durable: None,
         }
     }
 

@@ -214,7 +214,8 @@ pub fn plan(table: &RoutingTable) -> Plan {
                 pool.addrs.insert(ep.address.clone());
             }
         }
-        if let Some(spec) = sub {
+        if let Some(mut spec) = sub {
+            spec.durable = durable;
             out.subscribers
                 .insert(route.event_type.clone(), (spec, pool_name));
             continue;
@@ -266,6 +267,7 @@ pub fn subscription(
         event: wire.event.clone(),
         observe,
         filter,
+        durable: None,
     })
 }
 

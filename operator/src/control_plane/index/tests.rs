@@ -347,10 +347,14 @@ fn a_subscriber_gets_a_route_keyed_by_event_and_manager_with_all_its_pods() {
         name: "edge".into(),
     }];
     let keys: Vec<&str> = routes.iter().map(|r| r.event_type.as_str()).collect();
+    assert_eq!(keys, ["a.x", "a.x@m2", "b.*@m2", "c.z"]);
+    // The durable subscription's route says publishers store its copies in m2's stream.
+    assert!(routes[1].durable.is_none(), "a.x@m2 is direct");
+    let durable = routes[2].durable.as_ref().expect("b.*@m2 is durable");
+    assert_eq!(durable.ordering_key, "", "m2 orders by no key");
     assert_eq!(
-        keys,
-        ["a.x", "a.x@m2", "c.z"],
-        "the durable one is left out"
+        routes[2].subscription.as_ref().map(|s| s.event.as_str()),
+        Some("b.*")
     );
     let r = &routes[1];
     assert_eq!(r.manager, "m2");
@@ -363,5 +367,5 @@ fn a_subscriber_gets_a_route_keyed_by_event_and_manager_with_all_its_pods() {
     assert_eq!(s.event, "a.x");
     assert_eq!(s.observe, ["published"]);
     assert_eq!(s.filter, r#"{"prefix":{"source":"/switchyard/shop/"}}"#);
-    assert!(routes[0].subscription.is_none() && routes[2].subscription.is_none());
+    assert!(routes[0].subscription.is_none() && routes[3].subscription.is_none());
 }

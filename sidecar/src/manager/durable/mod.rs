@@ -17,6 +17,12 @@
 //! a drain costs no delivery of the count. The count that ends an event is the sidecar's own
 //! (`verdict.rs`), so an event whose last delivery died with its pod is dead-lettered on the next.
 //!
+//! **A subscription's lane** takes the copies publishers stored for one durable subscription: each
+//! names its own type (the pattern covers several), and the first time the consumer is made its
+//! `startFrom` decides which of the copies stored before then it skips (acked undelivered). The
+//! consumer's creation time is the server's and kept with it, so every pod and every restart skips
+//! the same ones, and a restart skips nothing that came after.
+//!
 //! An unordered lane runs up to `maxInFlight` deliveries at once; a partition of an ordering key runs
 //! one at a time (its consumer allows one outstanding event over every pod), so a key is in order.
 
@@ -33,7 +39,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use pull::Pull;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 use switchyard_protocol::durable::{ConsumerPlan, Lane, StreamLimits};
 use switchyard_protocol::frame::Request;
 use tokio::sync::OwnedSemaphorePermit;
@@ -130,6 +136,9 @@ async fn lane(
         if failures > 0 {
             tracing::info!(consumer = %plan.name, "pulling durable events");
         }
+        let from = Start {
+            made: SystemTime::from(consumer.cached_info().created),
+        };
         while !drain.is_cancelled() {
             // Room in the lane first: a partition has one event out at a time.
             while deliveries.len() >= width {
@@ -175,7 +184,7 @@ async fn lane(
                     let mut got = 0;
                     while let Some(msg) = beside(&mut deliveries, pull.next()).await {
                         got += 1;
-                        deliveries.push(handle(&worker, &plan, msg, slots.pop()));
+                        deliveries.push(handle(&worker, &plan, from, msg, slots.pop()));
                     }
                     // The slots no event came for go back now.
                     drop(slots);
@@ -188,7 +197,13 @@ async fn lane(
                             let started = !held.is_empty();
                             for msg in held {
                                 // A slot if one is free; else it waits for one with progress acks.
-                                deliveries.push(handle(&worker, &plan, msg, worker.try_slot()));
+                                deliveries.push(handle(
+                                    &worker,
+                                    &plan,
+                                    from,
+                                    msg,
+                                    worker.try_slot(),
+                                ));
                             }
                             if started { Mode::Busy } else { Mode::Idle }
                         }
@@ -337,21 +352,63 @@ fn request_of(event: &str, headers: Option<&HeaderMap>, payload: &Bytes) -> Requ
     }
 }
 
+/// When a lane's consumer was made, by the server's clock: where a subscription's `startFrom`
+/// counts from.
+#[derive(Debug, Clone, Copy)]
+struct Start {
+    made: SystemTime,
+}
+
+/// The event type of `msg` on `plan`'s lane: the lane's own for a handled type; for a
+/// subscription's, the one the copy names, if its pattern covers it (a stream is written by
+/// sidecars, but read as outside input).
+fn event_of<'a>(plan: &'a ConsumerPlan, headers: Option<&'a HeaderMap>) -> Option<&'a str> {
+    if plan.start.is_none() {
+        return Some(&plan.event);
+    }
+    let named = headers?.get(header::TYPE)?.as_str();
+    (switchyard_crds::event_type::EventType::check(named).is_ok()
+        && switchyard_crds::subscription::pattern_matches(&plan.event, named))
+    .then_some(named)
+}
+
 /// Delivers one pulled event on `slot` (or on the first slot free, when it came without one) and
-/// settles it with the server.
+/// settles it with the server. A subscription's copy stored before where it starts is acked
+/// undelivered, as is one that names no type its pattern covers (logged: it cannot be delivered,
+/// and redelivering it would never change that).
 async fn handle(
     worker: &Worker,
     plan: &ConsumerPlan,
+    from: Start,
     msg: Message,
     slot: Option<OwnedSemaphorePermit>,
 ) {
-    let event = plan.event.as_str();
-    let delivered = msg
-        .info()
-        .ok()
+    let info = msg.info().ok();
+    let delivered = info
+        .as_ref()
         .and_then(|i| u64::try_from(i.delivered).ok())
         .unwrap_or(1)
         .max(1);
+    if let (Some(start), Some(i)) = (plan.start, info.as_ref())
+        && start.skips(SystemTime::from(i.published), from.made)
+    {
+        drop(slot);
+        tracing::debug!(consumer = %plan.name, "stored before the subscription's startFrom; skipped");
+        if let Err(e) = msg.ack().await {
+            tracing::debug!(error = %e, "ack of a skipped event not sent; it comes again and is skipped again");
+        }
+        return;
+    }
+    let Some(event) = event_of(plan, msg.headers.as_ref()) else {
+        drop(slot);
+        tracing::warn!(consumer = %plan.name, "a stored copy names no event type its subscription covers; dropped");
+        if let Err(e) = msg.ack_with(AckKind::Term).await {
+            tracing::debug!(error = %e, "termination not sent");
+        }
+        return;
+    };
+    let event = event.to_owned();
+    let event = event.as_str();
     if delivered > 1 {
         worker.redelivered(event);
     }
