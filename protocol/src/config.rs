@@ -59,6 +59,10 @@ pub struct Destination {
     /// Set when the type is delivered durably: publishes go to the Manager's JetStream stream.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub durable: Option<DurableRoute>,
+    /// Event types the Manager's pods may push to the Router's WebSocket clients beside the ones
+    /// it handles (its `spec.push`); a push of any other type from its pods is refused.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub push: Vec<EventType>,
 }
 
 /// A Manager that observes an event type (or pattern) through one of its subscriptions, and how

@@ -33,6 +33,7 @@ fn table(version: u64, endpoints: &[String]) -> RoutingTable {
                 .collect(),
             durable: None,
             subscription: None,
+            push: Vec::new(),
         }],
         ..RoutingTable::default()
     }

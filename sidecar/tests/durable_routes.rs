@@ -41,6 +41,7 @@ fn table(version: u64, endpoint: Option<u16>, durable: Option<DurableRoute>) -> 
             .collect(),
         durable,
         subscription: None,
+        push: Vec::new(),
     };
     RoutingTable {
         version,

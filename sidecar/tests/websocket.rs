@@ -38,8 +38,9 @@ fn with_ws(cfg: &mut Value, pusher: Option<u16>) {
         json!({"event": "orphan", "websocket": {"command": "orphan"}}),
     ]);
     if let Some(port) = pusher {
-        let dest =
-            json!({"manager": "pusher", "service": "pusher", "port": port, "podSelector": {}});
+        // `pusher` handles `tick` and `marker` and lists `alert` in its spec.push.
+        let dest = json!({"manager": "pusher", "service": "pusher", "port": port, "podSelector": {},
+                          "push": ["alert"]});
         cfg["destinations"]["tick"] = dest.clone();
         cfg["destinations"]["marker"] = dest;
         cfg["staticEndpoints"]["pusher"] = json!([format!("127.0.0.1:{port}")]);
@@ -748,4 +749,46 @@ async fn the_server_pings_and_closes_connections_that_stop_answering() {
         "the connection that reads was closed"
     );
     reader.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_manager_pushes_only_what_it_handles_or_lists_and_the_rest_is_refused() {
+    let pusher = Pusher::start().await;
+    let mesh = mesh(Some(&pusher)).await;
+    let mut ws = connect(&mesh).await;
+    let mut subs = BTreeMap::new();
+    for event in ["echo", "alert", "marker"] {
+        let r = ask(
+            &mut ws,
+            json!({"command": "subscribe", "id": event, "event": event}),
+        )
+        .await;
+        assert_eq!(r["status"], 200, "{r}");
+        subs.insert(r["subscription"].as_u64().unwrap(), event);
+    }
+    // `echo` is the `handlers` Manager's type: a push of it from `pusher`'s connection is forged.
+    pusher.push("echo", r#"{"forged":true}"#);
+    pusher.push("alert", r#"{"n":1}"#);
+    pusher.push("marker", "{}");
+    let mut got = Vec::new();
+    loop {
+        let m = next_json(&mut ws).await;
+        assert_eq!(m["type"], "push", "{m}");
+        let event = subs[&m["subscription"].as_u64().unwrap()];
+        got.push(event);
+        if event == "marker" {
+            break;
+        }
+    }
+    // Pushes of one connection arrive in order: the forged one would have come first.
+    assert_eq!(got, ["alert", "marker"]);
+    let text = metrics(&mesh).await;
+    assert_eq!(
+        metric(
+            &text,
+            r#"switchyard_pushes_refused_total{manager="pusher"}"#
+        ),
+        1.0,
+        "{text}"
+    );
 }

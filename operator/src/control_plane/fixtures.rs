@@ -17,5 +17,6 @@ pub(super) fn route(event: &str, addrs: &[&str]) -> Route {
             .collect(),
         durable: None,
         subscription: None,
+        push: Vec::new(),
     }
 }

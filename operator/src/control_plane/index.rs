@@ -56,6 +56,8 @@ struct Dest {
     durable: Option<DurableRoute>,
     /// Set on a subscriber's route (keyed `<event>@<manager>`).
     subscription: Option<Subscription>,
+    /// The types the Manager may push beside those it handles (`spec.push`).
+    push: Vec<String>,
 }
 
 /// What the index keeps of a pod.
@@ -378,6 +380,7 @@ impl Index {
                         },
                         durable: d.durable,
                         subscription: Some(super::table::subscription_wire(&sub.subscription)),
+                        push: d.push.iter().map(|e| e.as_str().to_owned()).collect(),
                     };
                     (route_key, dest)
                 });
@@ -399,6 +402,7 @@ impl Index {
                         },
                         durable: d.durable,
                         subscription: None,
+                        push: d.push.iter().map(|e| e.as_str().to_owned()).collect(),
                     };
                     (event.as_str().to_owned(), dest)
                 })
@@ -503,6 +507,7 @@ impl Index {
             endpoints,
             durable: d.durable.as_ref().map(DurableRoute::to_wire),
             subscription: d.subscription.clone(),
+            push: d.push.clone(),
         }
     }
 

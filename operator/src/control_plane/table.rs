@@ -119,6 +119,7 @@ fn route(
         endpoints,
         durable: dest.durable.as_ref().map(DurableRoute::to_wire),
         subscription,
+        push: dest.push.iter().map(|e| e.as_str().to_owned()).collect(),
     }
 }
 

@@ -84,6 +84,7 @@ pub fn destinations<'a>(
                     durable: (m.spec.delivery_of(event)
                         == switchyard_crds::manager::DeliveryMode::Durable)
                         .then(|| durable_route(m)),
+                    push: m.spec.push.clone(),
                 });
         }
     }
@@ -122,6 +123,7 @@ pub fn subscribers<'a>(
                         port: ports::MANAGER_INBOUND,
                         pod_selector: meta::selector(meta::MANAGER, &name),
                         durable,
+                        push: m.spec.push.clone(),
                     },
                 },
             );

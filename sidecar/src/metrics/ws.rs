@@ -16,6 +16,13 @@ pub struct CommandLabels {
     pub status: u16,
 }
 
+/// Labels of the refused-push counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ManagerLabels {
+    /// The Manager whose pods sent it.
+    pub manager: EventLabel,
+}
+
 /// WebSocket connections, messages and pushes.
 pub struct WsMetrics {
     /// `switchyard_ws_connections`: open WebSocket connections.
@@ -28,6 +35,9 @@ pub struct WsMetrics {
     pub pushes_delivered: Counter,
     /// `switchyard_ws_pushes_dropped_total`: pushes dropped because a subscriber's outbox was full.
     pub pushes_dropped: Counter,
+    /// `switchyard_pushes_refused_total{manager}`: pushes from a Manager's pods of a type it neither
+    /// handles nor lists in `spec.push`, refused.
+    pub pushes_refused: Family<ManagerLabels, Counter>,
 }
 
 impl WsMetrics {
@@ -39,6 +49,7 @@ impl WsMetrics {
             subscriptions: Gauge::default(),
             pushes_delivered: Counter::default(),
             pushes_dropped: Counter::default(),
+            pushes_refused: Family::default(),
         };
         registry.register(
             "switchyard_ws_connections",
@@ -59,6 +70,11 @@ impl WsMetrics {
             "switchyard_ws_pushes_delivered",
             "Pushes queued to a WebSocket subscriber",
             m.pushes_delivered.clone(),
+        );
+        registry.register(
+            "switchyard_pushes_refused",
+            "Pushes from a Manager's pods of a type it neither handles nor lists in spec.push, refused",
+            m.pushes_refused.clone(),
         );
         registry.register(
             "switchyard_ws_pushes_dropped",

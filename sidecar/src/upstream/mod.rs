@@ -15,6 +15,7 @@ mod hold;
 mod p2c;
 mod peer;
 mod pool;
+mod push_gate;
 pub(crate) mod pushes;
 pub(crate) mod snapshot;
 pub(crate) mod subscribers;
@@ -230,6 +231,7 @@ impl Upstream {
             (key.clone(), &s.destination, Some(wire))
         });
         let mut subscribed = Vec::new();
+        let pushable = config_pushable(destinations, subscribers);
         for (event, dest, sub) in handlers.chain(subs) {
             let source = match static_endpoints.get(&dest.manager) {
                 Some(list) => Source::Static(list.clone()),
@@ -249,6 +251,7 @@ impl Upstream {
                         metrics.clone(),
                         peer_tls(mesh.as_ref(), namespace, &dest.manager),
                     ));
+                    pool.allow_pushes(pushable.get(&dest.manager).cloned().unwrap_or_default());
                     discovery::start(pool.clone(), source);
                     pool
                 })
@@ -400,6 +403,7 @@ impl Upstream {
                     ))
                 });
             pool.update(p.addrs);
+            pool.allow_pushes(plan.pushable.get(&p.manager).cloned().unwrap_or_default());
             pools.insert(name, pool);
         }
         for (name, old) in &current.pools {
@@ -831,6 +835,29 @@ impl Drop for CancelOnDrop<'_> {
             self.conn.cancel(self.id);
         }
     }
+}
+
+/// Manager -> the types its pods may push, from the config's table (locally): those it handles
+/// and its `spec.push`, as the control plane's routes say in a cluster.
+fn config_pushable(
+    destinations: &BTreeMap<EventType, Destination>,
+    subscribers: &BTreeMap<String, Subscriber>,
+) -> BTreeMap<String, std::collections::BTreeSet<String>> {
+    let mut out: BTreeMap<String, std::collections::BTreeSet<String>> = BTreeMap::new();
+    let listed = destinations
+        .values()
+        .chain(subscribers.values().map(|s| &s.destination));
+    for dest in listed {
+        out.entry(dest.manager.clone())
+            .or_default()
+            .extend(dest.push.iter().map(|e| e.as_str().to_owned()));
+    }
+    for (event, dest) in destinations {
+        out.entry(dest.manager.clone())
+            .or_default()
+            .insert(event.as_str().to_owned());
+    }
+    out
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 
 use super::changes::Changes;
 use super::peer::{Peer, PeerTls};
+use super::push_gate::PushGate;
 use super::pushes::Pushes;
 use crate::metrics::Metrics;
 use std::collections::BTreeSet;
@@ -13,7 +14,9 @@ pub struct Pool {
     /// Manager name, for logs.
     pub name: String,
     peers: RwLock<Arc<Vec<Arc<Peer>>>>,
+    /// Where its connections' PUSH frames go: through the gate of what its Manager may push.
     pushes: Pushes,
+    gate: Option<Arc<PushGate>>,
     changes: Arc<Changes>,
     metrics: Arc<Metrics>,
     tls: Option<PeerTls>,
@@ -31,14 +34,25 @@ impl Pool {
         metrics: Arc<Metrics>,
         tls: Option<PeerTls>,
     ) -> Pool {
+        // The Manager's pushes pass its gate: none until the table says which types it may push.
+        let gate = PushGate::guard(&name, pushes, metrics.clone());
         Pool {
             name,
             peers: RwLock::new(Arc::new(Vec::new())),
-            pushes,
+            pushes: gate.as_ref().and_then(PushGate::as_pushes),
+            gate,
             changes,
             metrics,
             tls,
             retired: AtomicBool::new(false),
+        }
+    }
+
+    /// Sets the types its Manager may push (it handles them, or lists them in `spec.push`), from
+    /// the current routing table.
+    pub fn allow_pushes(&self, types: BTreeSet<String>) {
+        if let Some(g) = &self.gate {
+            g.allow(types);
         }
     }
 

@@ -6,6 +6,7 @@ use super::subscribers::Spec;
 use std::collections::{BTreeMap, BTreeSet};
 use std::net::SocketAddr;
 use std::sync::Arc;
+use switchyard_crds::EventType;
 use switchyard_crds::subscription::{Filter, Observe};
 use switchyard_protocol::control::v1::{Route, RoutingTable};
 use switchyard_protocol::durable::DurableRoute;
@@ -146,6 +147,9 @@ pub struct Plan {
     pub durable: BTreeMap<String, DurableRoute>,
     /// Subscribers by route key (`<event>@<manager>`), each with its pool's name.
     pub subscribers: BTreeMap<String, (Spec, String)>,
+    /// Manager -> the types its pods may push: those it handles and those its routes list in
+    /// `push`.
+    pub pushable: BTreeMap<String, BTreeSet<String>>,
     /// Entries left out, each with the reason.
     pub rejected: Vec<String>,
 }
@@ -186,6 +190,20 @@ pub fn plan(table: &RoutingTable) -> Plan {
                 route.event_type
             ));
             continue;
+        }
+        let may_push = out.pushable.entry(route.manager.clone()).or_default();
+        if sub.is_none() {
+            may_push.insert(route.event_type.clone());
+        }
+        for event in &route.push {
+            match EventType::check(event) {
+                Ok(()) => {
+                    may_push.insert(event.clone());
+                }
+                Err(e) => out
+                    .rejected
+                    .push(format!("Manager {}: a push type {e}", route.manager)),
+            }
         }
         let pool_name = if route.pool.is_empty() {
             route.manager.clone()
@@ -290,6 +308,7 @@ mod tests {
                 .collect(),
             durable: None,
             subscription: None,
+            push: Vec::new(),
         }
     }
 

@@ -59,6 +59,7 @@ fn table(version: u64, routes: &[(&str, &str, &[&str])]) -> RoutingTable {
                     .collect(),
                 durable: None,
                 subscription: None,
+                push: Vec::new(),
             })
             .collect(),
         ..RoutingTable::default()
