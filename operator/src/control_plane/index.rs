@@ -156,6 +156,7 @@ type RoutingSpec<'a> = (
     Option<&'a str>,
     &'a switchyard_crds::manager::Durable,
     &'a [switchyard_crds::subscription::Subscription],
+    &'a [switchyard_crds::EventType],
 );
 
 fn routing_spec(m: &Manager) -> RoutingSpec<'_> {
@@ -169,6 +170,7 @@ fn routing_spec(m: &Manager) -> RoutingSpec<'_> {
         s.workers.ordering_key.as_deref(),
         &s.durable,
         s.subscriptions.as_slice(),
+        s.push.as_slice(),
     )
 }
 

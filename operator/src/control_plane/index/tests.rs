@@ -369,3 +369,35 @@ fn a_subscriber_gets_a_route_keyed_by_event_and_manager_with_all_its_pods() {
     assert_eq!(s.filter, r#"{"prefix":{"source":"/switchyard/shop/"}}"#);
     assert!(routes[0].subscription.is_none() && routes[3].subscription.is_none());
 }
+
+#[test]
+fn every_route_of_a_manager_carries_what_it_may_push() {
+    let mut ix = Index::default();
+    ix.apply_router(&router("edge"));
+    let mut m = manager("m1", "edge", &["a.x", "a.y"], false);
+    m.spec.push = vec!["alerts.fired".into()];
+    m.spec.subscriptions =
+        serde_json::from_value(serde_json::json!([{"event": "b.*"}])).expect("subscriptions");
+    ix.apply_manager(Arc::new(m.clone()));
+    ix.apply_manager(Arc::new(manager("m2", "edge", &["c.z"], false)));
+    let tables = ix.tables();
+    let routes = &tables[&RouterKey {
+        namespace: "shop".into(),
+        name: "edge".into(),
+    }];
+    for r in routes {
+        let want: &[&str] = if r.manager == "m1" {
+            &["alerts.fired"]
+        } else {
+            &[]
+        };
+        assert_eq!(r.push, want, "{}", r.event_type);
+    }
+    assert_eq!(routes.len(), 4, "a.x, a.y, b.*@m1, c.z");
+    // A change of spec.push alone is a change of the Manager's routes.
+    ix.take();
+    m.spec.push.clear();
+    ix.apply_manager(Arc::new(m));
+    assert_eq!(ix.take().len(), 1, "one Router's routes changed");
+    assert!(ix.tables().values().flatten().all(|r| r.push.is_empty()));
+}
