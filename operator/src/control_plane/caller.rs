@@ -12,7 +12,6 @@
 use super::directory::Directory;
 use super::forward::FORWARDED;
 use super::table::RouterKey;
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use switchyard_identity::incoming::PeerInfo;
 use switchyard_identity::{Kind, Peer};
