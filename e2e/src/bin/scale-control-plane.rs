@@ -310,7 +310,11 @@ async fn run(
                     "scaling": spec.get("scaling"),
                 }});
                 managers
-                    .patch(&format!("m{i}"), &PatchParams::default(), &Patch::Merge(patch))
+                    .patch(
+                        &format!("m{i}"),
+                        &PatchParams::default(),
+                        &Patch::Merge(patch),
+                    )
                     .await?;
                 anyhow::Ok(())
             }
@@ -579,7 +583,14 @@ async fn run(
                     present: p.ready,
                 },
             );
-            kinds.insert(id, if subscriber { "flip-subscriber" } else { "flip" });
+            kinds.insert(
+                id,
+                if subscriber {
+                    "flip-subscriber"
+                } else {
+                    "flip"
+                },
+            );
             api_watch.expect(&p.name, p.ready, id);
             busy.insert(p.name.clone(), id);
             let (pods_api, name, ready) = (pods_api.clone(), p.name.clone(), p.ready);
