@@ -120,7 +120,7 @@ fn truth(f: &Filter, pattern: &str) -> Truth {
     let all = f.all.iter().map(|g| truth(g, pattern));
     let any = (!f.any.is_empty()).then(|| {
         let each: Vec<Truth> = f.any.iter().map(|g| truth(g, pattern)).collect();
-        if each.iter().any(|t| *t == Truth::Always) {
+        if each.contains(&Truth::Always) {
             Truth::Always
         } else if each.iter().all(|t| matches!(t, Truth::Never(_))) {
             let why: Vec<String> = each

@@ -350,6 +350,7 @@ pub fn oversized(status: &Status) -> Option<Refusal> {
 mod tests {
     use super::super::directory::ManagerEntry;
     use super::*;
+    use std::collections::BTreeSet;
     use switchyard_identity::SpiffeId;
     use switchyard_protocol::control::v1::EventLoad;
 
