@@ -68,17 +68,16 @@ use std::collections::BTreeMap;
     },
     {
         // A subscriber scales on its own load too: each subscription's load is reported under its
-        // event as written (a pattern stays a pattern), and its target is keyed the same way.
+        // event as written (a pattern stays a pattern), and its target is keyed the same way. A
+        // static message: a messageExpression over the subscriptions (objects with deep filters)
+        // exceeds the API server's CEL cost budget.
         "rule": "!has(self.scaling) || !self.scaling.enabled || !has(self.subscriptions) || self.subscriptions.all(s, has(self.scaling.targets) && s.event in self.scaling.targets)",
-        "messageExpression": "'scaling is enabled, so every subscription needs a target in spec.scaling.targets, keyed by its event as written; missing: ' + self.subscriptions.filter(s, !has(self.scaling.targets) || !(s.event in self.scaling.targets))[0].event",
+        "message": "scaling is enabled, so every subscription needs a target in spec.scaling.targets, keyed by its event as written (e.g. orders.*)",
         "fieldPath": ".scaling.targets",
         "reason": "FieldValueRequired",
     },
-    {
-        "rule": "!has(self.scaling) || !has(self.scaling.targets) || self.scaling.targets.all(k, k in self.events || (has(self.subscriptions) && self.subscriptions.exists(s, s.event == k)))",
-        "message": "every key of scaling.targets must be one of spec.events or a subscription's event (as written in spec.subscriptions)",
-        "fieldPath": ".scaling.targets",
-    },
+    // That every key of scaling.targets is a handled type or a subscription's event is checked by
+    // the operator (`validate::manager`): the rule over both lists exceeds the CEL cost budget.
     {
         "rule": "!has(self.eventDelivery) || self.eventDelivery.all(k, k in self.events)",
         "message": "every key of eventDelivery must be one of spec.events",
