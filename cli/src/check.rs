@@ -2,7 +2,8 @@
 //! types, bounds; done while reading the file, see `switchyard_crds::strict`), their CEL rules
 //! (evaluated client-side), the operator's own validation, and what the sidecars would refuse at
 //! start in the configs rendered from the file (`switchyard_sidecar::start_checks`). `switchyard up`
-//! runs the same checks before it starts anything.
+//! runs the same checks before it starts anything. Then warnings that fail nothing: subscriptions
+//! that would match nothing, and why (`unmatched`).
 
 use crate::up::config as render;
 use kube::ResourceExt;
@@ -137,9 +138,17 @@ pub fn run(objs: &Objects, text: &str) -> anyhow::Result<()> {
     for p in &problems {
         println!("{p}");
     }
+    let warnings = warnings_placed(objs, text);
+    for w in &warnings {
+        println!("{w}");
+    }
     if problems.is_empty() {
+        let warned = match warnings.len() {
+            0 => String::new(),
+            n => format!(" ({n} warning(s))"),
+        };
         println!(
-            "ok: {} Router(s), {} Manager(s)",
+            "ok: {} Router(s), {} Manager(s){warned}",
             objs.routers.len(),
             objs.managers.len()
         );
@@ -155,6 +164,23 @@ pub fn placed(objs: &Objects, text: &str) -> Vec<String> {
     problems_placed(objs, &|kind, name, field| {
         lines.as_ref().and_then(|l| l.line(kind, name, field))
     })
+}
+
+/// The warnings of [`crate::unmatched`], one line each, naming the Manager, the line of the
+/// subscription in `text` and the subscription.
+pub fn warnings_placed(objs: &Objects, text: &str) -> Vec<String> {
+    let lines = switchyard_crds::yaml_lines::Lines::of(text);
+    crate::unmatched::warnings(objs)
+        .into_iter()
+        .map(|w| {
+            let at = lines
+                .as_ref()
+                .and_then(|l| l.line("Manager", &w.manager, &w.field))
+                .map(|l| format!(", line {l}"))
+                .unwrap_or_default();
+            format!("warning: Manager {}{at}: {}", w.manager, w.text)
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -193,12 +219,53 @@ mod tests {
                 "Manager handlers, line 40: spec.template.spec.containers[0].securityContext.privileged: a privileged container has every device and capability of the node; remove it, or, where the pods are meant to have it, label the Manager's namespace switchyard.dev/allow-privileged-templates=true"
             ]
         );
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples/subscriptions.yaml"),
+        )
+        .expect("example");
+        let objs = switchyard_crds::yaml::parse(&text).expect("typed");
+        assert_eq!(
+            (placed(&objs, &text), warnings_placed(&objs, &text)),
+            (vec![], vec![]),
+            "the example's subscriptions each match something"
+        );
         let sidecar = placed_problems_of("sidecar-start.yaml");
         assert!(
             sidecar.iter().any(|p| p.starts_with(
                 "Router edge, line 21: spec.routes[0].schema: not a valid JSON Schema"
             )),
             "{sidecar:?}"
+        );
+    }
+
+    #[test]
+    fn a_subscription_matching_nothing_is_a_warning_on_its_line() {
+        let text = r#"apiVersion: switchyard.dev/v1alpha1
+kind: Router
+metadata: {name: edge}
+spec:
+  listeners: {http: {port: 8080}}
+  routes:
+    - {event: orders.get, http: {method: GET, path: /orders}}
+---
+apiVersion: switchyard.dev/v1alpha1
+kind: Manager
+metadata: {name: audit}
+spec:
+  routerRef: {name: edge}
+  events: [orders.get]
+  template: {spec: {containers: [{name: app, image: app}]}}
+  subscriptions:
+    - event: orders.get
+    - event: billing.*
+"#;
+        let objs = switchyard_crds::yaml::parse(text).expect("typed");
+        assert_eq!(placed(&objs, text), Vec::<String>::new());
+        let w = warnings_placed(&objs, text);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].starts_with("warning: Manager audit, line 18: spec.subscriptions[1] (billing.*): covers no event type"),
+            "{w:?}"
         );
     }
 }

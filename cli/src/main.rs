@@ -11,6 +11,7 @@ mod agreement;
 mod check;
 mod routes;
 mod top;
+mod unmatched;
 mod up;
 
 use clap::{Parser, Subcommand};

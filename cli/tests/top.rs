@@ -21,12 +21,25 @@ struct Load(Arc<AtomicBool>, Option<std::thread::JoinHandle<u32>>);
 
 impl Load {
     fn start(port: u16) -> Load {
+        Load::of(move || {
+            let _ = http::get(port, "/noop");
+        })
+    }
+
+    /// `POST /echo {"value": 1}` in a loop: a request with observers of it and its answer.
+    fn echo(port: u16) -> Load {
+        Load::of(move || {
+            let _ = http::post_json(port, "/echo", r#"{"value": 1}"#);
+        })
+    }
+
+    fn of(send: impl Fn() + Send + 'static) -> Load {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let t = std::thread::spawn(move || {
             let mut sent = 0;
             while !s.load(Ordering::Relaxed) && sent < 20_000 {
-                let _ = http::get(port, "/noop");
+                send();
                 sent += 1;
             }
             sent
@@ -102,6 +115,56 @@ fn once_prints_the_traffic_per_event_type_as_json() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
     assert!(err.contains("no running `switchyard up -f"), "{err}");
+}
+
+/// examples/subscriptions.yaml: `audit` observes `echo` (its publishes, and copies of its requests
+/// and answers, which the router's sidecar sends). Under `POST /echo` load, the subscription's row
+/// counts the copies sent to it and its app's deliveries; nothing is shed at this pace.
+#[test]
+fn once_shows_each_subscriptions_deliveries_and_copies() {
+    support::require_binaries().unwrap();
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let manifest = example_on_ports(dir.path(), "subscriptions.yaml", port, free_port(), |t| t);
+    let mut up = Up::start(&manifest, &[]);
+    up.ready(Duration::from_secs(60)).unwrap();
+    let load = Load::echo(port);
+    let out = Command::new(SWITCHYARD)
+        .args(["top", "-f", &manifest.display().to_string(), "--once"])
+        .output()
+        .unwrap();
+    drop(load);
+    up.stop().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let subs = v["subscriptions"].as_array().unwrap();
+    assert_eq!(subs.len(), 1, "{text}");
+    let row = &subs[0];
+    assert_eq!(row["subscription"], "echo@audit", "{row}");
+    assert!(
+        row["rate"].as_f64().unwrap() > 0.0,
+        "no deliveries to audit: {row}"
+    );
+    assert_eq!(row["success"], 1.0, "{row}");
+    assert!(
+        row["copies_sent"].as_f64().unwrap() > 0.0,
+        "no copies: {row}"
+    );
+    assert_eq!(row["copies_shed"], 0.0, "{row}");
+    // audit's deliveries are its subscription's, not a handled type's row of their own.
+    let events = v["events"].as_array().unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| e["event"] == "echo" && e["role"] == "router"),
+        "{text}"
+    );
 }
 
 /// A tmux server of this test's own (`-L`), so it never touches a user's sessions.

@@ -67,10 +67,17 @@ use std::collections::BTreeMap;
         "reason": "FieldValueRequired",
     },
     {
-        "rule": "!has(self.scaling) || !has(self.scaling.targets) || self.scaling.targets.all(k, k in self.events)",
-        "message": "every key of scaling.targets must be one of spec.events",
+        // A subscriber scales on its own load too: each subscription's load is reported under its
+        // event as written (a pattern stays a pattern), and its target is keyed the same way. A
+        // static message: a messageExpression over the subscriptions (objects with deep filters)
+        // exceeds the API server's CEL cost budget.
+        "rule": "!has(self.scaling) || !self.scaling.enabled || !has(self.subscriptions) || self.subscriptions.all(s, has(self.scaling.targets) && s.event in self.scaling.targets)",
+        "message": "scaling is enabled, so every subscription needs a target in spec.scaling.targets, keyed by its event as written (e.g. orders.*)",
         "fieldPath": ".scaling.targets",
+        "reason": "FieldValueRequired",
     },
+    // That every key of scaling.targets is a handled type or a subscription's event is checked by
+    // the operator (`validate::manager`): the rule over both lists exceeds the CEL cost budget.
     {
         "rule": "!has(self.eventDelivery) || self.eventDelivery.all(k, k in self.events)",
         "message": "every key of eventDelivery must be one of spec.events",
@@ -506,7 +513,8 @@ pub struct Scaling {
     #[serde(default = "default_max_replicas")]
     #[schemars(range(min = 1, max = 10000))]
     pub max_replicas: i32,
-    /// Target load per pod, by event type.
+    /// Target load per pod, by event type, and by subscription (keyed by its `event` as written,
+    /// so `orders.*` for a pattern): with scaling enabled, each needs one.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 64))]
     pub targets: BTreeMap<String, ScalingTarget>,

@@ -240,15 +240,30 @@ fn enabled_scaling_needs_a_target_per_event_type() {
 }
 
 #[test]
-fn targets_for_unknown_event_types_are_rejected() {
-    let m = manager(
-        serde_json::json!({"spec": {"scaling": {"targets": {"orders.create": {"targetRate": 5.0}}}}}),
-    );
-    assert!(
-        cel_errors(&m).contains("must be one of spec.events"),
-        "{}",
-        cel_errors(&m)
-    );
+fn enabled_scaling_needs_a_target_per_subscription_keyed_as_written() {
+    let subs = serde_json::json!([{"event": "orders.*"}, {"event": "users.created"}]);
+    let scaled = |targets: serde_json::Value| {
+        manager(serde_json::json!({"spec": {
+            "subscriptions": subs,
+            "scaling": {"enabled": true, "targets": targets},
+        }}))
+    };
+    let err = cel_errors(&scaled(serde_json::json!({
+        "noop": {"targetInFlight": 4},
+        "orders.*": {"targetRate": 50.0},
+    })));
+    assert!(err.contains("every subscription needs a target"), "{err}");
+    let all = serde_json::json!({
+        "noop": {"targetInFlight": 4},
+        "orders.*": {"targetRate": 50.0}, "users.created": {"targetInFlight": 8},
+    });
+    assert_eq!(cel_errors(&scaled(all.clone())), "");
+    // Off: no target asked for, and a subscription's target is still a known key.
+    let off = manager(serde_json::json!({"spec": {
+        "subscriptions": subs,
+        "scaling": {"enabled": false, "targets": all},
+    }}));
+    assert_eq!(cel_errors(&off), "");
 }
 
 #[test]

@@ -46,6 +46,16 @@ fn push_reports(
     ns: String,
     load: watch::Receiver<Vec<(String, u32)>>,
 ) -> tokio::task::JoinHandle<Result<()>> {
+    push_reports_as(cp, ns, ("router", "edge", "edge-router-e2e"), load)
+}
+
+/// [`push_reports`] as a sidecar of `role` of Router or Manager `owner`, pod `pod`.
+fn push_reports_as(
+    cp: String,
+    ns: String,
+    (role, owner, pod): (&'static str, &'static str, &'static str),
+    load: watch::Receiver<Vec<(String, u32)>>,
+) -> tokio::task::JoinHandle<Result<()>> {
     tokio::spawn(async move {
         let mut client = ControlPlaneClient::connect(cp).await?;
         let (mut tx, rx) = futures::channel::mpsc::channel::<LoadReport>(4);
@@ -66,10 +76,10 @@ fn push_reports(
                 })
                 .collect();
             let report = LoadReport {
-                pod: "edge-router-e2e".into(),
+                pod: pod.into(),
                 namespace: ns.clone(),
-                role: "router".into(),
-                owner: "edge".into(),
+                role: role.into(),
+                owner: owner.into(),
                 timestamp_ms: SystemTime::now()
                     .duration_since(UNIX_EPOCH)
                     .map_or(0, |d| d.as_millis() as u64),
@@ -200,6 +210,109 @@ async fn a_load_step_scales_only_the_busy_manager_and_it_returns_to_min() -> Res
     };
     if let Err(e) = result {
         bail!("{e:#}\n--- report pusher: {pushed}\n{}", ops.log_tails(40));
+    }
+    ops.stop().await?;
+    Ok(())
+}
+
+/// A subscriber scales on its own load (issue 36): `billing` handles `billing.charge` and
+/// subscribes to `orders.*`; its pods' load under `orders.*` scales it, while `orders`, the handler
+/// of `orders.created`, stays put, and billing's load under a type it neither handles nor names in
+/// a subscription is dropped by the control plane.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_subscribers_own_load_scales_it_and_not_the_handler() -> Result<()> {
+    let _lock = OperatorLock::acquire().await?;
+    let c = cluster().await?;
+    let client = c.client().await?;
+    let ns = TestNamespace::create(c, "subscale").await?;
+    let ops = Replicas::start(c, "e2e-subscale").await?;
+    let billing = SCALING.replace("EVENT", "billing.charge").replace(
+        "    scaleUp:",
+        "      orders.*: {targetInFlight: 10}\n    scaleUp:",
+    );
+    let manifests = format!(
+        "{}---\n{}  subscriptions:\n    - event: orders.*\n---\n{}",
+        fixtures::router_routing("edge", &["orders.created"]),
+        fixtures::manager("billing", "edge", "[billing.charge]", &billing),
+        fixtures::manager(
+            "orders",
+            "edge",
+            "[orders.created]",
+            &SCALING.replace("EVENT", "orders.created")
+        ),
+    );
+    c.kubectl()
+        .args(["apply", "-n", &ns.name, "-f", "-"])
+        .stdin(manifests)
+        .ok()
+        .await?;
+    wait_rolled_out(&client, &ns.name, "billing-manager", 1).await?;
+    wait_rolled_out(&client, &ns.name, "orders-manager", 1).await?;
+
+    // billing's pods: 40 in flight under its subscription (4 pods' worth), and as many under
+    // orders.created, which is the handler's type and no subscription of billing's.
+    let load = vec![
+        ("orders.*".to_owned(), 40),
+        ("orders.created".to_owned(), 40),
+    ];
+    let (_load_tx, load_rx) = watch::channel(load);
+    let who = ("manager", "billing", "billing-manager-e2e");
+    let pusher = push_reports_as(ops.standby_url(), ns.name.clone(), who, load_rx);
+    let managers = Api::<Manager>::namespaced(client.clone(), &ns.name);
+    let result = async {
+        eventually(
+            "billing to scale to 4 on orders.*",
+            REACTION_BOUND,
+            || async {
+                let n = spec_replicas(&managers, "billing").await?;
+                ensure!(n == 4, "billing has {n} replicas");
+                Ok(())
+            },
+        )
+        .await?;
+        let events = Api::<Event>::namespaced(client.clone(), &ns.name);
+        eventually(
+            "a ScaledUp Event naming the subscription",
+            timeout(),
+            || async {
+                let list = events.list(&ListParams::default()).await?;
+                let notes: Vec<String> = list
+                    .items
+                    .iter()
+                    .filter(|e| e.reason.as_deref() == Some("ScaledUp"))
+                    .filter_map(|e| e.note.clone())
+                    .collect();
+                ensure!(
+                    notes.iter().any(|n| n.contains("orders.* in flight 40.0")),
+                    "ScaledUp notes: {notes:?}"
+                );
+                Ok(())
+            },
+        )
+        .await?;
+        // Several ticks later the handler has not moved: billing's figures are not its own.
+        let m = ops.leader.metrics().await?;
+        let ticks = m.sum("switchyard_operator_autoscale_tick_seconds_count");
+        eventually("five more autoscaler ticks", timeout(), || async {
+            let now = ops
+                .leader
+                .metrics()
+                .await?
+                .sum("switchyard_operator_autoscale_tick_seconds_count");
+            ensure!(now >= ticks + 5.0, "{now} ticks");
+            Ok(())
+        })
+        .await?;
+        ensure!(
+            spec_replicas(&managers, "orders").await? == 1,
+            "orders moved"
+        );
+        anyhow::Ok(())
+    }
+    .await;
+    pusher.abort();
+    if let Err(e) = result {
+        bail!("{e:#}\n{}", ops.log_tails(40));
     }
     ops.stop().await?;
     Ok(())

@@ -162,6 +162,13 @@ async fn scale_control_plane_smoke() -> Result<()> {
         out["load_reports_per_s"].as_f64().is_some_and(|v| v > 0.0),
         "no load reports counted: {out}"
     );
+    // m1 subscribes to m0's type (a quarter of the Managers subscribe): every stream holds its
+    // subscriber route.
+    ensure!(
+        out["subscribing_managers"] == 1
+            && out["subscriber_routes_per_stream"].as_f64() == Some(1.0),
+        "the subscriber's route is not in the tables: {out}"
+    );
     Ok(())
 }
 

@@ -1,4 +1,5 @@
-//! The live screen of `switchyard top`: the event table and the sidecar table, drawn with ratatui.
+//! The live screen of `switchyard top`: the event table, the subscription table (when there are
+//! subscriptions) and the sidecar table, drawn with ratatui.
 
 use super::stats::View;
 use ratatui::Frame;
@@ -13,8 +14,13 @@ fn num(v: Option<f64>, digits: usize) -> String {
 
 /// Draws `view`; `source` and `status` fill the title and the bottom line.
 pub fn draw(frame: &mut Frame, view: &View, source: &str, status: &str) {
-    let [events_area, sidecars_area, help] = Layout::vertical([
+    let subs_height = match view.subscriptions.len() {
+        0 => 0,
+        n => n as u16 + 3,
+    };
+    let [events_area, subs_area, sidecars_area, help] = Layout::vertical([
         Constraint::Min(5),
+        Constraint::Length(subs_height),
         Constraint::Length(view.sidecars.len() as u16 + 3),
         Constraint::Length(1),
     ])
@@ -52,6 +58,47 @@ pub fn draw(frame: &mut Frame, view: &View, source: &str, status: &str) {
     ]))
     .block(Block::bordered().title(format!(" switchyard top: {source} ")));
     frame.render_widget(events, events_area);
+
+    let rows = view.subscriptions.iter().map(|s| {
+        Row::new(vec![
+            Cell::from(s.subscription.clone()),
+            Cell::from(format!("{:.1}", s.rate)),
+            Cell::from(
+                s.success
+                    .map_or_else(|| "-".into(), |v| format!("{:.2}%", v * 100.0)),
+            ),
+            Cell::from(num(s.p99_ms, 3)),
+            Cell::from(format!("{:.1}", s.copies_sent)),
+            Cell::from(format!("{:.1}", s.copies_shed)),
+            Cell::from(format!("{:.1}", s.copies_failed)),
+        ])
+    });
+    let subs = Table::new(
+        rows,
+        [
+            Constraint::Min(20),
+            Constraint::Length(10),
+            Constraint::Length(9),
+            Constraint::Length(10),
+            Constraint::Length(11),
+            Constraint::Length(11),
+            Constraint::Length(13),
+        ],
+    )
+    .header(header(&[
+        "SUBSCRIPTION",
+        "DELIV/S",
+        "SUCCESS",
+        "P99 ms",
+        "COPIES/S",
+        "SHED/S",
+        "FAILED/S",
+    ]))
+    .block(
+        Block::bordered()
+            .title(" subscriptions (deliveries to the subscriber; copies sent to it) "),
+    );
+    frame.render_widget(subs, subs_area);
 
     let rows = view.sidecars.iter().map(|s| {
         Row::new(vec![

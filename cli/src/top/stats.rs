@@ -1,7 +1,10 @@
 //! Two scrapes of the sidecars' `/metrics` -> what `switchyard top` shows: per event type and role,
 //! the request rate, the share answered without a server error, p50 and p99 of the latency (from
 //! the duration histogram's buckets, interpolated as Prometheus' `histogram_quantile` does); per
-//! sidecar, the requests in flight, queued and held. Pure.
+//! subscription, the deliveries its subscriber's pods made (they name their subscriptions in
+//! `switchyard_subscription_info`) and the request and answer copies sent, shed and failed for it
+//! (`switchyard_observer_copies_total`, counted where the copies leave); per sidecar, the
+//! requests in flight, queued and held. Pure.
 
 use super::prom::Sample;
 use std::collections::BTreeMap;
@@ -55,6 +58,25 @@ pub struct SidecarRow {
     pub error: Option<String>,
 }
 
+/// One line of the subscription table.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+pub struct SubscriptionRow {
+    /// Its route key, `<event>@<manager>`.
+    pub subscription: String,
+    /// Events delivered to the subscriber's app per second (publishes and copies).
+    pub rate: f64,
+    /// Share of those its app answered without a server error, `None` without deliveries.
+    pub success: Option<f64>,
+    /// 99th percentile of the deliveries' latency in milliseconds.
+    pub p99_ms: Option<f64>,
+    /// Request and answer copies per second sent to it and admitted.
+    pub copies_sent: f64,
+    /// Copies per second shed before sending (too many underway at the sender).
+    pub copies_shed: f64,
+    /// Copies per second that failed (no endpoint, refused, no acknowledgement in time).
+    pub copies_failed: f64,
+}
+
 /// Everything one refresh shows.
 #[derive(Clone, Debug, PartialEq, serde::Serialize)]
 pub struct View {
@@ -62,12 +84,24 @@ pub struct View {
     pub interval_seconds: f64,
     /// Per event type and role, sorted.
     pub events: Vec<EventRow>,
+    /// Per subscription, sorted.
+    pub subscriptions: Vec<SubscriptionRow>,
     /// Per sidecar, in source order.
     pub sidecars: Vec<SidecarRow>,
 }
 
 const REQUESTS: &str = "switchyard_requests_total";
 const BUCKET: &str = "switchyard_request_duration_seconds_bucket";
+const SUBSCRIPTION_INFO: &str = "switchyard_subscription_info";
+const COPIES: &str = "switchyard_observer_copies_total";
+
+/// One subscription's sums over the interval.
+#[derive(Default)]
+struct SubAcc {
+    delivered: Acc,
+    /// `sent`, `shed`, `failed`.
+    copies: [f64; 3],
+}
 
 #[derive(Default)]
 struct Acc {
@@ -111,6 +145,7 @@ fn key(s: &Sample) -> String {
 /// The view of `now` against the scrape `secs` earlier (`before`, matched by address).
 pub fn view(before: &[Scrape], now: &[Scrape], secs: f64) -> View {
     let mut acc: BTreeMap<(String, String), Acc> = BTreeMap::new();
+    let mut subs: BTreeMap<String, SubAcc> = BTreeMap::new();
     let mut sidecars = Vec::new();
     for scrape in now {
         let prev: BTreeMap<String, f64> = before
@@ -131,8 +166,30 @@ pub fn view(before: &[Scrape], now: &[Scrape], secs: f64) -> View {
         match &scrape.samples {
             Err(e) => row.error = Some(e.clone()),
             Ok(samples) => {
+                // This pod's subscriptions: the event label its deliveries are counted under.
+                let mine: BTreeMap<&str, &str> = samples
+                    .iter()
+                    .filter(|s| s.name == SUBSCRIPTION_INFO)
+                    .filter_map(|s| Some((s.label("event")?, s.label("subscription")?)))
+                    .collect();
                 for s in samples {
-                    let Some(event) = s.label("event") else {
+                    let d = || increase(prev.get(&key(s)).copied(), s.value);
+                    if s.name == COPIES {
+                        let (Some(sub), Some(outcome)) =
+                            (s.label("subscription"), s.label("outcome"))
+                        else {
+                            continue;
+                        };
+                        let at = match outcome {
+                            "sent" => 0,
+                            "shed" => 1,
+                            _ => 2,
+                        };
+                        subs.entry(sub.to_owned()).or_default().copies[at] += d();
+                        continue;
+                    }
+                    let Some(event) = s.label("event").filter(|_| s.name != SUBSCRIPTION_INFO)
+                    else {
                         match s.name.as_str() {
                             "switchyard_in_flight" => row.in_flight = Some(s.value),
                             "switchyard_queued" => row.queued = Some(s.value),
@@ -141,19 +198,17 @@ pub fn view(before: &[Scrape], now: &[Scrape], secs: f64) -> View {
                         }
                         continue;
                     };
-                    let d = increase(prev.get(&key(s)).copied(), s.value);
+                    let d = d();
                     let a = acc
                         .entry((event.to_owned(), scrape.role.clone()))
                         .or_default();
-                    if s.name == REQUESTS {
-                        a.total += d;
-                        if s.label("status").and_then(|st| st.parse::<u16>().ok()) < Some(500) {
-                            a.ok += d;
-                        }
-                    } else if s.name == BUCKET
-                        && let Some(le) = s.label("le").and_then(le_value)
-                    {
-                        *a.buckets.entry(OrdF64(le)).or_default() += d;
+                    add(a, s, d);
+                    if let Some(sub) = mine.get(event) {
+                        add(
+                            &mut subs.entry((*sub).to_owned()).or_default().delivered,
+                            s,
+                            d,
+                        );
                     }
                 }
             }
@@ -175,10 +230,47 @@ pub fn view(before: &[Scrape], now: &[Scrape], secs: f64) -> View {
             }
         })
         .collect();
+    let per_s = |n: f64| if secs > 0.0 { n / secs } else { 0.0 };
+    let subscriptions = subs
+        .into_iter()
+        .map(|(subscription, a)| {
+            let buckets: Vec<(f64, f64)> = a
+                .delivered
+                .buckets
+                .iter()
+                .map(|(le, c)| (le.0, *c))
+                .collect();
+            let total = a.delivered.total;
+            SubscriptionRow {
+                subscription,
+                rate: per_s(total),
+                success: (total > 0.0).then(|| a.delivered.ok / total),
+                p99_ms: quantile(0.99, &buckets).map(|s| s * 1000.0),
+                copies_sent: per_s(a.copies[0]),
+                copies_shed: per_s(a.copies[1]),
+                copies_failed: per_s(a.copies[2]),
+            }
+        })
+        .collect();
     View {
         interval_seconds: secs,
         events,
+        subscriptions,
         sidecars,
+    }
+}
+
+/// Adds `d`, the interval's increase of request-counter or duration-bucket sample `s`, to `a`.
+fn add(a: &mut Acc, s: &Sample, d: f64) {
+    if s.name == REQUESTS {
+        a.total += d;
+        if s.label("status").and_then(|st| st.parse::<u16>().ok()) < Some(500) {
+            a.ok += d;
+        }
+    } else if s.name == BUCKET
+        && let Some(le) = s.label("le").and_then(le_value)
+    {
+        *a.buckets.entry(OrdF64(le)).or_default() += d;
     }
 }
 
@@ -292,5 +384,56 @@ mod tests {
             1.0,
         );
         assert_eq!(v.events[0].rate, 10.0);
+    }
+
+    #[test]
+    fn subscriptions_count_their_subscribers_deliveries_and_their_copies() {
+        let sub =
+            "switchyard_subscription_info{subscription=\"orders.*@audit\",event=\"orders.*\"} 1\n";
+        let before = format!(
+            "{sub}switchyard_requests_total{{event=\"orders.*\",status=\"202\"}} 4\n\
+             switchyard_requests_total{{event=\"audit.entry\",status=\"200\"}} 1\n"
+        );
+        let now = format!(
+            "{sub}switchyard_requests_total{{event=\"orders.*\",status=\"202\"}} 14\n\
+             switchyard_requests_total{{event=\"orders.*\",status=\"503\"}} 10\n\
+             switchyard_request_duration_seconds_bucket{{event=\"orders.*\",le=\"0.01\"}} 20\n\
+             switchyard_request_duration_seconds_bucket{{event=\"orders.*\",le=\"+Inf\"}} 20\n\
+             switchyard_requests_total{{event=\"audit.entry\",status=\"200\"}} 9\n"
+        );
+        let router_before = "switchyard_observer_copies_total{subscription=\"orders.*@audit\",copy=\"request\",outcome=\"sent\"} 2\n";
+        let router_now = "switchyard_observer_copies_total{subscription=\"orders.*@audit\",copy=\"request\",outcome=\"sent\"} 8\n\
+            switchyard_observer_copies_total{subscription=\"orders.*@audit\",copy=\"response\",outcome=\"shed\"} 4\n\
+            switchyard_observer_copies_total{subscription=\"orders.get@billing\",copy=\"response\",outcome=\"failed\"} 2\n";
+        let v = view(
+            &[
+                scrape("m", "manager", &before),
+                scrape("r", "router", router_before),
+            ],
+            &[
+                scrape("m", "manager", &now),
+                scrape("r", "router", router_now),
+            ],
+            2.0,
+        );
+        let rows: Vec<(&str, f64, Option<f64>, [f64; 3])> = v
+            .subscriptions
+            .iter()
+            .map(|s| {
+                let copies = [s.copies_sent, s.copies_shed, s.copies_failed];
+                (s.subscription.as_str(), s.rate, s.success, copies)
+            })
+            .collect();
+        assert_eq!(
+            rows,
+            [
+                ("orders.*@audit", 10.0, Some(0.5), [3.0, 2.0, 0.0]),
+                ("orders.get@billing", 0.0, None, [0.0, 0.0, 1.0]),
+            ]
+        );
+        assert!(v.subscriptions[0].p99_ms.is_some());
+        // The handled type is not a subscription; the info gauge makes no event row.
+        let events: Vec<&str> = v.events.iter().map(|e| e.event.as_str()).collect();
+        assert_eq!(events, ["audit.entry", "orders.*"]);
     }
 }

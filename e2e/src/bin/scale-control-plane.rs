@@ -8,6 +8,10 @@
 //! seconds at `--rate` changes per second, it flips a pod Ready/NotReady (status patch; kwok leaves
 //! it) or scales one of the Managers kept for that, and times each change until every stream of
 //! the affected Router holds it. Meanwhile one load report per pod per second goes to `ReportLoad`.
+//! A quarter of the Managers (`--subscribing-every 4`) also subscribe to another Manager's event
+//! type on the same Router, so each Router's table carries their subscriber routes
+//! (`<event>@<manager>`) beside the handlers', a flip of a subscriber's pod is timed on its
+//! subscriber route, and its pods report load under the subscription too.
 //! Records bytes per stream, the autoscaler's tick time, the operator's CPU and peak RSS,
 //! reconciles per second and the API server's request counts; writes
 //! `<out>/<label>.json` and `<out>/propagation.svg` (every run in `<out>`).
@@ -66,6 +70,9 @@ struct Args {
     /// Seconds of churn.
     #[arg(long, default_value_t = 60)]
     duration: u64,
+    /// Every this many Managers, one also subscribes to another Manager's event type (0: none).
+    #[arg(long, default_value_t = 4)]
+    subscribing_every: usize,
     /// Send no load reports.
     #[arg(long)]
     no_reports: bool,
@@ -98,27 +105,46 @@ struct PodInfo {
     addr: String,
     manager: usize,
     ready: bool,
+    /// Its Manager's subscription, which it reports load under too.
+    subscribed: Option<String>,
 }
 
 fn event(i: usize) -> String {
     format!("ev{i}")
 }
 
-fn manager_yaml(i: usize, routers: usize, k: usize) -> String {
+/// The event type Manager `i` subscribes to, if it is one of the subscribing ones: the next
+/// Manager's on the same Router (Managers are spread over the Routers round-robin).
+fn subscribes_to(i: usize, args: &Args) -> Option<String> {
+    let every = args.subscribing_every;
+    let j = (i + args.router_objects.max(1)) % args.managers.max(1);
+    (every > 0 && i % every == 1 % every && j != i).then(|| event(j))
+}
+
+fn manager_yaml(i: usize, args: &Args) -> String {
+    let (routers, k) = (args.router_objects, args.pods_per_manager);
     let scaled_by_bench = i % SCALED_EVERY == SCALED_EVERY - 1;
+    let subscribed = subscribes_to(i, args);
     let scaling = if scaled_by_bench {
         String::new()
     } else {
+        let sub_target = subscribed
+            .as_ref()
+            .map(|e| format!("      {e}: {{targetInFlight: 1000}}\n"))
+            .unwrap_or_default();
         format!(
-            "  scaling:\n    enabled: true\n    minReplicas: {k}\n    maxReplicas: {k}\n    targets:\n      {}: {{targetInFlight: 1000}}\n",
+            "  scaling:\n    enabled: true\n    minReplicas: {k}\n    maxReplicas: {k}\n    targets:\n      {}: {{targetInFlight: 1000}}\n{sub_target}",
             event(i)
         )
     };
+    let subscriptions = subscribed
+        .map(|e| format!("  subscriptions:\n    - event: {e}\n"))
+        .unwrap_or_default();
     fixtures::manager(
         &format!("m{i}"),
         &format!("r{}", i % routers),
         &format!("[{}]", event(i)),
-        &format!("  replicas: {k}\n{scaling}"),
+        &format!("  replicas: {k}\n{subscriptions}{scaling}"),
     )
 }
 
@@ -274,14 +300,20 @@ async fn run(
         .map(|i| {
             let managers = managers.clone();
             async move {
-                let m: Manager = serde_saphyr::from_str(&manager_yaml(i, args.router_objects, k))?;
+                let m: Manager = serde_saphyr::from_str(&manager_yaml(i, args))?;
                 create_or_keep(&managers, &m).await?;
-                // A kept run may have left it scaled.
+                // A kept run may have left it scaled, and have had no (or other) subscriptions.
+                let spec = serde_json::to_value(&m.spec)?;
+                let patch = json!({"spec": {
+                    "replicas": k,
+                    "subscriptions": spec.get("subscriptions"),
+                    "scaling": spec.get("scaling"),
+                }});
                 managers
                     .patch(
                         &format!("m{i}"),
                         &PatchParams::default(),
-                        &Patch::Merge(json!({"spec": {"replicas": k}})),
+                        &Patch::Merge(patch),
                     )
                     .await?;
                 anyhow::Ok(())
@@ -368,6 +400,7 @@ async fn run(
                 addr: format!("{ip}:{FRAME_PORT}"),
                 manager,
                 ready: true,
+                subscribed: subscribes_to(manager, args),
             })
         })
         .collect();
@@ -536,15 +569,28 @@ async fn run(
             }
             let p = &mut pods[i];
             p.ready = !p.ready;
+            // A subscriber's pod is timed on its subscriber route (the same delta carries both).
+            let route = match subscribes_to(p.manager, args) {
+                Some(e) => format!("{e}@m{}", p.manager),
+                None => event(p.manager),
+            };
+            let subscriber = route.contains('@');
             let id = streams.expect(
                 p.manager % args.router_objects,
-                &event(p.manager),
+                &route,
                 Condition::Endpoint {
                     addr: p.addr.clone(),
                     present: p.ready,
                 },
             );
-            kinds.insert(id, "flip");
+            kinds.insert(
+                id,
+                if subscriber {
+                    "flip-subscriber"
+                } else {
+                    "flip"
+                },
+            );
             api_watch.expect(&p.name, p.ready, id);
             busy.insert(p.name.clone(), id);
             let (pods_api, name, ready) = (pods_api.clone(), p.name.clone(), p.ready);
@@ -584,10 +630,15 @@ async fn run(
     let mut flip_api = Vec::new();
     let mut flip_after_api = Vec::new();
     let mut scale_max = Vec::new();
+    let mut subscriber_flip_max = Vec::new();
     for d in &done {
         let slowest = d.per_stream.iter().copied().max();
         let max = slowest.map_or(0.0, ms);
-        match kinds.get(&d.id).copied() {
+        let kind = kinds.get(&d.id).copied();
+        if kind == Some("flip-subscriber") {
+            subscriber_flip_max.push(max);
+        }
+        match kind {
             Some("scale") => scale_max.push(max),
             _ => {
                 flip_max.push(max);
@@ -605,6 +656,10 @@ async fn run(
     let messages = sum(|s| s.messages.load(Ordering::Relaxed)) - msgs0;
     let whole = sum(|s| s.whole.load(Ordering::Relaxed)) - whole0;
     let reconnects = sum(|s| s.reconnects.load(Ordering::Relaxed));
+    let subscriber_routes = sum(|s| s.subscriber_routes.load(Ordering::Relaxed));
+    let subscribing = (0..args.managers)
+        .filter(|i| subscribes_to(*i, args).is_some())
+        .count();
     let affected = args.routers as f64 / args.router_objects.max(1) as f64;
     let delta = |name: &str| m1.sum(name) - m0.sum(name);
     let mut api: Vec<(String, f64)> = api1
@@ -628,6 +683,8 @@ async fn run(
         "pods": total_pods,
         "streams": args.routers,
         "router_objects": args.router_objects,
+        "subscribing_managers": subscribing,
+        "subscriber_routes_per_stream": subscriber_routes as f64 / args.routers.max(1) as f64,
         "deltas": !args.whole_tables,
         "rate_per_s": args.rate,
         "churn_s": secs,
@@ -638,6 +695,8 @@ async fn run(
         },
         "propagation_ms": {
             "flip_all_streams": summary(&flip_max),
+            // The flips of subscribers' pods, timed on their subscriber routes (among the above).
+            "flip_subscriber_route_all_streams": summary(&subscriber_flip_max),
             "flip_per_stream": summary(&flip_each),
             // Patch sent until the benchmark's own pod watch showed it (the API server's path).
             "flip_api_server_watch": summary(&flip_api),
@@ -737,14 +796,17 @@ async fn report(url: String, ns: String, pods: Vec<PodInfo>) -> Result<()> {
                 owner: format!("m{}", p.manager),
                 timestamp_ms: now_ms(),
                 window_ms: 1000,
-                events: vec![EventLoad {
-                    event_type: event(p.manager),
-                    arrivals_per_second: 5.0,
-                    in_flight: 1,
-                    latency_p50_ms: 2.0,
-                    latency_p99_ms: 9.0,
-                    ..EventLoad::default()
-                }],
+                events: std::iter::once(event(p.manager))
+                    .chain(p.subscribed.clone())
+                    .map(|event_type| EventLoad {
+                        event_type,
+                        arrivals_per_second: 5.0,
+                        in_flight: 1,
+                        latency_p50_ms: 2.0,
+                        latency_p99_ms: 9.0,
+                        ..EventLoad::default()
+                    })
+                    .collect(),
             };
             if tx.send(r).await.is_err() {
                 let answer = call.await?;

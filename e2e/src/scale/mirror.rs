@@ -73,6 +73,11 @@ impl Mirror {
         self.routes.get(event).is_some_and(|a| a.contains(addr))
     }
 
+    /// Subscriber routes held (keyed `<event>@<manager>`).
+    pub fn subscriber_routes(&self) -> usize {
+        self.routes.keys().filter(|k| k.contains('@')).count()
+    }
+
     /// Endpoints listed for `event`.
     pub fn count(&self, event: &str) -> usize {
         self.routes.get(event).map_or(0, BTreeSet::len)
@@ -117,6 +122,15 @@ mod tests {
         .expect("delta");
         assert!(m.has("a", "y:1"));
         assert_eq!(m.count("b"), 0);
+        assert_eq!(m.subscriber_routes(), 0);
+        m.apply(RoutingTable {
+            version: 3,
+            base: 2,
+            routes: vec![route("a@m1", &["z:1"])],
+            ..RoutingTable::default()
+        })
+        .expect("a subscriber's route");
+        assert_eq!(m.subscriber_routes(), 1);
         assert!(
             m.apply(RoutingTable {
                 version: 9,

@@ -58,6 +58,8 @@ pub struct StreamStats {
     pub whole: AtomicU64,
     /// Times the stream was reopened (errors, gaps).
     pub reconnects: AtomicU64,
+    /// Subscriber routes (`<event>@<manager>`) in the table it holds now.
+    pub subscriber_routes: AtomicU64,
 }
 
 /// Every simulated stream and the changes they are waiting for.
@@ -211,6 +213,8 @@ pub async fn follow(
                 }
                 if mirror.apply(msg)? {
                     streams.check(s, &mirror);
+                    let subscribed = mirror.subscriber_routes() as u64;
+                    stats.subscriber_routes.store(subscribed, Ordering::Relaxed);
                 }
             }
             anyhow::Ok(())

@@ -2,7 +2,9 @@
 //!
 //! Router and Manager sidecars both report the same events (the router as arrivals at the edge, the
 //! manager as deliveries to the app), so the two roles are summed apart and the larger figure wins
-//! rather than counting each event twice.
+//! rather than counting each event twice. Manager reports are summed per owning Manager: since
+//! subscriptions, several Managers' pods report the same type (its handler, and a subscriber whose
+//! subscription names it), and each is scaled on its own pods' load.
 
 use super::window::Sample;
 use std::collections::HashMap;
@@ -10,52 +12,64 @@ use switchyard_protocol::control::v1::LoadReport;
 
 /// Namespace and event type, borrowed from the reports (a tick over 10,000 reports builds no key).
 pub type Key<'a> = (&'a str, &'a str);
+/// Namespace, owning Manager and event type (or subscription pattern), borrowed from the reports.
+pub type OwnedKey<'a> = (&'a str, &'a str, &'a str);
 
 /// The hash of the tick's maps: their keys are short strings looked up 10,000 times a tick, where
 /// SipHash was most of the aggregation. Seeded per process; the keys are namespaces and event types
 /// the control plane already checked against the reporting pod's owner.
 pub type Hash = foldhash::fast::RandomState;
 
-#[derive(Clone, Copy, Default)]
-struct Sums {
-    router: Sample,
-    manager: Sample,
-}
-
-impl Sums {
-    /// The larger role's figures: both roles see the same events.
-    fn merged(&self) -> Sample {
-        Sample {
-            rate: self.router.rate.max(self.manager.rate),
-            in_flight: self.router.in_flight.max(self.manager.in_flight),
-            p99_ms: self.router.p99_ms.max(self.manager.p99_ms),
-        }
+/// The larger of two roles' figures: both roles see the same events.
+fn merged(router: &Sample, manager: &Sample) -> Sample {
+    Sample {
+        rate: router.rate.max(manager.rate),
+        in_flight: router.in_flight.max(manager.in_flight),
+        p99_ms: router.p99_ms.max(manager.p99_ms),
     }
 }
 
-/// One sample per (namespace, event type) of one tick: the sums of each role, merged when read
-/// (so aggregating fills one map, and a key no Manager asks for is never merged).
+/// The samples of one tick: the routers' sums per (namespace, event type) and the managers' per
+/// (namespace, Manager, event type or subscription), merged when read (so aggregating fills two
+/// maps, and a key no Manager asks for is never merged).
 #[derive(Default)]
 pub struct Samples<'a> {
-    sums: HashMap<Key<'a>, Sums, Hash>,
+    router: HashMap<Key<'a>, Sample, Hash>,
+    manager: HashMap<OwnedKey<'a>, Sample, Hash>,
 }
 
 impl Samples<'_> {
-    /// The sample of `event` in namespace `ns`, if a pod reported it.
-    pub fn get(&self, ns: &str, event: &str) -> Option<Sample> {
-        self.sums.get(&(ns, event)).map(Sums::merged)
+    /// The sample of `event`, a type Manager `manager` of namespace `ns` handles: its routers'
+    /// arrivals or its own pods' deliveries, the larger; None if no pod reported it.
+    pub fn get(&self, ns: &str, manager: &str, event: &str) -> Option<Sample> {
+        let r = self.router.get(&(ns, event));
+        let m = self.manager.get(&(ns, manager, event));
+        match (r, m) {
+            (None, None) => None,
+            (r, m) => Some(merged(
+                &r.copied().unwrap_or_default(),
+                &m.copied().unwrap_or_default(),
+            )),
+        }
     }
 
-    /// How many (namespace, event type) were reported (the tick only looks keys up).
+    /// The sample of subscription `event` (a type or a pattern, as the subscription names it) of
+    /// Manager `manager` of namespace `ns`: its own pods' reports alone (a Router's arrivals of the
+    /// type are its handler's load, not a subscriber's).
+    pub fn subscription(&self, ns: &str, manager: &str, event: &str) -> Option<Sample> {
+        self.manager.get(&(ns, manager, event)).copied()
+    }
+
+    /// How many keys were reported (the tick only looks keys up).
     #[cfg(test)]
     pub fn len(&self) -> usize {
-        self.sums.len()
+        self.router.len() + self.manager.len()
     }
 
     /// Whether no pod reported anything.
     #[cfg(test)]
     pub fn is_empty(&self) -> bool {
-        self.sums.is_empty()
+        self.router.is_empty() && self.manager.is_empty()
     }
 }
 
@@ -69,9 +83,11 @@ fn add(into: &mut Sample, rate: f64, in_flight: f64, p99_ms: f64) {
 pub fn aggregate<'a>(reports: impl IntoIterator<Item = &'a LoadReport>) -> Samples<'a> {
     let reports = reports.into_iter();
     // Most reports carry one event type, and several pods report each: a quarter of the reports
-    // is room for the keys of most meshes without a rehash mid-tick.
-    let mut sums: HashMap<Key<'a>, Sums, Hash> =
-        HashMap::with_capacity_and_hasher(reports.size_hint().0 / 4, Hash::default());
+    // is room for the keys of most meshes without a rehash mid-tick (most reports are managers').
+    let mut samples = Samples {
+        router: HashMap::with_hasher(Hash::default()),
+        manager: HashMap::with_capacity_and_hasher(reports.size_hint().0 / 4, Hash::default()),
+    };
     for r in reports {
         let manager = r.role == "manager";
         for e in &r.events {
@@ -79,18 +95,19 @@ pub fn aggregate<'a>(reports: impl IntoIterator<Item = &'a LoadReport>) -> Sampl
             let rate = finite(e.arrivals_per_second);
             let in_flight = f64::from(e.in_flight) + f64::from(e.queued);
             let p99 = finite(e.latency_p99_ms);
-            let s = sums
-                .entry((r.namespace.as_str(), e.event_type.as_str()))
-                .or_default();
+            let (ns, event) = (r.namespace.as_str(), e.event_type.as_str());
             let side = if manager {
-                &mut s.manager
+                samples
+                    .manager
+                    .entry((ns, r.owner.as_str(), event))
+                    .or_default()
             } else {
-                &mut s.router
+                samples.router.entry((ns, event)).or_default()
             };
             add(side, rate, in_flight, p99);
         }
     }
-    Samples { sums }
+    samples
 }
 
 /// The sample of one Manager's event type: what its pods reported, with the backlog read from
@@ -119,10 +136,22 @@ mod tests {
     use switchyard_protocol::control::v1::EventLoad;
 
     fn report(pod: &str, role: &str, event: &str, rate: f64, in_flight: u32) -> LoadReport {
+        owned(pod, role, "orders", event, rate, in_flight)
+    }
+
+    fn owned(
+        pod: &str,
+        role: &str,
+        owner: &str,
+        event: &str,
+        rate: f64,
+        in_flight: u32,
+    ) -> LoadReport {
         LoadReport {
             pod: pod.into(),
             namespace: "shop".into(),
             role: role.into(),
+            owner: owner.into(),
             events: vec![EventLoad {
                 event_type: event.into(),
                 arrivals_per_second: rate,
@@ -143,19 +172,59 @@ mod tests {
             report("r1", "router", "users.get", 7.0, 0),
         ];
         let got = aggregate(&rs);
-        assert_eq!(got.len(), 2);
-        let o = got.get("shop", "orders.create").expect("reported");
+        assert_eq!(got.len(), 3);
+        let o = got
+            .get("shop", "orders", "orders.create")
+            .expect("reported");
         assert_eq!((o.rate, o.in_flight, o.p99_ms), (100.0, 12.0, 90.0));
-        assert_eq!(got.get("shop", "users.get").map(|s| s.rate), Some(7.0));
-        assert_eq!(got.get("shop", "nope"), None);
-        assert_eq!(got.get("other", "users.get"), None);
+        let u = got.get("shop", "orders", "users.get").map(|s| s.rate);
+        assert_eq!(
+            u,
+            Some(7.0),
+            "a router's arrivals count for the type's Manager"
+        );
+        assert_eq!(got.get("shop", "orders", "nope"), None);
+        assert_eq!(got.get("other", "orders", "users.get"), None);
         assert!(aggregate(&[]).is_empty());
+    }
+
+    #[test]
+    fn each_manager_counts_its_own_pods_and_a_subscription_only_them() {
+        // The handler of orders.created and a subscriber of it (by name) and of orders.* report
+        // the same type: neither is scaled on the other's pods.
+        let rs = [
+            owned("o1", "manager", "orders", "orders.created", 50.0, 4),
+            owned("b1", "manager", "billing", "orders.created", 20.0, 30),
+            owned("b2", "manager", "billing", "orders.created", 10.0, 10),
+            owned("a1", "manager", "audit", "orders.*", 70.0, 2),
+            owned("r1", "router", "edge", "orders.created", 60.0, 1),
+        ];
+        let got = aggregate(&rs);
+        let o = got
+            .get("shop", "orders", "orders.created")
+            .expect("handler");
+        assert_eq!((o.rate, o.in_flight), (60.0, 4.0));
+        let b = got
+            .subscription("shop", "billing", "orders.created")
+            .expect("subscriber");
+        assert_eq!(
+            (b.rate, b.in_flight),
+            (30.0, 40.0),
+            "its own two pods, not the router's arrivals nor the handler's pods"
+        );
+        let a = got
+            .subscription("shop", "audit", "orders.*")
+            .expect("pattern");
+        assert_eq!((a.rate, a.in_flight), (70.0, 2.0));
+        assert_eq!(got.subscription("shop", "audit", "orders.created"), None);
+        assert_eq!(got.subscription("shop", "shipping", "orders.*"), None);
     }
 
     #[test]
     fn bad_figures_count_as_zero() {
         let rs = [report("r1", "router", "a", f64::NAN, 0)];
-        assert_eq!(aggregate(&rs).get("shop", "a").map(|s| s.rate), Some(0.0));
+        let got = aggregate(&rs);
+        assert_eq!(got.get("shop", "orders", "a").map(|s| s.rate), Some(0.0));
     }
 
     #[test]

@@ -82,6 +82,21 @@ pub fn each_group(manager: &Manager) -> impl Iterator<Item = &[switchyard_crds::
         .filter(|g| !g.is_empty())
 }
 
+/// The events of `manager`'s subscriptions (as written: a pattern stays a pattern) that are not
+/// also types it handles (its pods report those once, under the type). They scale with the first
+/// group: with `shared` the Manager's one Deployment; with `perEventType` the Deployment of its
+/// first event type (a subscriber's route reaches every pod of the Manager, so that Deployment is
+/// sized to carry the subscriptions alone, and the other Deployments' pods add to it).
+pub fn subscriptions(manager: &Manager) -> impl Iterator<Item = &str> {
+    let handled = manager.spec.events.as_slice();
+    manager
+        .spec
+        .subscriptions
+        .iter()
+        .map(|s| s.event.as_str())
+        .filter(move |e| !handled.iter().any(|h| h.as_str() == *e))
+}
+
 /// Whether `key` (a group's event types joined by ',', as the autoscaler names a group) names
 /// the group `events`.
 pub fn is_group(key: &str, events: &[switchyard_crds::EventType]) -> bool {
@@ -103,6 +118,9 @@ metadata: {name: orders, namespace: shop}
 spec:
   routerRef: {name: shop}
   events: [orders.create, orders.get]
+  subscriptions:
+    - {event: users.*}
+    - {event: orders.get}
   app: {port: 8080}
   template:
     spec:
@@ -116,6 +134,7 @@ spec:
     targets:
       orders.create: {targetInFlight: 32}
       orders.get: {targetRate: 150.5}
+      users.*: {targetInFlight: 4}
     scaleUp: {stableWindow: 20s, panicWindow: 2s}
     scaleDown: {stabilizationWindow: 10s}
 status:
@@ -137,6 +156,14 @@ status:
         let t = target(&m.spec.scaling, "orders.get").expect("target");
         assert_eq!((t.metric, t.per_pod), (Metric::Rate, 150.5));
         assert!(target(&m.spec.scaling, "nope").is_none());
+        let t = target(&m.spec.scaling, "users.*").expect("a subscription's target");
+        assert_eq!((t.metric, t.per_pod), (Metric::InFlight, 4.0));
+        let subs: Vec<&str> = subscriptions(&m).collect();
+        assert_eq!(
+            subs,
+            ["users.*"],
+            "a subscription to a handled type is counted under it"
+        );
         assert_eq!(groups(&m).len(), 2);
         assert_eq!(current(&m, Some("orders.create")), 5);
         assert_eq!(current(&m, Some("orders.get")), 2);

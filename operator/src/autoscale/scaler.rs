@@ -10,7 +10,7 @@
 use super::decide::{self, Decision, Policy, State, TypeLoad};
 use super::observe;
 use super::plan;
-use super::window::Window;
+use super::window::{Sample, Window};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -119,22 +119,19 @@ impl Scaler {
             let keep_ms = plan::keep_ms(&policy);
             for e in &m.spec.events {
                 let e = e.as_str();
-                let reported = samples.get(ns, e);
-                if let Some(s) = observe::with_backlog(reported, waiting(backlog, ns, name, e)) {
-                    match t.windows.get_mut(e) {
-                        Some(w) => w.push(now_ms, s, keep_ms),
-                        None => {
-                            let mut w = Window::default();
-                            w.push(now_ms, s, keep_ms);
-                            t.windows.insert(e.to_owned(), w);
-                        }
-                    }
-                }
+                let reported = samples.get(ns, name, e);
+                let sample = observe::with_backlog(reported, waiting(backlog, ns, name, e));
+                push(&mut t.windows, e, sample, now_ms, keep_ms);
             }
-            for events in plan::each_group(m) {
+            for e in plan::subscriptions(m) {
+                let sample = samples.subscription(ns, name, e);
+                push(&mut t.windows, e, sample, now_ms, keep_ms);
+            }
+            for (i, events) in plan::each_group(m).enumerate() {
                 loads.clear();
-                for e in events {
-                    let e = e.as_str();
+                // The subscriptions' load scales the first group (see `plan::subscriptions`).
+                let subscribed = plan::subscriptions(m).filter(|_| i == 0);
+                for e in events.iter().map(EventType::as_str).chain(subscribed) {
                     let Some(target) = plan::target(scaling, e) else {
                         continue;
                     };
@@ -291,6 +288,19 @@ impl Scaler {
         let t = self.managers.get(ns)?.get(name)?;
         let policy = plan::policy(&m.spec.scaling);
         Some(patch(&figures(m, t, &policy, backlog, now_ms)))
+    }
+}
+
+/// Adds this tick's `sample` of `event` (if any) to its window, created on first sight.
+fn push(windows: &mut Map<Window>, event: &str, sample: Option<Sample>, now_ms: u64, keep_ms: u64) {
+    let Some(s) = sample else { return };
+    match windows.get_mut(event) {
+        Some(w) => w.push(now_ms, s, keep_ms),
+        None => {
+            let mut w = Window::default();
+            w.push(now_ms, s, keep_ms);
+            windows.insert(event.to_owned(), w);
+        }
     }
 }
 
@@ -459,17 +469,110 @@ status:
     }
 
     fn report(ns: &str, in_flight: u32) -> LoadReport {
+        owned(ns, "orders", "orders.create", in_flight)
+    }
+
+    fn owned(ns: &str, owner: &str, event: &str, in_flight: u32) -> LoadReport {
         LoadReport {
-            pod: "p".into(),
+            pod: format!("{owner}-p"),
             namespace: ns.into(),
             role: "manager".into(),
+            owner: owner.into(),
             events: vec![EventLoad {
-                event_type: "orders.create".into(),
+                event_type: event.into(),
                 in_flight,
                 ..EventLoad::default()
             }],
             ..LoadReport::default()
         }
+    }
+
+    /// A Manager `billing` handling `billing.charge` and subscribing to `orders.*` and to
+    /// `orders.create` (the handler `orders`' type), split as `split`.
+    fn subscriber(split: &str) -> Arc<Manager> {
+        let yaml = format!(
+            r#"
+apiVersion: switchyard.dev/v1alpha1
+kind: Manager
+metadata: {{name: billing, namespace: shop}}
+spec:
+  routerRef: {{name: shop}}
+  events: [billing.charge, billing.refund]
+  subscriptions:
+    - {{event: orders.*}}
+    - {{event: orders.create}}
+  app: {{port: 8080}}
+  template:
+    spec:
+      containers: [{{name: app, image: app}}]
+  replicas: 1
+  scaling:
+    enabled: true
+    split: {split}
+    minReplicas: 1
+    maxReplicas: 20
+    targets:
+      billing.charge: {{targetInFlight: 10}}
+      billing.refund: {{targetInFlight: 10}}
+      orders.*: {{targetRate: 100}}
+      orders.create: {{targetInFlight: 5}}
+"#
+        );
+        Arc::new(serde_saphyr::from_str(&yaml).expect("manager yaml"))
+    }
+
+    fn rate(ns: &str, owner: &str, event: &str, rate: f64) -> LoadReport {
+        let mut r = owned(ns, owner, event, 0);
+        r.events[0].arrivals_per_second = rate;
+        r
+    }
+
+    #[test]
+    fn a_subscriber_scales_on_its_own_subscriptions_load() {
+        let managers = [subscriber("shared"), manager("shop")];
+        // The handler is busy on orders.create; billing's own pods carry 30 in flight of its
+        // subscription to orders.create and 250/s under orders.*: 6 pods for the first, 3 for the
+        // second; its handled type is idle.
+        let reports = [
+            owned("shop", "orders", "orders.create", 75),
+            owned("shop", "billing", "orders.create", 30),
+            rate("shop", "billing", "orders.*", 250.0),
+            owned("shop", "billing", "billing.charge", 1),
+        ];
+        let samples = observe::aggregate(&reports);
+        let mut scaler = Scaler::default();
+        let changes = scaler.decide(&managers, &samples, &Backlog::new(), 1_000);
+        let of = |name: &str| {
+            changes
+                .iter()
+                .find(|c| c.manager.metadata.name.as_deref() == Some(name))
+                .map(|c| (c.decision.replicas, c.decision.reason.clone()))
+        };
+        let (n, why) = of("billing").expect("billing scaled");
+        assert_eq!(n, 6, "{why}");
+        assert!(why.contains("orders.create in flight 30.0"), "{why}");
+        let (n, why) = of("orders").expect("orders scaled");
+        assert_eq!(n, 8, "the handler on its own pods, not billing's: {why}");
+    }
+
+    #[test]
+    fn a_pattern_subscription_scales_the_first_deployment_of_a_split_manager() {
+        let managers = [subscriber("perEventType")];
+        let reports = [rate("shop", "billing", "orders.*", 250.0)];
+        let samples = observe::aggregate(&reports);
+        let mut scaler = Scaler::default();
+        let changes = scaler.decide(&managers, &samples, &Backlog::new(), 1_000);
+        let got: Vec<(&str, u32)> = changes
+            .iter()
+            .map(|c| (c.group.as_str(), c.decision.replicas))
+            .collect();
+        assert_eq!(
+            got,
+            [("billing.charge", 3)],
+            "{:?}",
+            changes.first().map(|c| &c.decision.reason)
+        );
+        assert!(changes[0].decision.reason.contains("orders.* rate 250.0"));
     }
 
     #[test]

@@ -12,7 +12,6 @@
 use super::directory::Directory;
 use super::forward::FORWARDED;
 use super::table::RouterKey;
-use std::collections::BTreeSet;
 use std::net::SocketAddr;
 use switchyard_identity::incoming::PeerInfo;
 use switchyard_identity::{Kind, Peer};
@@ -312,14 +311,22 @@ pub fn report(
         namespace: report.namespace.clone(),
         name: report.owner.clone(),
     };
-    let empty = BTreeSet::new();
-    let known = match kind {
-        Kind::Router => dir.routers.get(&key),
-        _ => dir.managers.get(&key).map(|m| &m.events),
-    }
-    .unwrap_or(&empty);
     let before = report.events.len();
-    report.events.retain(|e| known.contains(&e.event_type));
+    match kind {
+        Kind::Router => {
+            let known = dir.routers.get(&key);
+            report
+                .events
+                .retain(|e| known.is_some_and(|k| k.contains(&e.event_type)));
+        }
+        // A Manager's pods report its handled types and its subscriptions (a pattern as written).
+        _ => {
+            let known = dir.managers.get(&key);
+            report
+                .events
+                .retain(|e| known.is_some_and(|m| m.reports(&e.event_type)));
+        }
+    }
     Ok(Checked {
         unknown_events: before - report.events.len(),
     })
@@ -343,6 +350,7 @@ pub fn oversized(status: &Status) -> Option<Refusal> {
 mod tests {
     use super::super::directory::ManagerEntry;
     use super::*;
+    use std::collections::BTreeSet;
     use switchyard_identity::SpiffeId;
     use switchyard_protocol::control::v1::EventLoad;
 
@@ -362,6 +370,7 @@ mod tests {
             ManagerEntry {
                 router: "edge".into(),
                 events: BTreeSet::from(["noop".to_owned(), "echo".to_owned()]),
+                subscribed: BTreeSet::from(["orders.*".to_owned()]),
             },
         );
         d
@@ -450,6 +459,16 @@ mod tests {
         let me = peer("shop", Kind::Manager, "handlers", "h-1");
         let mut ok = report_of("manager", "shop", "handlers", "h-1", &["noop", "echo"]);
         assert_eq!(report(&me, &mut ok, &d), Ok(Checked::default()));
+        // A subscription's load is reported under its event as written, a pattern included.
+        let events = ["orders.*", "orders.created", "noop"];
+        let mut sub = report_of("manager", "shop", "handlers", "h-1", &events);
+        let checked = report(&me, &mut sub, &d).expect("subscription load");
+        assert_eq!(
+            checked.unknown_events, 1,
+            "orders.created is no subscription's event"
+        );
+        let kept: Vec<&str> = sub.events.iter().map(|e| e.event_type.as_str()).collect();
+        assert_eq!(kept, ["orders.*", "noop"]);
         for mut spoofed in [
             report_of("manager", "shop", "handlers", "h-2", &["noop"]),
             report_of("manager", "shop", "billing", "h-1", &["noop"]),

@@ -15,6 +15,15 @@ pub struct ManagerEntry {
     pub router: String,
     /// Its event types.
     pub events: BTreeSet<String>,
+    /// Its subscriptions' events (types or patterns), which its pods report load under.
+    pub subscribed: BTreeSet<String>,
+}
+
+impl ManagerEntry {
+    /// Whether its pods report load under `key`: a type it handles or a subscription's event.
+    pub fn reports(&self, key: &str) -> bool {
+        self.events.contains(key) || self.subscribed.contains(key)
+    }
 }
 
 /// The mesh's Routers and Managers.
@@ -64,6 +73,12 @@ impl Directory {
                         .events
                         .iter()
                         .map(|e| e.as_str().to_owned())
+                        .collect(),
+                    subscribed: m
+                        .spec
+                        .subscriptions
+                        .iter()
+                        .map(|s| s.event.clone())
                         .collect(),
                 },
             );

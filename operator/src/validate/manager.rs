@@ -79,9 +79,25 @@ pub fn validate(name: &str, spec: &ManagerSpec, policy: TemplatePolicy) -> Vec<F
         out.extend(template::escalations(&spec.template));
     }
     check_subscriptions(spec, &mut out);
+    check_targets(spec, &mut out);
     check_durable(spec, &mut out);
     super::memory::manager(spec, &mut out);
     out
+}
+
+/// Every key of `scaling.targets` names a handled type or a subscription's event as written
+/// (the CRD cannot say it: a CEL rule over both lists exceeds the API server's cost budget).
+fn check_targets(spec: &ManagerSpec, out: &mut Vec<FieldError>) {
+    let known = |k: &str| {
+        spec.events.iter().any(|e| e.as_str() == k)
+            || spec.subscriptions.iter().any(|s| s.event == k)
+    };
+    for k in spec.scaling.targets.keys().filter(|k| !known(k)) {
+        out.push(FieldError::new(
+            format!("spec.scaling.targets.{k}"),
+            "every key of scaling.targets must be one of spec.events or a subscription's event (as written in spec.subscriptions)",
+        ));
+    }
 }
 
 /// `spec.durable` as its CEL rules check it, for files that never pass the API server
@@ -167,5 +183,22 @@ spec:
                 errors[0].message
             );
         }
+    }
+
+    #[test]
+    fn a_target_key_names_a_handled_type_or_a_subscriptions_event() {
+        let text = format!(
+            "{MANAGER}  subscriptions: [{{event: users.*}}]\n  scaling:\n    targets:\n      \
+             orders.created: {{targetInFlight: 4}}\n      users.*: {{targetRate: 9}}\n      \
+             users.created: {{targetRate: 9}}\n"
+        );
+        let m = switchyard_crds::yaml::parse(&text)
+            .expect("fixture parses")
+            .managers
+            .remove(0);
+        let errors = validate("handlers", &m.spec, TemplatePolicy::Restricted);
+        let fields: Vec<&str> = errors.iter().map(|e| e.field.as_str()).collect();
+        assert_eq!(fields, ["spec.scaling.targets.users.created"], "{errors:?}");
+        assert!(errors[0].message.contains("or a subscription's event"));
     }
 }

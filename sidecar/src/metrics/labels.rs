@@ -67,3 +67,13 @@ pub struct ObserverLabels {
     /// `failed` (no endpoint, refused, or no acknowledgement in time).
     pub outcome: &'static str,
 }
+
+/// Labels of the subscription info gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SubscriptionLabels {
+    /// The subscription's route key, `<event>@<manager>` (as the observer-copy counter names it).
+    pub subscription: EventLabel,
+    /// Its event as written (a pattern stays a pattern): the `event` label its deliveries are
+    /// counted under in this pod.
+    pub event: EventLabel,
+}

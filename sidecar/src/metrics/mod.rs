@@ -10,7 +10,9 @@ pub(crate) mod ws;
 
 use crate::load::{LoadMeters, Underway};
 use labels::{AdminRefusedLabels, RejectLabels, RequestLabels};
-pub(crate) use labels::{EventLabel, EventLabels, LocalApiLabels, ObserverLabels};
+pub(crate) use labels::{
+    EventLabel, EventLabels, LocalApiLabels, ObserverLabels, SubscriptionLabels,
+};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
@@ -83,6 +85,10 @@ pub struct Metrics {
     /// `switchyard_observer_copies_total{subscription,copy,outcome}`: copies of requests and
     /// answers sent beside the handler's path to `requests`/`responses` subscribers.
     pub observer_copies: Family<ObserverLabels, Counter>,
+    /// `switchyard_subscription_info{subscription,event}`: 1 per subscription of this manager pod
+    /// whose deliveries are counted under their own `event` label (not a handled type's), so
+    /// `switchyard top` can tell a subscription's deliveries from a handled type's.
+    pub subscriptions: Family<SubscriptionLabels, Gauge>,
     /// `switchyard_control_plane_tables_total`: routing tables received from the operator (router).
     pub control_plane_tables: Counter,
     /// `switchyard_control_plane_connected`: 1 while the routing-table stream is open (router).
@@ -189,6 +195,12 @@ impl Metrics {
             "Copies of requests and answers for requests/responses subscribers, by subscription, copy and outcome (sent, shed, failed)",
             observer_copies.clone(),
         );
+        let subscriptions = Family::<SubscriptionLabels, Gauge>::default();
+        registry.register(
+            "switchyard_subscription_info",
+            "1 per subscription of this manager pod, naming its route key and the event label its deliveries are counted under",
+            subscriptions.clone(),
+        );
         let local_api = Family::<LocalApiLabels, Counter>::default();
         registry.register(
             "switchyard_local_api_requests",
@@ -235,6 +247,7 @@ impl Metrics {
             published_unconfirmed,
             local_api,
             observer_copies,
+            subscriptions,
             control_plane_tables,
             control_plane_connected,
             load: OnceLock::new(),

@@ -16,7 +16,7 @@ use crate::manager::inbound::{self, Inbound};
 use crate::manager::local_api::{self, LocalApi};
 use crate::manager::routers::Routers;
 use crate::manager::worker::{Delivery, Settings, Worker};
-use crate::metrics::Metrics;
+use crate::metrics::{EventLabel, Metrics, SubscriptionLabels};
 use crate::net::control_plane::ControlPlane;
 use crate::net::identity::IdentitySettings;
 use crate::shutdown::DRAIN_LIMIT;
@@ -111,6 +111,14 @@ pub(crate) async fn run(
     let subscribed: Vec<String> = c.subscriptions.iter().map(|s| s.event.clone()).collect();
     let durable_subscriptions = durable_subscriptions(c)
         .map_err(|e| crate::config::field_error(config_file, "subscriptions", e))?;
+    // Named for `switchyard top`; a subscription to a handled type is counted under that type.
+    for e in subscribed.iter().filter(|e| !events.contains(e)) {
+        let labels = SubscriptionLabels {
+            subscription: EventLabel(Arc::from(format!("{e}@{}", c.name))),
+            event: EventLabel(Arc::from(e.as_str())),
+        };
+        metrics.subscriptions.get_or_create(&labels).set(1);
+    }
     // The app's outgoing events and dead letters leave through the same router stage as client requests.
     // In a cluster the table comes from the operator's control plane (the operator sets the variable on
     // both sidecars); locally `switchyard up` puts the Router's table in the config.
