@@ -6,3 +6,91 @@
 
 mod common;
 mod history;
+
+use history::check::{Outcome, acknowledged, check, table};
+use history::record::History;
+use history::run::World;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+/// Faults in the run: `SWITCHYARD_HISTORY_FAULTS` (benches/run's `history` section asks for 24),
+/// else the short run of `make test`.
+fn faults() -> usize {
+    std::env::var("SWITCHYARD_HISTORY_FAULTS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(4)
+}
+
+/// A second delivery within this long after a fault touching its Manager (or NATS) healed is
+/// explained by it: AckWait (4 s here) plus a restarted pod's or a re-elected leader's start.
+const REDELIVERY_WINDOW: Duration = Duration::from_secs(20);
+/// How long every acknowledged event gets to reach every receiver once the faults are over.
+const DRAIN: Duration = Duration::from_secs(120);
+
+fn lost(h: &History) -> usize {
+    check(h, REDELIVERY_WINDOW)[0].violations
+}
+
+/// The run's summary and table, as the docs and benches/run show them.
+fn report(h: &History, outcomes: &[Outcome]) -> String {
+    let acked = acknowledged(h).len();
+    let events: std::collections::BTreeSet<_> = h.publishes.iter().map(|p| &p.event).collect();
+    let mut out = format!(
+        "events published: {} (202: {acked}, never acknowledged: {}), publish attempts: {}, \
+         deliveries: {}, faults injected: {}\n",
+        events.len(),
+        events.len() - acked,
+        h.publishes.len(),
+        h.deliveries.len(),
+        h.faults.len(),
+    );
+    for f in &h.faults {
+        out.push_str(&format!(
+            "  fault {:>6.1}s..{:>6.1}s {}\n",
+            f.start.as_secs_f64(),
+            f.end.as_secs_f64(),
+            f.what
+        ));
+    }
+    out.push_str(&format!(
+        "acknowledged events lost: {}, unexplained duplicates: {}\n\n",
+        outcomes[0].violations, outcomes[1].violations
+    ));
+    out.push_str(&table(outcomes));
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_under_faults_passes_every_check() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut world = World::start(dir.path()).await;
+    let stop = Arc::new(AtomicBool::new(false));
+    let load = world.publish(stop.clone());
+    for n in 0..faults() {
+        world.fault(n).await;
+    }
+    stop.store(true, Ordering::SeqCst);
+    let publishes = load.await.unwrap();
+    // Drained: every acknowledged event at every receiver, or the deadline. Polled by hand rather
+    // than with `poll`, which panics: a run that loses events must still end in its table.
+    let deadline = tokio::time::Instant::now() + DRAIN;
+    while tokio::time::Instant::now() < deadline && lost(&world.history(&publishes)) > 0 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let h = world.history(&publishes);
+    let outcomes = check(&h, REDELIVERY_WINDOW);
+    let text = report(&h, &outcomes);
+    println!("{text}");
+    if let Ok(path) = std::env::var("SWITCHYARD_HISTORY_OUT") {
+        std::fs::write(path, &text).unwrap();
+    }
+    assert_eq!(h.faults.len(), faults());
+    assert!(acknowledged(&h).len() > 100, "{text}");
+    assert!(
+        outcomes.iter().all(|o| o.violations == 0),
+        "the history fails a check (logs in {}):\n{text}",
+        dir.keep().display()
+    );
+}

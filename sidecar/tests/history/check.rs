@@ -5,7 +5,7 @@
 //! otherwise (503, a dropped connection) is indeterminate, as Jepsen's `:info`: it may or may not be
 //! stored, so it is neither owed nor forbidden.
 
-use super::record::{Delivery, EventId, History, Publish, Target};
+use super::record::{Delivery, EventId, History, Target};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -147,18 +147,24 @@ fn per_key_order(h: &History) -> Outcome {
 }
 
 /// Every delivery is of an event some attempt published, with the payload published (its key and
-/// place). Checked: deliveries.
+/// place), and not before its first attempt was sent. Checked: deliveries.
 fn only_published(h: &History) -> Outcome {
     let mut out = Outcome::new("no delivery of an unpublished event");
-    let published: BTreeSet<(&EventId, &str, u64)> = h
-        .publishes
-        .iter()
-        .map(|p: &Publish| (&p.event, p.key.as_str(), p.seq))
-        .collect();
+    let mut first: BTreeMap<(&EventId, &str, u64), Duration> = BTreeMap::new();
+    for p in &h.publishes {
+        let sent = first.entry((&p.event, p.key.as_str(), p.seq)).or_insert(p.sent);
+        *sent = (*sent).min(p.sent);
+    }
     for d in &h.deliveries {
         out.checked += 1;
-        if !published.contains(&(&d.event, d.key.as_str(), d.seq)) {
-            out.violated(|| format!("never published: {} key {} seq {} at {}", d.event, d.key, d.seq, d.manager));
+        match first.get(&(&d.event, d.key.as_str(), d.seq)) {
+            None => out.violated(|| {
+                format!("never published: {} key {} seq {} at {}", d.event, d.key, d.seq, d.manager)
+            }),
+            Some(sent) if d.at < *sent => out.violated(|| {
+                format!("{} at {} at {:?}, before its publish at {sent:?}", d.event, d.manager, d.at)
+            }),
+            Some(_) => {}
         }
     }
     out

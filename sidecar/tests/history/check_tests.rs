@@ -27,7 +27,6 @@ fn publish(ce_type: &str, ce_id: &str, key: &str, seq: u64, status: u16, at: u64
         seq,
         status,
         sent: ms(at),
-        answered: ms(at + 5),
     }
 }
 
@@ -166,6 +165,10 @@ fn a_delivery_of_an_event_nobody_published_is_reported() {
     let mut p = clean();
     p.deliveries[3].seq = 7;
     assert!(failing(&p).contains(&"no delivery of an unpublished event"));
+    // Delivered before anyone published it.
+    let mut early = clean();
+    early.publishes[0].sent = ms(51);
+    assert_eq!(failing(&early), ["no delivery of an unpublished event"]);
 }
 
 #[test]

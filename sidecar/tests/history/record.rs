@@ -28,8 +28,8 @@ pub struct Publish {
     pub seq: u64,
     /// The HTTP answer; 0 when none came (the connection failed).
     pub status: u16,
+    /// When the attempt was sent: no delivery of the event can come before its first attempt.
     pub sent: Duration,
-    pub answered: Duration,
 }
 
 /// One delivery an app saw (recorded on arrival, before it answered).
