@@ -27,6 +27,8 @@ const ATTEMPTS: usize = 8;
 const DOWN: Duration = Duration::from_secs(1);
 const NATS_DOWN: Duration = Duration::from_secs(3);
 const PARTITIONED: Duration = Duration::from_secs(5);
+/// Load before each fault, so every fault lands on events in flight.
+const BETWEEN: Duration = Duration::from_secs(1);
 
 /// The faults, in the order a run injects them (round robin): the first four are the short run's.
 #[derive(Clone, Copy, Debug)]
@@ -178,6 +180,7 @@ impl World {
     /// Injects fault `n` of the schedule, heals it and waits for the cluster to be healthy again.
     pub async fn fault(&mut self, n: usize) {
         let node = n % 3;
+        tokio::time::sleep(BETWEEN).await;
         let start = self.now();
         let (what, target) = match SCHEDULE[n % SCHEDULE.len()] {
             Kind::KillSidecar(pod) => {
