@@ -73,7 +73,11 @@ fn acknowledged_delivered(h: &History) -> Outcome {
     let mut out = Outcome::new("every 202 delivered to each receiver");
     let got = delivered(h);
     for event in acknowledged(h) {
-        for r in h.receivers.iter().filter(|r| r.types.contains(&event.ce_type)) {
+        for r in h
+            .receivers
+            .iter()
+            .filter(|r| r.types.contains(&event.ce_type))
+        {
             out.checked += 1;
             if !got.contains(&(r.manager.as_str(), event)) {
                 out.violated(|| format!("lost: {event} at {}", r.manager));
@@ -85,7 +89,11 @@ fn acknowledged_delivered(h: &History) -> Outcome {
 
 /// A Manager's deliveries in arrival order.
 fn at_manager<'h>(h: &'h History, manager: &str) -> Vec<&'h Delivery> {
-    let mut ds: Vec<&Delivery> = h.deliveries.iter().filter(|d| d.manager == manager).collect();
+    let mut ds: Vec<&Delivery> = h
+        .deliveries
+        .iter()
+        .filter(|d| d.manager == manager)
+        .collect();
     ds.sort_by_key(|d| d.at);
     ds
 }
@@ -111,7 +119,12 @@ fn duplicates_explained(h: &History, window: Duration) -> Outcome {
                 touches && f.start <= d.at && d.at <= f.end + window
             });
             if !explained {
-                out.violated(|| format!("{} again at {} ({}) at {:?}", d.event, d.manager, d.pod, d.at));
+                out.violated(|| {
+                    format!(
+                        "{} again at {} ({}) at {:?}",
+                        d.event, d.manager, d.pod, d.at
+                    )
+                });
             }
         }
     }
@@ -128,7 +141,11 @@ fn per_key_order(h: &History) -> Outcome {
         let mut highest: BTreeMap<(&str, &str, &str), &Delivery> = BTreeMap::new();
         for d in at_manager(h, &r.manager) {
             out.checked += 1;
-            let k = (d.event.ce_type.as_str(), d.event.source.as_str(), d.key.as_str());
+            let k = (
+                d.event.ce_type.as_str(),
+                d.event.source.as_str(),
+                d.key.as_str(),
+            );
             match highest.get(&k) {
                 Some(before) if d.seq < before.seq => out.violated(|| {
                     format!(
@@ -152,17 +169,25 @@ fn only_published(h: &History) -> Outcome {
     let mut out = Outcome::new("no delivery of an unpublished event");
     let mut first: BTreeMap<(&EventId, &str, u64), Duration> = BTreeMap::new();
     for p in &h.publishes {
-        let sent = first.entry((&p.event, p.key.as_str(), p.seq)).or_insert(p.sent);
+        let sent = first
+            .entry((&p.event, p.key.as_str(), p.seq))
+            .or_insert(p.sent);
         *sent = (*sent).min(p.sent);
     }
     for d in &h.deliveries {
         out.checked += 1;
         match first.get(&(&d.event, d.key.as_str(), d.seq)) {
             None => out.violated(|| {
-                format!("never published: {} key {} seq {} at {}", d.event, d.key, d.seq, d.manager)
+                format!(
+                    "never published: {} key {} seq {} at {}",
+                    d.event, d.key, d.seq, d.manager
+                )
             }),
             Some(sent) if d.at < *sent => out.violated(|| {
-                format!("{} at {} at {:?}, before its publish at {sent:?}", d.event, d.manager, d.at)
+                format!(
+                    "{} at {} at {:?}, before its publish at {sent:?}",
+                    d.event, d.manager, d.at
+                )
             }),
             Some(_) => {}
         }
@@ -214,7 +239,10 @@ pub fn table(outcomes: &[Outcome]) -> String {
         } else {
             o.examples.join("; ")
         };
-        t.push_str(&format!("| {} | {} | {} | {ex} |\n", o.check, o.checked, o.violations));
+        t.push_str(&format!(
+            "| {} | {} | {} | {ex} |\n",
+            o.check, o.checked, o.violations
+        ));
     }
     t
 }

@@ -96,7 +96,11 @@ fn a_clean_history_passes_every_check() {
     let outcomes = check(&clean(), WINDOW);
     assert!(outcomes.iter().all(|o| o.violations == 0), "{outcomes:?}");
     // Each check looked at something: a pass is not a check that saw nothing.
-    assert!(outcomes.iter().all(|o| o.checked > 0 || o.check.starts_with("duplicates")));
+    assert!(
+        outcomes
+            .iter()
+            .all(|o| o.checked > 0 || o.check.starts_with("duplicates"))
+    );
 }
 
 #[test]
@@ -114,7 +118,8 @@ fn an_acknowledged_event_missing_at_a_subscriber_is_lost() {
 fn a_duplicate_explained_only_by_a_fault_of_that_manager_within_the_window() {
     // Redelivered at billing during its sidecar's restart: explained.
     let mut h = clean();
-    h.deliveries.push(delivery("billing", "ordered", "e1", "k", 0, 150));
+    h.deliveries
+        .push(delivery("billing", "ordered", "e1", "k", 0, 150));
     assert!(failing(&h).is_empty(), "{:?}", check(&h, WINDOW));
     // Long after the window: not explained.
     let mut late = clean();
@@ -148,18 +153,21 @@ fn an_earlier_event_of_a_key_after_a_later_one_is_out_of_order() {
         start: ms(60),
         end: ms(90),
     });
-    h.deliveries.push(delivery("orders", "ordered", "e1", "k", 0, 80));
+    h.deliveries
+        .push(delivery("orders", "ordered", "e1", "k", 0, 80));
     assert_eq!(failing(&h), ["per-key order at ordered Managers"]);
     // The same at billing, which has no ordering key, is only a duplicate.
     let mut b = clean();
-    b.deliveries.push(delivery("billing", "ordered", "e1", "k", 0, 150));
+    b.deliveries
+        .push(delivery("billing", "ordered", "e1", "k", 0, 150));
     assert!(failing(&b).is_empty());
 }
 
 #[test]
 fn a_delivery_of_an_event_nobody_published_is_reported() {
     let mut h = clean();
-    h.deliveries.push(delivery("orders", "ordered", "e9", "k", 9, 90));
+    h.deliveries
+        .push(delivery("orders", "ordered", "e9", "k", 9, 90));
     assert_eq!(failing(&h), ["no delivery of an unpublished event"]);
     // Same id, other payload: not what was published either.
     let mut p = clean();

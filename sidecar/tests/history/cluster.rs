@@ -116,7 +116,11 @@ impl Cluster {
         for i in 0..N {
             let mut row = Vec::new();
             for (j, port) in route.iter().enumerate() {
-                row.push(if i == j { None } else { Some(Link::start(*port).await) });
+                row.push(if i == j {
+                    None
+                } else {
+                    Some(Link::start(*port).await)
+                });
             }
             links.push(row);
         }

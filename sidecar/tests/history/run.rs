@@ -156,8 +156,13 @@ impl World {
                         let key = format!("k{w}-{}", n % KEYS as u64);
                         let seq = n / KEYS as u64;
                         let id = format!("e{w}-{n}");
-                        // Every third key is reused for the second type: two events, one key.
-                        let types: &[&str] = if n % 3 == 0 { &TYPES } else { &TYPES[..1] };
+                        // Every fourth ce-id (over all of the worker's keys, as 4 and `KEYS` are
+                        // coprime) is reused for the second type: two events, one key.
+                        let types: &[&str] = if n.is_multiple_of(4) {
+                            &TYPES
+                        } else {
+                            &TYPES[..1]
+                        };
                         for t in types {
                             let event = EventId {
                                 ce_type: (*t).into(),
@@ -203,12 +208,18 @@ impl World {
             Kind::KillStreamLeader => {
                 let leader = self.stream_leader().await;
                 let i = self.cluster.index(&leader).unwrap_or(node);
-                (format!("{} (orders' stream leader)", self.kill_node(i).await), Target::Nats)
+                (
+                    format!("{} (orders' stream leader)", self.kill_node(i).await),
+                    Target::Nats,
+                )
             }
             Kind::KillMetaLeader => {
                 let leader = self.meta_leader().await;
                 let i = self.cluster.index(&leader).unwrap_or(node);
-                (format!("{} (meta leader)", self.kill_node(i).await), Target::Nats)
+                (
+                    format!("{} (meta leader)", self.kill_node(i).await),
+                    Target::Nats,
+                )
             }
             Kind::Pause => {
                 self.cluster.pause(node);
@@ -220,7 +231,10 @@ impl World {
                 self.cluster.partition(node, true);
                 tokio::time::sleep(PARTITIONED).await;
                 self.cluster.partition(node, false);
-                (format!("partition n{node} for {PARTITIONED:?}"), Target::Nats)
+                (
+                    format!("partition n{node} for {PARTITIONED:?}"),
+                    Target::Nats,
+                )
             }
         };
         let end = self.now();
@@ -290,11 +304,14 @@ async fn publish_event(
 ) {
     let body = json!({"key": key, "seq": seq, "type": event.ce_type}).to_string();
     for _ in 0..ATTEMPTS {
-        let req = Request::post(format!("http://127.0.0.1:{api}/v1/publish/{}", event.ce_type))
-            .header("content-type", "application/json")
-            .header("ce-id", &event.id)
-            .body(Full::new(bytes::Bytes::from(body.clone())))
-            .unwrap();
+        let req = Request::post(format!(
+            "http://127.0.0.1:{api}/v1/publish/{}",
+            event.ce_type
+        ))
+        .header("content-type", "application/json")
+        .header("ce-id", &event.id)
+        .body(Full::new(bytes::Bytes::from(body.clone())))
+        .unwrap();
         let sent = t0.elapsed();
         let status = match tokio::time::timeout(Duration::from_secs(15), http.send(req)).await {
             Ok(Ok(r)) => r.status,
