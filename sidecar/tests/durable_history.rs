@@ -75,13 +75,18 @@ async fn a_history_under_faults_passes_every_check() {
     let publishes = load.await.unwrap();
     // Drained: every acknowledged event at every receiver, or the deadline. Polled by hand rather
     // than with `poll`, which panics: a run that loses events must still end in its table.
-    let deadline = tokio::time::Instant::now() + DRAIN;
+    let drain = tokio::time::Instant::now();
+    let deadline = drain + DRAIN;
     while tokio::time::Instant::now() < deadline && lost(&world.history(&publishes)) > 0 {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
     let h = world.history(&publishes);
     let outcomes = check(&h, REDELIVERY_WINDOW);
-    let text = report(&h, &outcomes);
+    let text = format!(
+        "{}drained in {:.1}s\n",
+        report(&h, &outcomes),
+        drain.elapsed().as_secs_f64()
+    );
     println!("{text}");
     if let Ok(path) = std::env::var("SWITCHYARD_HISTORY_OUT") {
         std::fs::write(path, &text).unwrap();

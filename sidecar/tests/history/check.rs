@@ -46,7 +46,7 @@ pub fn check(h: &History, redelivery_window: Duration) -> Vec<Outcome> {
         duplicates_explained(h, redelivery_window),
         per_key_order(h),
         only_published(h),
-        both_types_of_a_key(h),
+        every_event_of_a_key(h),
     ]
 }
 
@@ -99,30 +99,32 @@ fn at_manager<'h>(h: &'h History, manager: &str) -> Vec<&'h Delivery> {
 }
 
 /// A second (or later) delivery of an event to one Manager is explained only by a fault that
-/// touched that Manager or NATS, while it lasted or within `window` after it healed (the
+/// touched that Manager or NATS and that the event lived through: its previous delivery came
+/// before the fault healed, and this one while the fault lasted or within `window` after (the
 /// redelivery of what the fault left unacknowledged: AckWait plus the restart). Checked: repeated
 /// deliveries.
 fn duplicates_explained(h: &History, window: Duration) -> Outcome {
     let mut out = Outcome::new("duplicates explained by a fault");
     for r in &h.receivers {
-        let mut seen = BTreeSet::new();
+        let mut previous: BTreeMap<&EventId, &Delivery> = BTreeMap::new();
         for d in at_manager(h, &r.manager) {
-            if seen.insert(&d.event) {
+            let Some(first) = previous.insert(&d.event, d) else {
                 continue;
-            }
+            };
+            let before = first.at;
             out.checked += 1;
             let explained = h.faults.iter().any(|f| {
                 let touches = match &f.target {
                     Target::Nats => true,
                     Target::Manager(m) => *m == d.manager,
                 };
-                touches && f.start <= d.at && d.at <= f.end + window
+                touches && before <= f.end && f.start <= d.at && d.at <= f.end + window
             });
             if !explained {
                 out.violated(|| {
                     format!(
-                        "{} again at {} ({}) at {:?}",
-                        d.event, d.manager, d.pod, d.at
+                        "{} at {} ({}) at {:?}, again ({}) at {:?}",
+                        d.event, d.manager, first.pod, first.at, d.pod, d.at
                     )
                 });
             }
@@ -195,19 +197,17 @@ fn only_published(h: &History) -> Outcome {
     out
 }
 
-/// A key (ce-id) one publisher used for two types is two events: each Manager taking both types
-/// got both, neither deduplicated away for the other. Checked: (key, Manager) pairs.
-fn both_types_of_a_key(h: &History) -> Outcome {
-    let mut out = Outcome::new("same key, two types: both delivered");
-    let mut types: BTreeMap<(&str, &str), BTreeSet<&EventId>> = BTreeMap::new();
+/// A key (ce-id) used for two types, or by two publishers, is several events: each Manager taking
+/// more than one of them got each, none deduplicated away for another. Checked: (key, Manager)
+/// pairs.
+fn every_event_of_a_key(h: &History) -> Outcome {
+    let mut out = Outcome::new("one key, two types or publishers: each delivered");
+    let mut types: BTreeMap<&str, BTreeSet<&EventId>> = BTreeMap::new();
     for e in acknowledged(h) {
-        types
-            .entry((e.source.as_str(), e.id.as_str()))
-            .or_default()
-            .insert(e);
+        types.entry(e.id.as_str()).or_default().insert(e);
     }
     let got = delivered(h);
-    for ((source, id), events) in types.iter().filter(|(_, es)| es.len() > 1) {
+    for (id, events) in types.iter().filter(|(_, es)| es.len() > 1) {
         for r in &h.receivers {
             let owed: Vec<&&EventId> = events
                 .iter()
@@ -217,13 +217,13 @@ fn both_types_of_a_key(h: &History) -> Outcome {
                 continue;
             }
             out.checked += 1;
-            let missing: Vec<&str> = owed
+            let missing: Vec<String> = owed
                 .iter()
                 .filter(|e| !got.contains(&(r.manager.as_str(), **e)))
-                .map(|e| e.ce_type.as_str())
+                .map(|e| format!("{} from {}", e.ce_type, e.source))
                 .collect();
             if !missing.is_empty() {
-                out.violated(|| format!("{source} {id} at {}: {missing:?} missing", r.manager));
+                out.violated(|| format!("{id} at {}: {missing:?} missing", r.manager));
             }
         }
     }

@@ -57,7 +57,8 @@ pub struct Fault {
     pub what: String,
     pub target: Target,
     pub start: Duration,
-    /// When it was healed (the process restarted, the node resumed or reconnected).
+    /// When it was healed: the process restarted, the node resumed or reconnected, and every
+    /// NATS node healthy again.
     pub end: Duration,
 }
 

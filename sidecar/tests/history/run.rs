@@ -16,17 +16,18 @@ use std::time::{Duration, Instant};
 use switchyard_protocol::durable as plan;
 
 pub const TYPES: [&str; 2] = ["ordered", "shipped"];
-const PUBLISHER: &str = "/switchyard/default/front";
-/// Publishing tasks; each owns `KEYS` ordering keys and publishes each key's events one after the
-/// other (the next only after the previous one's final answer).
-const WORKERS: usize = 6;
+/// The publishing Managers: both use the same ce-ids and key names, each in its own scope.
+const PUBLISHERS: [&str; 2] = ["front", "kiosk"];
+/// Publishing tasks per publisher; each owns `KEYS` ordering keys and publishes each key's events
+/// one after the other (the next only after the previous one's final answer).
+const WORKERS: usize = 4;
 const KEYS: usize = 3;
 /// Attempts per event (a 503 is retried with the same ce-id and payload, as a client should).
 const ATTEMPTS: usize = 8;
 /// How long a killed process stays down, a paused node stopped, a partition cut.
 const DOWN: Duration = Duration::from_secs(1);
-const NATS_DOWN: Duration = Duration::from_secs(3);
-const PARTITIONED: Duration = Duration::from_secs(5);
+const NATS_DOWN: Duration = Duration::from_secs(2);
+const PARTITIONED: Duration = Duration::from_secs(3);
 /// Load before each fault, so every fault lands on events in flight.
 const BETWEEN: Duration = Duration::from_secs(1);
 
@@ -76,8 +77,8 @@ fn manager_cfg(name: &str, app_port: u16, url: &str) -> Value {
 
 /// The publisher's table as the operator renders it: durable routes to `orders` and a durable
 /// subscription of `billing` per type; no frame is ever sent to `nowhere`.
-fn front_cfg(app_port: u16, url: &str, nowhere: u16) -> Value {
-    let mut cfg = manager_cfg("front", app_port, url);
+fn front_cfg(name: &str, app_port: u16, url: &str, nowhere: u16) -> Value {
+    let mut cfg = manager_cfg(name, app_port, url);
     cfg["subscriptions"] = json!([]);
     let dest = |m: &str| json!({"manager": m, "service": m, "port": nowhere, "podSelector": {}, "durable": {"orderingKey": "/key"}});
     let mut subscribers = serde_json::Map::new();
@@ -100,7 +101,7 @@ pub struct World {
     t0: Instant,
     cluster: Cluster,
     pods: Vec<Pod>,
-    front: Pod,
+    fronts: Vec<Pod>,
     js: async_nats::jetstream::Context,
     http: Http,
     faults: Vec<Fault>,
@@ -112,7 +113,10 @@ impl World {
         let cluster = Cluster::start(dir).await;
         let url = cluster.urls();
         let nowhere = ClosedPort::new();
-        let front = Pod::start(dir, "front", 0, |p| front_cfg(p, &url, nowhere.port)).await;
+        let mut fronts = Vec::new();
+        for name in PUBLISHERS {
+            fronts.push(Pod::start(dir, name, 0, |p| front_cfg(name, p, &url, nowhere.port)).await);
+        }
         let mut pods = Vec::new();
         for m in ["orders", "billing"] {
             for i in 0..2 {
@@ -126,7 +130,7 @@ impl World {
             t0: Instant::now(),
             cluster,
             pods,
-            front,
+            fronts,
             js,
             http: Http::new(),
             faults: Vec::new(),
@@ -144,11 +148,17 @@ impl World {
 
     /// Publishes until `stop`, recording every attempt.
     pub fn publish(&self, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<Vec<Publish>> {
-        let (api, t0, http) = (self.front.local_api, self.t0, self.http.clone());
+        let (t0, http) = (self.t0, self.http.clone());
+        let apis: Vec<(u16, &'static str)> = self
+            .fronts
+            .iter()
+            .map(|f| (f.local_api, f.manager))
+            .collect();
         tokio::spawn(async move {
             let log = Arc::new(Mutex::new(Vec::new()));
             let mut tasks = Vec::new();
-            for w in 0..WORKERS {
+            for (api, publisher) in apis.into_iter().flat_map(|a| [a; WORKERS]) {
+                let w = tasks.len() % WORKERS;
                 let (stop, http, log) = (stop.clone(), http.clone(), log.clone());
                 tasks.push(tokio::spawn(async move {
                     let mut n = 0u64;
@@ -166,7 +176,7 @@ impl World {
                         for t in types {
                             let event = EventId {
                                 ce_type: (*t).into(),
-                                source: PUBLISHER.into(),
+                                source: format!("/switchyard/default/{publisher}"),
                                 id: id.clone(),
                             };
                             publish_event(&http, api, t0, event, &key, seq, &log).await;
@@ -184,7 +194,8 @@ impl World {
 
     /// Injects fault `n` of the schedule, heals it and waits for the cluster to be healthy again.
     pub async fn fault(&mut self, n: usize) {
-        let node = n % 3;
+        // Each round of the schedule moves every node fault on by one node.
+        let node = (n + n / SCHEDULE.len()) % 3;
         tokio::time::sleep(BETWEEN).await;
         let start = self.now();
         let (what, target) = match SCHEDULE[n % SCHEDULE.len()] {
@@ -237,6 +248,9 @@ impl World {
                 )
             }
         };
+        // Healed once every node says so again: a fault's effects (a node catching up, routes
+        // reconnecting, leaders elected) last past the moment it was undone.
+        self.cluster.wait_healthy(Duration::from_secs(90)).await;
         let end = self.now();
         self.faults.push(Fault {
             what,
@@ -244,7 +258,6 @@ impl World {
             start,
             end,
         });
-        self.cluster.wait_healthy(Duration::from_secs(90)).await;
     }
 
     async fn kill_node(&mut self, i: usize) -> String {
