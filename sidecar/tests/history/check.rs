@@ -117,6 +117,7 @@ fn duplicates_explained(h: &History, window: Duration) -> Outcome {
                 let touches = match &f.target {
                     Target::Nats => true,
                     Target::Manager(m) => *m == d.manager,
+                    Target::Graceful(_) => false,
                 };
                 touches && before <= f.end && f.start <= d.at && d.at <= f.end + window
             });

@@ -146,6 +146,13 @@ fn a_duplicate_explained_only_by_a_fault_of_that_manager_within_the_window() {
         end: ms(140),
     });
     assert!(failing(&other).is_empty());
+    // A graceful rollout explains none: a drain finishes and acks what it started.
+    let mut rolled = clean();
+    rolled.faults[0].target = Target::Graceful("billing".into());
+    rolled
+        .deliveries
+        .push(delivery("billing", "ordered", "e1", "k", 0, 150));
+    assert_eq!(failing(&rolled), ["duplicates explained by a fault"]);
     // An event first delivered after the fault healed did not live through it: not explained.
     let mut after = clean();
     after.deliveries[4].at = ms(250);

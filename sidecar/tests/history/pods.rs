@@ -61,6 +61,21 @@ impl Pod {
         }
     }
 
+    /// A rollout of the pod: SIGTERM, the sidecar drains (its attempts finish and are acked,
+    /// nothing is released unattempted) and exits, then a new sidecar starts. Returns its exit code.
+    pub async fn roll(&mut self) -> Option<i32> {
+        let code = match self.proc.as_mut() {
+            Some(p) => {
+                p.sigterm();
+                p.wait_exit(std::time::Duration::from_secs(45)).await
+            }
+            None => None,
+        };
+        self.kill_sidecar();
+        self.start_sidecar().await;
+        code
+    }
+
     /// Every delivery of `types` its app saw, in every life.
     pub fn deliveries(&self, t0: Instant, types: &[&str]) -> Vec<Delivery> {
         let events = self.app.state.events.lock().unwrap().clone();

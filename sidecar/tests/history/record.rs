@@ -44,11 +44,13 @@ pub struct Delivery {
 }
 
 /// What a fault touched: one Manager (its sidecar or its app), or the NATS cluster (which every
-/// durable Manager depends on).
+/// durable Manager depends on); a graceful rollout touches what it touches but promises no
+/// redelivery, so it explains no duplicate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Target {
     Manager(String),
     Nats,
+    Graceful(String),
 }
 
 #[derive(Clone, Debug)]

@@ -41,13 +41,15 @@ enum Kind {
     Pause,
     KillNats,
     KillMetaLeader,
+    Rollout(&'static str),
 }
 
-const SCHEDULE: [Kind; 9] = [
+const SCHEDULE: [Kind; 10] = [
     Kind::KillSidecar("orders-0"),
     Kind::KillStreamLeader,
     Kind::KillApp("billing-1"),
     Kind::Partition,
+    Kind::Rollout("orders-1"),
     Kind::Pause,
     Kind::KillNats,
     Kind::KillSidecar("billing-0"),
@@ -214,6 +216,16 @@ impl World {
                 p.app.listen().await;
                 let m = p.manager.to_owned();
                 (format!("kill -9 app {pod}"), Target::Manager(m))
+            }
+            Kind::Rollout(pod) => {
+                let p = self.pod(pod);
+                let code = p.roll().await;
+                assert_eq!(code, Some(0), "{pod}'s sidecar drained and exited");
+                let m = p.manager.to_owned();
+                (
+                    format!("rollout {pod} (SIGTERM, drain)"),
+                    Target::Graceful(m),
+                )
             }
             Kind::KillNats => (self.kill_node(node).await, Target::Nats),
             Kind::KillStreamLeader => {
