@@ -7,7 +7,7 @@
 mod common;
 mod history;
 
-use history::check::{Outcome, acknowledged, check, table};
+use history::check::{Outcome, acknowledged, check, duplicates, table};
 use history::record::History;
 use history::run::World;
 use std::sync::Arc;
@@ -23,9 +23,10 @@ fn faults() -> usize {
         .unwrap_or(4)
 }
 
-/// A second delivery within this long after a fault touching its Manager (or NATS) healed is
-/// explained by it: AckWait (4 s here) plus a restarted pod's or a re-elected leader's start.
-const REDELIVERY_WINDOW: Duration = Duration::from_secs(20);
+/// A second delivery within this long after a fault touching its Manager (or NATS) healed (every
+/// node healthy again) is explained by it: AckWait (4 s here), a restarted sidecar's start and its
+/// first pull.
+const REDELIVERY_WINDOW: Duration = Duration::from_secs(10);
 /// How long every acknowledged event gets to reach every receiver once the faults are over.
 const DRAIN: Duration = Duration::from_secs(120);
 
@@ -55,10 +56,37 @@ fn report(h: &History, outcomes: &[Outcome]) -> String {
         ));
     }
     out.push_str(&format!(
-        "acknowledged events lost: {}, unexplained duplicates: {}\n\n",
+        "acknowledged events lost: {}, unexplained duplicates: {}\n",
         outcomes[0].violations, outcomes[1].violations
     ));
+    out.push_str(&explained(h));
+    out.push('\n');
     out.push_str(&table(outcomes));
+    out
+}
+
+/// The duplicates per fault that explains them, with the latest one's distance from the heal.
+fn explained(h: &History) -> String {
+    let mut by_fault: std::collections::BTreeMap<usize, (usize, Duration)> = Default::default();
+    for dup in duplicates(h, REDELIVERY_WINDOW) {
+        let Some(f) = dup.fault else { continue };
+        let i = h
+            .faults
+            .iter()
+            .position(|g| std::ptr::eq(g, f))
+            .unwrap_or(0);
+        let e = by_fault.entry(i).or_insert((0, Duration::ZERO));
+        e.0 += 1;
+        e.1 = e.1.max(dup.delivery.at.saturating_sub(f.end));
+    }
+    let mut out = String::new();
+    for (i, (n, late)) in by_fault {
+        out.push_str(&format!(
+            "  {n} duplicates after {} (the last {:.1}s after its heal)\n",
+            h.faults[i].what,
+            late.as_secs_f64()
+        ));
+    }
     out
 }
 

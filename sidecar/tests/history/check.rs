@@ -5,7 +5,7 @@
 //! otherwise (503, a dropped connection) is indeterminate, as Jepsen's `:info`: it may or may not be
 //! stored, so it is neither owed nor forbidden.
 
-use super::record::{Delivery, EventId, History, Target};
+use super::record::{Delivery, EventId, Fault, History, Target};
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::Duration;
 
@@ -98,37 +98,61 @@ fn at_manager<'h>(h: &'h History, manager: &str) -> Vec<&'h Delivery> {
     ds
 }
 
-/// A second (or later) delivery of an event to one Manager is explained only by a fault that
-/// touched that Manager or NATS and that the event lived through: its previous delivery came
+/// A repeated delivery: the one before it of the same event at the same Manager, and the fault
+/// that explains it, if one does.
+pub struct Duplicate<'h> {
+    pub previous: &'h Delivery,
+    pub delivery: &'h Delivery,
+    pub fault: Option<&'h Fault>,
+}
+
+/// Every second (or later) delivery of an event to one Manager. It is explained only by a fault
+/// that touched that Manager or NATS and that the event lived through: its previous delivery came
 /// before the fault healed, and this one while the fault lasted or within `window` after (the
-/// redelivery of what the fault left unacknowledged: AckWait plus the restart). Checked: repeated
-/// deliveries.
-fn duplicates_explained(h: &History, window: Duration) -> Outcome {
-    let mut out = Outcome::new("duplicates explained by a fault");
+/// redelivery of what the fault left unacknowledged). The latest such fault is named.
+pub fn duplicates(h: &History, window: Duration) -> Vec<Duplicate<'_>> {
+    let mut out = Vec::new();
     for r in &h.receivers {
         let mut previous: BTreeMap<&EventId, &Delivery> = BTreeMap::new();
         for d in at_manager(h, &r.manager) {
             let Some(first) = previous.insert(&d.event, d) else {
                 continue;
             };
-            let before = first.at;
-            out.checked += 1;
-            let explained = h.faults.iter().any(|f| {
-                let touches = match &f.target {
-                    Target::Nats => true,
-                    Target::Manager(m) => *m == d.manager,
-                    Target::Graceful(_) => false,
-                };
-                touches && before <= f.end && f.start <= d.at && d.at <= f.end + window
+            let fault = h
+                .faults
+                .iter()
+                .filter(|f| {
+                    let touches = match &f.target {
+                        Target::Nats => true,
+                        Target::Manager(m) => *m == d.manager,
+                        Target::Graceful(_) => false,
+                    };
+                    touches && first.at <= f.end && f.start <= d.at && d.at <= f.end + window
+                })
+                .max_by_key(|f| f.start);
+            out.push(Duplicate {
+                previous: first,
+                delivery: d,
+                fault,
             });
-            if !explained {
-                out.violated(|| {
-                    format!(
-                        "{} at {} ({}) at {:?}, again ({}) at {:?}",
-                        d.event, d.manager, first.pod, first.at, d.pod, d.at
-                    )
-                });
-            }
+        }
+    }
+    out
+}
+
+/// [`duplicates`] without a fault to explain them. Checked: repeated deliveries.
+fn duplicates_explained(h: &History, window: Duration) -> Outcome {
+    let mut out = Outcome::new("duplicates explained by a fault");
+    for dup in duplicates(h, window) {
+        out.checked += 1;
+        if dup.fault.is_none() {
+            let (first, d) = (dup.previous, dup.delivery);
+            out.violated(|| {
+                format!(
+                    "{} at {} ({}) at {:?}, again ({}) at {:?}",
+                    d.event, d.manager, first.pod, first.at, d.pod, d.at
+                )
+            });
         }
     }
     out
