@@ -95,6 +95,8 @@ pub struct AppState {
 pub struct Seen {
     pub headers: HashMap<String, String>,
     pub body: Bytes,
+    /// When the app received it (the history checker orders deliveries and faults by it).
+    pub at: Instant,
 }
 
 impl Seen {
@@ -265,6 +267,7 @@ async fn app_handle(
     let seen = Seen {
         headers: headers.clone(),
         body: body.clone(),
+        at: Instant::now(),
     };
     state.events.lock().unwrap().push(seen.clone());
     let handling = state.enter(&seen);
