@@ -6,6 +6,7 @@
 
 pub mod bare;
 pub mod cost;
+pub mod fanout;
 pub mod hop;
 pub mod lapin;
 pub mod load;

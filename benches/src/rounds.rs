@@ -31,7 +31,8 @@ fn same_run(a: &Summary, b: &Summary) -> bool {
 
 /// One run per group of rounds (runs without a round pass through unchanged), in first-seen order. A folded
 /// run has req/s and p50/p90/p99 as medians, the highest max, errors, requests and measured seconds summed,
-/// no round, and `extra["rounds"]` = how many rounds it folds.
+/// no round, each figure of `extra` the median of the rounds that have it, and `extra["rounds"]` = how many
+/// rounds it folds.
 pub fn fold(runs: &[Summary]) -> Vec<Summary> {
     let mut out: Vec<Summary> = Vec::new();
     let mut groups: Vec<Vec<&Summary>> = Vec::new();
@@ -67,6 +68,15 @@ pub fn fold(runs: &[Summary]) -> Vec<Summary> {
         o.requests = g.iter().map(|s| s.requests).sum();
         o.duration_s = g.iter().map(|s| s.duration_s).sum();
         o.round = None;
+        // A figure of a mode's own (a fan-out run's deliveries/s) is folded the same way: the median of
+        // the rounds that carry it.
+        let keys: Vec<String> = o.extra.keys().cloned().collect();
+        for k in keys {
+            let xs: Vec<f64> = g.iter().filter_map(|s| s.extra.get(&k).copied()).collect();
+            if let Some(m) = median(&xs) {
+                o.extra.insert(k, m);
+            }
+        }
         o.extra.insert("rounds".to_owned(), g.len() as f64);
     }
     out
@@ -111,6 +121,23 @@ mod tests {
         assert_eq!(f[1].extra.get("rounds"), Some(&3.0));
         assert_eq!(f[1].round, None);
         assert_eq!(f[2], runs[6], "a run without rounds passes through");
+    }
+
+    #[test]
+    fn a_modes_own_figures_are_folded_into_medians_too() {
+        let per_s = |r: u32, d: f64| {
+            let mut s = round(
+                run("fanout", "switchyard", Some("direct-4"), 32, 10.0),
+                r,
+                1.0,
+            );
+            s.extra.insert("deliveries_per_s".into(), d);
+            s
+        };
+        let f = fold(&[per_s(1, 400.0), per_s(2, 100.0), per_s(3, 300.0)]);
+        assert_eq!(f.len(), 1);
+        assert_eq!(f[0].extra.get("deliveries_per_s"), Some(&300.0));
+        assert_eq!(f[0].extra.get("rounds"), Some(&3.0));
     }
 
     #[test]

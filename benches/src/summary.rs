@@ -54,7 +54,7 @@ fn head(out: &mut String, title: &str, cols: &[&str]) {
 }
 
 fn targets(out: &mut String, checks: &[Check]) {
-    let _ = writeln!(out, "## Targets (issues 5, 12, 13 and 14)\n");
+    let _ = writeln!(out, "## Targets (issues 5, 12, 13, 14 and 36)\n");
     let _ = writeln!(out, "| target | measured | bound | verdict |");
     let _ = writeln!(out, "|---|---:|---|---|");
     for c in checks {
@@ -524,6 +524,86 @@ fn durable(out: &mut String, r: &Results) {
     }
 }
 
+/// Fan-out: publishes/s at the publisher, deliveries/s where they landed, and each run's efficiency against
+/// its one-subscriber run; then the handler path with and without a stopped observer.
+fn fanout(out: &mut String, r: &Results) {
+    use crate::fanout::{SECTION, deliveries_per_s};
+    if r.section(SECTION).next().is_none() {
+        return;
+    }
+    head(
+        out,
+        "Fan-out: deliveries counted at the subscribers",
+        &[
+            "run",
+            "generator",
+            "c",
+            "publishes/s",
+            "deliveries/s",
+            "vs 1 subscriber",
+            "publish p99 µs",
+            "lost",
+            "errors",
+        ],
+    );
+    for s in r.section(SECTION).filter(|s| deliveries_per_s(s).is_some()) {
+        let (sys, v) = (
+            s.system.as_deref().unwrap_or("-"),
+            s.variant.as_deref().unwrap_or("-"),
+        );
+        let one = v
+            .strip_suffix("-4")
+            .and_then(|mode| r.find(SECTION, sys, Some(&format!("{mode}-1")), None))
+            .filter(|o| o.generator == s.generator)
+            .and_then(deliveries_per_s);
+        let _ = writeln!(
+            out,
+            "| {sys} {v} | {} | {} | {:.0} | {} | {} | {:.0} | {} | {} |",
+            s.generator.as_deref().unwrap_or("-"),
+            s.concurrency,
+            s.rps,
+            opt(deliveries_per_s(s), 0),
+            pct(one.zip(deliveries_per_s(s)).and_then(|(o, d)| ratio(d, o))),
+            s.p99_us,
+            opt(s.extra.get("lost").copied(), 0),
+            s.errors
+        );
+    }
+    let observed: Vec<&Summary> = r
+        .section(SECTION)
+        .filter(|s| deliveries_per_s(s).is_none())
+        .collect();
+    if observed.is_empty() {
+        return;
+    }
+    head(
+        out,
+        "Handler path (GET /noop) with a stopped observer",
+        &[
+            "run",
+            "generator",
+            "c",
+            "req/s",
+            "p50 µs",
+            "p99 µs",
+            "errors",
+        ],
+    );
+    for s in observed {
+        let _ = writeln!(
+            out,
+            "| {} | {} | {} | {:.0} | {:.0} | {:.0} | {} |",
+            s.variant.as_deref().unwrap_or("-"),
+            s.generator.as_deref().unwrap_or("-"),
+            s.concurrency,
+            s.rps,
+            s.p50_us,
+            s.p99_us,
+            s.errors
+        );
+    }
+}
+
 fn pair(out: &mut String, cost: &PairCost) {
     if cost.added_p50_us.is_none() && cost.sidecars.is_empty() {
         return;
@@ -747,6 +827,7 @@ pub fn render(r: &Results, checks: &[Check], cost: &PairCost) -> String {
         "layers",
     );
     durable(&mut out, r);
+    fanout(&mut out, r);
     pair(&mut out, cost);
     frames(&mut out, r);
     plateaus(&mut out, r);

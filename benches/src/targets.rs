@@ -1,8 +1,9 @@
-//! The targets of issues 5, 12, 13 and 14 that one run checks, as pure functions of the run's results: one line
+//! The targets of issues 5, 12, 13, 14 and 36 that one run checks, as pure functions of the run's results: one line
 //! each, pass, fail, or not measured (a peer or step that did not run, or two runs that different load
 //! generators drove, which no ratio may compare).
 
 use crate::cost::PairCost;
+use crate::fanout;
 use crate::mesh::{self, Added};
 use crate::plateau;
 use crate::results::{Results, ratio, rps_vs};
@@ -284,6 +285,27 @@ pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
                 Some(32),
             ),
             0.9,
+        ),
+        // Issue 36: fan-out, deliveries counted where they landed (the subscribers' sidecars).
+        at_least(
+            "Fan-out c=32, direct: deliveries/s to 4 subscribers / to 1",
+            fanout::efficiency(r, "direct"),
+            0.8,
+        ),
+        at_least(
+            "Fan-out c=32, durable: deliveries/s to 4 subscribers / to 1",
+            fanout::efficiency(r, "durable"),
+            0.6,
+        ),
+        at_least(
+            "Fan-out to 4 subscribers c=32: Switchyard (direct) / EDRI deliveries/s",
+            fanout::vs_edri(r),
+            30.0,
+        ),
+        at_most(
+            "GET /noop c=32 with a stopped requests/responses observer: p99 / p99 without observers",
+            fanout::stopped_observer_p99(r),
+            1.1,
         ),
         at_least(
             "Memory levels off under sustained load (1 = every sidecar)",

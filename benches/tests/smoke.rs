@@ -323,6 +323,52 @@ fn durable() {
 }
 
 #[test]
+fn fanout() {
+    // Two switchyard ups of benches/switchyard-fanout.yaml (direct, and durable with a nats-server),
+    // then the stopped-observer pair; EDRI is off in smoke mode, as in `noop`.
+    let (_t, dir) = smoke("fanout", 28_000, &[]);
+    let want = [
+        ("switchyard", "direct-1"),
+        ("switchyard", "direct-4"),
+        ("switchyard", "durable-1"),
+        ("switchyard", "durable-4"),
+        ("switchyard", "observers-none"),
+        ("switchyard", "observer-stopped"),
+    ];
+    runs(&dir, "fanout", &want);
+    // Deliveries counted at the subscribers: every accepted publish landed at each subscriber it
+    // matched (4 for `fan`'s, 1 for `solo`'s), none lost.
+    for e in std::fs::read_dir(dir.join("runs"))
+        .expect("runs/")
+        .filter_map(Result::ok)
+    {
+        let text = std::fs::read_to_string(e.path()).expect("a run file");
+        let run: serde_json::Value = serde_json::from_str(&text).expect("a run's JSON");
+        let variant = run["variant"].as_str().unwrap_or_default();
+        let Some(n) = variant
+            .strip_prefix("direct-")
+            .or(variant.strip_prefix("durable-"))
+        else {
+            continue;
+        };
+        let x = &run["extra"];
+        let n: u64 = n.parse().expect("a count of subscribers");
+        assert_eq!(x["subscribers"].as_u64(), Some(n), "{text}");
+        assert!(
+            x["deliveries_per_s"].as_f64().unwrap_or(0.0) > 0.0,
+            "{text}"
+        );
+        assert!(x["accepted"].as_u64().unwrap_or(0) > 0, "{text}");
+        assert_eq!(x["lost"].as_u64(), Some(0), "{text}");
+    }
+    let summary = non_empty(&dir.join("summary.md"));
+    assert!(
+        summary.contains("Fan-out: deliveries counted at the subscribers"),
+        "{summary}"
+    );
+}
+
+#[test]
 fn profile() {
     let (_t, dir) = smoke("profile", 27_000, &[]);
     runs(&dir, "profile", &[("switchyard", "noop")]);
