@@ -8,6 +8,8 @@
 //! `/key`), `shipping` to `*`, `analytics` to `ordered` filtered on ids starting `keep-`, `late` to
 //! `ordered` (started after the publishes) and `fresh` to `ordered` from `new` (started after
 //! them too), all durably. `front` is the publisher: the test plays its app through its local API.
+//! `shipping` dead-letters to type `dead`, kept in Manager `graveyard`'s stream (nobody consumes
+//! it): a copy its app fails every time ends there.
 
 #![allow(clippy::unwrap_used)]
 
@@ -41,8 +43,9 @@ fn subscription(manager: &str) -> Value {
     }
 }
 
-/// A Manager's config: its own (unused) type, `subs`, durable where `durable` says, on `url`.
-fn config(name: &str, app_port: u16, url: &str) -> Value {
+/// A Manager's config: its own (unused) type and its subscription, on `url`; `nowhere` is the
+/// never listening endpoint of Managers nobody runs.
+fn config(name: &str, app_port: u16, url: &str, nowhere: u16) -> Value {
     let mut cfg = manager_config(app_port, &Opts::default());
     cfg["name"] = json!(name);
     cfg["jetstream"] = json!({"url": url, "replicas": 1});
@@ -55,6 +58,14 @@ fn config(name: &str, app_port: u16, url: &str) -> Value {
     }
     if name == "billing" {
         cfg["workers"]["orderingKey"] = json!("/key");
+    }
+    if name == "shipping" {
+        cfg["workers"]["deadLetter"] = json!("dead");
+        cfg["destinations"] = json!({"dead": {
+            "manager": "graveyard", "service": "graveyard", "port": nowhere,
+            "podSelector": {}, "durable": {},
+        }});
+        cfg["staticEndpoints"] = json!({"graveyard": [format!("127.0.0.1:{nowhere}")]});
     }
     cfg
 }
@@ -100,7 +111,7 @@ impl Run {
             json!([format!("127.0.0.1:{}", nowhere.port)]),
         );
         let front_app = TestApp::start().await;
-        let mut fcfg = config("front", front_app.port, &url);
+        let mut fcfg = config("front", front_app.port, &url, nowhere.port);
         fcfg["subscriptions"] = json!([]);
         fcfg["destinations"] = json!({"ordered": dest("orders", json!({}))});
         fcfg["subscribers"] = Value::Object(subscribers);
@@ -141,15 +152,19 @@ impl Run {
 
     async fn start_manager(&mut self, name: &'static str) {
         let app = TestApp::start().await;
-        let cfg = config(name, app.port, &self.url);
+        let cfg = config(name, app.port, &self.url, self._nowhere.port);
         let (p, _) = self.spawn(name, app, &cfg).await;
         self.procs.insert(name, p);
     }
 
     async fn publish(&self, id: &str, key: &str, seq: u64) -> Reply {
+        self.publish_as("ordered", id, key, seq).await
+    }
+
+    async fn publish_as(&self, event: &str, id: &str, key: &str, seq: u64) -> Reply {
         let body = json!({"key": key, "seq": seq}).to_string();
         let req = Request::post(format!(
-            "http://127.0.0.1:{}/v1/publish/ordered",
+            "http://127.0.0.1:{}/v1/publish/{event}",
             self.front_api
         ))
         .header("content-type", "application/json")
@@ -181,14 +196,12 @@ impl Run {
         .await;
     }
 
-    /// Events Manager `m`'s stream still holds.
+    /// Events Manager `m`'s stream still holds (none when it has no stream yet).
     async fn stored(&self, m: &str) -> u64 {
-        let mut stream = self
-            .js
-            .get_stream(plan::stream_name("default", m))
-            .await
-            .unwrap();
-        stream.info().await.unwrap().state.messages
+        match self.js.get_stream(plan::stream_name("default", m)).await {
+            Ok(mut stream) => stream.info().await.unwrap().state.messages,
+            Err(_) => 0,
+        }
     }
 }
 
@@ -282,6 +295,23 @@ async fn a_publish_is_kept_for_each_durable_subscriber_and_a_late_one_gets_what_
             .all(|e| e.header("ce-source") == "/switchyard/default/front"),
         "{:?}",
         seen.first().map(|e| &e.headers)
+    );
+    // A copy shipping's app fails every time (`fail` answers 500): its last attempt dead-letters
+    // it to `dead`, kept in graveyard's stream, and it leaves shipping's. Nobody else takes `fail`.
+    assert_eq!(
+        run.publish_as("fail", "doomed-1", "k0", 0).await.status,
+        202
+    );
+    poll(
+        Duration::from_secs(30),
+        "the failed copy in graveyard's stream",
+        || async { (run.stored("graveyard").await == 1).then_some(()) },
+    )
+    .await;
+    assert_eq!(
+        run.apps["shipping"].state.seen("fail").len(),
+        3,
+        "3 attempts"
     );
     // Every stream is worked down: each copy was acknowledged by its own subscriber.
     for m in [

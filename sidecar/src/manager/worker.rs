@@ -719,7 +719,7 @@ impl Worker {
 
     /// Counts a redelivery of a durable event (its delivery count above 1).
     pub(crate) fn redelivered(&self, event: &str) {
-        if let Some(label) = self.events.get(event) {
+        if let Some(label) = self.label_of(event) {
             self.metrics
                 .durable_redeliveries
                 .get_or_create(&EventLabels {
@@ -779,10 +779,15 @@ impl Worker {
 
     /// A durable event failed its last attempt: to the dead-letter type when one is set (counted
     /// either way, never silent).
+    /// A subscription's copy counts under its pattern; an event of no type or subscription of this
+    /// pod (a stream written by a newer or older config) is counted unrouted under its own type,
+    /// never dropped silently.
     pub(crate) async fn dead_letter_durable(&self, ev: &Request, reason: &'static str) {
-        if let Some(label) = self.events.get(&ev.event) {
-            self.dead_letter(ev, label, reason).await;
-        }
+        let label = self
+            .label_of(&ev.event)
+            .cloned()
+            .unwrap_or_else(|| EventLabel(Arc::from(ev.event.as_str())));
+        self.dead_letter(ev, &label, reason).await;
     }
 }
 
