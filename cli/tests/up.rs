@@ -652,6 +652,35 @@ fn answered_of(admin: u16, event: &str) -> u64 {
         .sum::<f64>() as u64
 }
 
+/// The admin port of Manager `m`'s sidecar, from `switchyard up`'s line for it.
+fn manager_admin(up: &Up, m: &str) -> u16 {
+    let label = format!("✓ manager sidecar {m} (");
+    up.seen
+        .iter()
+        .find(|l| l.starts_with(&label))
+        .and_then(|l| admin_port(l))
+        .unwrap_or_else(|| panic!("no {label} line:\n{}", up.seen.join("\n")))
+}
+
+/// `POST /publish` of an `echo` through the Router at `http` (front's app publishes it), retried
+/// while it is refused with 503 (outbound connections or a stream still being made), until 202.
+fn publish_accepted(up: &Up, http: u16) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let answer = loop {
+        let a = post_json(http, "/publish", r#"{"event":"echo","data":{"value":1}}"#)
+            .expect("POST /publish");
+        if !a.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
+            break a;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert!(
+        answer.starts_with("HTTP/1.1 202"),
+        "{answer}\n{}",
+        up.seen.join("\n")
+    );
+}
+
 /// The nats-server `e2e/cluster/build-nats` builds into `.tools/bin` (cached after the first run).
 fn nats_server() -> PathBuf {
     let script = repo_file("e2e/cluster/build-nats");
@@ -683,28 +712,9 @@ fn a_durable_subscription_is_kept_behind_the_mesh_identity_and_delivered() {
     let ready = up.wait_for("ready: try curl", Duration::from_secs(90));
     assert!(ready.is_some(), "never ready:\n{}", up.seen.join("\n"));
     let (http, _) = up.router_ports();
-    let label = "✓ manager sidecar audit (";
-    let audit = up
-        .seen
-        .iter()
-        .find(|l| l.starts_with(label))
-        .and_then(|l| admin_port(l))
-        .unwrap_or_else(|| panic!("no {label} line:\n{}", up.seen.join("\n")));
+    let audit = manager_admin(&up, "audit");
     // 202 once `back` admitted it and `audit`'s copy is stored (the stream is made on first use).
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let answer = loop {
-        let a = post_json(http, "/publish", r#"{"event":"echo","data":{"value":1}}"#)
-            .expect("POST /publish");
-        if !a.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
-            break a;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(
-        answer.starts_with("HTTP/1.1 202"),
-        "{answer}\n{}",
-        up.seen.join("\n")
-    );
+    publish_accepted(&up, http);
     let deadline = Instant::now() + Duration::from_secs(30);
     while answered_of(audit, "echo") == 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(50));
@@ -746,31 +756,10 @@ fn subscriptions_example_fans_a_publish_out_and_copies_requests() {
     let ready = up.wait_for("ready: try curl", Duration::from_secs(90));
     assert!(ready.is_some(), "never ready:\n{}", up.seen.join("\n"));
     let (http, _) = up.router_ports();
-    let admin = |m: &str| {
-        let label = format!("✓ manager sidecar {m} (");
-        up.seen
-            .iter()
-            .find(|l| l.starts_with(&label))
-            .and_then(|l| admin_port(l))
-            .unwrap_or_else(|| panic!("no {label} line:\n{}", up.seen.join("\n")))
-    };
-    let (back, audit) = (admin("back"), admin("audit"));
+    let (back, audit) = (manager_admin(&up, "back"), manager_admin(&up, "audit"));
     // `front`'s app publishes `echo`: 202 once `back` (its handler) and `audit` (a subscriber) both
     // admitted it. The outbound connections may still be opening: retry a 503 for a while.
-    let deadline = Instant::now() + Duration::from_secs(20);
-    let answer = loop {
-        let a = post_json(http, "/publish", r#"{"event":"echo","data":{"value":1}}"#)
-            .expect("POST /publish");
-        if !a.starts_with("HTTP/1.1 503") || Instant::now() > deadline {
-            break a;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    };
-    assert!(
-        answer.starts_with("HTTP/1.1 202"),
-        "{answer}\n{}",
-        up.seen.join("\n")
-    );
+    publish_accepted(&up, http);
     let deadline = Instant::now() + Duration::from_secs(20);
     while (answered_of(back, "echo") == 0 || answered_of(audit, "echo") == 0)
         && Instant::now() < deadline
