@@ -681,6 +681,24 @@ fn publish_accepted(up: &Up, http: u16) {
     );
 }
 
+/// `POST /echo` through the Router at `http` is answered by `back`, and the observer whose admin
+/// port is `audit` gets a copy of the request and one of the answer.
+fn echo_is_observed(http: u16, audit: u16) {
+    let before = answered_of(audit, "echo");
+    let answer = post_json(http, "/echo", r#"{"value":2}"#).expect("POST /echo");
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.ends_with(r#"{"value":2}"#), "{answer}");
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while answered_of(audit, "echo") < before + 2 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        answered_of(audit, "echo"),
+        before + 2,
+        "request and answer copies"
+    );
+}
+
 /// The nats-server `e2e/cluster/build-nats` builds into `.tools/bin` (cached after the first run).
 fn nats_server() -> PathBuf {
     let script = repo_file("e2e/cluster/build-nats");
@@ -726,18 +744,7 @@ fn a_durable_subscription_is_kept_behind_the_mesh_identity_and_delivered() {
     );
     // A request's copy and its answer's reach `audit` directly (best-effort copies, sent beside
     // the client's answer by the Router's sidecar, which is no JetStream client).
-    let before = answered_of(audit, "echo");
-    let answer = post_json(http, "/echo", r#"{"value":2}"#).expect("POST /echo");
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while answered_of(audit, "echo") < before + 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(
-        answered_of(audit, "echo"),
-        before + 2,
-        "request and answer copies"
-    );
+    echo_is_observed(http, audit);
     up.term();
     let status = up.wait_exit(Duration::from_secs(40));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");
@@ -772,19 +779,7 @@ fn subscriptions_example_fans_a_publish_out_and_copies_requests() {
         "audit never got the publish"
     );
     // A request: `back` answers; `audit` gets a copy of the request and one of the answer.
-    let before = answered_of(audit, "echo");
-    let answer = post_json(http, "/echo", r#"{"value":2}"#).expect("POST /echo");
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(answer.ends_with(r#"{"value":2}"#), "{answer}");
-    let deadline = Instant::now() + Duration::from_secs(20);
-    while answered_of(audit, "echo") < before + 2 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(50));
-    }
-    assert_eq!(
-        answered_of(audit, "echo"),
-        before + 2,
-        "request and answer copies"
-    );
+    echo_is_observed(http, audit);
     up.term();
     let status = up.wait_exit(Duration::from_secs(40));
     assert!(status.is_some_and(|s| s.success()), "{status:?}");

@@ -402,8 +402,9 @@ impl Upstream {
                         peer_tls(self.mesh.as_ref(), &self.namespace, &p.manager),
                     ))
                 });
-            pool.update(p.addrs);
+            // Before its new endpoints connect: a push on a fresh connection meets the new list.
             pool.allow_pushes(plan.pushable.get(&p.manager).cloned().unwrap_or_default());
+            pool.update(p.addrs);
             pools.insert(name, pool);
         }
         for (name, old) in &current.pools {
