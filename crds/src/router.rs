@@ -733,8 +733,12 @@ fn default_body_budget_bytes() -> i64 {
     256 << 20
 }
 
+/// `broker.activationTimeout` when unset; also how long a Manager's sidecar holds its app's
+/// publishes for a Manager at zero replicas.
+pub const DEFAULT_ACTIVATION_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(20);
+
 fn default_activation_timeout() -> Duration {
-    Duration::from(std::time::Duration::from_secs(20))
+    Duration::from(DEFAULT_ACTIVATION_TIMEOUT)
 }
 
 fn default_queue_capacity() -> i32 {

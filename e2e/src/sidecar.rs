@@ -218,6 +218,16 @@ impl ManagerSidecar {
         Self::launch(config, listen, None).await
     }
 
+    /// Starts the example app and a manager sidecar with `config` (the app's port is replaced by
+    /// the local app's), with no control plane, its frame listener on `listen`. Waits until
+    /// `/readyz` answers 200.
+    pub async fn start_config(
+        config: Value,
+        listen: std::net::SocketAddr,
+    ) -> Result<ManagerSidecar> {
+        Self::launch(config, listen, None).await
+    }
+
     /// Starts the example app and a manager sidecar with `config` as the operator rendered it
     /// (its ConfigMap's `config.json`; the app's port is replaced by the local app's), following
     /// the control plane at `control_plane` as a pod's sidecar does, its frame listener on a free

@@ -554,6 +554,7 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
                 pod: mine_name.clone(),
                 event_type: EVENT.into(),
                 held: 1,
+                manager: String::new(),
             })
             .await,
         Code::PermissionDenied,

@@ -136,10 +136,10 @@ async fn activate(
         let Some(ns) = m.metadata.namespace.as_deref() else {
             continue;
         };
-        let woke = |events: &[switchyard_crds::EventType]| {
+        let woke = |events: &[switchyard_crds::EventType], first: bool| {
             pending
                 .iter()
-                .find(|a| a.namespace == ns && events.iter().any(|e| e.as_str() == a.event_type))
+                .find(|a| a.namespace == ns && plan::wakes(m, events, first, a))
                 .map(|a| (a.event_type.clone(), a.held))
         };
         let mut changed = false;

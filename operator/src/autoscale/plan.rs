@@ -2,8 +2,10 @@
 //! each event type, and the groups of event types that scale together.
 
 use super::decide::{Metric, Policy, Target};
+use crate::control_plane::activation::Activation;
 use switchyard_crds::Manager;
 use switchyard_crds::manager::{Scaling, Split};
+use switchyard_crds::subscription::pattern_matches;
 
 fn ms(d: &switchyard_crds::common::Duration) -> u64 {
     let d: std::time::Duration = (*d).into();
@@ -103,6 +105,38 @@ pub fn is_group(key: &str, events: &[switchyard_crds::EventType]) -> bool {
     key.split(',').eq(events.iter().map(|e| e.as_str()))
 }
 
+/// Whether the activation `a` wakes the group `events` of `manager` (`first`: it is the Manager's
+/// first group). A handler's activation (no Manager named) wakes the group that handles the type;
+/// a subscriber's wakes the named Manager's group that handles it, else its first group, which
+/// carries the subscriptions (see [`subscriptions`]). The namespace is the caller's to match.
+pub fn wakes(
+    manager: &Manager,
+    events: &[switchyard_crds::EventType],
+    first: bool,
+    a: &Activation,
+) -> bool {
+    let handles = events.iter().any(|e| e.as_str() == a.event_type);
+    let Some(name) = a.manager.as_deref() else {
+        return handles;
+    };
+    if manager.metadata.name.as_deref() != Some(name) {
+        return false;
+    }
+    let handled_elsewhere = manager
+        .spec
+        .events
+        .iter()
+        .any(|e| e.as_str() == a.event_type);
+    handles
+        || (first
+            && !handled_elsewhere
+            && manager
+                .spec
+                .subscriptions
+                .iter()
+                .any(|s| pattern_matches(&s.event, &a.event_type)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -173,6 +207,34 @@ status:
         assert_eq!(each, [["orders.create"], ["orders.get"]]);
         assert!(is_group("orders.get", &m.spec.events[1..]));
         assert!(!is_group("orders.get", &m.spec.events));
+    }
+
+    #[test]
+    fn an_activation_wakes_the_handling_group_or_the_named_subscribers_first() {
+        let m = manager(SHOP);
+        let each: Vec<_> = each_group(&m).collect();
+        let a = |event: &str, manager: Option<&str>| Activation {
+            namespace: "shop".into(),
+            event_type: event.into(),
+            manager: manager.map(str::to_owned),
+            held: 1,
+        };
+        let woken = |a: &Activation| -> Vec<bool> {
+            each.iter()
+                .enumerate()
+                .map(|(i, g)| wakes(&m, g, i == 0, a))
+                .collect()
+        };
+        assert_eq!(woken(&a("orders.get", None)), [false, true]);
+        assert_eq!(woken(&a("users.created", None)), [false, false]);
+        assert_eq!(woken(&a("users.created", Some("orders"))), [true, false]);
+        assert_eq!(
+            woken(&a("orders.get", Some("orders"))),
+            [false, true],
+            "a subscription to a handled type scales with that type's group"
+        );
+        assert_eq!(woken(&a("users.created", Some("billing"))), [false, false]);
+        assert_eq!(woken(&a("payments.done", Some("orders"))), [false, false]);
     }
 
     #[test]

@@ -237,12 +237,12 @@ impl Scaler {
         }
     }
 
-    /// An activation for `m`: each group with `woke(group's event types)` and no pod asked for is
-    /// decided by [`decide::activate`]; returns the changes to write.
+    /// An activation for `m`: each group with `woke(group's event types, whether it is the first
+    /// group)` and no pod asked for is decided by [`decide::activate`]; returns the changes to write.
     pub fn activate(
         &mut self,
         m: &Arc<Manager>,
-        woke: impl Fn(&[EventType]) -> Option<(String, u32)>,
+        woke: impl Fn(&[EventType], bool) -> Option<(String, u32)>,
         now_ms: u64,
     ) -> Vec<Change> {
         let (Some(ns), Some(name)) = (m.metadata.namespace.as_deref(), m.metadata.name.as_deref())
@@ -254,12 +254,12 @@ impl Scaler {
         let t = tracked(&mut self.managers, ns, name);
         t.seen = tick;
         let mut changes = Vec::new();
-        for events in plan::each_group(m) {
+        for (i, events) in plan::each_group(m).enumerate() {
             let first = events.first().map(EventType::as_str);
             let g = group(&mut t.groups, events);
             g.seen = tick;
             let current = current(m, g, first, now_ms);
-            let Some((event, held)) = woke(events) else {
+            let Some((event, held)) = woke(events, i == 0) else {
                 continue;
             };
             if let Some(d) = decide::activate(&policy, current, &mut g.state, now_ms, &event, held)

@@ -1,6 +1,7 @@
 //! Activations: router sidecars holding requests for an event type with no ready endpoint ask for a
-//! pod through `Activate`. The request is kept here, keyed by namespace and event type, and the
-//! autoscaler is woken at once instead of at its next tick.
+//! pod through `Activate`. The request is kept here, keyed by namespace, event type and the Manager
+//! waited for (a subscriber's, or none for the type's handler), and the autoscaler is woken at once
+//! instead of at its next tick.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -17,19 +18,24 @@ pub struct Activation {
     pub namespace: String,
     /// Event type whose requests are held.
     pub event_type: String,
+    /// The subscribing Manager whose pods are waited for; `None`: the type's handler.
+    pub manager: Option<String>,
     /// Requests held by the sidecar that asked last.
     pub held: u32,
 }
 
+/// What an activation is remembered by: (namespace, event type, subscribing Manager).
+type Key = (String, String, Option<String>);
+
 /// Latest activation per (namespace, event type), and the autoscaler's wake-up.
 #[derive(Default)]
 pub struct Activations {
-    latest: Mutex<HashMap<(String, String), (Instant, u32)>>,
+    latest: Mutex<HashMap<Key, (Instant, u32)>>,
     wake: Notify,
 }
 
 impl Activations {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), (Instant, u32)>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (Instant, u32)>> {
         self.latest.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -37,7 +43,7 @@ impl Activations {
     pub fn record_at(&self, a: Activation, at: Instant) -> bool {
         {
             let mut map = self.lock();
-            let key = (a.namespace, a.event_type);
+            let key = (a.namespace, a.event_type, a.manager);
             if map.len() >= MAX_KEYS && !map.contains_key(&key) {
                 return false;
             }
@@ -59,13 +65,20 @@ impl Activations {
         map.retain(|_, (at, _)| now.saturating_duration_since(*at) <= max_age);
         let mut out: Vec<Activation> = map
             .iter()
-            .map(|((ns, ev), (_, held))| Activation {
+            .map(|((ns, ev, manager), (_, held))| Activation {
                 namespace: ns.clone(),
                 event_type: ev.clone(),
+                manager: manager.clone(),
                 held: *held,
             })
             .collect();
-        out.sort_by(|a, b| (&a.namespace, &a.event_type).cmp(&(&b.namespace, &b.event_type)));
+        out.sort_by(|a, b| {
+            (&a.namespace, &a.event_type, &a.manager).cmp(&(
+                &b.namespace,
+                &b.event_type,
+                &b.manager,
+            ))
+        });
         out
     }
 }
@@ -78,6 +91,7 @@ mod tests {
         Activation {
             namespace: "shop".into(),
             event_type: ev.into(),
+            manager: None,
             held,
         }
     }
@@ -95,5 +109,19 @@ mod tests {
         assert_eq!(fresh, vec![a("orders.get", 2)]);
         let all = book.fresh(t0 + Duration::from_secs(6), Duration::from_secs(30));
         assert_eq!(all.len(), 1, "the stale one was forgotten");
+    }
+
+    #[test]
+    fn a_subscribers_activation_does_not_replace_the_handlers() {
+        let book = Activations::default();
+        let t0 = Instant::now();
+        let sub = Activation {
+            manager: Some("audit".into()),
+            ..a("orders.create", 4)
+        };
+        assert!(book.record_at(a("orders.create", 1), t0));
+        assert!(book.record_at(sub.clone(), t0));
+        let fresh = book.fresh(t0, Duration::from_secs(3));
+        assert_eq!(fresh, vec![a("orders.create", 1), sub]);
     }
 }

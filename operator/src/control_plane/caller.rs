@@ -13,6 +13,7 @@ use super::directory::Directory;
 use super::forward::FORWARDED;
 use super::table::RouterKey;
 use std::net::SocketAddr;
+use switchyard_crds::subscription::pattern_matches;
 use switchyard_identity::incoming::PeerInfo;
 use switchyard_identity::{Kind, Peer};
 use switchyard_protocol::control::v1::{ActivateRequest, LoadReport, WatchRoutesRequest};
@@ -183,12 +184,29 @@ pub fn watch(caller: &Caller, req: &WatchRoutesRequest, dir: &Directory) -> Resu
     own_pod(peer, &req.pod)
 }
 
-/// Whether `caller` may ask for a pod for `req.event_type`: only a sidecar of that Router, for an
-/// event type the Router routes.
+/// Whether `caller` may ask for a pod for `req.event_type`: a sidecar of that Router for an event
+/// type it routes (its requests, and the observer copies of them), or a sidecar of one of the
+/// Router's Managers (its app's publishes and dead letters, which need not be the Router's routes).
+/// Naming a subscribing Manager (`req.manager`), the Manager must be the Router's and take the type.
 pub fn activate(caller: &Caller, req: &ActivateRequest, dir: &Directory) -> Result<(), Refusal> {
+    let mut from_manager = false;
     if let Some(peer) = workload(caller)? {
         let id = &peer.id;
-        if id.kind != Kind::Router || id.namespace != req.namespace || id.name != req.router {
+        let allowed = id.namespace == req.namespace
+            && match id.kind {
+                Kind::Router => id.name == req.router,
+                Kind::Manager => {
+                    from_manager = true;
+                    dir.managers
+                        .get(&RouterKey {
+                            namespace: id.namespace.clone(),
+                            name: id.name.clone(),
+                        })
+                        .is_some_and(|m| m.router == req.router)
+                }
+                Kind::Operator | Kind::JetStream => false,
+            };
+        if !allowed {
             return Err(Refusal::new(
                 Code::PermissionDenied,
                 "spoofed",
@@ -200,15 +218,24 @@ pub fn activate(caller: &Caller, req: &ActivateRequest, dir: &Directory) -> Resu
         }
         own_pod(peer, &req.pod)?;
     }
-    let key = RouterKey {
-        namespace: req.namespace.clone(),
-        name: req.router.clone(),
+    if !req.manager.is_empty() {
+        return subscribed(req, dir);
+    }
+    let routed = if from_manager {
+        dir.managers.iter().any(|(k, m)| {
+            k.namespace == req.namespace
+                && m.router == req.router
+                && m.events.contains(&req.event_type)
+        })
+    } else {
+        dir.routers
+            .get(&RouterKey {
+                namespace: req.namespace.clone(),
+                name: req.router.clone(),
+            })
+            .is_some_and(|events| events.contains(&req.event_type))
     };
-    if !dir
-        .routers
-        .get(&key)
-        .is_some_and(|events| events.contains(&req.event_type))
-    {
+    if !routed {
         return Err(Refusal::new(
             Code::InvalidArgument,
             "unknown_event",
@@ -219,6 +246,33 @@ pub fn activate(caller: &Caller, req: &ActivateRequest, dir: &Directory) -> Resu
         ));
     }
     Ok(())
+}
+
+/// A subscriber's activation: the Manager must be one of the Router's and subscribe to the type
+/// (or handle it), so a Router's sidecar can wake only the Managers its publishes reach.
+fn subscribed(req: &ActivateRequest, dir: &Directory) -> Result<(), Refusal> {
+    let key = RouterKey {
+        namespace: req.namespace.clone(),
+        name: req.manager.clone(),
+    };
+    let reached = dir.managers.get(&key).is_some_and(|m| {
+        m.router == req.router
+            && (m.events.contains(&req.event_type)
+                || m.subscribed
+                    .iter()
+                    .any(|p| pattern_matches(p, &req.event_type)))
+    });
+    if reached {
+        return Ok(());
+    }
+    Err(Refusal::new(
+        Code::InvalidArgument,
+        "unknown_subscriber",
+        format!(
+            "Manager {}/{} of Router {} neither handles nor subscribes to {:?}",
+            req.namespace, req.manager, req.router, req.event_type
+        ),
+    ))
 }
 
 /// What a checked report lost.
@@ -534,6 +588,7 @@ mod tests {
             pod: pod.into(),
             event_type: event.into(),
             held: 1,
+            manager: String::new(),
         };
         let me = peer("shop", Kind::Router, "edge", "edge-1");
         assert!(activate(&me, &req("edge", "edge-1", "noop"), &d).is_ok());
@@ -541,11 +596,68 @@ mod tests {
             activate(&me, &req("admin", "edge-1", "noop"), &d).map_err(|e| e.reason),
             Err("spoofed")
         );
+        // A Manager of the Router, for its app's publishes: of a type a Manager of the Router handles.
         let manager = peer("shop", Kind::Manager, "handlers", "h-1");
-        assert!(activate(&manager, &req("edge", "h-1", "noop"), &d).is_err());
+        assert!(activate(&manager, &req("edge", "h-1", "echo"), &d).is_ok());
+        assert_eq!(
+            activate(&manager, &req("edge", "h-1", "payments.done"), &d).map_err(|e| e.reason),
+            Err("unknown_event")
+        );
+        assert_eq!(
+            activate(&manager, &req("admin", "h-1", "noop"), &d).map_err(|e| e.reason),
+            Err("spoofed"),
+            "not its Router"
+        );
+        let stranger = peer("shop", Kind::Manager, "nobody", "n-1");
+        assert_eq!(
+            activate(&stranger, &req("edge", "n-1", "noop"), &d).map_err(|e| e.reason),
+            Err("spoofed")
+        );
+        let operator = peer("shop", Kind::Operator, "switchyard", "op-1");
+        assert!(activate(&operator, &req("edge", "op-1", "noop"), &d).is_err());
         assert_eq!(
             activate(&me, &req("edge", "edge-1", "other"), &d).map_err(|e| e.reason),
             Err("unknown_event")
+        );
+    }
+
+    #[test]
+    fn a_subscribers_activation_names_a_manager_of_the_router_that_subscribes() {
+        let mut d = dir();
+        d.routers
+            .get_mut(&key("shop", "edge"))
+            .expect("edge")
+            .insert("orders.created".into());
+        let me = peer("shop", Kind::Router, "edge", "edge-1");
+        let req = |event: &str, manager: &str| ActivateRequest {
+            namespace: "shop".into(),
+            router: "edge".into(),
+            pod: "edge-1".into(),
+            event_type: event.into(),
+            held: 1,
+            manager: manager.into(),
+        };
+        assert!(activate(&me, &req("orders.created", "handlers"), &d).is_ok());
+        assert!(activate(&me, &req("noop", "handlers"), &d).is_ok());
+        // From a Manager's sidecar, for its app's publish of a type the Router does not route.
+        let publisher = peer("shop", Kind::Manager, "handlers", "h-1");
+        let mut from_app = req("orders.paid", "handlers");
+        from_app.pod = "h-1".into();
+        assert!(activate(&publisher, &from_app, &d).is_ok());
+        for (event, manager) in [("orders.created", "nobody"), ("noop", "nobody")] {
+            assert_eq!(
+                activate(&me, &req(event, manager), &d).map_err(|e| e.reason),
+                Err("unknown_subscriber"),
+                "{event} {manager}"
+            );
+        }
+        d.managers
+            .get_mut(&key("shop", "handlers"))
+            .expect("handlers")
+            .router = "other".into();
+        assert_eq!(
+            activate(&me, &req("orders.created", "handlers"), &d).map_err(|e| e.reason),
+            Err("unknown_subscriber")
         );
     }
 

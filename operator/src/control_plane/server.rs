@@ -226,9 +226,10 @@ impl ControlPlane for Service {
         let activation = Activation {
             namespace: required(&req.namespace, "namespace")?,
             event_type: required(&req.event_type, "event_type")?,
+            manager: (!req.manager.is_empty()).then(|| req.manager.clone()),
             held: req.held,
         };
-        tracing::info!(router = %req.router, pod = %req.pod, namespace = %activation.namespace, event = %activation.event_type, held = req.held, forwarded = caller.forwarded, "activation");
+        tracing::info!(router = %req.router, pod = %req.pod, namespace = %activation.namespace, event = %activation.event_type, subscriber = %req.manager, held = req.held, forwarded = caller.forwarded, "activation");
         self.metrics.activation();
         if !self.leader.is_me() {
             if caller.forwarded {

@@ -232,13 +232,18 @@ async fn publish_to_handler(
         };
         return store_durably(store, to, &out, deadline).await;
     }
-    let pool = upstream.pool_of(&out.event).ok_or(Failure::NoManager)?;
+    // Held (within the deadline) while the handler has no pod and can be activated, as a request is.
+    let pool = upstream
+        .ready_pool(&out.event, deadline)
+        .await
+        .ok_or(Failure::NoManager)?;
     let ack = upstream.publish(&pool, &out, deadline).await?;
     accepted(ack, deadline)
 }
 
 /// A copy of `out` for the subscriber `sub`: stored in its Manager's stream for a durable
-/// subscription (done on the PubAck), else sent to one of its pods (done on its admission).
+/// subscription (done on the PubAck), else sent to one of its pods (done on its admission; a
+/// subscriber with no pod is activated and waited for within the deadline).
 async fn publish_to_subscriber(
     upstream: &Upstream,
     store: Option<&Store>,
@@ -255,7 +260,12 @@ async fn publish_to_subscriber(
         };
         return store_durably(store, to, out, deadline).await;
     }
-    let ack = upstream.publish(&sub.pool, out, deadline).await?;
+    // A subscriber at zero replicas is activated and waited for, as a handler is.
+    let pool = upstream
+        .ready_subscriber(sub, &out.event, deadline)
+        .await
+        .unwrap_or_else(|| sub.pool.clone());
+    let ack = upstream.publish(&pool, out, deadline).await?;
     accepted(ack, deadline)
 }
 

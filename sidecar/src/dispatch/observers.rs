@@ -2,7 +2,8 @@
 //! to its `responses` subscribers, sent beside the handler's path and never on it. Each copy is a
 //! publish in a task of its own; at most [`MAX_UNDERWAY`] are underway per sidecar, and a copy
 //! past that is shed and counted (`switchyard_observer_copies_total{outcome="shed"}`), so an
-//! observer that is slow or gone costs the client's answer nothing.
+//! observer that is slow or gone costs the client's answer nothing. An observer at zero replicas is
+//! activated; its copies wait for its first pod within [`COPY_DEADLINE`], inside that bound.
 //!
 //! Copies go to the observer's pods directly, also for a durable subscription: a copy is
 //! best-effort by design (shed rather than slow the handler), and the Router's sidecars, which
@@ -112,7 +113,12 @@ impl Observers {
         tokio::spawn(async move {
             let _slot = slot;
             let deadline = Instant::now() + COPY_DEADLINE;
-            let outcome = match upstream.publish(&sub.pool, &out, deadline).await {
+            // An observer at zero replicas is activated and waited for, inside the copy's bound.
+            let pool = upstream
+                .ready_subscriber(&sub, &out.event, deadline)
+                .await
+                .unwrap_or_else(|| sub.pool.clone());
+            let outcome = match upstream.publish(&pool, &out, deadline).await {
                 Ok(ack) if ack.status == 202 && ack.from_mesh => "sent",
                 Ok(ack) => {
                     tracing::debug!(subscription = %sub.spec.key, status = ack.status, "observer refused its copy");

@@ -20,6 +20,7 @@ use crate::metrics::{EventLabel, Metrics, SubscriptionLabels};
 use crate::net::control_plane::ControlPlane;
 use crate::net::identity::IdentitySettings;
 use crate::shutdown::DRAIN_LIMIT;
+use crate::upstream::activate::Activator;
 use crate::upstream::{Reach, Upstream, follow};
 use std::net::{Ipv4Addr, SocketAddr};
 use std::path::Path;
@@ -155,7 +156,18 @@ pub(crate) async fn run(
     )
     .with_source(source.clone());
     if let Some(cp) = &control_plane {
-        upstream = upstream.with_control_plane(cp.url());
+        // The app's publishes to a Manager at zero replicas (its handler's or a subscriber's) wait
+        // for a pod as the Router's requests do; the Router's default hold bounds the wait.
+        let activator = Activator::new(
+            cp,
+            &c.router,
+            &c.namespace,
+            &pod,
+            switchyard_crds::router::DEFAULT_ACTIVATION_TIMEOUT,
+        );
+        upstream = upstream
+            .with_control_plane(cp.url())
+            .with_activation(activator);
     }
     let upstream = Arc::new(upstream);
     let reporter = control_plane.as_ref().map(|cp| {

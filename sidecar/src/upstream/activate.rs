@@ -4,7 +4,7 @@
 //! type waits, works while the report stream reconnects, and leaves the reports' per-second rates
 //! alone.
 
-use super::hold::{Held, HeldCounts};
+use super::hold::{Held, HeldCounts, Waiting};
 use crate::net::control_plane::ControlPlane;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -53,17 +53,19 @@ impl Activator {
         self.timeout
     }
 
-    /// Holds one request of `event`; the first of a series starts the calls.
-    pub fn hold(self: &Arc<Self>, event: &Arc<str>) -> Held {
-        let (held, count, first) = self.held.hold(event);
+    /// Holds one request for `what`; the first of a series starts the calls.
+    pub fn hold(self: &Arc<Self>, what: &Waiting) -> Held {
+        let (held, count, first) = self.held.hold(what);
         if first {
-            tokio::spawn(self.clone().signal(event.clone(), count));
+            tokio::spawn(self.clone().signal(what.clone(), count));
         }
         held
     }
 
-    async fn signal(self: Arc<Self>, event: Arc<str>, count: Arc<AtomicU32>) {
+    async fn signal(self: Arc<Self>, what: Waiting, count: Arc<AtomicU32>) {
         let mut warned = false;
+        let event = &what.event;
+        let manager = what.manager.as_deref().unwrap_or_default();
         loop {
             let n = count.load(Ordering::Acquire);
             if n == 0 {
@@ -75,17 +77,20 @@ impl Activator {
                 pod: self.pod.clone(),
                 event_type: event.to_string(),
                 held: n,
+                manager: manager.to_owned(),
             };
             let mut client = self.client.clone();
             match tokio::time::timeout(CALL_TIMEOUT, client.activate(request)).await {
-                Ok(Ok(_)) => tracing::debug!(event = %event, held = n, "activation sent"),
+                Ok(Ok(_)) => {
+                    tracing::debug!(event = %event, subscriber = %manager, held = n, "activation sent")
+                }
                 Ok(Err(s)) if !warned => {
                     warned = true;
-                    tracing::warn!(event = %event, code = ?s.code(), reason = %s.message(), "activation refused; repeating");
+                    tracing::warn!(event = %event, subscriber = %manager, code = ?s.code(), reason = %s.message(), "activation refused; repeating");
                 }
                 Err(_) if !warned => {
                     warned = true;
-                    tracing::warn!(event = %event, "activation unanswered; repeating");
+                    tracing::warn!(event = %event, subscriber = %manager, "activation unanswered; repeating");
                 }
                 _ => {}
             }

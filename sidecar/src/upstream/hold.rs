@@ -1,5 +1,6 @@
 //! Holding requests for an event type with no ready endpoint (pure parts): how long to hold, and
-//! the count of held requests per event type that activation reports and repeats on.
+//! the count of held requests per event type (and subscribing Manager) that activation reports and
+//! repeats on.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU32, Ordering};
@@ -12,10 +13,30 @@ pub fn hold_until(now: Instant, activation_timeout: Duration, deadline: Instant)
     (now + activation_timeout).min(deadline)
 }
 
-/// Held requests per event type.
+/// What requests are held for: an event type's handler (`manager` `None`) or one subscribing
+/// Manager of it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Waiting {
+    /// The event type.
+    pub event: Arc<str>,
+    /// The subscribing Manager waited for; `None`: the type's handler.
+    pub manager: Option<Arc<str>>,
+}
+
+impl Waiting {
+    /// Requests for `event`'s handler.
+    pub fn handler(event: &Arc<str>) -> Waiting {
+        Waiting {
+            event: event.clone(),
+            manager: None,
+        }
+    }
+}
+
+/// Held requests per event type and Manager waited for.
 #[derive(Default)]
 pub struct HeldCounts {
-    by_event: Mutex<HashMap<Arc<str>, Arc<AtomicU32>>>,
+    by_target: Mutex<HashMap<Waiting, Arc<AtomicU32>>>,
 }
 
 /// One held request; dropping it (delivered, timed out or the client went away) ends the hold.
@@ -30,14 +51,14 @@ impl Drop for Held {
 }
 
 impl HeldCounts {
-    /// Counts one held request of `event`. The flag is true for the first of a series (the count
+    /// Counts one held request for `what`. The flag is true for the first of a series (the count
     /// went from 0 to 1): the caller then starts signalling the control plane.
-    pub fn hold(&self, event: &Arc<str>) -> (Held, Arc<AtomicU32>, bool) {
+    pub fn hold(&self, what: &Waiting) -> (Held, Arc<AtomicU32>, bool) {
         let count = self
-            .by_event
+            .by_target
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .entry(event.clone())
+            .entry(what.clone())
             .or_default()
             .clone();
         let first = count.fetch_add(1, Ordering::AcqRel) == 0;
@@ -51,12 +72,12 @@ impl HeldCounts {
     }
 
     #[cfg(test)]
-    /// Requests of `event` held now.
-    fn get(&self, event: &str) -> u32 {
-        self.by_event
+    /// Requests held now for `what`.
+    fn get(&self, what: &Waiting) -> u32 {
+        self.by_target
             .lock()
             .unwrap_or_else(|p| p.into_inner())
-            .get(event)
+            .get(what)
             .map_or(0, |c| c.load(Ordering::Acquire))
     }
 }
@@ -77,17 +98,25 @@ mod tests {
     #[test]
     fn the_first_of_a_series_starts_signalling_and_drops_end_holds() {
         let h = HeldCounts::default();
-        let e: Arc<str> = Arc::from("orders.create");
+        let e = Waiting::handler(&Arc::from("orders.create"));
+        let sub = Waiting {
+            manager: Some(Arc::from("audit")),
+            ..e.clone()
+        };
         let (a, _, first) = h.hold(&e);
         assert!(first);
         let (b, count, first) = h.hold(&e);
         assert!(!first);
         assert_eq!(count.load(Ordering::Acquire), 2);
-        assert_eq!(h.get("orders.create"), 2);
-        assert_eq!(h.get("other"), 0);
+        assert_eq!(h.get(&e), 2);
+        assert_eq!(h.get(&Waiting::handler(&Arc::from("other"))), 0);
+        let (s, _, first) = h.hold(&sub);
+        assert!(first, "a subscriber's holds are a series of their own");
+        assert_eq!(h.get(&sub), 1);
         drop(a);
         drop(b);
-        assert_eq!(h.get("orders.create"), 0);
+        drop(s);
+        assert_eq!(h.get(&e), 0);
         let (_c, _, first) = h.hold(&e);
         assert!(first, "a new series after every hold ended");
     }

@@ -12,6 +12,7 @@ mod conn;
 mod discovery;
 pub(crate) mod follow;
 mod hold;
+use hold::Waiting;
 mod p2c;
 mod peer;
 mod pool;
@@ -480,25 +481,66 @@ impl Upstream {
     /// the pool is returned as it is and the call fails with `NoEndpoint` (503 + Retry-After).
     /// None when no Manager handles `event`.
     pub async fn ready_pool(&self, event: &Arc<str>, deadline: Instant) -> Option<Arc<Pool>> {
+        self.ready(Waiting::handler(event), deadline, |t| {
+            t.by_event.get(&**event).cloned()
+        })
+        .await
+    }
+
+    /// The pool of the subscriber `sub` of `event`, waited for as [`Upstream::ready_pool`] waits
+    /// for a handler: a Manager at zero replicas that subscribes is activated (the control plane
+    /// is told which Manager) and its first pod awaited. Each table is searched afresh for the
+    /// subscription, by its key.
+    pub(crate) async fn ready_subscriber(
+        &self,
+        sub: &Sub,
+        event: &Arc<str>,
+        deadline: Instant,
+    ) -> Option<Arc<Pool>> {
+        let key = &sub.spec.key;
+        let waiting = Waiting {
+            event: event.clone(),
+            manager: Some(sub.spec.manager.clone()),
+        };
+        self.ready(waiting, deadline, |t| {
+            t.subscribers
+                .iter()
+                .find(|s| s.spec.key == *key)
+                .map(|s| s.pool.clone())
+        })
+        .await
+    }
+
+    async fn ready(
+        &self,
+        what: Waiting,
+        deadline: Instant,
+        pool_in: impl Fn(&Table) -> Option<Arc<Pool>>,
+    ) -> Option<Arc<Pool>> {
         let Some(activator) = &self.activator else {
-            return self.pool_of(event);
+            return pool_in(&self.table.load());
         };
         let mut changed = self.changes.subscribe();
-        let pool = self.pool_of(event)?;
+        let pool = pool_in(&self.table.load())?;
         if pool.has_usable() {
             return Some(pool);
         }
         let until = hold::hold_until(Instant::now(), activator.timeout(), deadline);
-        let _held = activator.hold(event);
-        // Queued in the load reports: the autoscaler must not scale to zero under held requests.
-        let _waiting = self.metrics.wait(event);
+        let _held = activator.hold(&what);
+        // Queued in the load reports: the autoscaler must not scale the handler to zero under held
+        // requests. (A subscriber's pods report its subscriptions; the Router's reports are the
+        // handler's.)
+        let _waiting = what
+            .manager
+            .is_none()
+            .then(|| self.metrics.wait(&what.event));
         self.metrics.held.inc();
         let _unheld = HeldGauge(&self.metrics);
-        tracing::debug!(event = %event, "no ready endpoint; holding the request");
+        tracing::debug!(event = %what.event, subscriber = ?what.manager, "no ready endpoint; holding the request");
         loop {
             // Marks the current state seen before looking, so a bump during the look wakes us.
             changed.borrow_and_update();
-            let pool = self.pool_of(event)?;
+            let pool = pool_in(&self.table.load())?;
             if pool.has_usable() {
                 return Some(pool);
             }
