@@ -745,11 +745,35 @@ impl Worker {
         self.metrics.in_flight.inc();
         let _in_flight = GaugeGuard(&self.metrics);
         let started = Instant::now();
+        // Traced as an inbound event is: its spans hang under the stored traceparent (the publish),
+        // and the app gets the delivery span's context.
+        let mut trace = self.otel.as_ref().map(|otel| {
+            InboundTrace::start(otel, &ev.event, &ev.ce_id, &ev.traceparent, &ev.tracestate)
+        });
+        let traced;
+        let ev = match trace.as_mut() {
+            Some(t) => {
+                traced = Request {
+                    traceparent: t.deliver_start(&ev.event, &ev.ce_id, self.delivery.target()),
+                    ..ev.clone()
+                };
+                &traced
+            }
+            None => ev,
+        };
         // Nobody reads a durable event's answer: never streamed.
         let outcome = self
             .delivery
             .attempt(ev, self.settings.attempt_timeout, false, None)
             .await;
+        if let Some(t) = trace.as_mut() {
+            t.deliver_end(match &outcome {
+                Outcome::Answer { status, .. } => Ok(*status),
+                Outcome::Unreachable(_) => Err("unreachable"),
+                Outcome::TimedOut => Err("timeout"),
+                Outcome::Invalid(_) => Err("invalid"),
+            });
+        }
         let (status, attempted) = match outcome {
             Outcome::Answer { status, .. } if retryable_status(status) => {
                 (status, Attempted::Failed("the handler app answered 5xx"))
@@ -764,6 +788,9 @@ impl Worker {
         };
         self.metrics
             .observe(label, status, started.elapsed().as_secs_f64());
+        if let Some(t) = trace {
+            t.finish(Some(status));
+        }
         attempted
     }
 
