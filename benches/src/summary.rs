@@ -12,9 +12,11 @@ use std::fmt::Write as _;
 /// Systems of the `/noop` table in this order; others follow as recorded. `app` is the example app driven
 /// directly (the handler both Switchyard and Dapr deliver to), `plaintext` Switchyard's full path with mesh
 /// mTLS off (`switchyard up --plaintext`; `switchyard` has it on, the default), `unix` the default path
-/// with the app on a Unix socket (`app.transport: unix`), `dapr` two daprd sidecars in front of the app.
-const NOOP_ORDER: [&str; 8] = [
+/// with the app on a Unix socket (`app.transport: unix`), `dapr` two daprd sidecars in front of the app,
+/// `haproxy` the relay anchor (two HAProxy relays with mTLS between them in front of bare hyper).
+const NOOP_ORDER: [&str; 9] = [
     "bare",
+    "haproxy",
     "app",
     "plaintext",
     "switchyard",

@@ -126,7 +126,8 @@ fn levelled(r: &Results, name: &str) -> Option<f64> {
 }
 
 /// Every target line of issue 5 item 5, the memory plateau of its item 3, the `/noop` bars of issue 14
-/// (against bare hyper and Dapr's service invocation), and the mTLS cost of issue 12 (against the same
+/// (against bare hyper and Dapr's service invocation), the relay anchor's of issue 41 (a pair of
+/// HAProxy relays with mTLS between them, at `/noop` c=32 and 1 MB answers), and the mTLS cost of issue 12 (against the same
 /// path in plaintext). The streaming bars come from the section's printed lines: [`streaming`].
 pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
     let handshakes = mtls_load_handshakes(r);
@@ -145,6 +146,11 @@ pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
             "/noop c=32: Switchyard, app on a Unix socket / bare hyper req/s",
             rps_ratio(r, "noop", ("unix", None), ("bare", None), Some(32)),
             0.35,
+        ),
+        at_least(
+            "/noop c=32: Switchyard / HAProxy mTLS relay pair req/s",
+            rps_ratio(r, "noop", ("switchyard", None), ("haproxy", None), Some(32)),
+            1.5,
         ),
         at_least(
             "/noop c=32: Switchyard / Dapr service invocation req/s",
@@ -243,6 +249,17 @@ pub fn evaluate(r: &Results, cost: &PairCost) -> Vec<Check> {
                 None,
             ),
             0.5,
+        ),
+        at_least(
+            "1 MB responses: Switchyard / HAProxy mTLS relay pair req/s",
+            rps_ratio(
+                r,
+                "payload",
+                ("switchyard", Some("1MB")),
+                ("haproxy", Some("1MB")),
+                None,
+            ),
+            1.2,
         ),
         at_most(
             "Sidecar RSS idle, largest sidecar (MiB)",
@@ -371,6 +388,8 @@ mod tests {
             run("protocols", "raw", Some("ws"), 32, 100_000.0),
             run("payload", "switchyard", Some("1MB"), 8, 600.0),
             run("payload", "bare", Some("1MB"), 8, 1_000.0),
+            run("payload", "haproxy", Some("1MB"), 8, 550.0),
+            run("noop", "haproxy", None, 32, 30_000.0),
             run("core", "switchyard", Some("256"), 256, 1_500_000.0),
         ];
         let mut fire = run("frames", "switchyard", Some("fire"), 1, 400_000.0);
@@ -391,6 +410,12 @@ mod tests {
         r.runs.push(run("noop", "dapr", None, 32, 10_000.0));
         let c = evaluate(&r, &cost::pair_cost(&r));
         assert_eq!(named(&c, "/noop c=32: Switchyard / bare").pass, Some(true));
+        let relay = named(&c, "/noop c=32: Switchyard / HAProxy");
+        assert_eq!(relay.value.map(|v| (v * 100.0).round()), Some(133.0));
+        assert_eq!(relay.pass, Some(false), "1.33 < 1.5");
+        let large = named(&c, "1 MB responses: Switchyard / HAProxy");
+        assert_eq!(large.value.map(|v| (v * 100.0).round()), Some(109.0));
+        assert_eq!(large.pass, Some(false), "1.09 < 1.2");
         let unix = named(&c, "/noop c=32: Switchyard, app on a Unix socket / bare");
         assert_eq!((unix.value, unix.pass), (Some(0.3), Some(false)));
         assert_eq!(

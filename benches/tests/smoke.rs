@@ -175,6 +175,7 @@ fn noop() {
         "noop",
         &[
             ("bare", ""),
+            ("haproxy", ""),
             ("plaintext", ""),
             ("unix", ""),
             ("switchyard", ""),
@@ -246,7 +247,7 @@ fn protocols() {
 fn payload() {
     let (_t, dir) = smoke("payload", 23_000, &[]);
     let mut want = Vec::new();
-    for system in ["bare", "switchyard"] {
+    for system in ["bare", "haproxy", "switchyard"] {
         for variant in ["1KB", "100KB", "1MB"] {
             want.push((system, variant));
         }
