@@ -1,6 +1,8 @@
 //! The mesh CA's key material in a Secret: one the user names (for instance cert-manager's, with
-//! `tls.crt`, `tls.key` and `ca.crt`), or `switchyard-ca` in the operator's namespace, made on first
-//! start. Replicas racing to make it converge on the first one written.
+//! `tls.crt` and `tls.key` the issuer, `ca.crt` the trust anchors, several roots allowed), or
+//! `switchyard-ca` in the operator's namespace, made on first start (a self-signed root that is
+//! anchor and issuer at once). Replicas racing to make it converge on the first one written; a
+//! deleted `switchyard-ca` is written back with the CA every replica holds, never a new one.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -57,7 +59,8 @@ fn text(secret: &Secret, key: &str) -> Option<String> {
         .map(|b| String::from_utf8_lossy(&b.0).into_owned())
 }
 
-fn load(secret: &Secret, namespace: &str, name: &str) -> Result<Ca, CaSecretError> {
+/// The CA in `secret` (`namespace/name`, for messages).
+pub fn ca_of(secret: &Secret, namespace: &str, name: &str) -> Result<Ca, CaSecretError> {
     let bad = |why: String| CaSecretError::Content {
         namespace: namespace.to_owned(),
         name: name.to_owned(),
@@ -85,7 +88,7 @@ pub async fn load_or_create(
         source,
     };
     if let Some(s) = api.get_opt(name).await.map_err(api_err)? {
-        return load(&s, namespace, name);
+        return ca_of(&s, namespace, name);
     }
     if given {
         return Err(CaSecretError::Missing {
@@ -99,23 +102,14 @@ pub async fn load_or_create(
             name: name.to_owned(),
             why: e.to_string(),
         })?;
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(BTreeMap::from([(
-                switchyard_protocol::labels::MANAGED_BY.to_owned(),
-                crate::FIELD_MANAGER.to_owned(),
-            )])),
-            ..ObjectMeta::default()
-        },
-        type_: Some("kubernetes.io/tls".into()),
-        data: Some(BTreeMap::from([
+    let secret = made(
+        namespace,
+        name,
+        BTreeMap::from([
             ("tls.crt".to_owned(), ByteString(pem.cert.into_bytes())),
             ("tls.key".to_owned(), ByteString(pem.key.into_bytes())),
-        ])),
-        ..Secret::default()
-    };
+        ]),
+    );
     match api.create(&PostParams::default(), &secret).await {
         Ok(_) => {
             tracing::info!(secret = %format!("{namespace}/{name}"), "mesh CA made and stored");
@@ -129,8 +123,52 @@ pub async fn load_or_create(
                     name: name.to_owned(),
                 }
             })?;
-            load(&s, namespace, name)
+            ca_of(&s, namespace, name)
         }
         Err(e) => Err(api_err(e)),
+    }
+}
+
+/// The Secret the operator makes, holding `data`.
+fn made(namespace: &str, name: &str, data: BTreeMap<String, ByteString>) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                switchyard_protocol::labels::MANAGED_BY.to_owned(),
+                crate::FIELD_MANAGER.to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(data),
+        ..Secret::default()
+    }
+}
+
+/// Writes back a deleted Secret the operator made, with `data` as it last held it (the CA every
+/// replica signs with): a conflict means another replica did so first.
+pub async fn restore(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    data: BTreeMap<String, ByteString>,
+) -> Result<(), CaSecretError> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    match api
+        .create(&PostParams::default(), &made(namespace, name, data))
+        .await
+    {
+        Ok(_) => {
+            tracing::warn!(secret = %format!("{namespace}/{name}"), "the mesh CA Secret was deleted; written back with the CA in use");
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(source) => Err(CaSecretError::Api {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source,
+        }),
     }
 }
