@@ -79,12 +79,18 @@ impl LocalIdentity {
     /// A fresh CA for `trust_domain`.
     pub fn new(trust_domain: &str) -> Result<LocalIdentity, LocalError> {
         let (ca, _) = Ca::generate(trust_domain, SystemTime::now())?;
-        Ok(LocalIdentity {
+        Ok(LocalIdentity::with_ca(trust_domain, ca))
+    }
+
+    /// A service for `trust_domain` signing with `ca` (an issuer under roots of the caller's, as
+    /// cert-manager would keep one).
+    pub fn with_ca(trust_domain: &str, ca: Ca) -> LocalIdentity {
+        LocalIdentity {
             ca: Arc::new(ca),
             activation_delay: Duration::ZERO,
             trust_domain: trust_domain.to_owned(),
             tokens: StaticTokens::default(),
-        })
+        }
     }
 
     /// Announces a new issuer for `delay` before it signs (see [`Authority`]); none by default.

@@ -18,11 +18,11 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use switchyard_identity::Trust;
 use switchyard_identity::tls::TlsError;
 use switchyard_identity::{Kind, ca, peer, pem};
-use switchyard_identity::Trust;
-use switchyard_protocol::control::v1::{CertifyRequest, TrustRequest};
 use switchyard_protocol::control::v1::identity_client::IdentityClient;
+use switchyard_protocol::control::v1::{CertifyRequest, TrustRequest};
 use switchyard_protocol::env;
 
 /// Longest wait for one Certify answer.
@@ -274,7 +274,9 @@ impl Certifier {
                     "mesh trust updated; new handshakes check peers against it"
                 );
             }
-            Err(e) => tracing::error!(error = %e, "the identity service sent an unusable trust bundle; keeping the current one"),
+            Err(e) => {
+                tracing::error!(error = %e, "the identity service sent an unusable trust bundle; keeping the current one")
+            }
         }
     }
 
