@@ -69,10 +69,10 @@ pub async fn run(
                 Some(Ok(Event::Delete(_) | Event::InitDone)) => {
                     if given {
                         tracing::error!(secret = %format!("{namespace}/{name}"), "the mesh CA Secret is gone; signing with the CA in use until it is back");
-                    } else if let Some(data) = last.clone() {
-                        if let Err(e) = ca_secret::restore(&client, &namespace, &name, data).await {
-                            tracing::error!(error = %e, "the mesh CA Secret could not be written back");
-                        }
+                    } else if let Some(data) = last.clone()
+                        && let Err(e) = ca_secret::restore(&client, &namespace, &name, data).await
+                    {
+                        tracing::error!(error = %e, "the mesh CA Secret could not be written back");
                     }
                 }
             },
