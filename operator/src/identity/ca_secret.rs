@@ -172,3 +172,69 @@ pub async fn restore(
         }),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
+    use switchyard_identity::ca::CaPem;
+
+    fn secret(entries: &[(&str, &str)]) -> Secret {
+        Secret {
+            data: Some(
+                entries
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        }
+    }
+
+    fn issuer_under(root: &CaPem) -> (String, String) {
+        let root_issuer = rcgen::Issuer::from_ca_cert_pem(
+            &root.cert,
+            KeyPair::from_pem(&root.key).expect("root key"),
+        )
+        .expect("root");
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::default();
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        let cert = params.signed_by(&key, &root_issuer).expect("issuer");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn a_cert_manager_secret_is_an_issuer_with_several_anchors() {
+        let now = SystemTime::now();
+        let (_, old) = Ca::generate("td", now).expect("old root");
+        let (_, new) = Ca::generate("td", now).expect("new root");
+        let (cert, key) = issuer_under(&new);
+        let bundle = format!("{}{}", old.cert, new.cert);
+        let ca = ca_of(
+            &secret(&[("tls.crt", &cert), ("tls.key", &key), ("ca.crt", &bundle)]),
+            "ns",
+            "issuer",
+        )
+        .expect("ca");
+        assert_eq!(ca.trust().len(), 2, "both roots are anchors");
+        assert!(
+            !ca.trust().contains(ca.issuer_cert()),
+            "the issuer is no anchor"
+        );
+        // The operator's own kind: a self-signed root without ca.crt, anchor and issuer at once.
+        let own = ca_of(
+            &secret(&[("tls.crt", &old.cert), ("tls.key", &old.key)]),
+            "ns",
+            "switchyard-ca",
+        )
+        .expect("own");
+        assert_eq!(own.trust(), std::slice::from_ref(own.issuer_cert()));
+        let e = ca_of(&secret(&[("tls.crt", &cert)]), "ns", "issuer").expect_err("no key");
+        assert!(
+            e.to_string().contains("ns/issuer: it has no tls.key"),
+            "{e}"
+        );
+    }
+}
