@@ -295,7 +295,7 @@ async fn a_staged_ca_rotation_under_load_fails_no_request_and_restarts_no_sideca
         failed.len(),
         &failed[..failed.len().min(5)]
     );
-    assert!(total > 1000, "too little load to mean anything: {total}");
+    assert!(total > 200, "too little load to mean anything: {total}");
     assert!(
         router.child.try_wait().unwrap().is_none() && manager.child.try_wait().unwrap().is_none(),
         "a sidecar exited during the rotation"
