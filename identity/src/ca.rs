@@ -192,6 +192,11 @@ impl Ca {
         &self.trust
     }
 
+    /// The certificate this CA signs with (the issuer, which is also the root when self-signed).
+    pub fn issuer_cert(&self) -> &CertificateDer<'static> {
+        &self.cert
+    }
+
     /// Signs a certificate for `subject` over the key of `csr` (DER), valid from `now` (minus
     /// [`BACKDATE`]) for `lifetime`. The request's own names are ignored: the certificate names what
     /// the caller proved, nothing it asked for.

@@ -3,6 +3,8 @@
 //!
 //! - `spiffe`: the identities, `spiffe://<trust domain>/ns/<namespace>/<kind>/<name>` (pure);
 //! - `ca`: the CA and the certificates it signs (pure but for key generation);
+//! - `authority`: the CA that signs now and the issuers listed during a rotation;
+//! - `trust`: the anchors and issuers peers are checked against, swappable at run time;
 //! - `peer`: the identity in a verified certificate (pure);
 //! - `tls`: rustls configs, the swappable certificate store, the verifier that checks a server is
 //!   the workload the client meant;
@@ -12,9 +14,11 @@
 //! - `local`: the identity service of a local run (an ephemeral CA, tokens made here);
 //! - `pem`, `random`: PEM text; system randomness.
 
+pub mod authority;
 pub mod ca;
 pub mod connect;
 pub mod incoming;
+pub mod issuing;
 pub mod limit;
 pub mod local;
 pub mod peer;
@@ -23,11 +27,14 @@ pub mod random;
 pub mod service;
 pub mod spiffe;
 pub mod tls;
+pub mod trust;
 
+pub use authority::Authority;
 pub use ca::{Ca, Subject};
 pub use peer::Peer;
 pub use spiffe::{Kind, SpiffeId};
 pub use tls::{CertStore, Expect};
+pub use trust::{Trust, TrustStore};
 
 /// Audience of the projected ServiceAccount token a sidecar proves itself with; a token for the
 /// API server (or any other audience) is refused, and this one is useless anywhere else.

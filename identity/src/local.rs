@@ -2,8 +2,9 @@
 //! token per process written to a private file, and the same `Identity` service a cluster's operator
 //! serves, on a loopback port. Sidecars certify themselves through it exactly as in a cluster.
 
-use crate::CertStore;
+use crate::authority::Authority;
 use crate::ca::{Ca, CaError, Subject};
+use crate::issuing::{Issuing, RotateError};
 use crate::service::{IdentityService, Observer, StaticTokens};
 use crate::spiffe::{Kind, ParseError, SpiffeId};
 use crate::tls::{self, ClientAuth, TlsError};
@@ -25,6 +26,9 @@ pub enum LocalError {
     /// Its own certificate could not be made.
     #[error("cannot certify the identity service: {0}")]
     Issue(String),
+    /// Its own certificate or trust could not follow the CA.
+    #[error("the identity service: {0}")]
+    Rotate(#[from] RotateError),
     /// A workload name is not an identity.
     #[error(transparent)]
     Id(#[from] ParseError),
@@ -47,6 +51,7 @@ pub enum LocalError {
 /// The CA and the tokens, before the service runs.
 pub struct LocalIdentity {
     ca: Arc<Ca>,
+    activation_delay: Duration,
     trust_domain: String,
     tokens: StaticTokens,
 }
@@ -65,17 +70,33 @@ pub struct Running {
     pub url: String,
     /// The server task; abort it to stop.
     pub task: tokio::task::JoinHandle<()>,
+    /// The CA it signs with and its own certificate and trust: a test rotates the CA through
+    /// [`Issuing::offer`] as the operator does when its Secret changes.
+    pub issuing: Arc<Issuing>,
 }
 
 impl LocalIdentity {
     /// A fresh CA for `trust_domain`.
     pub fn new(trust_domain: &str) -> Result<LocalIdentity, LocalError> {
         let (ca, _) = Ca::generate(trust_domain, SystemTime::now())?;
-        Ok(LocalIdentity {
+        Ok(LocalIdentity::with_ca(trust_domain, ca))
+    }
+
+    /// A service for `trust_domain` signing with `ca` (an issuer under roots of the caller's, as
+    /// cert-manager would keep one).
+    pub fn with_ca(trust_domain: &str, ca: Ca) -> LocalIdentity {
+        LocalIdentity {
             ca: Arc::new(ca),
+            activation_delay: Duration::ZERO,
             trust_domain: trust_domain.to_owned(),
             tokens: StaticTokens::default(),
-        })
+        }
+    }
+
+    /// Announces a new issuer for `delay` before it signs (see [`Authority`]); none by default.
+    pub fn with_activation_delay(mut self, delay: Duration) -> LocalIdentity {
+        self.activation_delay = delay;
+        self
     }
 
     /// The CA (tests sign their own clients with it).
@@ -131,23 +152,15 @@ impl LocalIdentity {
             id: SpiffeId::new(&self.trust_domain, "local", Kind::Operator, "identity")?,
             pod: "identity".into(),
         };
-        let (issued, key) = self
-            .ca
-            .issue_with_new_key(
-                &own,
-                lifetime.max(Duration::from_secs(24 * 3600)),
-                SystemTime::now(),
-            )
-            .map_err(|e| LocalError::Issue(e.to_string()))?;
-        let store = Arc::new(CertStore::default());
-        store.install(
-            issued.chain,
-            rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-            issued.not_after,
-        )?;
+        let authority = Arc::new(Authority::new(self.ca, self.activation_delay));
+        let issuing = Arc::new(Issuing::new(
+            authority.clone(),
+            own,
+            lifetime.max(Duration::from_secs(24 * 3600)),
+        )?);
         let config = tls::server_config(
-            store,
-            tls::roots(self.ca.trust())?,
+            issuing.store.clone(),
+            issuing.trust.clone(),
             ClientAuth::Optional,
             &[tls::H2_ALPN],
         )?;
@@ -156,7 +169,7 @@ impl LocalIdentity {
         let bound = listener
             .local_addr()
             .map_err(|source| LocalError::Bind { addr, source })?;
-        let service = IdentityService::new(self.ca.clone(), self.tokens, lifetime, observer);
+        let service = IdentityService::new(authority, self.tokens, lifetime, observer);
         let incoming =
             crate::incoming::incoming(listener, TlsAcceptor::from(Arc::new(config)), || {});
         let task = tokio::spawn(async move {
@@ -174,6 +187,7 @@ impl LocalIdentity {
         Ok(Running {
             url: format!("https://{bound}"),
             task,
+            issuing,
         })
     }
 }

@@ -3,14 +3,15 @@
 //! request for what the token proved. One implementation for both modes, so local runs take the
 //! same path as a cluster.
 
-use crate::ca::{Ca, IssueError, MAX_CSR, Subject};
+use crate::authority::Authority;
+use crate::ca::{IssueError, MAX_CSR, Subject};
 use crate::incoming::PeerInfo;
 use crate::spiffe::SpiffeId;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use subtle::ConstantTimeEq as _;
 use switchyard_protocol::control::v1::identity_server::Identity;
-use switchyard_protocol::control::v1::{CertifyReply, CertifyRequest};
+use switchyard_protocol::control::v1::{CertifyReply, CertifyRequest, TrustReply, TrustRequest};
 use tonic::{Code, Request, Response, Status};
 
 /// Longest token accepted (a ServiceAccount token is about a kilobyte).
@@ -48,6 +49,15 @@ pub trait Authenticator: Send + Sync + 'static {
 pub trait Observer: Send + Sync + 'static {
     /// A certificate was issued.
     fn issued(&self, _id: &SpiffeId) {}
+    /// A certificate for `subject`, valid until `not_after`, was signed by `signer` (for the age
+    /// of the leaves still in use, per issuer).
+    fn leaf(
+        &self,
+        _subject: &Subject,
+        _not_after: SystemTime,
+        _signer: &rustls_pki_types::CertificateDer<'_>,
+    ) {
+    }
     /// A request was refused; `reason` is a metric label.
     fn refused(&self, _reason: &'static str) {}
 }
@@ -58,17 +68,23 @@ impl Observer for Quiet {}
 
 /// The service.
 pub struct IdentityService<A> {
-    ca: Arc<Ca>,
+    authority: Arc<Authority>,
     auth: A,
     lifetime: Duration,
     observer: Arc<dyn Observer>,
 }
 
 impl<A: Authenticator> IdentityService<A> {
-    /// A service signing with `ca`, certificates valid for `lifetime`.
-    pub fn new(ca: Arc<Ca>, auth: A, lifetime: Duration, observer: Arc<dyn Observer>) -> Self {
+    /// A service signing with whatever CA `authority` holds at each request, certificates valid
+    /// for `lifetime`.
+    pub fn new(
+        authority: Arc<Authority>,
+        auth: A,
+        lifetime: Duration,
+        observer: Arc<dyn Observer>,
+    ) -> Self {
         IdentityService {
-            ca,
+            authority,
             auth,
             lifetime,
             observer,
@@ -79,6 +95,10 @@ impl<A: Authenticator> IdentityService<A> {
         self.observer.refused(reason);
         status
     }
+}
+
+fn der(certs: &[rustls_pki_types::CertificateDer<'_>]) -> Vec<Vec<u8>> {
+    certs.iter().map(|c| c.to_vec()).collect()
 }
 
 fn ms(t: SystemTime) -> u64 {
@@ -123,8 +143,10 @@ impl<A: Authenticator> Identity for IdentityService<A> {
                 )),
             ));
         }
-        let issued = self
-            .ca
+        // One load: the reply's chain, signer and trust are of the same rotation state.
+        let ca = self.authority.ca();
+        let trust = self.authority.trust();
+        let issued = ca
             .issue(&req.csr, &subject, self.lifetime, SystemTime::now())
             .map_err(|e| match e {
                 IssueError::BadRequest(_) | IssueError::KeyType => {
@@ -133,13 +155,26 @@ impl<A: Authenticator> Identity for IdentityService<A> {
                 IssueError::Sign(_) => self.refuse("sign", Status::internal(e.to_string())),
             })?;
         self.observer.issued(&subject.id);
+        self.observer
+            .leaf(&subject, issued.not_after, ca.issuer_cert());
         tracing::info!(identity = %subject.id, pod = %subject.pod, "certificate issued");
         Ok(Response::new(CertifyReply {
             identity: subject.id.uri(),
             chain: issued.chain.iter().map(|c| c.to_vec()).collect(),
-            trust_bundle: self.ca.trust().iter().map(|c| c.to_vec()).collect(),
+            trust_bundle: der(&trust.anchors),
             not_before_ms: ms(issued.not_before),
             not_after_ms: ms(issued.not_after),
+            issuers: der(trust.issuers.as_deref().unwrap_or_default()),
+            signer: ca.issuer_cert().to_vec(),
+        }))
+    }
+
+    async fn trust(&self, _request: Request<TrustRequest>) -> Result<Response<TrustReply>, Status> {
+        let trust = self.authority.trust();
+        Ok(Response::new(TrustReply {
+            anchors: der(&trust.anchors),
+            issuers: der(trust.issuers.as_deref().unwrap_or_default()),
+            signer: self.authority.signer().to_vec(),
         }))
     }
 }

@@ -8,15 +8,15 @@
 
 use crate::peer::{self, Peer};
 use crate::spiffe::{Kind, SpiffeId};
+use crate::trust::{MeshClientVerifier, Trust, TrustError, TrustStore};
 use arc_swap::ArcSwapOption;
+use rustls::client::ResolvesClientCert;
 use rustls::client::danger::{HandshakeSignatureValid, ServerCertVerified, ServerCertVerifier};
-use rustls::client::{ResolvesClientCert, verify_server_cert_signed_by_trust_anchor};
-use rustls::crypto::{CryptoProvider, WebPkiSupportedAlgorithms};
-use rustls::server::{ParsedCertificate, ResolvesServerCert, WebPkiClientVerifier};
+use rustls::crypto::CryptoProvider;
+use rustls::server::ResolvesServerCert;
 use rustls::sign::CertifiedKey;
 use rustls::{
-    CertificateError, ClientConfig, DigitallySignedStruct, RootCertStore, ServerConfig,
-    SignatureScheme,
+    CertificateError, ClientConfig, DigitallySignedStruct, ServerConfig, SignatureScheme,
 };
 use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, UnixTime};
 use std::sync::Arc;
@@ -32,15 +32,15 @@ const NAME_SUFFIX: &str = "id.switchyard";
 /// Why a TLS config cannot be built or a certificate installed.
 #[derive(Debug, thiserror::Error)]
 pub enum TlsError {
-    /// No root to trust.
-    #[error("the mesh trust bundle holds no usable certificate: {0}")]
-    Trust(String),
+    /// No root to trust, or one rustls cannot use.
+    #[error("the mesh trust bundle: {0}")]
+    Bundle(#[from] TrustError),
+    /// A chain without a certificate.
+    #[error("the certificate chain is empty")]
+    EmptyChain,
     /// rustls refused the settings or the key.
     #[error("TLS setup: {0}")]
     Rustls(#[from] rustls::Error),
-    /// The client verifier refused the roots.
-    #[error("client verification: {0}")]
-    Verifier(#[from] rustls::server::VerifierBuilderError),
     /// The certificate names no mesh identity.
     #[error(transparent)]
     Peer(#[from] peer::PeerError),
@@ -53,18 +53,12 @@ fn provider() -> Arc<CryptoProvider> {
     Arc::new(rustls::crypto::ring::default_provider())
 }
 
-/// A root store of `trust`; every certificate must be usable.
-pub fn roots(trust: &[CertificateDer<'static>]) -> Result<Arc<RootCertStore>, TlsError> {
-    let mut store = RootCertStore::empty();
-    for c in trust {
-        store
-            .add(c.clone())
-            .map_err(|e| TlsError::Trust(e.to_string()))?;
-    }
-    if store.is_empty() {
-        return Err(TlsError::Trust("it is empty".into()));
-    }
-    Ok(Arc::new(store))
+/// A trust store of the anchors `trust`, issuers not pinned (any chain to them is accepted); every
+/// certificate must be usable. [`TrustStore::set`] pins the issuers later.
+pub fn roots(trust: &[CertificateDer<'static>]) -> Result<Arc<TrustStore>, TlsError> {
+    Ok(Arc::new(TrustStore::new(Trust::anchors_only(
+        trust.to_vec(),
+    ))?))
 }
 
 /// The workload's current certificate and key, and who they say it is.
@@ -93,9 +87,7 @@ impl CertStore {
         key: PrivateKeyDer<'static>,
         not_after: SystemTime,
     ) -> Result<(), TlsError> {
-        let leaf = chain
-            .first()
-            .ok_or_else(|| TlsError::Trust("the chain is empty".into()))?;
+        let leaf = chain.first().ok_or(TlsError::EmptyChain)?;
         let me = peer::identity(leaf)?;
         let key = CertifiedKey::from_der(chain, key, &provider())?;
         self.current.store(Some(Arc::new(Installed {
@@ -239,12 +231,12 @@ impl std::fmt::Display for Expect {
     }
 }
 
-/// Checks a server's chain against the mesh's roots and its identity against the expectation in
-/// the server name (and, once this workload is certified, its trust domain against ours).
+/// Checks a server's chain against the mesh's current trust (anchors and issuers) and its identity
+/// against the expectation in the server name (and, once this workload is certified, its trust
+/// domain against ours).
 #[derive(Debug)]
 struct MeshServerVerifier {
-    roots: Arc<RootCertStore>,
-    algs: WebPkiSupportedAlgorithms,
+    trust: Arc<TrustStore>,
     me: Option<Arc<CertStore>>,
     /// The expectation of a client whose server names are host names (the NATS client's); none:
     /// the server name carries it.
@@ -278,14 +270,7 @@ impl ServerCertVerifier for MeshServerVerifier {
         _ocsp: &[u8],
         now: UnixTime,
     ) -> Result<ServerCertVerified, rustls::Error> {
-        let parsed = ParsedCertificate::try_from(end_entity)?;
-        verify_server_cert_signed_by_trust_anchor(
-            &parsed,
-            &self.roots,
-            intermediates,
-            now,
-            self.algs.all,
-        )?;
+        self.trust.verify_server(end_entity, intermediates, now)?;
         let expect = match &self.fixed {
             Some(e) => e.clone(),
             None => Expect::from_server_name(server_name)
@@ -312,7 +297,7 @@ impl ServerCertVerifier for MeshServerVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls12_signature(message, cert, dss, &self.algs)
+        rustls::crypto::verify_tls12_signature(message, cert, dss, self.trust.algs())
     }
 
     fn verify_tls13_signature(
@@ -321,11 +306,11 @@ impl ServerCertVerifier for MeshServerVerifier {
         cert: &CertificateDer<'_>,
         dss: &DigitallySignedStruct,
     ) -> Result<HandshakeSignatureValid, rustls::Error> {
-        rustls::crypto::verify_tls13_signature(message, cert, dss, &self.algs)
+        rustls::crypto::verify_tls13_signature(message, cert, dss, self.trust.algs())
     }
 
     fn supported_verify_schemes(&self) -> Vec<SignatureScheme> {
-        self.algs.supported_schemes()
+        self.trust.algs().supported_schemes()
     }
 }
 
@@ -339,19 +324,19 @@ pub enum ClientAuth {
     Optional,
 }
 
-/// A server config serving `store`'s certificate, verifying client certificates against `roots`.
+/// A server config serving `store`'s certificate, verifying client certificates against what
+/// `trust` holds at each handshake.
 pub fn server_config(
     store: Arc<CertStore>,
-    roots: Arc<RootCertStore>,
+    trust: Arc<TrustStore>,
     client_auth: ClientAuth,
     alpn: &[&[u8]],
 ) -> Result<ServerConfig, TlsError> {
     let provider = provider();
-    let mut verifier = WebPkiClientVerifier::builder_with_provider(roots, provider.clone());
-    if client_auth == ClientAuth::Optional {
-        verifier = verifier.allow_unauthenticated();
-    }
-    let verifier = verifier.build()?;
+    let verifier = Arc::new(MeshClientVerifier {
+        trust,
+        mandatory: client_auth == ClientAuth::Required,
+    });
     let mut config = ServerConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])?
         .with_client_cert_verifier(verifier)
@@ -369,10 +354,10 @@ pub fn server_config(
 /// first one), verifying servers against `roots` and the expectation in the server name.
 pub fn client_config(
     store: Option<Arc<CertStore>>,
-    roots: Arc<RootCertStore>,
+    trust: Arc<TrustStore>,
     alpn: &[&[u8]],
 ) -> Result<ClientConfig, TlsError> {
-    mesh_client(store, roots, alpn, None)
+    mesh_client(store, trust, alpn, None)
 }
 
 /// A client config for the JetStream server of durable delivery: presents `store`'s certificate
@@ -381,24 +366,22 @@ pub fn client_config(
 /// gives (NATS clients send it as the server name; a mesh certificate names no host).
 pub fn jetstream_client_config(
     store: Arc<CertStore>,
-    roots: Arc<RootCertStore>,
+    trust: Arc<TrustStore>,
 ) -> Result<ClientConfig, TlsError> {
-    mesh_client(Some(store), roots, &[], Some(Expect::JetStream))
+    mesh_client(Some(store), trust, &[], Some(Expect::JetStream))
 }
 
 /// The mesh's client side: TLS 1.3, the server checked against `roots` and `fixed` (or the
 /// expectation its server name carries), `store`'s certificate shown, never a resumed session.
 fn mesh_client(
     store: Option<Arc<CertStore>>,
-    roots: Arc<RootCertStore>,
+    trust: Arc<TrustStore>,
     alpn: &[&[u8]],
     fixed: Option<Expect>,
 ) -> Result<ClientConfig, TlsError> {
     let provider = provider();
-    let algs = provider.signature_verification_algorithms;
     let verifier = Arc::new(MeshServerVerifier {
-        roots,
-        algs,
+        trust,
         me: store.clone(),
         fixed,
     });

@@ -8,7 +8,7 @@ use switchyard_identity::ca::{Ca, Subject, key_and_request};
 use switchyard_identity::connect::MeshConnector;
 use switchyard_identity::service::{IdentityService, Quiet, StaticTokens};
 use switchyard_identity::tls::{self, ClientAuth, Expect};
-use switchyard_identity::{CertStore, Kind, SpiffeId};
+use switchyard_identity::{Authority, CertStore, Kind, SpiffeId, TrustStore};
 use switchyard_protocol::control::v1::CertifyRequest;
 use switchyard_protocol::control::v1::identity_client::IdentityClient;
 use switchyard_protocol::control::v1::identity_server::IdentityServer;
@@ -60,7 +60,7 @@ async fn a_token_buys_a_certificate_over_tls_and_a_wrong_token_does_not() {
     let mut tokens = StaticTokens::default();
     let token = tokens.add(subject(Kind::Router, "edge")).expect("token");
     let service = IdentityService::new(
-        ca.clone(),
+        Arc::new(Authority::new(ca.clone(), Duration::ZERO)),
         tokens,
         Duration::from_secs(600),
         Arc::new(Quiet),
@@ -145,8 +145,8 @@ async fn handshake(
 }
 
 async fn handshake_with_roots(
-    server_roots: Arc<rustls::RootCertStore>,
-    client_roots: Arc<rustls::RootCertStore>,
+    server_roots: Arc<TrustStore>,
+    client_roots: Arc<TrustStore>,
     server: Arc<CertStore>,
     client: Option<Arc<CertStore>>,
     expect: Expect,

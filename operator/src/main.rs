@@ -9,13 +9,13 @@ use switchyard_identity::limit::ConnLimiter;
 use switchyard_operator::admin::{self, Admin};
 use switchyard_operator::context::Context;
 use switchyard_operator::identity::ca_secret::DEFAULT_SECRET;
-use switchyard_operator::identity::{IdentitySettings, MeshIdentity};
+use switchyard_operator::identity::{self, IdentitySettings, MeshIdentity};
 use switchyard_operator::leader::store::KubeLease;
 use switchyard_operator::leader::view::LeaderView;
 use switchyard_operator::leader::{self, LeaseConfig};
 use switchyard_operator::metrics::Metrics;
 use switchyard_operator::render::RenderSettings;
-use switchyard_operator::render::identity::MeshRender;
+use switchyard_operator::render::identity::{MeshRender, TrustBundle};
 use switchyard_operator::settings::{self, Settings};
 use switchyard_operator::{
     autoscale, backlog, conn, control_plane, controller, nats_access, telemetry,
@@ -126,11 +126,19 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
                 namespace: settings.lease_namespace.clone(),
                 pod: settings.identity(),
                 lifetime: settings.cert_lifetime,
+                activation_delay: settings.issuer_activation_delay,
             },
         )
         .await
         .map_err(|e| anyhow::anyhow!("mesh identity: {e}"))?;
         tokio::spawn(identity.clone().renew_forever());
+        // Every replica follows the CA Secret (not only the leader): each signs and serves TLS.
+        tokio::spawn(identity::rotation::run(
+            client.clone(),
+            identity.clone(),
+            metrics.clone(),
+            futures::future::pending::<()>(),
+        ));
         if settings.jetstream_insecure {
             tracing::warn!(
                 "--jetstream-insecure: durable events travel to JetStream in the clear, and any pod that reaches it can read, publish or delete them"
@@ -239,9 +247,12 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         RenderSettings {
             sidecar_image: settings.sidecar_image.clone(),
             control_plane_url: settings.control_plane_url.clone(),
-            mesh: mesh.as_ref().zip(identity_url).map(|(m, url)| MeshRender {
-                identity_url: url,
-                trust_bundle: m.trust_pem(),
+            mesh: mesh.as_ref().zip(identity_url).map(|(m, url)| {
+                let m = m.clone();
+                MeshRender {
+                    identity_url: url,
+                    trust_bundle: TrustBundle::live(move || m.trust_pem()),
+                }
             }),
             jetstream: settings.jetstream_url.as_ref().map(|url| {
                 switchyard_protocol::durable::JetStreamConfig {

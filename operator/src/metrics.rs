@@ -54,6 +54,31 @@ pub struct Metrics {
     token_reviews: Family<ResultLabels, Counter>,
     backlog_reads: Family<ResultLabels, Counter>,
     backlog_read: Histogram,
+    trust: TrustGauges,
+}
+
+/// The expiry of what the mesh's identity rests on, and the rotations seen.
+#[derive(Default)]
+struct TrustGauges {
+    anchor_expiry: Gauge,
+    issuer_expiry: Gauge,
+    oldest_leaf_expiry: Gauge,
+    leaves: Family<IssuerLabels, Gauge>,
+    rotations: Family<ChangeLabels, Counter>,
+}
+
+/// Labels of the leaves gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IssuerLabels {
+    /// `current` (signed by the issuer that signs now) or `previous`.
+    pub issuer: &'static str,
+}
+
+/// Labels of the rotations counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChangeLabels {
+    /// `anchors`, `staged` (a new issuer announced), `switched` (a new issuer signs).
+    pub change: &'static str,
 }
 
 /// Labels of the backlog read counter.
@@ -261,7 +286,34 @@ impl Default for Metrics {
             "Time to read one durable Manager's backlog from JetStream",
             backlog_read.clone(),
         );
+        let trust = TrustGauges::default();
+        registry.register(
+            "mesh_anchor_expiry_seconds",
+            "End of validity (Unix seconds) of the trust anchor that expires first",
+            trust.anchor_expiry.clone(),
+        );
+        registry.register(
+            "mesh_issuer_expiry_seconds",
+            "End of validity (Unix seconds) of the issuer that signs certificates now",
+            trust.issuer_expiry.clone(),
+        );
+        registry.register(
+            "mesh_oldest_leaf_expiry_seconds",
+            "End of validity (Unix seconds) of the oldest certificate this replica issued that is still its pod's latest and valid (0: none)",
+            trust.oldest_leaf_expiry.clone(),
+        );
+        registry.register(
+            "mesh_leaves",
+            "Certificates this replica issued that are still their pod's latest and valid, by issuer (current, previous): previous must be 0 on every replica before the old root leaves the bundle",
+            trust.leaves.clone(),
+        );
+        registry.register(
+            "mesh_ca_rotations",
+            "Changes of the CA Secret taken without a restart, by change (anchors, staged, switched)",
+            trust.rotations.clone(),
+        );
         Metrics {
+            trust,
             registry,
             backlog_reads,
             backlog_read,
@@ -446,6 +498,32 @@ impl Metrics {
     /// Records the reaction time of a scale-up.
     pub fn scale_reaction(&self, took: Duration) {
         self.scale_reaction.observe(took.as_secs_f64());
+    }
+
+    /// Sets the expiry of the first anchor to expire and of the signing issuer (Unix seconds).
+    pub fn set_trust_expiry(&self, anchor: i64, issuer: i64) {
+        self.trust.anchor_expiry.set(anchor);
+        self.trust.issuer_expiry.set(issuer);
+    }
+
+    /// Sets the leaves still in use: the oldest one's expiry (0: none), and how many were signed
+    /// by the current issuer and by previous ones.
+    pub fn set_leaves(&self, oldest_expiry: i64, current: usize, previous: usize) {
+        self.trust.oldest_leaf_expiry.set(oldest_expiry);
+        for (issuer, n) in [("current", current), ("previous", previous)] {
+            self.trust
+                .leaves
+                .get_or_create(&IssuerLabels { issuer })
+                .set(i64::try_from(n).unwrap_or(i64::MAX));
+        }
+    }
+
+    /// Counts a change of the CA Secret.
+    pub fn ca_rotation(&self, change: &'static str) {
+        self.trust
+            .rotations
+            .get_or_create(&ChangeLabels { change })
+            .inc();
     }
 
     /// Prometheus text exposition.

@@ -90,6 +90,10 @@ pub struct Settings {
     /// Lifetime of the certificates issued to sidecars (renewed at two thirds), e.g. `24h`.
     #[arg(long, env = "SWITCHYARD_CERT_LIFETIME", default_value = "24h", value_parser = lifetime)]
     pub cert_lifetime: Duration,
+    /// How long a new issuer in the CA Secret is announced to the sidecars (which poll the trust
+    /// every few seconds) before it signs; the previous issuer signs meanwhile. 0s: at once.
+    #[arg(long, env = "SWITCHYARD_ISSUER_ACTIVATION_DELAY", default_value = "30s", value_parser = activation_delay)]
+    pub issuer_activation_delay: Duration,
     /// URL at which the other replicas reach this one's control plane. The leader writes it into
     /// the Lease, and standbys forward load reports and activations there (over mesh TLS, with the
     /// operator's certificate, when it is on). Unset: `https://<POD_IP>:<control-plane port>`, or
@@ -161,6 +165,16 @@ fn backlog_duration(text: &str) -> Result<Duration, String> {
         .map_err(|e| format!("{text:?} is not a duration like 2s or 500ms: {e}"))?;
     if d < Duration::from_millis(100) || d > Duration::from_secs(300) {
         return Err(format!("{text:?} is not between 100ms and 5m"));
+    }
+    Ok(d)
+}
+
+/// Parses an issuer activation delay: a duration of at most an hour.
+fn activation_delay(text: &str) -> Result<Duration, String> {
+    let d = humantime::parse_duration(text)
+        .map_err(|e| format!("{text:?} is not a duration like 30s or 2m: {e}"))?;
+    if d > Duration::from_secs(3600) {
+        return Err(format!("{text:?} is longer than 1h"));
     }
     Ok(d)
 }

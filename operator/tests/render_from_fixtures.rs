@@ -743,6 +743,52 @@ fn with_mesh_tls_every_sidecar_gets_a_projected_token_the_identity_url_and_the_t
 }
 
 #[test]
+fn a_rotated_trust_bundle_reaches_the_configmap_and_rolls_no_pod() {
+    let (router, manager) = quickstart();
+    let url = "https://switchyard.switchyard-system.svc:7443";
+    let bundle = std::sync::Arc::new(std::sync::Mutex::new("OLD ROOT".to_owned()));
+    let live = bundle.clone();
+    let mesh = RenderSettings {
+        control_plane_url: Some(url.into()),
+        mesh: Some(render::identity::MeshRender {
+            identity_url: url.into(),
+            trust_bundle: render::identity::TrustBundle::live(move || {
+                live.lock().expect("bundle").clone()
+            }),
+        }),
+        ..settings()
+    };
+    let render = || {
+        let r =
+            render::router::build(&router, std::slice::from_ref(&manager), &mesh).expect("router");
+        let m = render::manager::build(&manager, Some(&router), &mesh).expect("manager");
+        let ca = |cm: &k8s_openapi::api::core::v1::ConfigMap| {
+            cm.data.as_ref().expect("data")["ca.crt"].clone()
+        };
+        let hash = |d: &k8s_openapi::api::apps::v1::Deployment| {
+            d.spec
+                .as_ref()
+                .and_then(|s| s.template.metadata.as_ref())
+                .and_then(|m| m.annotations.clone())
+                .expect("annotations")
+        };
+        (
+            [ca(&r.config_map), ca(&m.config_map)],
+            [hash(&r.deployment), hash(&m.deployments[0])],
+        )
+    };
+    let (before, templates) = render();
+    assert_eq!(before, ["OLD ROOT", "OLD ROOT"]);
+    *bundle.lock().expect("bundle") = "OLD ROOT\nNEW ROOT".into();
+    let (after, templates_after) = render();
+    assert_eq!(after, ["OLD ROOT\nNEW ROOT", "OLD ROOT\nNEW ROOT"]);
+    assert_eq!(
+        templates, templates_after,
+        "a new bundle changed a pod template"
+    );
+}
+
+#[test]
 fn every_manager_gets_the_jetstream_servers_and_durable_ones_need_them() {
     let (router, mut manager) = quickstart();
     let js = switchyard_protocol::durable::JetStreamConfig {

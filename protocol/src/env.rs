@@ -28,3 +28,6 @@ pub const IDENTITY: &str = "SWITCHYARD_IDENTITY";
 pub const IDENTITY_TOKEN_FILE: &str = "SWITCHYARD_IDENTITY_TOKEN_FILE";
 /// File holding the mesh's trust bundle, PEM (default `/etc/switchyard/ca.crt`, from the config map).
 pub const IDENTITY_TRUST_FILE: &str = "SWITCHYARD_IDENTITY_TRUST_FILE";
+/// How often the sidecar asks the Identity service what the mesh trusts now (a duration, e.g. `10s`,
+/// the default): a rotated bundle or issuer reaches it within this, with no restart.
+pub const IDENTITY_TRUST_POLL: &str = "SWITCHYARD_IDENTITY_TRUST_POLL";

@@ -1,6 +1,8 @@
 //! The mesh CA's key material in a Secret: one the user names (for instance cert-manager's, with
-//! `tls.crt`, `tls.key` and `ca.crt`), or `switchyard-ca` in the operator's namespace, made on first
-//! start. Replicas racing to make it converge on the first one written.
+//! `tls.crt` and `tls.key` the issuer, `ca.crt` the trust anchors, several roots allowed), or
+//! `switchyard-ca` in the operator's namespace, made on first start (a self-signed root that is
+//! anchor and issuer at once). Replicas racing to make it converge on the first one written; a
+//! deleted `switchyard-ca` is written back with the CA every replica holds, never a new one.
 
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
@@ -57,7 +59,8 @@ fn text(secret: &Secret, key: &str) -> Option<String> {
         .map(|b| String::from_utf8_lossy(&b.0).into_owned())
 }
 
-fn load(secret: &Secret, namespace: &str, name: &str) -> Result<Ca, CaSecretError> {
+/// The CA in `secret` (`namespace/name`, for messages).
+pub fn ca_of(secret: &Secret, namespace: &str, name: &str) -> Result<Ca, CaSecretError> {
     let bad = |why: String| CaSecretError::Content {
         namespace: namespace.to_owned(),
         name: name.to_owned(),
@@ -85,7 +88,7 @@ pub async fn load_or_create(
         source,
     };
     if let Some(s) = api.get_opt(name).await.map_err(api_err)? {
-        return load(&s, namespace, name);
+        return ca_of(&s, namespace, name);
     }
     if given {
         return Err(CaSecretError::Missing {
@@ -99,23 +102,14 @@ pub async fn load_or_create(
             name: name.to_owned(),
             why: e.to_string(),
         })?;
-    let secret = Secret {
-        metadata: ObjectMeta {
-            name: Some(name.to_owned()),
-            namespace: Some(namespace.to_owned()),
-            labels: Some(BTreeMap::from([(
-                switchyard_protocol::labels::MANAGED_BY.to_owned(),
-                crate::FIELD_MANAGER.to_owned(),
-            )])),
-            ..ObjectMeta::default()
-        },
-        type_: Some("kubernetes.io/tls".into()),
-        data: Some(BTreeMap::from([
+    let secret = made(
+        namespace,
+        name,
+        BTreeMap::from([
             ("tls.crt".to_owned(), ByteString(pem.cert.into_bytes())),
             ("tls.key".to_owned(), ByteString(pem.key.into_bytes())),
-        ])),
-        ..Secret::default()
-    };
+        ]),
+    );
     match api.create(&PostParams::default(), &secret).await {
         Ok(_) => {
             tracing::info!(secret = %format!("{namespace}/{name}"), "mesh CA made and stored");
@@ -129,8 +123,118 @@ pub async fn load_or_create(
                     name: name.to_owned(),
                 }
             })?;
-            load(&s, namespace, name)
+            ca_of(&s, namespace, name)
         }
         Err(e) => Err(api_err(e)),
+    }
+}
+
+/// The Secret the operator makes, holding `data`.
+fn made(namespace: &str, name: &str, data: BTreeMap<String, ByteString>) -> Secret {
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(name.to_owned()),
+            namespace: Some(namespace.to_owned()),
+            labels: Some(BTreeMap::from([(
+                switchyard_protocol::labels::MANAGED_BY.to_owned(),
+                crate::FIELD_MANAGER.to_owned(),
+            )])),
+            ..ObjectMeta::default()
+        },
+        type_: Some("kubernetes.io/tls".into()),
+        data: Some(data),
+        ..Secret::default()
+    }
+}
+
+/// Writes back a deleted Secret the operator made, with `data` as it last held it (the CA every
+/// replica signs with): a conflict means another replica did so first.
+pub async fn restore(
+    client: &Client,
+    namespace: &str,
+    name: &str,
+    data: BTreeMap<String, ByteString>,
+) -> Result<(), CaSecretError> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    match api
+        .create(&PostParams::default(), &made(namespace, name, data))
+        .await
+    {
+        Ok(_) => {
+            tracing::warn!(secret = %format!("{namespace}/{name}"), "the mesh CA Secret was deleted; written back with the CA in use");
+            Ok(())
+        }
+        Err(kube::Error::Api(e)) if e.code == 409 => Ok(()),
+        Err(source) => Err(CaSecretError::Api {
+            namespace: namespace.to_owned(),
+            name: name.to_owned(),
+            source,
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, KeyPair, KeyUsagePurpose};
+    use switchyard_identity::ca::CaPem;
+
+    fn secret(entries: &[(&str, &str)]) -> Secret {
+        Secret {
+            data: Some(
+                entries
+                    .iter()
+                    .map(|(k, v)| ((*k).to_owned(), ByteString(v.as_bytes().to_vec())))
+                    .collect(),
+            ),
+            ..Secret::default()
+        }
+    }
+
+    fn issuer_under(root: &CaPem) -> (String, String) {
+        let root_issuer = rcgen::Issuer::from_ca_cert_pem(
+            &root.cert,
+            KeyPair::from_pem(&root.key).expect("root key"),
+        )
+        .expect("root");
+        let key = KeyPair::generate().expect("key");
+        let mut params = CertificateParams::default();
+        params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+        params.key_usages = vec![KeyUsagePurpose::KeyCertSign];
+        let cert = params.signed_by(&key, &root_issuer).expect("issuer");
+        (cert.pem(), key.serialize_pem())
+    }
+
+    #[test]
+    fn a_cert_manager_secret_is_an_issuer_with_several_anchors() {
+        let now = SystemTime::now();
+        let (_, old) = Ca::generate("td", now).expect("old root");
+        let (_, new) = Ca::generate("td", now).expect("new root");
+        let (cert, key) = issuer_under(&new);
+        let bundle = format!("{}{}", old.cert, new.cert);
+        let ca = ca_of(
+            &secret(&[("tls.crt", &cert), ("tls.key", &key), ("ca.crt", &bundle)]),
+            "ns",
+            "issuer",
+        )
+        .expect("ca");
+        assert_eq!(ca.trust().len(), 2, "both roots are anchors");
+        assert!(
+            !ca.trust().contains(ca.issuer_cert()),
+            "the issuer is no anchor"
+        );
+        // The operator's own kind: a self-signed root without ca.crt, anchor and issuer at once.
+        let own = ca_of(
+            &secret(&[("tls.crt", &old.cert), ("tls.key", &old.key)]),
+            "ns",
+            "switchyard-ca",
+        )
+        .expect("own");
+        assert_eq!(own.trust(), std::slice::from_ref(own.issuer_cert()));
+        let e = ca_of(&secret(&[("tls.crt", &cert)]), "ns", "issuer").expect_err("no key");
+        assert!(
+            e.to_string().contains("ns/issuer: it has no tls.key"),
+            "{e}"
+        );
     }
 }

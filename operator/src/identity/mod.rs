@@ -1,24 +1,28 @@
 //! Workload identity in the operator: the mesh CA (from a Secret, made on first start or given by
-//! the user), the `Identity` service next to the control plane (a TokenReview of the sidecar's
-//! projected token, then its pod and owner), and the operator's own serving certificate, renewed at
-//! two thirds of its life without a restart.
+//! the user, watched so a rotation applies without a restart), the `Identity` service next to the
+//! control plane (a TokenReview of the sidecar's projected token, then its pod and owner), and the
+//! operator's own serving certificate, renewed at two thirds of its life and re-signed when another
+//! issuer signs.
 //!
 //! `owner` is the pure core (review status, pod, owners -> who), `review` the API shell,
 //! `throttle` what keeps it cheap (rate limits per caller, reviews cached by token hash),
-//! `ca_secret` the CA's storage.
+//! `ca_secret` the CA's storage, `rotation` the watch of it, `leaves` the certificates in use.
 
 pub mod ca_secret;
+pub mod leaves;
 pub mod owner;
 pub mod review;
+pub mod rotation;
 pub mod throttle;
 
 use crate::metrics::Metrics;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use switchyard_identity::connect::MeshConnector;
+use switchyard_identity::issuing::{Issuing, RotateError};
 use switchyard_identity::service::{IdentityService, Observer, Refusal};
 use switchyard_identity::tls::{self, ClientAuth, Expect, TlsError};
-use switchyard_identity::{Ca, CertStore, Kind, SpiffeId, Subject};
+use switchyard_identity::{Authority, Ca, CertStore, Kind, SpiffeId, Subject};
 
 /// Name of the operator in its own identity, `spiffe://<td>/ns/<namespace>/operator/switchyard`.
 pub const OPERATOR_NAME: &str = "switchyard";
@@ -36,13 +40,28 @@ pub(crate) fn service_refusal(
     }
 }
 
-impl Observer for Metrics {
+/// What the Identity service reports: counters in the metrics, leaves in the book.
+struct ServiceObserver {
+    metrics: Arc<Metrics>,
+    leaves: Arc<leaves::LeafBook>,
+}
+
+impl Observer for ServiceObserver {
     fn issued(&self, id: &SpiffeId) {
-        self.certificate_issued(id.kind.as_str());
+        self.metrics.certificate_issued(id.kind.as_str());
+    }
+
+    fn leaf(
+        &self,
+        subject: &Subject,
+        not_after: SystemTime,
+        signer: &rustls_pki_types::CertificateDer<'_>,
+    ) {
+        self.leaves.issued(subject, not_after, signer);
     }
 
     fn refused(&self, reason: &'static str) {
-        self.identity_refused(reason);
+        self.metrics.identity_refused(reason);
     }
 }
 
@@ -55,9 +74,9 @@ pub enum IdentityError {
     /// The operator's own identity is not valid.
     #[error("the operator's identity: {0}")]
     Id(#[from] switchyard_identity::spiffe::ParseError),
-    /// Its certificate could not be made.
+    /// Its certificate or trust could not be set up.
     #[error("the operator's certificate: {0}")]
-    Issue(#[from] switchyard_identity::ca::IssueError),
+    Issue(#[from] RotateError),
     /// TLS setup failed.
     #[error(transparent)]
     Tls(#[from] TlsError),
@@ -76,17 +95,18 @@ pub struct IdentitySettings {
     pub pod: String,
     /// Lifetime of the certificates issued.
     pub lifetime: Duration,
+    /// How long a new issuer is announced before it signs.
+    pub activation_delay: Duration,
 }
 
 /// The operator's identity state.
 pub struct MeshIdentity {
-    /// The CA.
-    pub ca: Arc<Ca>,
-    /// The operator's own certificate, served by the control plane.
-    pub store: Arc<CertStore>,
+    /// The CA that signs, the operator's own certificate and the trust its TLS checks.
+    pub issuing: Arc<Issuing>,
     /// Settings.
     pub settings: IdentitySettings,
-    subject: Subject,
+    /// The certificates issued that are still in use.
+    pub leaves: Arc<leaves::LeafBook>,
 }
 
 impl MeshIdentity {
@@ -104,6 +124,10 @@ impl MeshIdentity {
             &settings.trust_domain,
         )
         .await?;
+        Ok(Arc::new(MeshIdentity::with_ca(ca, settings)?))
+    }
+
+    fn with_ca(ca: Ca, settings: IdentitySettings) -> Result<MeshIdentity, IdentityError> {
         let subject = Subject {
             id: SpiffeId::new(
                 &settings.trust_domain,
@@ -113,42 +137,42 @@ impl MeshIdentity {
             )?,
             pod: settings.pod.clone(),
         };
-        let me = MeshIdentity {
-            ca: Arc::new(ca),
-            store: Arc::new(CertStore::default()),
+        let authority = Arc::new(Authority::new(ca, settings.activation_delay));
+        Ok(MeshIdentity {
+            issuing: Arc::new(Issuing::new(authority, subject, settings.lifetime)?),
             settings,
-            subject,
-        };
-        me.certify_self()?;
-        Ok(Arc::new(me))
+            leaves: Arc::default(),
+        })
     }
 
-    fn certify_self(&self) -> Result<SystemTime, IdentityError> {
-        let (issued, key) =
-            self.ca
-                .issue_with_new_key(&self.subject, self.settings.lifetime, SystemTime::now())?;
-        let not_after = issued.not_after;
-        self.store.install(
-            issued.chain,
-            rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-            not_after,
-        )?;
-        Ok(not_after)
+    /// The CA that signs now.
+    pub fn ca(&self) -> Arc<Ca> {
+        self.issuing.authority.ca()
+    }
+
+    /// The operator's own certificate, served by the control plane.
+    pub fn store(&self) -> &Arc<CertStore> {
+        &self.issuing.store
     }
 
     /// Renews the operator's own certificate at two thirds of what is left, forever.
     pub async fn renew_forever(self: Arc<Self>) {
-        let mut not_after = self
-            .store
-            .current()
-            .map_or_else(SystemTime::now, |c| c.not_after);
         loop {
+            let not_after = self
+                .store()
+                .current()
+                .map_or_else(SystemTime::now, |c| c.not_after);
             tokio::time::sleep(switchyard_identity::renew_in(SystemTime::now(), not_after)).await;
-            match self.certify_self() {
-                Ok(t) => {
-                    not_after = t;
-                    tracing::info!("control-plane certificate renewed");
-                }
+            // A rotation may have re-signed it meanwhile: renew only what is due.
+            let due = self.store().current().is_none_or(|c| {
+                switchyard_identity::renew_in(SystemTime::now(), c.not_after)
+                    <= Duration::from_secs(1)
+            });
+            if !due {
+                continue;
+            }
+            match self.issuing.certify_self() {
+                Ok(_) => tracing::info!("control-plane certificate renewed"),
                 Err(e) => tracing::error!(error = %e, "control-plane certificate renewal failed"),
             }
         }
@@ -156,26 +180,26 @@ impl MeshIdentity {
 
     /// The operator's own identity (its NATS user's name, among others).
     pub fn operator_id(&self) -> &SpiffeId {
-        &self.subject.id
+        &self.issuing.subject().id
     }
 
     /// A client config for the JetStream servers: the operator's certificate shown, the server
     /// checked to be the one the mesh CA certified as JetStream.
     pub fn jetstream_client(&self) -> Result<rustls::ClientConfig, TlsError> {
-        tls::jetstream_client_config(self.store.clone(), tls::roots(self.ca.trust())?)
+        tls::jetstream_client_config(self.store().clone(), self.issuing.trust.clone())
     }
 
-    /// The roots the mesh trusts, PEM (rendered into every sidecar's config map).
+    /// The roots the mesh trusts now, PEM (rendered into every sidecar's config map).
     pub fn trust_pem(&self) -> String {
-        switchyard_identity::pem::certs(self.ca.trust())
+        switchyard_identity::pem::certs(&self.issuing.authority.trust().anchors)
     }
 
     /// The control plane's TLS: the operator's certificate; client certificates required and
     /// checked against the CA (a client without one fails the handshake).
     pub fn server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
         tls::server_config(
-            self.store.clone(),
-            tls::roots(self.ca.trust())?,
+            self.store().clone(),
+            self.issuing.trust.clone(),
             ClientAuth::Required,
             &[tls::H2_ALPN],
         )
@@ -185,8 +209,8 @@ impl MeshIdentity {
     /// sidecar asking for its first certificate has none), checked against the CA when sent.
     pub fn identity_server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
         tls::server_config(
-            self.store.clone(),
-            tls::roots(self.ca.trust())?,
+            self.store().clone(),
+            self.issuing.trust.clone(),
             ClientAuth::Optional,
             &[tls::H2_ALPN],
         )
@@ -196,8 +220,8 @@ impl MeshIdentity {
     /// other end checked to be the operator.
     pub fn forward_connector(&self) -> Result<MeshConnector, TlsError> {
         let config = tls::client_config(
-            Some(self.store.clone()),
-            tls::roots(self.ca.trust())?,
+            Some(self.store().clone()),
+            self.issuing.trust.clone(),
             &[tls::H2_ALPN],
         )?;
         Ok(MeshConnector::new(Arc::new(config), Expect::Operator))
@@ -210,8 +234,12 @@ impl MeshIdentity {
         metrics: Arc<Metrics>,
         scope: crate::scope::Scope,
     ) -> IdentityService<review::KubeAuthenticator> {
+        let observer = Arc::new(ServiceObserver {
+            metrics: metrics.clone(),
+            leaves: self.leaves.clone(),
+        });
         IdentityService::new(
-            self.ca.clone(),
+            self.issuing.authority.clone(),
             review::KubeAuthenticator {
                 client,
                 trust_domain: self.settings.trust_domain.clone(),
@@ -220,7 +248,7 @@ impl MeshIdentity {
                 metrics: metrics.clone(),
             },
             self.settings.lifetime,
-            metrics,
+            observer,
         )
     }
 }
@@ -238,25 +266,9 @@ mod tests {
             namespace: "switchyard-system".into(),
             pod: "operator-0".into(),
             lifetime: Duration::from_secs(3600),
+            activation_delay: Duration::ZERO,
         };
-        let subject = Subject {
-            id: SpiffeId::new(
-                "cluster.local",
-                "switchyard-system",
-                Kind::Operator,
-                OPERATOR_NAME,
-            )
-            .expect("id"),
-            pod: settings.pod.clone(),
-        };
-        let me = MeshIdentity {
-            ca: Arc::new(ca),
-            store: Arc::new(CertStore::default()),
-            settings,
-            subject,
-        };
-        me.certify_self().expect("certified");
-        me
+        MeshIdentity::with_ca(ca, settings).expect("certified")
     }
 
     /// Whether a client without a certificate gets an answer over `config`: a TLS 1.3 client
@@ -265,7 +277,7 @@ mod tests {
     async fn anonymous_gets_through(me: &MeshIdentity, config: rustls::ServerConfig) -> bool {
         let client = tls::client_config(
             None,
-            tls::roots(me.ca.trust()).expect("roots"),
+            tls::roots(me.ca().trust()).expect("roots"),
             &[tls::H2_ALPN],
         )
         .expect("client config");

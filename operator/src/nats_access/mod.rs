@@ -63,7 +63,7 @@ pub async fn run(
         let current = match cert.take().filter(|c| c.renew_at > now) {
             Some(c) => c,
             None => match secret::issue(
-                &identity.ca,
+                &identity.ca(),
                 &identity.settings.trust_domain,
                 &namespace,
                 identity.settings.lifetime,

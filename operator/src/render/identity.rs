@@ -8,6 +8,7 @@ use k8s_openapi::api::core::v1::{
     Container, EnvVar, PodSpec, ProjectedVolumeSource, ServiceAccountTokenProjection, Volume,
     VolumeMount, VolumeProjection,
 };
+use std::sync::Arc;
 use switchyard_identity::{TOKEN_AUDIENCE, TOKEN_DIR, TOKEN_FILE};
 use switchyard_protocol::env;
 
@@ -22,7 +23,47 @@ pub struct MeshRender {
     /// The Identity service (the control plane's URL).
     pub identity_url: String,
     /// The roots the mesh trusts, PEM: `ca.crt` in each sidecar's ConfigMap.
-    pub trust_bundle: String,
+    pub trust_bundle: TrustBundle,
+}
+
+/// The roots the mesh trusts as each render sees them: after a rotation the next reconcile writes
+/// the new bundle, so pods started later trust it from their first call. It is not part of the
+/// config hash: running sidecars take a new bundle from the Identity service's `Trust` answer, and
+/// a rotation restarts no pod.
+#[derive(Clone)]
+pub struct TrustBundle(Arc<dyn Fn() -> String + Send + Sync>);
+
+impl TrustBundle {
+    /// The bundle `read` gives at each render.
+    pub fn live(read: impl Fn() -> String + Send + Sync + 'static) -> TrustBundle {
+        TrustBundle(Arc::new(read))
+    }
+
+    /// The PEM now.
+    pub fn pem(&self) -> String {
+        (self.0)()
+    }
+}
+
+impl From<&str> for TrustBundle {
+    fn from(pem: &str) -> TrustBundle {
+        let pem = pem.to_owned();
+        TrustBundle::live(move || pem.clone())
+    }
+}
+
+impl PartialEq for TrustBundle {
+    fn eq(&self, other: &TrustBundle) -> bool {
+        self.pem() == other.pem()
+    }
+}
+
+impl Eq for TrustBundle {}
+
+impl std::fmt::Debug for TrustBundle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_tuple("TrustBundle").field(&self.pem()).finish()
+    }
 }
 
 /// Makes `pod` mount no default ServiceAccount token unless its template asks for one.
@@ -73,7 +114,7 @@ pub fn trust_entry(settings: &RenderSettings) -> Option<(String, String)> {
     settings.mesh.as_ref().map(|m| {
         (
             switchyard_identity::TRUST_FILE.to_owned(),
-            m.trust_bundle.clone(),
+            m.trust_bundle.pem(),
         )
     })
 }

@@ -22,6 +22,9 @@ pub struct MeshMetrics {
     /// handshake (`identity`: a valid certificate of a workload not allowed here; `credit`: more
     /// requests than granted; `plaintext`: ...).
     pub refused: Family<Pairs, Counter>,
+    /// `switchyard_mesh_trust_updates_total`: new trust (anchors or issuers) taken from the
+    /// Identity service while running.
+    pub trust_updates: Counter,
 }
 
 impl MeshMetrics {
@@ -32,7 +35,13 @@ impl MeshMetrics {
             not_after: Gauge::default(),
             certifications: Family::default(),
             refused: Family::default(),
+            trust_updates: Counter::default(),
         };
+        registry.register(
+            "switchyard_mesh_trust_updates",
+            "New trust anchors or issuers taken from the Identity service without a restart",
+            m.trust_updates.clone(),
+        );
         registry.register(
             "switchyard_mesh_handshakes",
             "TLS handshakes of frame connections, by side and result",

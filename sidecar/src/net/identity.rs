@@ -3,6 +3,10 @@
 //! short-lived certificate at the Identity service, installs it in the store every handshake reads,
 //! and renews it at two thirds of what is left of its life, with no restart. A failed renewal is
 //! retried with backoff while the current certificate still serves.
+//!
+//! Between renewals it asks the service what the mesh trusts (`Trust`, every
+//! `SWITCHYARD_IDENTITY_TRUST_POLL`): new anchors or issuers go into the trust store every handshake
+//! reads, and a new signer means renewing at once, so a CA rotation needs no restart.
 
 use super::control_plane::ControlPlane;
 use super::mesh::{HandshakeCounts, MeshTls};
@@ -14,16 +18,19 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use switchyard_identity::Trust;
 use switchyard_identity::tls::TlsError;
 use switchyard_identity::{Kind, ca, peer, pem};
-use switchyard_protocol::control::v1::CertifyRequest;
 use switchyard_protocol::control::v1::identity_client::IdentityClient;
+use switchyard_protocol::control::v1::{CertifyRequest, TrustRequest};
 use switchyard_protocol::env;
 
 /// Longest wait for one Certify answer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const RETRY_BASE: Duration = Duration::from_millis(200);
 const RETRY_MAX: Duration = Duration::from_secs(30);
+/// How often the trust is asked for by default.
+const TRUST_POLL: Duration = Duration::from_secs(10);
 
 /// Where the identity comes from.
 #[derive(Clone, Debug)]
@@ -34,6 +41,8 @@ pub(crate) struct IdentitySettings {
     pub(crate) token_file: PathBuf,
     /// The trust bundle (PEM).
     pub(crate) trust_file: PathBuf,
+    /// How often the trust is asked for.
+    pub(crate) trust_poll: Duration,
 }
 
 impl IdentitySettings {
@@ -48,7 +57,24 @@ impl IdentitySettings {
                 .map(PathBuf::from)
                 .unwrap_or(default)
         };
+        let trust_poll = std::env::var(env::IDENTITY_TRUST_POLL)
+            .ok()
+            .filter(|v| !v.is_empty())
+            .and_then(|v| match humantime::parse_duration(&v) {
+                Ok(d) if d >= Duration::from_millis(100) => Some(d),
+                _ => {
+                    tracing::warn!(
+                        value = %v,
+                        "{} is not a duration of at least 100ms; asking every {}s",
+                        env::IDENTITY_TRUST_POLL,
+                        TRUST_POLL.as_secs()
+                    );
+                    None
+                }
+            })
+            .unwrap_or(TRUST_POLL);
         Some(IdentitySettings {
+            trust_poll,
             url,
             token_file: path(
                 env::IDENTITY_TOKEN_FILE,
@@ -112,6 +138,8 @@ pub(crate) struct IdentityMetrics {
     pub(crate) certifications: Family<Vec<(&'static str, &'static str)>, Counter>,
     /// Handshakes of the mesh TLS.
     pub(crate) handshakes: HandshakeCounts,
+    /// New trust taken while running.
+    pub(crate) trust_updates: Counter,
 }
 
 /// Gets and renews the certificate.
@@ -120,8 +148,9 @@ pub(crate) struct Certifier {
     expected: Expected,
     mesh: Arc<MeshTls>,
     issuer: ControlPlane,
-    trust: Vec<CertificateDer<'static>>,
     metrics: IdentityMetrics,
+    /// The issuer that signed the installed certificate (empty from a service that does not say).
+    signer: std::sync::Mutex<Vec<u8>>,
 }
 
 /// Reads the trust bundle and builds the mesh TLS, with no certificate yet.
@@ -159,8 +188,8 @@ pub(crate) fn prepare(
         expected,
         mesh: mesh.clone(),
         issuer,
-        trust,
         metrics,
+        signer: std::sync::Mutex::default(),
     };
     Ok((mesh, certifier))
 }
@@ -176,11 +205,78 @@ impl Certifier {
         self.until_certified(true).await
     }
 
-    /// Renews forever, starting `wait` from now (the task is dropped at shutdown).
-    pub(crate) async fn renew_forever(self, mut wait: Duration) {
+    /// Renews forever, starting `wait` from now, and asks for the trust every poll interval,
+    /// renewing at once when another issuer signs (the task is dropped at shutdown).
+    pub(crate) async fn renew_forever(self, wait: Duration) {
+        let channel = self.issuer.connect_lazy();
+        let mut due = tokio::time::Instant::now() + wait;
+        let mut poll = tokio::time::interval_at(
+            tokio::time::Instant::now() + self.settings.trust_poll,
+            self.settings.trust_poll,
+        );
+        poll.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
-            tokio::time::sleep(wait).await;
-            wait = self.until_certified(false).await;
+            tokio::select! {
+                () = tokio::time::sleep_until(due) => {}
+                _ = poll.tick() => match self.refresh_trust(channel.clone()).await {
+                    Ok(false) => continue,
+                    Ok(true) => tracing::info!("another mesh issuer signs now; renewing the certificate early"),
+                    Err(why) => {
+                        tracing::debug!(identity_service = %self.settings.url, reason = %why, "cannot ask the mesh trust; asking again later");
+                        continue;
+                    }
+                },
+            }
+            let wait = self.until_certified(false).await;
+            due = tokio::time::Instant::now() + wait;
+        }
+    }
+
+    /// Asks what the mesh trusts now and applies it; returns whether another issuer signs than
+    /// the one that signed this sidecar's certificate.
+    async fn refresh_trust(&self, channel: tonic::transport::Channel) -> Result<bool, String> {
+        let mut client = IdentityClient::new(channel);
+        let reply = tokio::time::timeout(CALL_TIMEOUT, client.trust(TrustRequest {}))
+            .await
+            .map_err(|_| "the identity service did not answer in time".to_owned())?
+            .map_err(|s| format!("{:?}: {}", s.code(), s.message()))?
+            .into_inner();
+        self.apply_trust(reply.anchors, reply.issuers);
+        let mine = self.signer.lock().map(|s| s.clone()).unwrap_or_default();
+        Ok(!reply.signer.is_empty() && !mine.is_empty() && reply.signer != mine)
+    }
+
+    /// Trusts `anchors` and `issuers` (DER, as the service sent them) from the next handshake on.
+    /// No anchors: the service said nothing (an older one), the trust stays. No issuers: it pins
+    /// none, any chain to an anchor is accepted, as before issuers were listed.
+    fn apply_trust(&self, anchors: Vec<Vec<u8>>, issuers: Vec<Vec<u8>>) {
+        if anchors.is_empty() {
+            return;
+        }
+        let der = |v: Vec<Vec<u8>>| -> Vec<CertificateDer<'static>> {
+            v.into_iter().map(CertificateDer::from).collect()
+        };
+        let trust = Trust {
+            anchors: der(anchors),
+            issuers: (!issuers.is_empty()).then(|| der(issuers)),
+        };
+        let (roots, pinned) = (
+            trust.anchors.len(),
+            trust.issuers.as_ref().map_or(0, Vec::len),
+        );
+        match self.mesh.trust().set(trust) {
+            Ok(false) => {}
+            Ok(true) => {
+                self.metrics.trust_updates.inc();
+                tracing::info!(
+                    anchors = roots,
+                    issuers = pinned,
+                    "mesh trust updated; new handshakes check peers against it"
+                );
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the identity service sent an unusable trust bundle; keeping the current one")
+            }
         }
     }
 
@@ -267,17 +363,9 @@ impl Certifier {
                 me.id, e.kind, e.namespace, e.name
             ));
         }
-        let trust: Vec<CertificateDer<'static>> = reply
-            .trust_bundle
-            .into_iter()
-            .map(CertificateDer::from)
-            .collect();
-        if !trust.is_empty() && trust != self.trust {
-            tracing::warn!(
-                "the identity service trusts other roots than {}; restart this sidecar to trust them",
-                self.settings.trust_file.display()
-            );
-        }
+        // The trust first: peers certified by a new issuer are accepted before this sidecar shows
+        // a certificate of it.
+        self.apply_trust(reply.trust_bundle, reply.issuers);
         let not_after = from_ms(reply.not_after_ms);
         self.mesh
             .store()
@@ -287,6 +375,9 @@ impl Certifier {
                 not_after,
             )
             .map_err(|e| e.to_string())?;
+        if let Ok(mut signer) = self.signer.lock() {
+            *signer = reply.signer;
+        }
         self.count("ok");
         let secs = not_after
             .duration_since(UNIX_EPOCH)

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use switchyard_identity::connect::MeshConnector;
 use switchyard_identity::tls::{self, ClientAuth, TlsError};
-use switchyard_identity::{CertStore, Expect, Peer, SpiffeId};
+use switchyard_identity::{CertStore, Expect, Peer, SpiffeId, TrustStore};
 use tokio::net::TcpStream;
 use tokio_rustls::{TlsAcceptor, TlsConnector, client, server};
 
@@ -24,6 +24,7 @@ pub(crate) type HandshakeCounts = Family<Vec<(&'static str, &'static str)>, Coun
 /// This sidecar's mesh TLS.
 pub(crate) struct MeshTls {
     store: Arc<CertStore>,
+    trust: Arc<TrustStore>,
     frames_server: TlsAcceptor,
     frames_client: TlsConnector,
     control_client: Arc<rustls::ClientConfig>,
@@ -32,13 +33,16 @@ pub(crate) struct MeshTls {
 }
 
 impl MeshTls {
-    /// The configs over `store`, trusting `trust`; handshakes are counted in `handshakes`.
+    /// The configs over `store`, trusting the anchors `trust` until the Identity service says
+    /// more (every config reads the trust store at each handshake); handshakes are counted in
+    /// `handshakes`.
     pub(crate) fn new(
         store: Arc<CertStore>,
         trust: &[rustls_pki_types::CertificateDer<'static>],
         handshakes: HandshakeCounts,
     ) -> Result<MeshTls, TlsError> {
         let roots = tls::roots(trust)?;
+        let trust = roots.clone();
         let frames_server = tls::server_config(
             store.clone(),
             roots.clone(),
@@ -52,6 +56,7 @@ impl MeshTls {
         let jetstream_client = tls::jetstream_client_config(store.clone(), roots)?;
         Ok(MeshTls {
             store,
+            trust,
             frames_server: TlsAcceptor::from(Arc::new(frames_server)),
             frames_client: TlsConnector::from(Arc::new(frames_client)),
             control_client: Arc::new(control_client),
@@ -63,6 +68,11 @@ impl MeshTls {
     /// The certificate store (the identity loop installs into it).
     pub(crate) fn store(&self) -> &Arc<CertStore> {
         &self.store
+    }
+
+    /// What every handshake checks peers against (the identity loop updates it).
+    pub(crate) fn trust(&self) -> &Arc<TrustStore> {
+        &self.trust
     }
 
     /// The client config of the connection to the JetStream server (the NATS client takes its own

@@ -44,6 +44,7 @@ pub(crate) async fn start(
             not_after: metrics.mesh.not_after.clone(),
             certifications: metrics.mesh.certifications.clone(),
             handshakes: metrics.mesh.handshakes.clone(),
+            trust_updates: metrics.mesh.trust_updates.clone(),
         },
     )?;
     tracing::info!(identity_service = %url, "getting a mesh certificate");

@@ -2,24 +2,45 @@
 //! CA, the `Identity` gRPC service over TLS, tokens made here). Sidecars get a token file, the trust
 //! bundle and the service's URL in their environment and certify themselves as in a cluster.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, SystemTime};
 use switchyard_identity::ca::{Ca, Subject, key_and_request};
+use switchyard_identity::issuing::Issuing;
 use switchyard_identity::local::LocalIdentity;
 use switchyard_identity::service::Observer;
 use switchyard_identity::{CertStore, Kind, SpiffeId};
 
 pub const TRUST_DOMAIN: &str = "test.local";
 
-/// Counts issued certificates.
+/// Counts issued certificates, and keeps the issuer of each pod's latest.
 #[derive(Default)]
-pub struct Issued(pub AtomicUsize);
+pub struct Issued(pub AtomicUsize, pub Mutex<HashMap<String, Vec<u8>>>);
 
 impl Observer for Issued {
     fn issued(&self, _id: &SpiffeId) {
         self.0.fetch_add(1, Ordering::SeqCst);
+    }
+
+    fn leaf(
+        &self,
+        subject: &Subject,
+        _not_after: SystemTime,
+        signer: &rustls_pki_types::CertificateDer<'_>,
+    ) {
+        self.1
+            .lock()
+            .unwrap()
+            .insert(subject.pod.clone(), signer.to_vec());
+    }
+}
+
+impl Issued {
+    /// The issuer (DER) of `pod`'s latest certificate.
+    pub fn signer_of(&self, pod: &str) -> Option<Vec<u8>> {
+        self.1.lock().unwrap().get(pod).cloned()
     }
 }
 
@@ -39,6 +60,8 @@ pub struct TestIdentity {
     pub nats_key: PathBuf,
     pub ca: Arc<Ca>,
     pub issued: Arc<Issued>,
+    /// The CA the service signs with, its own certificate and trust: a test rotates through it.
+    pub issuing: Arc<Issuing>,
     tokens: Vec<(Kind, String, PathBuf)>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -74,7 +97,17 @@ impl TestIdentity {
     /// Starts the service in `dir` with certificates valid for `lifetime`, and a token for each of
     /// `workloads` (namespace `default`).
     pub async fn start(dir: &Path, lifetime: Duration, workloads: &[Workload]) -> TestIdentity {
-        let mut local = LocalIdentity::new(TRUST_DOMAIN).unwrap();
+        let local = LocalIdentity::new(TRUST_DOMAIN).unwrap();
+        TestIdentity::start_with(dir, lifetime, workloads, local).await
+    }
+
+    /// As [`TestIdentity::start`], with the service `local` (its own CA, its activation delay).
+    pub async fn start_with(
+        dir: &Path,
+        lifetime: Duration,
+        workloads: &[Workload],
+        mut local: LocalIdentity,
+    ) -> TestIdentity {
         let trust_file = dir.join("ca.crt");
         std::fs::write(&trust_file, local.trust_pem()).unwrap();
         let mut tokens = Vec::new();
@@ -104,6 +137,7 @@ impl TestIdentity {
             nats_key,
             ca,
             issued,
+            issuing: running.issuing,
             tokens,
             task: running.task,
         }
