@@ -105,7 +105,7 @@ async fn tokens_for_another_audience_or_issuer_are_refused_with_the_reason() {
         let c = other.client(&["orders"]).await;
         other.token(&c, "orders").await
     };
-    for (token, word) in [(&billing, "audience"), (&foreign, "issuer")] {
+    for (token, word) in [(&billing, "audience (aud)"), (&foreign, "issuer (iss)")] {
         let r = noop(&mesh, token).await;
         assert_eq!(r.status, 401, "{word}");
         assert_eq!(r.header("content-type"), Some("application/problem+json"));

@@ -122,6 +122,7 @@ impl Hydra {
             .env("SERVE_PUBLIC_PORT", public.to_string())
             .env("SERVE_ADMIN_HOST", "127.0.0.1")
             .env("SERVE_ADMIN_PORT", admin.to_string())
+            .env("SERVE_TLS_ENABLED", "true")
             .env("SERVE_TLS_CERT_PATH", &cert)
             .env("SERVE_TLS_KEY_PATH", &key)
             .env("SERVE_ADMIN_TLS_ENABLED", "false")
