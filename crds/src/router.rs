@@ -65,8 +65,8 @@ use std::collections::BTreeMap;
         "fieldPath": ".listeners",
     },
     {
-        "rule": "!has(self.listeners.websocket) || !has(self.listeners.websocket.subscribe) || self.listeners.websocket.subscribe.all(r, (!has(r.scopes) || size(r.scopes) == 0) && (!has(r.claims) || size(r.claims) == 0)) || self.middleware.exists(m, has(m.auth) && has(m.auth.jwt))",
-        "message": "a subscribe rule with scopes or claims needs an auth middleware with jwt (the scopes and claims are the token's)",
+        "rule": "!has(self.listeners.websocket) || !has(self.listeners.websocket.subscribe) || self.listeners.websocket.subscribe.all(r, (!has(r.scopes) || size(r.scopes) == 0) && (!has(r.claims) || size(r.claims) == 0)) || self.middleware.exists(m, has(m.auth) && (has(m.auth.jwt) || has(m.auth.oidc)))",
+        "message": "a subscribe rule with scopes or claims needs an auth middleware with jwt or oidc (the scopes and claims are the token's)",
         "fieldPath": ".listeners.websocket.subscribe",
     },
     {
@@ -321,7 +321,7 @@ pub struct SubscribeRule {
     )]
     pub events: Vec<String>,
     /// OAuth scopes the token must all have, in its `scope` claim (space-separated, RFC 8693) or
-    /// `scp` (an array or a space-separated string). Needs `auth.jwt` middleware.
+    /// `scp` (an array or a space-separated string). Needs `auth.jwt` or `auth.oidc` middleware.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(
         length(max = 16),
@@ -331,7 +331,7 @@ pub struct SubscribeRule {
     /// Claims the token must carry, each with the value given: a string claim equal to it, an
     /// array claim holding it, or a number or boolean claim written that way (`"true"`, `"3"`).
     /// A name is a top-level claim (`https://example.com/roles` included); one that is not, with
-    /// dots, is a path into nested objects (`realm_access.roles`). Needs `auth.jwt` middleware.
+    /// dots, is a path into nested objects (`realm_access.roles`). Needs `auth.jwt` or `auth.oidc` middleware.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     #[schemars(extend("maxProperties" = 16))]
     pub claims: BTreeMap<String, String>,
@@ -546,20 +546,91 @@ pub struct Cors {
     pub max_age: Option<Duration>,
 }
 
-/// Authentication: exactly one of `jwt` or `apiKey`.
+/// Authentication: exactly one of `jwt`, `oidc` or `apiKey`.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 #[schemars(extend("x-kubernetes-validations" = [{
-    "rule": "has(self.jwt) != has(self.apiKey)",
-    "message": "auth sets exactly one of jwt or apiKey",
+    "rule": "[has(self.jwt), has(self.oidc), has(self.apiKey)].filter(x, x).size() == 1",
+    "message": "auth sets exactly one of jwt, oidc or apiKey",
 }]))]
 pub struct Auth {
-    /// JSON Web Tokens in the `Authorization: Bearer` header.
+    /// JSON Web Tokens in the `Authorization: Bearer` header, checked with a key from a Secret.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub jwt: Option<Jwt>,
+    /// JSON Web Tokens in the `Authorization: Bearer` header, checked with the signing keys an
+    /// OpenID Connect issuer publishes (its JWKS), followed through rotations.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub oidc: Option<Oidc>,
     /// Static API keys in a header.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub api_key: Option<ApiKey>,
+}
+
+impl Auth {
+    /// Whether this checks JWTs (a static key or an OIDC issuer's keys): the token's claims are
+    /// then there for subscribe rules and a WebSocket session can refresh its token.
+    pub fn checks_jwt(&self) -> bool {
+        self.jwt.is_some() || self.oidc.is_some()
+    }
+}
+
+/// JWT verification against an OpenID Connect issuer: its discovery document
+/// (`<issuer>/.well-known/openid-configuration`) names its key set (`jwks_uri`), fetched over
+/// HTTPS, cached for the response's `Cache-Control: max-age` (kept between 1 minute and 1 day),
+/// and fetched again early when a token names a key (`kid`) the set lacks, at most once per 10
+/// seconds.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [
+    {
+        "rule": "duration(self.leeway) <= duration('5m')",
+        "message": "leeway is at most 5m",
+        "fieldPath": ".leeway",
+    },
+    {
+        "rule": "self.issuer.startsWith('https://')",
+        "message": "issuer must be an https:// URL (the key set is trusted only over TLS)",
+        "fieldPath": ".issuer",
+    },
+]))]
+pub struct Oidc {
+    /// The issuer URL, exactly as tokens carry it in `iss` (a trailing slash aside), such as
+    /// `https://accounts.example.com/realms/shop`. Must be `https://`.
+    #[schemars(length(min = 9, max = 2048))]
+    pub issuer: String,
+    /// Accepted `aud` values: a token must carry at least one of them.
+    #[schemars(length(min = 1, max = 16), inner(length(min = 1, max = 512)))]
+    pub audiences: Vec<String>,
+    /// Accepted signature algorithms; `none` and the shared-secret HS* algorithms are never
+    /// accepted from an issuer. Defaults to RS256 and ES256.
+    #[serde(default = "default_oidc_algorithms")]
+    #[schemars(length(min = 1, max = 3))]
+    pub algorithms: Vec<OidcAlgorithm>,
+    /// Secret key holding CA certificates (PEM) trusted for the issuer's HTTPS besides the
+    /// system's roots, for an issuer with a private CA.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ca_secret_ref: Option<SecretKeyRef>,
+    /// Clock skew allowed on `exp` and `nbf`, at most 5m. A WebSocket session or gRPC `Connect`
+    /// stream opened with a token is closed when the token's `exp` plus this has passed.
+    #[serde(default = "default_jwt_leeway")]
+    #[schemars(schema_with = "schema::duration")]
+    pub leeway: Duration,
+}
+
+/// Default of `auth.oidc.algorithms`.
+fn default_oidc_algorithms() -> Vec<OidcAlgorithm> {
+    vec![OidcAlgorithm::RS256, OidcAlgorithm::ES256]
+}
+
+/// Signature algorithms accepted from an OIDC issuer (asymmetric only).
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash, JsonSchema)]
+pub enum OidcAlgorithm {
+    /// RSA PKCS#1 v1.5 with SHA-256.
+    RS256,
+    /// ECDSA on P-256 with SHA-256.
+    ES256,
+    /// Ed25519.
+    EdDSA,
 }
 
 /// JWT verification.

@@ -428,10 +428,53 @@ fn subscribe_rules_with_scopes_or_claims_need_jwt_auth() {
         "middleware": [jwt],
     }}));
     assert_eq!(cel_errors(&r), "");
+    // OIDC auth checks JWTs too.
+    let oidc = serde_json::json!({"auth": {"oidc": {"issuer": "https://id.example.com",
+        "audiences": ["api"]}}});
+    let r = router(serde_json::json!({"spec": {
+        "listeners": {"websocket": {"subscribe": rules}},
+        "middleware": [oidc],
+    }}));
+    assert_eq!(cel_errors(&r), "");
     // Rules that ask nothing of the token need no JWT: they only open or close event types.
     let open = serde_json::json!([{"events": ["news"]}, {"events": ["public.*"], "claims": {}}]);
     let r = router(serde_json::json!({"spec": {"listeners": {"websocket": {"subscribe": open}}}}));
     assert_eq!(cel_errors(&r), "");
+}
+
+#[test]
+fn oidc_auth_needs_an_https_issuer_and_is_the_only_auth_kind_of_its_entry() {
+    let oidc = |issuer: &str| {
+        serde_json::json!({"oidc": {"issuer": issuer, "audiences": ["api"],
+            "algorithms": ["ES256", "EdDSA"], "leeway": "10s"}})
+    };
+    let with = |auth: serde_json::Value| {
+        router(serde_json::json!({"spec": {"middleware": [{"auth": auth}]}}))
+    };
+    assert_eq!(
+        cel_errors(&with(oidc("https://id.example.com/realms/a"))),
+        ""
+    );
+    let err = cel_errors(&with(oidc("http://id.example.com")));
+    assert!(err.contains("issuer must be an https:// URL"), "{err}");
+    let mut both = oidc("https://id.example.com");
+    both["apiKey"] = serde_json::json!({"keysSecretRef": {"name": "k", "key": "keys"}});
+    let err = cel_errors(&with(both));
+    assert!(
+        err.contains("auth sets exactly one of jwt, oidc or apiKey"),
+        "{err}"
+    );
+    // HS256 and `none` are not OIDC algorithms: the spec does not parse.
+    for alg in ["HS256", "none"] {
+        let mut spec = serde_json::to_value(&quickstart().routers[0]).expect("serializes");
+        spec["spec"]["middleware"] = serde_json::json!([{"auth": {"oidc": {
+            "issuer": "https://id.example.com", "audiences": ["api"], "algorithms": [alg]}}}]);
+        let err = serde_json::from_value::<Router>(spec)
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("unknown variant"), "{alg}: {err}");
+    }
 }
 
 #[test]

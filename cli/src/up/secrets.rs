@@ -74,6 +74,22 @@ mod tests {
     }
 
     #[test]
+    fn an_oidc_issuer_ca_becomes_a_file() {
+        let o = objs(concat!(
+            "apiVersion: switchyard.dev/v1alpha1\nkind: Router\nmetadata: {name: edge}\nspec:\n",
+            "  listeners: {http: {port: 8080}}\n  routes: [{event: a, http: {method: GET, path: /a}}]\n",
+            "  middleware:\n    - auth: {oidc: {issuer: \"https://id.example.com\", audiences: [api],\n",
+            "        caSecretRef: {name: issuer-ca, key: ca.crt}}}\n---\n",
+            "apiVersion: v1\nkind: Secret\nmetadata: {name: issuer-ca}\nstringData: {ca.crt: pem}\n",
+        ));
+        let f = files(&o.routers[0], &o.secrets, Path::new("/s")).expect("files");
+        assert_eq!(
+            f,
+            vec![(PathBuf::from("/s/issuer-ca/ca.crt"), b"pem".to_vec())]
+        );
+    }
+
+    #[test]
     fn a_missing_secret_is_named() {
         let o = objs(ROUTER);
         let err = files(&o.routers[0], &o.secrets, Path::new("/s"))

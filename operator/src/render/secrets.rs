@@ -1,4 +1,4 @@
-//! The Secrets a Router spec references (JWT key, API keys, TLS), mounted read-only into the router
+//! The Secrets a Router spec references (JWT key, OIDC issuer CA, API keys, TLS), mounted read-only into the router
 //! pod at `<SECRETS_DIR>/<secret name>`, where the sidecar reads `<key>` files.
 
 use k8s_openapi::api::core::v1::{SecretVolumeSource, Volume, VolumeMount};
@@ -15,6 +15,9 @@ pub fn referenced(spec: &RouterSpec) -> BTreeSet<String> {
     for auth in spec.middleware.iter().filter_map(|m| m.auth.as_ref()) {
         if let Some(j) = &auth.jwt {
             names.insert(j.key_secret_ref.name.clone());
+        }
+        if let Some(ca) = auth.oidc.as_ref().and_then(|o| o.ca_secret_ref.as_ref()) {
+            names.insert(ca.name.clone());
         }
         if let Some(k) = &auth.api_key {
             names.insert(k.keys_secret_ref.name.clone());
@@ -64,13 +67,16 @@ mod tests {
             "middleware": [
                 {"auth": {"jwt": {"algorithm": "HS256", "keySecretRef": {"name": "auth", "key": "hmac"}}}},
                 {"auth": {"apiKey": {"keysSecretRef": {"name": "auth", "key": "keys"}}}},
+                {"auth": {"oidc": {"issuer": "https://id.example.com", "audiences": ["api"],
+                    "caSecretRef": {"name": "issuer-ca", "key": "ca.crt"}}}},
             ],
         }))
         .expect("spec");
         let (vols, mounts) = volumes(&spec);
-        assert_eq!(vols.len(), 2);
+        assert_eq!(vols.len(), 3);
         assert_eq!(mounts[0].mount_path, format!("{SECRETS_DIR}/auth"));
         assert_eq!(mounts[1].mount_path, format!("{SECRETS_DIR}/edge-tls"));
+        assert_eq!(mounts[2].mount_path, format!("{SECRETS_DIR}/issuer-ca"));
         assert_eq!(
             vols[1]
                 .secret

@@ -2,6 +2,7 @@
 //! verified, and the [`Gate`] trait itself.
 
 use crate::answer::Answer;
+use futures::future::BoxFuture;
 use hyper::HeaderMap;
 use hyper::header::{HeaderName, HeaderValue};
 use serde_json::{Map, Value};
@@ -59,6 +60,12 @@ pub struct Token {
 pub trait Gate: Send + Sync {
     /// Admits the request (with the token it carried, for the JWT gate), or says why not.
     fn check(&self, head: &Head<'_>) -> Result<Option<Token>, Denial>;
+
+    /// Work to finish before [`Gate::check`] can decide on this request (the OIDC gate fetching
+    /// the key set a token names), already bounded in time; `None` when there is none.
+    fn prepare(&self, _head: &Head<'_>) -> Option<BoxFuture<'static, ()>> {
+        None
+    }
 
     /// The header with the credential an auth gate checks; `None` for gates that check none (a
     /// rate limit), which a session never needs to re-check.

@@ -188,7 +188,7 @@ pub fn expired() -> Denial {
     deny(reason, detail)
 }
 
-fn deny(reason: &'static str, detail: String) -> Denial {
+pub(super) fn deny(reason: &'static str, detail: String) -> Denial {
     // Quotes and backslashes cannot appear in our descriptions, so the quoted-string needs no escaping.
     let challenge = HeaderValue::from_str(&format!(
         "Bearer error=\"invalid_token\", error_description=\"{detail}\""

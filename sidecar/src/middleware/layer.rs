@@ -2,7 +2,7 @@
 //! in spec order around the HTTP service (the first entry is the outermost).
 
 use super::cors::Decision;
-use super::gate::{Denial, Head};
+use super::gate::{Denial, Gate, Head};
 use super::grant::Grant;
 use super::{Stack, Step};
 use crate::answer::http::Reply;
@@ -94,32 +94,28 @@ where
         Poll::Ready(Ok(()))
     }
 
-    fn call(&mut self, mut req: Request<B>) -> Self::Future {
+    fn call(&mut self, req: Request<B>) -> Self::Future {
         let inner = self.inner.clone();
         let metrics = &self.layer.metrics;
         match &self.layer.step {
             Step::Gate(gate) => {
+                let peer = self.layer.peer;
                 let head = Head {
                     headers: req.headers(),
-                    peer: self.layer.peer,
+                    peer,
                 };
-                let grant = match gate.check(&head) {
-                    Err(d) => {
-                        metrics.rejected(d.middleware, d.reason);
-                        let resp = refused(&req, denial_response(&d));
-                        return Box::pin(async move { Ok(resp) });
+                match gate.prepare(&head) {
+                    None => pass_gate(gate, peer, metrics, req, inner),
+                    // The gate decides once its bounded work (a key fetch) is done.
+                    Some(wait) => {
+                        let gate = gate.clone();
+                        let metrics = metrics.clone();
+                        Box::pin(async move {
+                            wait.await;
+                            pass_gate(&gate, peer, &metrics, req, inner).await
+                        })
                     }
-                    // Only an upgrade can become a session; other requests need no grant.
-                    Ok(token) if req.headers().contains_key(UPGRADE) => {
-                        Grant::of(gate, &head, token)
-                    }
-                    Ok(_) => None,
-                };
-                // A WebSocket session takes it over, to end when the credential lapses.
-                if let Some(g) = grant {
-                    req.extensions_mut().insert(g);
                 }
-                Box::pin(inner.oneshot(req))
             }
             Step::Cors(policy) => match policy.decide(req.method(), req.headers()) {
                 Decision::Pass => Box::pin(inner.oneshot(req)),
@@ -144,6 +140,41 @@ where
             },
         }
     }
+}
+
+/// `gate`'s decision on `req`: refused with its problem answer, or passed on to `inner` (with
+/// the grant of an upgrade that becomes a session).
+fn pass_gate<S, B>(
+    gate: &Arc<dyn Gate>,
+    peer: IpAddr,
+    metrics: &Metrics,
+    mut req: Request<B>,
+    inner: S,
+) -> BoxFuture<'static, Result<Response<OutBody>, Infallible>>
+where
+    S: Service<Request<B>, Response = Response<OutBody>, Error = Infallible> + Send + 'static,
+    S::Future: Send + 'static,
+    B: Send + 'static,
+{
+    let head = Head {
+        headers: req.headers(),
+        peer,
+    };
+    let grant = match gate.check(&head) {
+        Err(d) => {
+            metrics.rejected(d.middleware, d.reason);
+            let resp = refused(&req, denial_response(&d));
+            return Box::pin(async move { Ok(resp) });
+        }
+        // Only an upgrade can become a session; other requests need no grant.
+        Ok(token) if req.headers().contains_key(UPGRADE) => Grant::of(gate, &head, token),
+        Ok(_) => None,
+    };
+    // A WebSocket session takes it over, to end when the credential lapses.
+    if let Some(g) = grant {
+        req.extensions_mut().insert(g);
+    }
+    Box::pin(inner.oneshot(req))
 }
 
 impl Stack {

@@ -1,4 +1,5 @@
-//! Edge middleware from the Router spec, in spec order: CORS, auth (JWT, API key) and rate limit.
+//! Edge middleware from the Router spec, in spec order: CORS, auth (JWT, OIDC, API key) and rate
+//! limit.
 //!
 //! Each entry is a tower layer around the HTTP service (so WebSocket upgrades pass through it too);
 //! auth and rate limit also guard gRPC calls. `timing` and `bodyLimit` are applied by the listeners
@@ -15,6 +16,7 @@ mod gate;
 mod grant;
 mod jwt;
 mod layer;
+mod oidc;
 pub(crate) mod rate_limit;
 
 pub(crate) use gate::{Denial, Gate, Head};
@@ -43,7 +45,7 @@ pub struct Stack {
     pub steps: Vec<Step>,
     /// The gates only, for gRPC (CORS means nothing there).
     pub gates: Vec<Arc<dyn Gate>>,
-    /// Whether one of them is the JWT gate.
+    /// Whether one of them checks JWTs (the JWT or the OIDC gate).
     jwt: bool,
 }
 
@@ -73,6 +75,13 @@ impl Stack {
                         secrets,
                         &format!("{field}.auth.jwt"),
                         reloads,
+                    )?);
+                } else if let Some(o) = &auth.oidc {
+                    stack.jwt = true;
+                    gate = Some(oidc::OidcGate::build(
+                        o,
+                        secrets,
+                        &format!("{field}.auth.oidc"),
                     )?);
                 } else if let Some(k) = &auth.api_key {
                     gate = Some(api_key::ApiKeyGate::build(
@@ -115,6 +124,18 @@ impl Stack {
             }
         }
         Ok(grant)
+    }
+
+    /// Work the gates need done before they decide on a request (see [`Gate::prepare`]), all of
+    /// it together; `None` when there is none.
+    pub fn prepare(&self, head: &Head<'_>) -> Option<futures::future::BoxFuture<'static, ()>> {
+        let waits: Vec<_> = self.gates.iter().filter_map(|g| g.prepare(head)).collect();
+        if waits.is_empty() {
+            return None;
+        }
+        Some(Box::pin(async move {
+            futures::future::join_all(waits).await;
+        }))
     }
 
     /// Whether an auth gate checks JWTs (subscribe rules with scopes or claims need one).

@@ -135,7 +135,7 @@ pub(crate) async fn run(
             return Err(crate::config::field_error(
                 config_file,
                 "spec.listeners.websocket.subscribe",
-                "a subscribe rule with scopes or claims needs an auth middleware with jwt (the scopes and claims are the token's)",
+                "a subscribe rule with scopes or claims needs an auth middleware with jwt or oidc (the scopes and claims are the token's)",
             )
             .into());
         }

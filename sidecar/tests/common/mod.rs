@@ -4,6 +4,7 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 pub mod control_plane;
+pub mod hydra;
 pub mod identity;
 pub mod nats;
 pub mod otlp;

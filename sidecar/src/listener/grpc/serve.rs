@@ -53,33 +53,46 @@ pub(crate) async fn serve(
             let edge = edge.clone();
             let svc = service_fn(move |mut req: hyper::Request<Incoming>| {
                 let at = Instant::now();
-                let refused = if edge.middleware.gates.is_empty() {
+                // Work the gates need first (an OIDC key fetch), already bounded in time.
+                let wait = if edge.middleware.gates.is_empty() {
                     None
                 } else {
-                    let head = Head {
+                    edge.middleware.prepare(&Head {
                         headers: req.headers(),
                         peer: peer.ip(),
-                    };
-                    match edge.middleware.admit(&head, &edge.metrics) {
-                        Err(d) => Some(d),
-                        Ok(grant) => {
-                            // A `Connect` stream keeps it, to end when the credential lapses.
-                            if let Some(g) = grant {
-                                req.extensions_mut().insert(g);
-                            }
-                            None
-                        }
-                    }
+                    })
                 };
-                let deadline = req
-                    .headers()
-                    .get("grpc-timeout")
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(parse_grpc_timeout)
-                    .map(|t| client_deadline(at, t));
-                req.extensions_mut().insert(Arrival { at, deadline });
+                let edge = edge.clone();
                 let mut routes = routes.clone();
                 async move {
+                    if let Some(w) = wait {
+                        w.await;
+                    }
+                    let refused = if edge.middleware.gates.is_empty() {
+                        None
+                    } else {
+                        let head = Head {
+                            headers: req.headers(),
+                            peer: peer.ip(),
+                        };
+                        match edge.middleware.admit(&head, &edge.metrics) {
+                            Err(d) => Some(d),
+                            Ok(grant) => {
+                                // A `Connect` stream keeps it, to end when the credential lapses.
+                                if let Some(g) = grant {
+                                    req.extensions_mut().insert(g);
+                                }
+                                None
+                            }
+                        }
+                    };
+                    let deadline = req
+                        .headers()
+                        .get("grpc-timeout")
+                        .and_then(|v| v.to_str().ok())
+                        .and_then(parse_grpc_timeout)
+                        .map(|t| client_deadline(at, t));
+                    req.extensions_mut().insert(Arrival { at, deadline });
                     match refused {
                         Some(d) => Ok(status(&d.answer(), None).into_http()),
                         None => routes.call(req).await,
