@@ -1,7 +1,8 @@
 //! What a reviewed token proves (pure): the pod it is bound to, and the Router or Manager that owns
 //! that pod through its ReplicaSet and Deployment. A token is worth a certificate only when it is
 //! bound to a pod (a projected token, not a long-lived Secret token), that pod still exists with the
-//! same uid, and its controller chain ends at a Router or Manager of the same namespace.
+//! same uid, its controller chain ends at a Router or Manager of the same namespace, and it runs as
+//! that Router's or Manager's ServiceAccount.
 
 use crate::identity::service_refusal;
 use k8s_openapi::api::authentication::v1::TokenReviewStatus;
@@ -184,6 +185,23 @@ pub fn workload(deployment: &str, meta: &ObjectMeta) -> Result<(Kind, String, St
     Ok((kind, owner.name.clone(), owner.uid.clone()))
 }
 
+/// Checks the token's ServiceAccount is the one the workload's pods run as (`expected`, its own
+/// unless its template names another): ownerReferences can be forged by whoever may create pods or
+/// Deployments, while the operator sets the ServiceAccount of every pod it makes.
+pub fn service_account(bound: &BoundPod, workload: &str, expected: &str) -> Result<(), Refusal> {
+    if bound.service_account == expected {
+        return Ok(());
+    }
+    Err(denied(
+        Code::PermissionDenied,
+        "service_account",
+        format!(
+            "pod {}/{} runs as ServiceAccount {:?}, but {workload}'s pods run as {expected:?}",
+            bound.namespace, bound.name, bound.service_account
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -328,5 +346,29 @@ mod tests {
                 .map_err(|r| r.reason),
             Err("owner")
         );
+    }
+
+    #[test]
+    fn the_token_must_be_of_the_workloads_service_account() {
+        let bound = BoundPod {
+            namespace: "shop".into(),
+            service_account: "default".into(),
+            name: "p".into(),
+            uid: "u".into(),
+        };
+        let e = service_account(&bound, "Manager orders", "orders-manager").expect_err("other SA");
+        assert_eq!(
+            (e.reason, e.code),
+            ("service_account", Code::PermissionDenied)
+        );
+        assert_eq!(
+            e.message,
+            "pod shop/p runs as ServiceAccount \"default\", but Manager orders's pods run as \"orders-manager\""
+        );
+        let own = BoundPod {
+            service_account: "orders-manager".into(),
+            ..bound
+        };
+        assert!(service_account(&own, "Manager orders", "orders-manager").is_ok());
     }
 }

@@ -2,13 +2,15 @@
 //! `switchyard-identity`), then the pod it is bound to and its controller chain, read from the API
 //! server (not a cache: a certificate must not be issued on a stale view of who owns a pod).
 //! What the review proved is kept by token hash until the token expires (`throttle`), so only the
-//! pod and its owners are read again on a repeat; callers are rate-limited per source IP before
+//! pod and its owners are read again on a repeat; the pod must run as its Router's or Manager's
+//! ServiceAccount (`owner::service_account`); callers are rate-limited per source IP before
 //! the review and per ServiceAccount after it.
 
 use super::owner::{self, BoundPod};
 use super::service_refusal;
 use super::throttle::{self, RateLimiter, ReviewCache};
 use crate::metrics::Metrics;
+use crate::render::service_account;
 use crate::scope::Scope;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -208,26 +210,37 @@ impl Authenticator for KubeAuthenticator {
         )
         .await?;
         let (kind, name, uid) = owner::workload(&dep_ref.name, &dep.metadata)?;
-        match kind {
+        let account = match kind {
             Kind::Router => {
-                get::<Router>(
+                let router = get::<Router>(
                     Api::namespaced(self.client.clone(), ns),
                     &name,
                     Some(&uid),
                     "Router",
                 )
                 .await?;
+                service_account::of_router(&router)
             }
             _ => {
-                get::<Manager>(
+                let manager = get::<Manager>(
                     Api::namespaced(self.client.clone(), ns),
                     &name,
                     Some(&uid),
                     "Manager",
                 )
                 .await?;
+                service_account::of_manager(&manager)
             }
-        }
+        };
+        let workload = format!(
+            "{} {name}",
+            if kind == Kind::Router {
+                "Router"
+            } else {
+                "Manager"
+            }
+        );
+        owner::service_account(&bound, &workload, &account)?;
         let id = SpiffeId::new(&self.trust_domain, ns, kind, &name)
             .map_err(|e| service_refusal(Code::PermissionDenied, "name", e.to_string()))?;
         tracing::debug!(identity = %id, pod = %bound.name, service_account = %bound.service_account, "token reviewed");
