@@ -730,7 +730,7 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
         .map(|c| c.peer),
         Code::PermissionDenied,
         &format!(
-            "runs as ServiceAccount \"default\", but Manager {MANAGER}'s pods run as \"{MANAGER}-manager\""
+            "runs as ServiceAccount \"default\"; the pods of Manager {MANAGER} run as \"{MANAGER}-manager\""
         ),
     )?;
     let api_token = pod_token(&client, mine, "https://kubernetes.default.svc").await?;

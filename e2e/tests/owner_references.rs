@@ -170,6 +170,32 @@ async fn run(c: &Cluster, ns: &str) -> Result<()> {
         )
         .await?;
     }
+    // Nor a Pod or ReplicaSet carrying the Manager's label, which the Identity service requires of
+    // a pod and its ReplicaSet (an ownerReference naming the operator's ReplicaSet or Deployment
+    // is not matched): only the ReplicaSet and Deployment controllers make those.
+    let labelled = |mut obj: Value| {
+        obj["metadata"]["labels"] = json!({"switchyard.dev/manager": "handlers"});
+        obj
+    };
+    for (kind, obj) in [
+        ("Pod", labelled(pod(None))),
+        ("ReplicaSet", labelled(workload("ReplicaSet", &json!(null)))),
+    ] {
+        let mut obj = obj;
+        if let Some(meta) = obj["metadata"].as_object_mut() {
+            meta.remove("ownerReferences");
+        }
+        let expected = format!(
+            "metadata.labels: {user} may not create or change a {kind} labelled switchyard.dev/manager=handlers"
+        );
+        let out = create_as(c, ns, &user, &obj, false).await?;
+        eprintln!("[e2e] labelled {kind} as {user}: {}", out.combined().trim());
+        ensure!(
+            !out.success() && out.stderr.contains(&expected),
+            "a labelled {kind} not refused by the policy: {}",
+            out.describe()
+        );
+    }
     let left = c
         .kubectl()
         .args([

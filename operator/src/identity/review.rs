@@ -210,6 +210,17 @@ impl Authenticator for KubeAuthenticator {
         )
         .await?;
         let (kind, name, uid) = owner::workload(&dep_ref.name, &dep.metadata)?;
+        let selector = dep
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.match_labels.as_ref());
+        owner::carries_selector(
+            &format!("pod {}", bound.name),
+            pod.metadata.labels.as_ref(),
+            &dep_ref.name,
+            selector,
+        )?;
+        owner::carries_selector(&what, rs.metadata.labels.as_ref(), &dep_ref.name, selector)?;
         let account = match kind {
             Kind::Router => {
                 let router = get::<Router>(
