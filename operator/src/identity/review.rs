@@ -148,6 +148,30 @@ where
     Ok(obj)
 }
 
+impl KubeAuthenticator {
+    /// The Router or Manager `name` (checked to be the one of `uid`), as a message names it, and
+    /// the ServiceAccount its pods run as.
+    async fn workload_account(
+        &self,
+        ns: &str,
+        kind: Kind,
+        name: &str,
+        uid: &str,
+    ) -> Result<(String, String), Refusal> {
+        let api = |c: &Client| Api::namespaced(c.clone(), ns);
+        Ok(match kind {
+            Kind::Router => {
+                let router: Router = get(api(&self.client), name, Some(uid), "Router").await?;
+                (format!("Router {name}"), service_account::of_router(&router))
+            }
+            _ => {
+                let manager: Manager = get(api(&self.client), name, Some(uid), "Manager").await?;
+                (format!("Manager {name}"), service_account::of_manager(&manager))
+            }
+        })
+    }
+}
+
 #[tonic::async_trait]
 impl Authenticator for KubeAuthenticator {
     async fn authenticate(
@@ -221,37 +245,8 @@ impl Authenticator for KubeAuthenticator {
             selector,
         )?;
         owner::carries_selector(&what, rs.metadata.labels.as_ref(), &dep_ref.name, selector)?;
-        let account = match kind {
-            Kind::Router => {
-                let router = get::<Router>(
-                    Api::namespaced(self.client.clone(), ns),
-                    &name,
-                    Some(&uid),
-                    "Router",
-                )
-                .await?;
-                service_account::of_router(&router)
-            }
-            _ => {
-                let manager = get::<Manager>(
-                    Api::namespaced(self.client.clone(), ns),
-                    &name,
-                    Some(&uid),
-                    "Manager",
-                )
-                .await?;
-                service_account::of_manager(&manager)
-            }
-        };
-        let workload = format!(
-            "{} {name}",
-            if kind == Kind::Router {
-                "Router"
-            } else {
-                "Manager"
-            }
-        );
-        owner::service_account(&bound, &workload, &account)?;
+        let (workload, expected) = self.workload_account(ns, kind, &name, &uid).await?;
+        owner::service_account(&bound, &workload, &expected)?;
         let id = SpiffeId::new(&self.trust_domain, ns, kind, &name)
             .map_err(|e| service_refusal(Code::PermissionDenied, "name", e.to_string()))?;
         tracing::debug!(identity = %id, pod = %bound.name, service_account = %bound.service_account, "token reviewed");
