@@ -158,15 +158,22 @@ impl KubeAuthenticator {
         name: &str,
         uid: &str,
     ) -> Result<(String, String), Refusal> {
-        let api = |c: &Client| Api::namespaced(c.clone(), ns);
         Ok(match kind {
             Kind::Router => {
-                let router: Router = get(api(&self.client), name, Some(uid), "Router").await?;
-                (format!("Router {name}"), service_account::of_router(&router))
+                let api = Api::namespaced(self.client.clone(), ns);
+                let router: Router = get(api, name, Some(uid), "Router").await?;
+                (
+                    format!("Router {name}"),
+                    service_account::of_router(&router),
+                )
             }
             _ => {
-                let manager: Manager = get(api(&self.client), name, Some(uid), "Manager").await?;
-                (format!("Manager {name}"), service_account::of_manager(&manager))
+                let api = Api::namespaced(self.client.clone(), ns);
+                let manager: Manager = get(api, name, Some(uid), "Manager").await?;
+                (
+                    format!("Manager {name}"),
+                    service_account::of_manager(&manager),
+                )
             }
         })
     }
