@@ -96,14 +96,26 @@ async fn install_charts(kubeconfig: &Path) -> Result<()> {
     let crd_namespace = release_namespace(kubeconfig, CRD_RELEASE)
         .await?
         .unwrap_or_else(|| SYSTEM_NAMESPACE.to_string());
-    for (release, chart, namespace) in [
-        (CRD_RELEASE, "switchyard-crds", crd_namespace.as_str()),
-        (RELEASE, "switchyard", SYSTEM_NAMESPACE),
+    // The shared release is never uninstalled, so a ValidatingAdmissionPolicy of it would outlive
+    // every test and hold each operator run on this cluster to it, those of other chart versions
+    // too; the policy is checked by releases that come and go with their test
+    // (tests/owner_references.rs, and the pods release with the chart's defaults).
+    for (release, chart, namespace, values) in [
+        (CRD_RELEASE, "switchyard-crds", crd_namespace.as_str(), None),
+        (
+            RELEASE,
+            "switchyard",
+            SYSTEM_NAMESPACE,
+            Some("admissionPolicy.enabled=false"),
+        ),
     ] {
         let chart = charts.join(chart);
         let chart = chart.display();
-        Cmd::helm(kubeconfig)
-            .args(["upgrade", "--install", release])
+        let mut helm = Cmd::helm(kubeconfig);
+        if let Some(values) = values {
+            helm = helm.args(["--set", values]);
+        }
+        helm.args(["upgrade", "--install", release])
             .arg(chart.to_string())
             .args([
                 "--namespace",

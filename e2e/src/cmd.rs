@@ -43,7 +43,8 @@ impl Output {
         format!("{}{}", self.stdout, self.stderr)
     }
 
-    fn describe(&self) -> String {
+    /// The command, its exit and the tails of its output, for messages.
+    pub fn describe(&self) -> String {
         format!(
             "`{}` exited with {}\n--- stdout (tail) ---\n{}\n--- stderr (tail) ---\n{}",
             self.command,

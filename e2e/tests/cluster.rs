@@ -196,10 +196,22 @@ async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
         ("Service", "switchyard-control-plane"),
         ("Deployment", "switchyard"),
         ("NetworkPolicy", "switchyard"),
+        // On by default: ownerReferences to Routers and Managers from the operator only.
+        ("ValidatingAdmissionPolicy", "switchyard-owner-references"),
+        (
+            "ValidatingAdmissionPolicyBinding",
+            "switchyard-owner-references",
+        ),
     ];
     for (kind, name) in expected {
         let doc = find(&docs, kind, name)?;
-        if !matches!(kind, "ClusterRole" | "ClusterRoleBinding") {
+        if !matches!(
+            kind,
+            "ClusterRole"
+                | "ClusterRoleBinding"
+                | "ValidatingAdmissionPolicy"
+                | "ValidatingAdmissionPolicyBinding"
+        ) {
             ensure!(
                 doc["metadata"]["namespace"] == SYSTEM_NAMESPACE,
                 "{kind}/{name} is not in {SYSTEM_NAMESPACE}: {}",
@@ -280,6 +292,12 @@ async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
         ("authentication.k8s.io", "tokenreviews", "create"),
         ("", "pods", "get"),
         ("apps", "replicasets", "get"),
+        // Each Router's and Manager's own ServiceAccount.
+        ("", "serviceaccounts", "create"),
+        ("", "serviceaccounts", "patch"),
+        // What the owner-reference policy asks of whoever writes their workloads.
+        ("switchyard.dev", "routers", "own"),
+        ("switchyard.dev", "managers", "own"),
     ] {
         ensure!(
             grants(group, resource, verb),

@@ -14,6 +14,7 @@
 //! in the operators' metrics by reason.
 
 use anyhow::{Context, Result, bail, ensure};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::ResourceExt;
 use kube::api::{Api, ListParams, PostParams};
@@ -321,6 +322,54 @@ async fn plain_pod(client: &kube::Client, ns: &str) -> Result<Pod> {
     Ok(Api::<Pod>::namespaced(client.clone(), ns)
         .create(&PostParams::default(), &pod)
         .await?)
+}
+
+/// A pod whose owners lead to the Manager but which runs as another ServiceAccount (the
+/// namespace's `default`): a Deployment of the admin's, owned by the Manager (the chart's policy
+/// lets a cluster admin write that ownerReference; a namespace user is refused, see
+/// tests/owner_references.rs), without the operator's labels, so the operator neither watches nor
+/// prunes it. Its pod need not run: certifying reads it, not its containers.
+async fn impostor_pod(client: &kube::Client, ns: &str) -> Result<Pod> {
+    let manager = Api::<Manager>::namespaced(client.clone(), ns)
+        .get(MANAGER)
+        .await?;
+    let labels = serde_json::json!({"app": "impostor"});
+    let deployment: Deployment = serde_json::from_value(serde_json::json!({
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": {"name": "impostor", "ownerReferences": [{
+            "apiVersion": "switchyard.dev/v1alpha1",
+            "kind": "Manager",
+            "name": MANAGER,
+            "uid": manager.uid().context("Manager without uid")?,
+            "controller": true,
+        }]},
+        "spec": {
+            "replicas": 1,
+            "selector": {"matchLabels": labels},
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "serviceAccountName": "default",
+                    "automountServiceAccountToken": false,
+                    "containers": [{"name": "app", "image": "ghcr.io/switchyard-dev/switchyard-example-app:0.1.0"}],
+                },
+            },
+        },
+    }))?;
+    Api::<Deployment>::namespaced(client.clone(), ns)
+        .create(&PostParams::default(), &deployment)
+        .await?;
+    let pods: Api<Pod> = Api::namespaced(client.clone(), ns);
+    eventually("the impostor's pod", timeout(), || async {
+        pods.list(&ListParams::default().labels("app=impostor"))
+            .await?
+            .items
+            .into_iter()
+            .next()
+            .context("no pod yet")
+    })
+    .await
 }
 
 /// A refusal reason's count on a replica's `counter` (0 when absent).
@@ -669,6 +718,22 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
         Code::PermissionDenied,
         "pod plain has no controller",
     )?;
+    // Owned through the Manager's chain, but not running as the Manager's ServiceAccount.
+    let impostor = impostor_pod(&client, ns).await?;
+    let impostor_token = pod_token(&client, &impostor, TOKEN_AUDIENCE).await?;
+    refused(
+        "Certify with the token of a pod under the Manager that runs as another ServiceAccount",
+        certify(
+            channel(&leader_identity, &trust, None).await?,
+            &impostor_token,
+        )
+        .await?
+        .map(|c| c.peer),
+        Code::PermissionDenied,
+        &format!(
+            "runs as ServiceAccount \"default\"; the pods of Manager {MANAGER} run as \"{MANAGER}-manager\""
+        ),
+    )?;
     let api_token = pod_token(&client, mine, "https://kubernetes.default.svc").await?;
     refused(
         "Certify with the pod's token for another audience",
@@ -739,18 +804,23 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
         "leader",
         &lm,
         idr,
-        &[("owner", 1.0), ("token", 1.0), ("rate_peer", 1.0)],
+        &[
+            ("owner", 1.0),
+            ("service_account", 1.0),
+            ("token", 1.0),
+            ("rate_peer", 1.0),
+        ],
     )?;
     ensure!(
         lm.sum_where(issued, "kind", "manager") >= 2.0,
         "leader: {:?}",
         lm.samples(issued)
     );
-    // Three tokens reviewed (the pod's, the plain pod's, the other audience's); every repeat of
-    // the pod's token was answered from the kept review.
+    // Four tokens reviewed (the pod's, the plain pod's, the impostor's, the other audience's);
+    // every repeat of the pod's token was answered from the kept review.
     let reviews = "switchyard_operator_identity_token_reviews_total";
     ensure!(
-        lm.sum_where(reviews, "result", "reviewed") == 3.0
+        lm.sum_where(reviews, "result", "reviewed") == 4.0
             && lm.sum_where(reviews, "result", "cached") >= 2.0,
         "leader: token reviews {:?}",
         lm.samples(reviews)

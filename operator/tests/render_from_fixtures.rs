@@ -669,6 +669,39 @@ fn per_event_type_deployments_take_the_autoscalers_replicas_of_their_type() {
 }
 
 #[test]
+fn each_workload_runs_as_its_own_service_account_which_it_owns() {
+    let (router, manager) = quickstart();
+    let r = render::router::build(&router, std::slice::from_ref(&manager), &settings())
+        .expect("router");
+    let m = render::manager::build(&manager, Some(&router), &settings()).expect("manager");
+    let router_sa = r.service_account.metadata.name.clone().expect("name");
+    let manager_sa = m.service_account.metadata.name.clone().expect("name");
+    assert_eq!(
+        (router_sa.as_str(), manager_sa.as_str()),
+        ("edge-router", "handlers-manager")
+    );
+    assert_eq!(
+        pod(&r.deployment).service_account_name.as_deref(),
+        Some(router_sa.as_str())
+    );
+    for d in &m.deployments {
+        assert_eq!(
+            pod(d).service_account_name.as_deref(),
+            Some(manager_sa.as_str())
+        );
+    }
+    for (sa, uid) in [
+        (&r.service_account, "uid-router"),
+        (&m.service_account, "uid-manager"),
+    ] {
+        let owner = &sa.metadata.owner_references.as_ref().expect("owned")[0];
+        assert_eq!((owner.uid.as_str(), owner.controller), (uid, Some(true)));
+        assert_eq!(sa.automount_service_account_token, Some(false));
+        assert_eq!(sa.metadata.namespace.as_deref(), Some("demo"));
+    }
+}
+
+#[test]
 fn with_mesh_tls_every_sidecar_gets_a_projected_token_the_identity_url_and_the_trust_bundle() {
     let (router, manager) = quickstart();
     let url = "https://switchyard.switchyard-system.svc:7443";

@@ -133,6 +133,16 @@ Role of each namespace of watchNamespaces otherwise. One list, so the two modes 
 - apiGroups: [""]
   resources: ["services", "configmaps"]
   verbs: ["get", "list", "watch", "create", "patch", "delete"]
+# Each Router's and Manager's own ServiceAccount, which its pods run as (server-side applied
+# before its Deployment; deleted with it by the garbage collector).
+- apiGroups: [""]
+  resources: ["serviceaccounts"]
+  verbs: ["create", "patch"]
+# Not an API call: the right the chart's ValidatingAdmissionPolicy asks of whoever writes a
+# Deployment, ReplicaSet or Pod whose ownerReferences name a Router or Manager (admissionPolicy).
+- apiGroups: ["switchyard.dev"]
+  resources: ["routers", "managers"]
+  verbs: ["own"]
 # Manager pods' IPs and readiness for the control plane's routing tables (read only; the cache
 # holds only pods labelled app.kubernetes.io/name=switchyard-manager).
 - apiGroups: [""]
@@ -290,4 +300,12 @@ cluster {
   ]
 }
 {{- end }}
+{{- end }}
+
+{{/*
+Name of the ValidatingAdmissionPolicy (and its binding) that keeps ownerReferences to Routers and
+Managers to the operator.
+*/}}
+{{- define "switchyard.ownerPolicyName" -}}
+{{- printf "%s-owner-references" (include "switchyard.fullname" .) | trunc 63 | trimSuffix "-" }}
 {{- end }}

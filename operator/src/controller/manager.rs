@@ -111,7 +111,7 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
 
     // validate, with what the namespace allows the template: read only when the template asks
     // for more than a workload needs, so most reconciles make no request for it
-    let escalations = template::escalations(&manager.spec.template);
+    let escalations = template::escalations(&name, &manager.spec.template);
     let (policy, unread) = template_policy(ctx, &ns, !escalations.is_empty()).await;
     let errors = validate::manager::validate(&name, &manager.spec, policy);
     let problem = if !errors.is_empty() {
@@ -146,6 +146,11 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
     if !problem.as_ref().is_some_and(|p| p.blocks_apply) {
         let children = render::manager::build(manager, router.as_ref(), &ctx.render)?;
         let owned = &shared.owned;
+        // Before the Deployments: a pod naming a ServiceAccount that does not exist is refused.
+        // Not watched: judged by content and age alone.
+        shared
+            .apply_child(&children.service_account, None, Watched::No)
+            .await?;
         let cm_name = render::manager::config_map_name(&name);
         let cm_live = owned.config_map_version(&ns, &cm_name);
         shared

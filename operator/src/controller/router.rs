@@ -126,6 +126,8 @@ async fn reconcile_inner(router: &Router, ctx: &Context, cache: &ManagerCache) -
     let mut applied = String::new();
     if !problem.as_ref().is_some_and(|p| p.blocks_apply) {
         let children = render::router::build(router, &managers, &ctx.render)?;
+        // Before the Deployment: a pod naming a ServiceAccount that does not exist is refused.
+        apply(&ctx.client, &children.service_account).await?;
         apply(&ctx.client, &children.config_map).await?;
         apply(&ctx.client, &children.service).await?;
         match &children.network_policy {

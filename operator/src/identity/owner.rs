@@ -1,11 +1,14 @@
 //! What a reviewed token proves (pure): the pod it is bound to, and the Router or Manager that owns
 //! that pod through its ReplicaSet and Deployment. A token is worth a certificate only when it is
 //! bound to a pod (a projected token, not a long-lived Secret token), that pod still exists with the
-//! same uid, and its controller chain ends at a Router or Manager of the same namespace.
+//! same uid, its controller chain ends at a Router or Manager of the same namespace, it and its
+//! ReplicaSet carry the labels of that chain's Deployment's selector, and it runs as that Router's
+//! or Manager's ServiceAccount.
 
 use crate::identity::service_refusal;
 use k8s_openapi::api::authentication::v1::TokenReviewStatus;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+use std::collections::BTreeMap;
 use switchyard_identity::Kind;
 use switchyard_identity::service::Refusal;
 use tonic::Code;
@@ -184,11 +187,66 @@ pub fn workload(deployment: &str, meta: &ObjectMeta) -> Result<(Kind, String, St
     Ok((kind, owner.name.clone(), owner.uid.clone()))
 }
 
+/// Checks `what` (the pod, or its ReplicaSet) carries every label of its Deployment's selector
+/// (`selector`, the Deployment's `matchLabels`). An ownerReference to a ReplicaSet or Deployment is
+/// not matched by the chart's admission policy (only those naming a Router or Manager are), so a
+/// pod or ReplicaSet could name the operator's as its owner; carrying the selector's labels,
+/// `switchyard.dev/router` or `switchyard.dev/manager` among them, is what the policy keeps to the
+/// Deployment and ReplicaSet controllers.
+pub fn carries_selector(
+    what: &str,
+    labels: Option<&BTreeMap<String, String>>,
+    deployment: &str,
+    selector: Option<&BTreeMap<String, String>>,
+) -> Result<(), Refusal> {
+    let selector = selector.filter(|s| !s.is_empty()).ok_or_else(|| {
+        denied(
+            Code::PermissionDenied,
+            "selector",
+            format!(
+                "Deployment {deployment} selects its pods by no label: not one the operator made"
+            ),
+        )
+    })?;
+    let missing: Vec<String> = selector
+        .iter()
+        .filter(|(k, v)| labels.and_then(|l| l.get(*k)) != Some(*v))
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    Err(denied(
+        Code::PermissionDenied,
+        "selector",
+        format!(
+            "{what} lacks the labels Deployment {deployment} selects by ({}): its owner did not make it",
+            missing.join(", ")
+        ),
+    ))
+}
+
+/// Checks the token's ServiceAccount is the one the workload's pods run as (`expected`, its own
+/// unless its template names another): ownerReferences can be forged by whoever may create pods or
+/// Deployments, while the operator sets the ServiceAccount of every pod it makes.
+pub fn service_account(bound: &BoundPod, workload: &str, expected: &str) -> Result<(), Refusal> {
+    if bound.service_account == expected {
+        return Ok(());
+    }
+    Err(denied(
+        Code::PermissionDenied,
+        "service_account",
+        format!(
+            "pod {}/{} runs as ServiceAccount {:?}; the pods of {workload} run as {expected:?}",
+            bound.namespace, bound.name, bound.service_account
+        ),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use k8s_openapi::api::authentication::v1::UserInfo;
-    use std::collections::BTreeMap;
 
     fn status(username: &str, pod: Option<(&str, &str)>, audiences: &[&str]) -> TokenReviewStatus {
         let mut extra = BTreeMap::new();
@@ -328,5 +386,57 @@ mod tests {
                 .map_err(|r| r.reason),
             Err("owner")
         );
+    }
+
+    #[test]
+    fn the_token_must_be_of_the_workloads_service_account() {
+        let bound = BoundPod {
+            namespace: "shop".into(),
+            service_account: "default".into(),
+            name: "p".into(),
+            uid: "u".into(),
+        };
+        let e = service_account(&bound, "Manager orders", "orders-manager").expect_err("other SA");
+        assert_eq!(
+            (e.reason, e.code),
+            ("service_account", Code::PermissionDenied)
+        );
+        assert_eq!(
+            e.message,
+            "pod shop/p runs as ServiceAccount \"default\"; the pods of Manager orders run as \"orders-manager\""
+        );
+        let own = BoundPod {
+            service_account: "orders-manager".into(),
+            ..bound
+        };
+        assert!(service_account(&own, "Manager orders", "orders-manager").is_ok());
+    }
+
+    #[test]
+    fn the_pod_and_its_replica_set_must_carry_the_deployments_selector() {
+        let selector = BTreeMap::from([
+            ("switchyard.dev/manager".to_owned(), "orders".to_owned()),
+            (
+                "app.kubernetes.io/name".to_owned(),
+                "switchyard-manager".to_owned(),
+            ),
+        ]);
+        let mut labels = selector.clone();
+        labels.insert("pod-template-hash".into(), "abc".into());
+        assert!(
+            carries_selector("pod p", Some(&labels), "orders-manager", Some(&selector)).is_ok()
+        );
+        labels.remove("switchyard.dev/manager");
+        let e = carries_selector("pod p", Some(&labels), "orders-manager", Some(&selector))
+            .expect_err("unlabelled");
+        assert_eq!((e.reason, e.code), ("selector", Code::PermissionDenied));
+        assert_eq!(
+            e.message,
+            "pod p lacks the labels Deployment orders-manager selects by (switchyard.dev/manager=orders): its owner did not make it"
+        );
+        assert!(carries_selector("pod p", None, "orders-manager", Some(&selector)).is_err());
+        let none = carries_selector("pod p", Some(&labels), "d", Some(&BTreeMap::new()))
+            .expect_err("empty selector");
+        assert_eq!(none.reason, "selector");
     }
 }

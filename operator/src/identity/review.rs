@@ -2,13 +2,15 @@
 //! `switchyard-identity`), then the pod it is bound to and its controller chain, read from the API
 //! server (not a cache: a certificate must not be issued on a stale view of who owns a pod).
 //! What the review proved is kept by token hash until the token expires (`throttle`), so only the
-//! pod and its owners are read again on a repeat; callers are rate-limited per source IP before
+//! pod and its owners are read again on a repeat; the pod must run as its Router's or Manager's
+//! ServiceAccount (`owner::service_account`); callers are rate-limited per source IP before
 //! the review and per ServiceAccount after it.
 
 use super::owner::{self, BoundPod};
 use super::service_refusal;
 use super::throttle::{self, RateLimiter, ReviewCache};
 use crate::metrics::Metrics;
+use crate::render::service_account;
 use crate::scope::Scope;
 use k8s_openapi::api::apps::v1::{Deployment, ReplicaSet};
 use k8s_openapi::api::authentication::v1::{TokenReview, TokenReviewSpec};
@@ -146,6 +148,37 @@ where
     Ok(obj)
 }
 
+impl KubeAuthenticator {
+    /// The Router or Manager `name` (checked to be the one of `uid`), as a message names it, and
+    /// the ServiceAccount its pods run as.
+    async fn workload_account(
+        &self,
+        ns: &str,
+        kind: Kind,
+        name: &str,
+        uid: &str,
+    ) -> Result<(String, String), Refusal> {
+        Ok(match kind {
+            Kind::Router => {
+                let api = Api::namespaced(self.client.clone(), ns);
+                let router: Router = get(api, name, Some(uid), "Router").await?;
+                (
+                    format!("Router {name}"),
+                    service_account::of_router(&router),
+                )
+            }
+            _ => {
+                let api = Api::namespaced(self.client.clone(), ns);
+                let manager: Manager = get(api, name, Some(uid), "Manager").await?;
+                (
+                    format!("Manager {name}"),
+                    service_account::of_manager(&manager),
+                )
+            }
+        })
+    }
+}
+
 #[tonic::async_trait]
 impl Authenticator for KubeAuthenticator {
     async fn authenticate(
@@ -208,26 +241,19 @@ impl Authenticator for KubeAuthenticator {
         )
         .await?;
         let (kind, name, uid) = owner::workload(&dep_ref.name, &dep.metadata)?;
-        match kind {
-            Kind::Router => {
-                get::<Router>(
-                    Api::namespaced(self.client.clone(), ns),
-                    &name,
-                    Some(&uid),
-                    "Router",
-                )
-                .await?;
-            }
-            _ => {
-                get::<Manager>(
-                    Api::namespaced(self.client.clone(), ns),
-                    &name,
-                    Some(&uid),
-                    "Manager",
-                )
-                .await?;
-            }
-        }
+        let selector = dep
+            .spec
+            .as_ref()
+            .and_then(|s| s.selector.match_labels.as_ref());
+        owner::carries_selector(
+            &format!("pod {}", bound.name),
+            pod.metadata.labels.as_ref(),
+            &dep_ref.name,
+            selector,
+        )?;
+        owner::carries_selector(&what, rs.metadata.labels.as_ref(), &dep_ref.name, selector)?;
+        let (workload, expected) = self.workload_account(ns, kind, &name, &uid).await?;
+        owner::service_account(&bound, &workload, &expected)?;
         let id = SpiffeId::new(&self.trust_domain, ns, kind, &name)
             .map_err(|e| service_refusal(Code::PermissionDenied, "name", e.to_string()))?;
         tracing::debug!(identity = %id, pod = %bound.name, service_account = %bound.service_account, "token reviewed");

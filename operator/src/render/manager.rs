@@ -6,7 +6,7 @@ use super::sidecar::{self, Role};
 use crate::Error;
 use k8s_openapi::api::apps::v1::{Deployment, DeploymentSpec};
 use k8s_openapi::api::core::v1::{
-    ConfigMap, EnvVar, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+    ConfigMap, EnvVar, PodTemplateSpec, Service, ServiceAccount, ServicePort, ServiceSpec,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -27,6 +27,8 @@ pub use switchyard_protocol::env::LOCAL_API as LOCAL_API_ENV;
 /// The desired children of one Manager.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ManagerChildren {
+    /// The Manager's own ServiceAccount, which its pods run as unless the template names another.
+    pub service_account: ServiceAccount,
     /// Rendered manager-role config.
     pub config_map: ConfigMap,
     /// One Deployment (`split: shared`) or one per event type (`split: perEventType`).
@@ -221,6 +223,7 @@ pub fn build(
 
     let network_policy = super::network_policy::manager(manager, router)?;
     Ok(ManagerChildren {
+        service_account: super::service_account::build(manager, MANAGER)?,
         config_map,
         deployments,
         service,
@@ -273,6 +276,7 @@ fn pod_template(
     }
     super::identity::apply(settings, &mut pod, &mut side);
     super::identity::no_default_token(&mut pod);
+    super::service_account::run_as(&mut pod, super::service_account::of_manager(manager));
     let mut init = vec![side];
     init.extend(pod.init_containers.take().unwrap_or_default());
     pod.init_containers = Some(init);

@@ -9,6 +9,7 @@ pub mod network_policy;
 pub mod pod_security;
 pub mod router;
 pub mod secrets;
+pub mod service_account;
 pub mod sidecar;
 pub mod stop_order;
 

@@ -8,7 +8,7 @@ use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
 use k8s_openapi::api::core::v1::{
-    ConfigMap, PodSpec, PodTemplateSpec, Service, ServicePort, ServiceSpec,
+    ConfigMap, PodSpec, PodTemplateSpec, Service, ServiceAccount, ServicePort, ServiceSpec,
 };
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
@@ -23,6 +23,8 @@ use switchyard_protocol::ports;
 /// The desired children of one Router.
 #[derive(Clone, Debug, PartialEq)]
 pub struct RouterChildren {
+    /// The Router's own ServiceAccount, which its pods run as unless `podTemplate` names another.
+    pub service_account: ServiceAccount,
     /// Rendered routing config.
     pub config_map: ConfigMap,
     /// Router pods.
@@ -203,7 +205,7 @@ pub fn build(
         node_selector: non_empty(overrides.node_selector),
         tolerations: (!overrides.tolerations.is_empty()).then_some(overrides.tolerations),
         affinity: overrides.affinity,
-        service_account_name: overrides.service_account_name,
+        service_account_name: Some(super::service_account::of_router(router)),
         priority_class_name: overrides.priority_class_name,
         image_pull_secrets: (!overrides.image_pull_secrets.is_empty())
             .then_some(overrides.image_pull_secrets),
@@ -279,6 +281,7 @@ pub fn build(
 
     let network_policy = super::network_policy::router(router, &serving)?;
     Ok(RouterChildren {
+        service_account: super::service_account::build(router, ROUTER)?,
         config_map,
         deployment,
         service,

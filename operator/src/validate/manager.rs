@@ -76,7 +76,7 @@ pub fn validate(name: &str, spec: &ManagerSpec, policy: TemplatePolicy) -> Vec<F
     }
     out.extend(template::identity_theft(&spec.template));
     if policy == TemplatePolicy::Restricted {
-        out.extend(template::escalations(&spec.template));
+        out.extend(template::escalations(name, &spec.template));
     }
     check_subscriptions(spec, &mut out);
     check_targets(spec, &mut out);

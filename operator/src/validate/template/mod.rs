@@ -6,12 +6,14 @@
 //! Two kinds. Identity theft (a container mounting the sidecar's token volume, a volume projecting
 //! a token for the mesh's audience) is refused always: such a token certifies its holder as this
 //! Manager. Escalation (privileged, privilege escalation, added capabilities, host namespaces, host
-//! paths and ports, another ServiceAccount) is refused unless the Manager's namespace is labelled
+//! paths and ports, a ServiceAccount other than the Manager's own) is refused unless the Manager's namespace is labelled
 //! [`ALLOW_PRIVILEGED_LABEL`]`: "true"`; the controller reads the label and passes a
 //! [`TemplatePolicy`] in, so this file reads nothing.
 
 use super::FieldError;
 use crate::render::identity::TOKEN_VOLUME;
+use crate::render::meta::MANAGER;
+use crate::render::service_account::own_name;
 use k8s_openapi::api::core::v1::{Container, PodSpec, PodTemplateSpec, SecurityContext};
 use std::collections::BTreeMap;
 use switchyard_identity::TOKEN_AUDIENCE;
@@ -97,12 +99,13 @@ pub fn identity_theft(template: &PodTemplateSpec) -> Vec<FieldError> {
 
 /// Escalations of the template, whatever the namespace allows: refused under
 /// [`TemplatePolicy::Restricted`], reported as allowed under [`TemplatePolicy::Privileged`].
-pub fn escalations(template: &PodTemplateSpec) -> Vec<FieldError> {
+/// `manager` is the Manager's name: its own ServiceAccount is no escalation.
+pub fn escalations(manager: &str, template: &PodTemplateSpec) -> Vec<FieldError> {
     let Some(pod) = template.spec.as_ref() else {
         return Vec::new();
     };
     let mut out = Vec::new();
-    pod_escalations(pod, &mut out);
+    pod_escalations(pod, &own_name(MANAGER, manager), &mut out);
     for (at, c) in containers(pod) {
         container_escalations(&at, c, &mut out);
     }
@@ -135,7 +138,7 @@ fn refused(field: String, gives: &str, instead: &str) -> FieldError {
     )
 }
 
-fn pod_escalations(pod: &PodSpec, out: &mut Vec<FieldError>) {
+fn pod_escalations(pod: &PodSpec, own_account: &str, out: &mut Vec<FieldError>) {
     for (set, name, what) in [
         (pod.host_network, "hostNetwork", "the node's network"),
         (pod.host_pid, "hostPID", "the node's processes"),
@@ -149,19 +152,21 @@ fn pod_escalations(pod: &PodSpec, out: &mut Vec<FieldError>) {
             ));
         }
     }
-    // Left unset, the pods run as the namespace's `default` ServiceAccount, as the operator
-    // renders them; another one would lend the app its RBAC rights through a Manager.
+    // Left unset, the pods run as the Manager's own ServiceAccount, which the operator makes and
+    // the Identity service requires of their tokens; another one would lend the app its RBAC
+    // rights through a Manager, or (`default`) share the pods' identity with every pod of the
+    // namespace.
     for (value, name) in [
         (&pod.service_account_name, "serviceAccountName"),
         (&pod.service_account, "serviceAccount"),
     ] {
         if let Some(sa) = value
             .as_deref()
-            .filter(|sa| !sa.is_empty() && *sa != "default")
+            .filter(|sa| !sa.is_empty() && *sa != own_account)
         {
             out.push(refused(
                 format!("{TEMPLATE}.{name}"),
-                &format!("runs the pods as ServiceAccount {sa:?}, with its API rights, where the operator runs them as the namespace's default"),
+                &format!("runs the pods as ServiceAccount {sa:?}, with its API rights, where the operator runs them as the Manager's own, {own_account:?}"),
                 "remove it",
             ));
         }

@@ -34,7 +34,7 @@ fn refused(name: &str) -> Vec<String> {
 
 #[test]
 fn a_template_asking_for_nothing_more_is_valid() {
-    for name in ["plain", "default-service-account"] {
+    for name in ["plain", "own-service-account"] {
         for policy in [TemplatePolicy::Restricted, TemplatePolicy::Privileged] {
             assert_eq!(errors(ESCALATIONS, name, policy), [], "{name} {policy:?}");
         }
@@ -111,9 +111,21 @@ fn another_service_account_is_refused() {
             "spec.template.spec.serviceAccount"
         ]
     );
+    // The namespace's default is shared by every pod there: the identity would be too.
+    let e = errors(
+        ESCALATIONS,
+        "default-service-account",
+        TemplatePolicy::Restricted,
+    );
+    assert_eq!(
+        e.iter().map(ToString::to_string).collect::<Vec<_>>(),
+        [
+            "spec.template.spec.serviceAccountName: runs the pods as ServiceAccount \"default\", with its API rights, where the operator runs them as the Manager's own, \"default-service-account-manager\"; remove it, or, where the pods are meant to have it, label the Manager's namespace switchyard.dev/allow-privileged-templates=true"
+        ]
+    );
 }
 
-const ESCALATING: [&str; 7] = [
+const ESCALATING: [&str; 8] = [
     "privileged",
     "privilege-escalation",
     "capabilities",
@@ -121,6 +133,7 @@ const ESCALATING: [&str; 7] = [
     "host-path",
     "host-port",
     "service-account",
+    "default-service-account",
 ];
 
 #[test]
@@ -138,13 +151,16 @@ fn the_namespace_label_allows_every_escalation_and_the_status_names_them() {
     }
     let m = manager(ESCALATIONS, "host-namespaces");
     assert_eq!(
-        allowed_by_label(&escalations(&m.spec.template)).as_deref(),
+        allowed_by_label(&escalations("host-namespaces", &m.spec.template)).as_deref(),
         Some(
             "allowed by the namespace's label switchyard.dev/allow-privileged-templates=true: spec.template.spec.hostNetwork, spec.template.spec.hostPID, spec.template.spec.hostIPC"
         )
     );
     let plain = manager(ESCALATIONS, "plain");
-    assert_eq!(allowed_by_label(&escalations(&plain.spec.template)), None);
+    assert_eq!(
+        allowed_by_label(&escalations("plain", &plain.spec.template)),
+        None
+    );
 }
 
 #[test]
