@@ -299,6 +299,46 @@ fn the_charts_servers_route_over_mesh_tls_and_refuse_other_routes() {
         std::panic::resume_unwind(e);
     }
 
+    // The operator renews the certificate and the reloader signals each server (SIGHUP): the new
+    // one is taken for the routes without a restart, and the routes dialled after it use it.
+    let renewed = nats_access::issue(
+        &ca,
+        &trust_domain,
+        NAMESPACE,
+        &names,
+        Duration::from_secs(3600),
+        SystemTime::now(),
+    )
+    .expect("renewed certificate");
+    for s in &servers {
+        let access = dir.join(&s.name).join("nats-access");
+        std::fs::write(access.join(nats_access::CERT_KEY), &renewed.chain).expect("write");
+        std::fs::write(access.join(nats_access::KEY_KEY), &renewed.key).expect("write");
+        let hup = Command::new("kill")
+            .args(["-HUP", &s.child.id().to_string()])
+            .status()
+            .expect("kill");
+        assert!(hup.success(), "SIGHUP {}", s.name);
+    }
+    let reloaded = std::panic::catch_unwind(|| {
+        wait_for("every server reloaded", Duration::from_secs(30), || {
+            for s in &servers {
+                let log = s.log();
+                if log.contains("Failed to reload") {
+                    return Err(format!("{} refused the reload", s.name));
+                }
+                if !log.contains("Reloaded server configuration") {
+                    return Err(format!("{} not yet", s.name));
+                }
+            }
+            Ok(())
+        })
+    });
+    if let Err(e) = reloaded {
+        eprintln!("{}", logs(&servers));
+        std::panic::resume_unwind(e);
+    }
+
     // Servers that try to join: the cluster's own name and route, but no mesh certificate, or a
     // mesh certificate that is not the servers' (a Manager's sidecar holds one).
     let (other_ca, other_pem) = Ca::generate(&trust_domain, now).expect("another CA");
