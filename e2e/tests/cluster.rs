@@ -1055,6 +1055,16 @@ async fn operator_chart_deploys_a_jetstream_cluster_or_points_at_one() -> Result
             && conf.contains("include ../nats-access/access.conf"),
         "nats.conf without mutual TLS and the operator's users:\n{conf}"
     );
+    // The routes too, taking only the servers' own identity (operator/tests/nats_routes.rs runs
+    // this configuration with three real servers).
+    let routes_block = conf.split("cluster {").nth(1).unwrap_or_default();
+    ensure!(
+        routes_block.contains("verify_and_map: true")
+            && routes_block.contains(&format!(
+                "user: \"spiffe://cluster.local/ns/{SYSTEM_NAMESPACE}/jetstream/nats\""
+            )),
+        "cluster routes without mutual TLS for the servers' identity:\n{conf}"
+    );
     let pod = &sts["spec"]["template"]["spec"];
     ensure!(pod["shareProcessNamespace"] == true, "pod: {pod}");
     let reloader = pod["containers"]
@@ -1081,7 +1091,14 @@ async fn operator_chart_deploys_a_jetstream_cluster_or_points_at_one() -> Result
     ensure!(
         args.contains(&format!("--jetstream-url={}", urls.join(",")))
             && args.contains(&"--jetstream-replicas=3".to_owned())
-            && args.contains(&"--jetstream-access-secret=switchyard-nats-access".to_owned()),
+            && args.contains(&"--jetstream-access-secret=switchyard-nats-access".to_owned())
+            && args.contains(&format!(
+                "--jetstream-server-names={}",
+                (0..3)
+                    .map(|i| format!("switchyard-nats-{i}.switchyard-nats.{SYSTEM_NAMESPACE}.svc"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            )),
         "operator args: {args:?}"
     );
     // Where no cluster DNS resolves the servers' names, one pinned address in front of them.

@@ -225,7 +225,7 @@ impl Ca {
         {
             return Err(IssueError::KeyType);
         }
-        self.sign(&request.public_key, subject, lifetime, now)
+        self.sign(&request.public_key, subject, &[], lifetime, now)
     }
 
     /// Makes a key and signs a certificate for it: the operator's own serving certificate.
@@ -235,8 +235,20 @@ impl Ca {
         lifetime: Duration,
         now: SystemTime,
     ) -> Result<(Issued, KeyPair), IssueError> {
+        self.issue_with_new_key_and_names(subject, &[], lifetime, now)
+    }
+
+    /// As [`Ca::issue_with_new_key`], naming also the DNS names `dns`: a server that peers dial by
+    /// host name and check it (the JetStream servers' cluster routes).
+    pub fn issue_with_new_key_and_names(
+        &self,
+        subject: &Subject,
+        dns: &[String],
+        lifetime: Duration,
+        now: SystemTime,
+    ) -> Result<(Issued, KeyPair), IssueError> {
         let key = KeyPair::generate().map_err(|e| IssueError::Sign(e.to_string()))?;
-        let issued = self.sign(&key, subject, lifetime, now)?;
+        let issued = self.sign(&key, subject, dns, lifetime, now)?;
         Ok((issued, key))
     }
 
@@ -244,15 +256,18 @@ impl Ca {
         &self,
         key: &impl rcgen::PublicKeyData,
         subject: &Subject,
+        dns: &[String],
         lifetime: Duration,
         now: SystemTime,
     ) -> Result<Issued, IssueError> {
         let uri = subject.id.uri();
         let mut params = CertificateParams::default();
-        params.subject_alt_names = vec![SanType::URI(
-            uri.try_into()
-                .map_err(|e: rcgen::Error| IssueError::Sign(e.to_string()))?,
-        )];
+        let sign_error = |e: rcgen::Error| IssueError::Sign(e.to_string());
+        params.subject_alt_names = vec![SanType::URI(uri.try_into().map_err(sign_error)?)];
+        for name in dns {
+            let name = name.as_str().try_into().map_err(sign_error)?;
+            params.subject_alt_names.push(SanType::DnsName(name));
+        }
         let mut dn = DistinguishedName::new();
         let cn: String = subject.pod.chars().take(MAX_COMMON_NAME).collect();
         dn.push(DnType::CommonName, cn);

@@ -317,7 +317,12 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
     let access = {
         let (client, end) = (client.clone(), end.clone());
         let managers = caches.managers.clone();
-        let target = mesh.clone().zip(settings.jetstream_access_secret.clone());
+        let target = mesh.clone().zip(
+            settings
+                .jetstream_access_secret
+                .clone()
+                .map(|s| (s, settings.jetstream_server_names.clone())),
+        );
         async move {
             if let Some((identity, secret)) = target {
                 nats_access::run(client, identity, managers, secret, end).await;

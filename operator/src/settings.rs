@@ -125,6 +125,16 @@ pub struct Settings {
     /// user's own (`jetstream.url`), who keeps their TLS and users.
     #[arg(long, env = "SWITCHYARD_JETSTREAM_ACCESS_SECRET")]
     pub jetstream_access_secret: Option<String>,
+    /// The DNS names the chart's JetStream servers route to each other by (comma-separated): their
+    /// certificate names them too, since a server checks the name of the peer it dials.
+    #[arg(
+        long,
+        env = "SWITCHYARD_JETSTREAM_SERVER_NAMES",
+        value_delimiter = ',',
+        value_parser = dns_name,
+        requires = "jetstream_access_secret"
+    )]
+    pub jetstream_server_names: Vec<String>,
     /// Accept a `nats://` (plaintext) JetStream URL while the mesh runs mutual TLS: every pod that
     /// reaches the servers can then read, publish and delete every namespace's durable events.
     /// Off: such a URL is refused at start.
@@ -177,6 +187,23 @@ fn activation_delay(text: &str) -> Result<Duration, String> {
         return Err(format!("{text:?} is longer than 1h"));
     }
     Ok(d)
+}
+
+/// Parses a DNS name a certificate can carry: dot-separated labels of letters, digits and `-`.
+fn dns_name(text: &str) -> Result<String, String> {
+    let label_ok = |l: &str| {
+        !l.is_empty()
+            && l.len() <= 63
+            && !l.starts_with('-')
+            && !l.ends_with('-')
+            && l.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'-')
+    };
+    if text.len() > 253 || !text.split('.').all(label_ok) {
+        return Err(format!(
+            "{text:?} is not a DNS name (labels of letters, digits and '-', joined by dots)"
+        ));
+    }
+    Ok(text.to_ascii_lowercase())
 }
 
 /// Parses a certificate lifetime: a duration between 10 s and 30 days.
@@ -467,8 +494,30 @@ mod tests {
         );
         assert_eq!(s.jetstream_replicas, 3);
         assert_eq!(s.backlog_interval, Duration::from_millis(500));
+        let s = parse(&[
+            "--mesh-tls=true",
+            "--jetstream-access-secret",
+            "sy-nats-access",
+            "--jetstream-server-names",
+            "sy-nats-0.sy-nats.sy.svc,sy-nats-1.sy-nats.sy.svc",
+        ]);
+        assert_eq!(
+            s.jetstream_server_names,
+            ["sy-nats-0.sy-nats.sy.svc", "sy-nats-1.sy-nats.sy.svc"]
+        );
         for bad in [
-            &["--jetstream-url", "a:4222"][..],
+            &["--jetstream-server-names", "a.svc"][..],
+            &[
+                "--jetstream-server-names",
+                "a..svc",
+                "--jetstream-access-secret=s",
+            ],
+            &[
+                "--jetstream-server-names",
+                "a b",
+                "--jetstream-access-secret=s",
+            ],
+            &["--jetstream-url", "a:4222"],
             &["--jetstream-url", "http://a:4222"],
             &["--jetstream-url", "nats://a:4222,"],
             &["--jetstream-replicas", "0"],

@@ -203,6 +203,27 @@ each to the NATS user the operator writes for it (the access Secret).
 {{- end }}
 
 {{/*
+The chart's JetStream servers by their stable names under the headless Service, comma-separated:
+their route hosts, and the DNS names of the certificate the operator issues them.
+*/}}
+{{- define "switchyard.natsRouteHosts" -}}
+{{- $name := include "switchyard.nats" . }}
+{{- $hosts := list }}
+{{- range $i := until (int .Values.jetstream.cluster.replicas) }}
+{{- $hosts = append $hosts (printf "%s-%d.%s.%s.svc" $name $i $name $.Release.Namespace) }}
+{{- end }}
+{{- join "," $hosts }}
+{{- end }}
+
+{{/*
+The SPIFFE identity in the servers' certificate (the operator's nats_access::SERVER_NAME): the only
+peer their cluster routes accept.
+*/}}
+{{- define "switchyard.natsServerId" -}}
+{{- printf "spiffe://%s/ns/%s/jetstream/nats" .Values.meshTLS.trustDomain .Release.Namespace }}
+{{- end }}
+
+{{/*
 The Secret the operator keeps for the chart's JetStream servers: certificate, trust bundle, users.
 */}}
 {{- define "switchyard.natsAccess" -}}
@@ -292,10 +313,25 @@ include ../nats-access/access.conf
 cluster {
   name: {{ include "switchyard.nats" . }}
   listen: 0.0.0.0:6222
+  {{- if eq (include "switchyard.natsTLS" .) "true" }}
+  # A route carries every account's messages and the JetStream cluster's state: mutual TLS with the
+  # mesh CA, and only the servers' own identity may route (a sidecar's mesh certificate is refused).
+  # The certificate also names each server's route host (--jetstream-server-names), which a server
+  # checks when it dials a route.
+  tls {
+    cert_file: /etc/nats-access/tls.crt
+    key_file: /etc/nats-access/tls.key
+    ca_file: /etc/nats-access/ca.crt
+    verify_and_map: true
+    timeout: 2
+  }
+  authorization {
+    user: {{ include "switchyard.natsServerId" . | quote }}
+  }
+  {{- end }}
   routes: [
-    {{- $name := include "switchyard.nats" . }}
-    {{- range $i := until (int .Values.jetstream.cluster.replicas) }}
-    nats://{{ $name }}-{{ $i }}.{{ $name }}.{{ $.Release.Namespace }}.svc:6222
+    {{- range (include "switchyard.natsRouteHosts" . | splitList ",") }}
+    nats://{{ . }}:6222
     {{- end }}
   ]
 }

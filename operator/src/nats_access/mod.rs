@@ -10,7 +10,7 @@
 mod secret;
 mod users;
 
-pub use secret::{ACCESS_KEY, CERT_KEY, KEY_KEY, SERVER_NAME, TRUST_KEY};
+pub use secret::{ACCESS_KEY, CERT_KEY, KEY_KEY, SERVER_NAME, ServerCert, TRUST_KEY, issue};
 pub use users::{Users, users};
 
 use crate::identity::MeshIdentity;
@@ -28,12 +28,13 @@ use switchyard_protocol::nats_access::authorization_block;
 const EVERY: Duration = Duration::from_secs(1);
 
 /// Keeps Secret `name` in the operator's namespace current until `shutdown`: on the leader only,
-/// since every write of a new certificate re-keys the servers.
+/// since every write of a new certificate re-keys the servers. The certificate names the servers'
+/// route hosts `server_names` besides their SPIFFE identity.
 pub async fn run(
     client: kube::Client,
     identity: Arc<MeshIdentity>,
     managers: Stores<Manager>,
-    name: String,
+    (name, server_names): (String, Vec<String>),
     shutdown: impl Future<Output = ()>,
 ) {
     tokio::pin!(shutdown);
@@ -44,7 +45,9 @@ pub async fn run(
     let namespace = identity.settings.namespace.clone();
     let api: Api<Secret> = Api::namespaced(client.clone(), &namespace);
     let mut cert = match api.get_opt(&name).await {
-        Ok(Some(s)) => secret::reusable(&s, &identity.trust_pem(), SystemTime::now()),
+        Ok(Some(s)) => {
+            secret::reusable(&s, &identity.trust_pem(), &server_names, SystemTime::now())
+        }
         _ => None,
     };
     // What was last written (block and certificate), so an unchanged state is not re-applied.
@@ -66,6 +69,7 @@ pub async fn run(
                 &identity.ca(),
                 &identity.settings.trust_domain,
                 &namespace,
+                &server_names,
                 identity.settings.lifetime,
                 now,
             ) {

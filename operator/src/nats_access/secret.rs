@@ -24,6 +24,8 @@ pub const ACCESS_KEY: &str = "access.conf";
 const RENEW_AT: &str = "switchyard.dev/renew-at";
 /// Which trust bundle issued it: a rotated CA means a new certificate at once.
 const TRUST: &str = "switchyard.dev/trust";
+/// Which DNS names it carries: a changed list of servers means a new certificate at once.
+const NAMES: &str = "switchyard.dev/server-names";
 /// Name of the servers in their identity, `spiffe://<td>/ns/<namespace>/jetstream/nats`.
 pub const SERVER_NAME: &str = "nats";
 
@@ -36,13 +38,17 @@ pub struct ServerCert {
     pub key: String,
     /// When to renew: two thirds into its life.
     pub renew_at: SystemTime,
+    /// The DNS names it carries besides the servers' SPIFFE identity.
+    pub names: Vec<String>,
 }
 
-/// A new certificate for the JetStream servers of `namespace`, valid from `now` for `lifetime`.
+/// A new certificate for the JetStream servers of `namespace`, naming their SPIFFE identity and
+/// the DNS `names` their cluster routes dial each other by, valid from `now` for `lifetime`.
 pub fn issue(
     ca: &Ca,
     trust_domain: &str,
     namespace: &str,
+    names: &[String],
     lifetime: Duration,
     now: SystemTime,
 ) -> Result<ServerCert, IssueError> {
@@ -52,18 +58,28 @@ pub fn issue(
         id,
         pod: "switchyard-nats".into(),
     };
-    let (issued, key) = ca.issue_with_new_key(&subject, lifetime, now)?;
+    let (issued, key) = ca.issue_with_new_key_and_names(&subject, names, lifetime, now)?;
     Ok(ServerCert {
         chain: switchyard_identity::pem::certs(&issued.chain),
         key: key.serialize_pem(),
         renew_at: now + switchyard_identity::renew_in(now, issued.not_after),
+        names: names.to_vec(),
     })
 }
 
-/// The certificate kept in `existing` when it was issued under `trust` and is not due at `now`.
-pub fn reusable(existing: &Secret, trust: &str, now: SystemTime) -> Option<ServerCert> {
+/// The certificate kept in `existing` when it was issued under `trust` for `names` and is not due
+/// at `now`.
+pub fn reusable(
+    existing: &Secret,
+    trust: &str,
+    names: &[String],
+    now: SystemTime,
+) -> Option<ServerCert> {
     let notes = existing.metadata.annotations.as_ref()?;
     if notes.get(TRUST).map(String::as_str) != Some(meta::hash(trust).as_str()) {
+        return None;
+    }
+    if notes.get(NAMES).map(String::as_str) != Some(names.join(",").as_str()) {
         return None;
     }
     let renew_at = UNIX_EPOCH + Duration::from_secs(notes.get(RENEW_AT)?.parse().ok()?);
@@ -79,6 +95,7 @@ pub fn reusable(existing: &Secret, trust: &str, now: SystemTime) -> Option<Serve
         chain: text(CERT_KEY)?,
         key: text(KEY_KEY)?,
         renew_at,
+        names: names.to_vec(),
     })
 }
 
@@ -115,6 +132,7 @@ pub fn secret(namespace: &str, name: &str, cert: &ServerCert, trust: &str, acces
                 [
                     (RENEW_AT.to_owned(), renew_at.to_string()),
                     (TRUST.to_owned(), meta::hash(trust)),
+                    (NAMES.to_owned(), cert.names.join(",")),
                 ]
                 .into(),
             ),
@@ -137,7 +155,8 @@ mod tests {
     fn the_servers_certificate_names_them_as_the_sidecars_expect() {
         let ca = ca();
         let now = SystemTime::now();
-        let cert = issue(&ca, "td", "switchyard", Duration::from_secs(3600), now).expect("cert");
+        let cert =
+            issue(&ca, "td", "switchyard", &[], Duration::from_secs(3600), now).expect("cert");
         let chain = switchyard_identity::pem::parse_certs(cert.chain.as_bytes()).expect("pem");
         let peer = switchyard_identity::peer::identity(&chain[0]).expect("spiffe id");
         assert!(
@@ -148,10 +167,19 @@ mod tests {
     }
 
     #[test]
-    fn a_kept_certificate_is_reused_until_due_or_until_the_ca_changes() {
+    fn a_kept_certificate_is_reused_until_due_or_until_the_ca_or_the_names_change() {
         let ca = ca();
         let now = SystemTime::now();
-        let cert = issue(&ca, "td", "switchyard", Duration::from_secs(3600), now).expect("cert");
+        let names = vec!["sy-nats-0.sy-nats.sy.svc".to_owned()];
+        let cert = issue(
+            &ca,
+            "td",
+            "switchyard",
+            &names,
+            Duration::from_secs(3600),
+            now,
+        )
+        .expect("cert");
         let s = secret(
             "switchyard",
             "switchyard-nats-access",
@@ -159,11 +187,14 @@ mod tests {
             "TRUST",
             "authorization: {}\n",
         );
-        let kept = reusable(&s, "TRUST", now).expect("kept");
+        let kept = reusable(&s, "TRUST", &names, now).expect("kept");
         assert_eq!(kept.chain, cert.chain);
         assert_eq!(kept.key, cert.key);
-        assert!(reusable(&s, "TRUST", now + Duration::from_secs(2401)).is_none());
-        assert!(reusable(&s, "OTHER", now).is_none());
+        assert_eq!(kept.names, names);
+        assert!(reusable(&s, "TRUST", &names, now + Duration::from_secs(2401)).is_none());
+        assert!(reusable(&s, "OTHER", &names, now).is_none());
+        let more = vec![names[0].clone(), "sy-nats-1.sy-nats.sy.svc".to_owned()];
+        assert!(reusable(&s, "TRUST", &more, now).is_none());
         let data = s.data.expect("data");
         assert_eq!(data[ACCESS_KEY].0, b"authorization: {}\n");
         assert_eq!(data[TRUST_KEY].0, b"TRUST");
