@@ -2,12 +2,13 @@
 #   make up     builds, then runs examples/quickstart.yaml locally (router and manager sidecars, example app)
 #   make test   every check and test, e2e included (builds the control plane on first use)
 # Also: make demo (the quickstart in real pods on a local cluster, operator from the chart), make down,
-# make images (OCI images without a container engine).
+# make images (OCI images without a container engine), make release VERSION=x.y.z [REGISTRY=...] (images
+# and charts pushed to a registry by digest, the CLI tarball, checksums: deploy/release).
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: test test-run lint unit e2e tools cluster-up cluster-down demo down crds fuzz up images
+.PHONY: test test-run lint unit e2e tools cluster-up cluster-down demo down crds fuzz up images release
 
 # The quickstart as local processes on 127.0.0.1; Ctrl-C stops it.
 up:
@@ -53,6 +54,15 @@ down:
 # container engine: archives and images.env in target/images.
 images:
 	deploy/build-images
+
+# A release: the images pushed with crane to REGISTRY (default ghcr.io/switchyard-dev) and recorded by
+# digest, both charts pinned to those digests and pushed to oci://REGISTRY/charts, the CLI tarball and
+# SHA256SUMS in target/dist/VERSION. The e2e tests run the same script against the test cluster's registry.
+REGISTRY ?= ghcr.io/switchyard-dev
+release:
+	@[ -n "$(VERSION)" ] || { echo "usage: make release VERSION=x.y.z [REGISTRY=host[:port]/path]" >&2; exit 2; }
+	e2e/cluster/build-tools helm crane syft
+	VERSION="$(VERSION)" REGISTRY="$(REGISTRY)" deploy/release
 
 crds:
 	$(CARGO) run -q -p switchyard-crds --bin crdgen

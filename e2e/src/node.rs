@@ -1,7 +1,9 @@
 //! The real node of the e2e cluster (`e2e/cluster/node-up`): kubelet, containerd and kube-proxy in a
 //! network namespace of their own. Its pods' IPs are reachable from this host through one route into
 //! that namespace, which [`Node::check_route`] confirms before a test sends anything there (nothing
-//! may go to a 10.x address that is not ours). Images reach it by `ctr images import`: no registry.
+//! may go to a 10.x address that is not ours). Its containerd pulls every image from the cluster's OCI
+//! registry ([`Node::registry`], configured in its `hosts.toml`), as a user's node would: nothing is
+//! imported into it.
 
 use crate::cmd::Cmd;
 use anyhow::{Context, Result, bail, ensure};
@@ -26,6 +28,9 @@ pub struct Node {
     pub label: (String, String),
     /// Key of the NoSchedule taint that keeps other pods off it.
     pub taint_key: String,
+    /// `host:port` of the cluster's OCI registry (plain HTTP on the host end of the veth), which the
+    /// node's containerd pulls from.
+    pub registry: String,
 }
 
 fn read_env(path: &Path) -> Result<BTreeMap<String, String>> {
@@ -75,6 +80,7 @@ impl Node {
                 get(&c, "NODE_LABEL_VALUE", &shared)?.to_string(),
             ),
             taint_key: get(&c, "NODE_TAINT_KEY", &shared)?.to_string(),
+            registry: get(&s, "REGISTRY", &state)?.to_string(),
         })
     }
 
@@ -133,22 +139,6 @@ impl Node {
                 self.containerd_socket.display()
             ))
             .arg("--timeout=20s")
-    }
-
-    /// Imports docker-archive files into containerd's `k8s.io` namespace (where the kubelet's
-    /// images live). Importing an image that is there already only re-points its tags.
-    pub async fn import(&self, archives: &[PathBuf]) -> Result<()> {
-        for a in archives {
-            Cmd::new("ctr")
-                .arg(format!("--address={}", self.containerd_socket.display()))
-                .args(["-n", "k8s.io", "images", "import"])
-                .arg(a)
-                .timeout(std::time::Duration::from_secs(300))
-                .ok()
-                .await
-                .with_context(|| format!("importing {} into the node", a.display()))?;
-        }
-        Ok(())
     }
 
     /// Id of the running container `container` of pod `namespace/pod`, from crictl.

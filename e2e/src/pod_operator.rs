@@ -1,7 +1,8 @@
-//! The operator as a pod, as a platform team runs it: the `switchyard` chart installed with helm
-//! from the image `deploy/build-images` built, under the chart's own ServiceAccount, on the real
-//! node (chart values `nodeSelector` and `tolerations`), in a namespace that enforces Pod Security
-//! `restricted`.
+//! The operator as a pod, as a platform team runs it: both charts installed with
+//! `helm upgrade --install … oci://…` from the cluster's registry, where `deploy/release` pushed them
+//! with the images they name by digest ([`crate::release`]); `global.imageRegistry` points every image
+//! at that registry. The operator runs under the chart's own ServiceAccount, on the real node (chart
+//! values `nodeSelector` and `tolerations`), in a namespace that enforces Pod Security `restricted`.
 //!
 //! A release of its own (`switchyard-node`), so the shared release in switchyard-system that the
 //! other tests' host-process operators use stays as it is. It holds the operator lock while it
@@ -15,9 +16,10 @@
 
 use crate::cluster::Cluster;
 use crate::cmd::Cmd;
-use crate::images::Images;
+use crate::lock::FileLock;
 use crate::node::Node;
 use crate::operator::OperatorLock;
+use crate::release::Release;
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::Pod;
 use kube::ResourceExt;
@@ -49,13 +51,11 @@ pub struct PodOperator {
     _lock: OperatorLock,
 }
 
-fn values(node: &Node, images: &Images) -> serde_json::Value {
-    let (op_repo, op_tag) = Images::split(&images.operator);
-    let (sc_repo, sc_tag) = Images::split(&images.sidecar);
-    let (nats_repo, nats_tag) = Images::split(&images.nats);
+/// The values a user of an air-gapped cluster would give: the registry, and where to run. The
+/// operator's and the sidecar's images are the chart's own (by digest, as released).
+fn values(node: &Node, release: &Release) -> serde_json::Value {
     serde_json::json!({
-        "image": {"repository": op_repo, "tag": op_tag, "pullPolicy": "IfNotPresent"},
-        "sidecar": {"image": {"repository": sc_repo, "tag": sc_tag}},
+        "global": {"imageRegistry": release.registry},
         "replicaCount": 1,
         "logFormat": "text",
         "nodeSelector": {node.label.0.clone(): node.label.1.clone()},
@@ -72,7 +72,7 @@ fn values(node: &Node, images: &Images) -> serde_json::Value {
         "jetstream": {
             "enabled": true,
             "clusterIP": NATS_IP,
-            "image": {"repository": nats_repo, "tag": nats_tag, "pullPolicy": "IfNotPresent"},
+            "image": {"tag": release.nats_tag, "digest": release.nats.digest},
             "cluster": {"replicas": 1},
             "persistence": {"enabled": false},
             "nodeSelector": {node.label.0.clone(): node.label.1.clone()},
@@ -85,12 +85,12 @@ fn values(node: &Node, images: &Images) -> serde_json::Value {
 
 impl PodOperator {
     /// Installs (or upgrades) the release and waits for the operator pod to be Ready on the node.
-    pub async fn install(cluster: &Cluster, node: &Node, images: &Images) -> Result<PodOperator> {
+    pub async fn install(cluster: &Cluster, node: &Node, release: &Release) -> Result<PodOperator> {
         let lock = OperatorLock::acquire().await?;
         // A run that died may have left its release behind: that operator is ours, not foreign.
         remove(cluster).await?;
         crate::operator::refuse_foreign_operator(cluster).await?;
-        match install_release(cluster, node, images).await {
+        match install_release(cluster, node, release).await {
             Ok((pod, pod_ip, ready_after)) => Ok(PodOperator {
                 pod,
                 pod_ip,
@@ -117,8 +117,9 @@ impl PodOperator {
 async fn install_release(
     cluster: &Cluster,
     node: &Node,
-    images: &Images,
+    release: &Release,
 ) -> Result<(String, Ipv4Addr, Duration)> {
+    install_crds(cluster, release).await?;
     cluster
         .kubectl()
         .args(["apply", "-f", "-"])
@@ -136,20 +137,23 @@ async fn install_release(
         .ok()
         .await?;
     let file = crate::work_dir().join(format!("{RELEASE}-values.json"));
-    std::fs::write(&file, values(node, images).to_string())
+    std::fs::write(&file, values(node, release).to_string())
         .with_context(|| format!("writing {}", file.display()))?;
     let start = std::time::Instant::now();
-    cluster
-        .helm()
-        .args(["upgrade", "--install", RELEASE])
-        .arg(crate::charts_dir().join("switchyard"))
+    release
+        .helm_install(cluster.helm(), RELEASE, &release.operator_chart)
         .args(["--namespace", NAMESPACE, "--values"])
         .arg(&file)
         .args(["--wait", "--timeout=120s"])
         .timeout(Duration::from_secs(180))
         .ok()
         .await
-        .context("helm install of the operator chart with the operator as a pod")?;
+        .with_context(|| {
+            format!(
+                "helm install {} {} with the operator as a pod",
+                release.operator_chart, release.version
+            )
+        })?;
     let client = cluster.client().await?;
     let pods: Api<Pod> = Api::namespaced(client, NAMESPACE);
     let pod = crate::eventually(
@@ -181,6 +185,23 @@ async fn install_release(
         .parse()
         .context("operator pod IP")?;
     Ok((pod.name_any(), pod_ip, start.elapsed()))
+}
+
+/// The CRD chart from the registry, as the first of a user's two installs: an upgrade of the CRD
+/// release the other tests share (helm would not give its CRDs to a second release), wherever it is.
+async fn install_crds(cluster: &Cluster, release: &Release) -> Result<()> {
+    let _lock = FileLock::acquire("charts").await?;
+    let namespace = crate::cluster::release_namespace(&cluster.kubeconfig, crate::CRD_RELEASE)
+        .await?
+        .unwrap_or_else(|| crate::SYSTEM_NAMESPACE.to_string());
+    release
+        .helm_install(cluster.helm(), crate::CRD_RELEASE, &release.crds_chart)
+        .args(["--namespace", &namespace, "--create-namespace", "--wait"])
+        .timeout(Duration::from_secs(180))
+        .ok()
+        .await
+        .with_context(|| format!("helm install {} {}", release.crds_chart, release.version))?;
+    Ok(())
 }
 
 /// `helm uninstall` of the release if it exists, its pods gone, its Lease deleted.

@@ -41,6 +41,41 @@ pub fn check_running_on(pod: &Pod, node: &str) -> Result<()> {
     Ok(())
 }
 
+/// Ok when container `name` of the pod names the image `image` in its spec and the node pulled
+/// exactly `digest` for it: the kubelet reports a pulled image's id as
+/// `<repository>@<manifest digest>`, while an image imported into containerd has no repository digest.
+/// (The status's `image` is no help: for a reference by digest containerd reports the config's id.)
+pub fn check_pulled(pod: &Pod, name: &str, image: &str, digest: &str) -> Result<()> {
+    let spec = pod.spec.clone().unwrap_or_default();
+    let named = spec
+        .containers
+        .iter()
+        .chain(spec.init_containers.iter().flatten())
+        .find(|c| c.name == name)
+        .and_then(|c| c.image.clone())
+        .with_context(|| format!("pod {} has no container {name}", pod.name_any()))?;
+    ensure!(
+        named == image,
+        "container {name} of pod {} names {named:?}, not {image}",
+        pod.name_any()
+    );
+    let status = pod.status.clone().unwrap_or_default();
+    let c = status
+        .container_statuses
+        .iter()
+        .chain(status.init_container_statuses.iter())
+        .flatten()
+        .find(|c| c.name == name)
+        .with_context(|| format!("pod {} has no status of container {name}", pod.name_any()))?;
+    ensure!(
+        c.image_id.ends_with(&format!("@{digest}")),
+        "container {name} of pod {} runs the image {:?}, not one pulled by its digest {digest}",
+        pod.name_any(),
+        c.image_id
+    );
+    Ok(())
+}
+
 /// The live (not terminating) pods of `ns` matching `selector`.
 pub async fn live_pods(client: &kube::Client, ns: &str, selector: &str) -> Result<Vec<Pod>> {
     let api: Api<Pod> = Api::namespaced(client.clone(), ns);

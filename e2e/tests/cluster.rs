@@ -1406,3 +1406,82 @@ async fn check_and_the_api_server_agree_on_every_example_and_refused_fixture() -
     }
     Ok(())
 }
+
+/// `global.imageRegistry` moves every image the release runs to a user's registry (the operator, the
+/// sidecar the operator injects, NATS and its reload sidecar), and a digest pins an image whatever
+/// its tag; a digest or registry that is not one is refused, naming the value.
+#[tokio::test]
+async fn image_registry_and_digests_point_every_image_at_a_users_registry() -> Result<()> {
+    let op = format!("sha256:{}", "a".repeat(64));
+    let sc = format!("sha256:{}", "b".repeat(64));
+    let nats = format!("sha256:{}", "c".repeat(64));
+    let set = format!(
+        "global.imageRegistry=registry.example.com:5000/mirror,image.digest={op},\
+         sidecar.image.digest={sc},jetstream.enabled=true,jetstream.image.digest={nats}"
+    );
+    let docs = template("switchyard", &["--set", &set]).await?;
+    let deployment = find(&docs, "Deployment", RELEASE)?;
+    let image = deployment["spec"]["template"]["spec"]["containers"][0]["image"].clone();
+    ensure!(
+        image
+            == format!("registry.example.com:5000/mirror/switchyard-dev/switchyard-operator@{op}")
+                .as_str(),
+        "operator image {image}"
+    );
+    let sidecar =
+        format!("registry.example.com:5000/mirror/switchyard-dev/switchyard-sidecar@{sc}");
+    let args = operator_args(&docs)?;
+    ensure!(
+        args.contains(&format!("--sidecar-image={sidecar}")),
+        "operator args: {args:?}"
+    );
+    let nats_set = find(&docs, "StatefulSet", "switchyard-nats")?;
+    let images: Vec<String> = nats_set["spec"]["template"]["spec"]["containers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["image"].as_str().map(str::to_string))
+        .collect();
+    ensure!(
+        images
+            == [
+                format!("registry.example.com:5000/mirror/nats@{nats}"),
+                sidecar
+            ],
+        "NATS pod images {images:?}"
+    );
+
+    // Defaults: the public registries, by tag.
+    let docs = template("switchyard", &[]).await?;
+    let image =
+        find(&docs, "Deployment", RELEASE)?["spec"]["template"]["spec"]["containers"][0]["image"]
+            .clone();
+    // The chart's appVersion is the workspace's version (RELEASING.md keeps them equal).
+    let default = format!(
+        "ghcr.io/switchyard-dev/switchyard-operator:{}",
+        env!("CARGO_PKG_VERSION")
+    );
+    ensure!(image == default.as_str(), "default operator image {image}");
+
+    for (set, says) in [
+        ("image.digest=sha256:abc", "/image/digest"),
+        ("sidecar.image.digest=latest", "/sidecar/image/digest"),
+        (
+            "global.imageRegistry=https://registry.example.com",
+            "/global/imageRegistry",
+        ),
+    ] {
+        let out = Cmd::helm_offline()
+            .args(["template", RELEASE])
+            .arg(charts_dir().join("switchyard"))
+            .args(["--set", set])
+            .output()
+            .await?;
+        ensure!(
+            !out.success() && out.stderr.contains(says),
+            "{set}: {}",
+            out.stderr
+        );
+    }
+    Ok(())
+}

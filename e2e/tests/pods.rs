@@ -1,5 +1,6 @@
-//! Real pods on the kubelet node, tested as a user would: the operator chart installed with helm,
-//! the operator running as a pod from its image; `kubectl apply -f examples/quickstart.yaml` into a
+//! Real pods on the kubelet node, tested as a user would: a release made with `deploy/release` into
+//! the cluster's registry, both charts installed from it (`helm install oci://…`) and every image
+//! pulled from it by the node, the operator running as a pod from its image; `kubectl apply -f examples/quickstart.yaml` into a
 //! namespace that enforces Pod Security `restricted` and sends its pods to the real node; then HTTP,
 //! WebSocket and gRPC from outside the pods through the Router, a rollout under load that loses
 //! nothing, pods and containers killed under load, and scaling moving real pods in and out of the
@@ -19,11 +20,13 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 use switchyard_crds::{Manager, Router};
 use switchyard_e2e::client::{self, Load, Outcome, RouterClient};
-use switchyard_e2e::images::{Images, images};
 use switchyard_e2e::k8s::{wait_ready, wait_rolled_out};
 use switchyard_e2e::node::Node;
 use switchyard_e2e::pod_operator::{self, PodOperator};
-use switchyard_e2e::pods::{self, check_running_on, live_pods, route_endpoints, routed_ip};
+use switchyard_e2e::pods::{
+    self, check_pulled, check_running_on, live_pods, route_endpoints, routed_ip,
+};
+use switchyard_e2e::release::{Release, release};
 use switchyard_e2e::{Cluster, TestNamespace, cluster, eventually, fixtures, timeout};
 use tokio::sync::OnceCell;
 
@@ -36,7 +39,7 @@ const MANAGER_PODS: &str = "switchyard.dev/manager=handlers";
 struct Env {
     cluster: &'static Cluster,
     node: Node,
-    images: Images,
+    release: &'static Release,
     operator: std::sync::Mutex<Option<PodOperator>>,
 }
 
@@ -53,14 +56,14 @@ async fn start_env() -> Result<Env> {
     let cluster = cluster().await?;
     let node = Node::load()?;
     let t = Instant::now();
-    let images = images().await?.clone();
-    node.import(&images.archives()).await?;
+    let release = release(&node).await?;
     eprintln!(
-        "[e2e] images {} built and imported in {:.1}s",
-        images.tag,
+        "[e2e] release {} built and pushed to {} in {:.1}s",
+        release.version,
+        release.registry,
         t.elapsed().as_secs_f64()
     );
-    let op = PodOperator::install(cluster, &node, &images).await?;
+    let op = PodOperator::install(cluster, &node, release).await?;
     eprintln!(
         "[e2e] operator pod {} Ready on {} {:.1}s after helm install",
         op.pod,
@@ -70,7 +73,7 @@ async fn start_env() -> Result<Env> {
     Ok(Env {
         cluster,
         node,
-        images,
+        release,
         operator: std::sync::Mutex::new(Some(op)),
     })
 }
@@ -263,11 +266,17 @@ async fn operator_runs_as_a_pod(env: &'static Env) -> Result<()> {
         spec.service_account_name
     );
     ensure!(
-        spec.containers[0].image.as_deref() == Some(env.images.operator.as_str()),
-        "operator image {:?}, built {}",
+        spec.containers[0].image.as_deref() == Some(env.release.operator.reference.as_str()),
+        "operator image {:?}, released {}",
         spec.containers[0].image,
-        env.images.operator
+        env.release.operator.reference
     );
+    check_pulled(
+        &pod,
+        &spec.containers[0].name,
+        &env.release.operator.reference,
+        &env.release.operator.digest,
+    )?;
     // Its own probes passed (Ready); ask its metrics port directly too, over the route into the node.
     let ip = routed_ip(&env.node, &pod).await?;
     let metrics = RouterClient::new(SocketAddr::new(ip.into(), pod_operator::METRICS_PORT));
@@ -316,6 +325,37 @@ async fn quickstart_serves_through_real_pods(env: &'static Env) -> Result<()> {
     ensure!(
         side.restart_policy.as_deref() == Some("Always"),
         "not a native sidecar"
+    );
+    // Both images came from the registry: the sidecar the operator injects by the chart's digest,
+    // under global.imageRegistry; the example app the quickstart names by tag on ghcr.io, resolved
+    // through the node's mirror of ghcr.io. (Only its repository is checked: the tag is mutable and
+    // the node keeps the copy it pulled first, IfNotPresent, while every commit releases a new one.)
+    check_pulled(
+        m,
+        "switchyard-sidecar",
+        &env.release.sidecar.reference,
+        &env.release.sidecar.digest,
+    )?;
+    let app = format!(
+        "ghcr.io/switchyard-dev/switchyard-example-app:{}",
+        env.release.version
+    );
+    let named = spec.containers.iter().find(|c| c.name == "app");
+    ensure!(
+        named.and_then(|c| c.image.as_deref()) == Some(app.as_str()),
+        "the app container names {:?}, not {app}",
+        named.map(|c| &c.image)
+    );
+    let app_id = m
+        .status
+        .as_ref()
+        .and_then(|s| s.container_statuses.as_ref())
+        .and_then(|l| l.iter().find(|c| c.name == "app"))
+        .map(|c| c.image_id.clone())
+        .context("no status of the app container")?;
+    ensure!(
+        app_id.starts_with("ghcr.io/switchyard-dev/switchyard-example-app@sha256:"),
+        "the app container runs {app_id:?}, not an image pulled through the ghcr.io mirror"
     );
     let status = m.status.clone().unwrap_or_default();
     let started = |list: &Option<Vec<k8s_openapi::api::core::v1::ContainerStatus>>, name: &str| {
@@ -405,7 +445,7 @@ async fn quickstart_serves_through_real_pods(env: &'static Env) -> Result<()> {
         .cluster
         .kubectl()
         .args(["-n", &q.ns.name, "run", "unrestricted", "--restart=Never"])
-        .arg(format!("--image={}", env.images.example_app))
+        .arg(format!("--image={}", env.release.example_app.reference))
         .fails()
         .await?;
     ensure!(

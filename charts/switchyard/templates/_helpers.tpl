@@ -66,17 +66,50 @@ cluster-wide permissions to every pod that uses it.
 {{- end }}
 
 {{/*
-Operator image reference.
+An image reference: (dict "image" IMAGE-VALUES "registry" GLOBAL-REGISTRY "appVersion" DEFAULT-TAG).
+global.imageRegistry replaces the repository's registry (its first path element when that names a
+host: it has a dot or a colon, or is localhost) or, for a Docker Hub name, goes in front of it. A
+digest wins over the tag: the node pulls exactly the image that was released.
 */}}
-{{- define "switchyard.image" -}}
-{{- printf "%s:%s" .Values.image.repository (.Values.image.tag | default .Chart.AppVersion) }}
+{{- define "switchyard.imageRef" -}}
+{{- $repo := .image.repository -}}
+{{- $registry := trimSuffix "/" (.registry | default "") -}}
+{{- if $registry -}}
+{{- $parts := splitList "/" $repo -}}
+{{- $first := first $parts -}}
+{{- if and (gt (len $parts) 1) (or (contains "." $first) (contains ":" $first) (eq $first "localhost")) -}}
+{{- $repo = printf "%s/%s" $registry (join "/" (rest $parts)) -}}
+{{- else -}}
+{{- $repo = printf "%s/%s" $registry $repo -}}
+{{- end -}}
+{{- end -}}
+{{- if .image.digest -}}
+{{- printf "%s@%s" $repo .image.digest -}}
+{{- else -}}
+{{- printf "%s:%s" $repo (.image.tag | default .appVersion) -}}
+{{- end -}}
 {{- end }}
 
 {{/*
-Sidecar image reference, passed to the operator as --sidecar-image.
+Operator image reference.
+*/}}
+{{- define "switchyard.image" -}}
+{{- include "switchyard.imageRef" (dict "image" .Values.image "registry" (.Values.global).imageRegistry "appVersion" .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+Sidecar image reference, passed to the operator as --sidecar-image: the registry reaches the
+sidecars the operator injects through it.
 */}}
 {{- define "switchyard.sidecarImage" -}}
-{{- printf "%s:%s" .Values.sidecar.image.repository (.Values.sidecar.image.tag | default .Chart.AppVersion) }}
+{{- include "switchyard.imageRef" (dict "image" .Values.sidecar.image "registry" (.Values.global).imageRegistry "appVersion" .Chart.AppVersion) }}
+{{- end }}
+
+{{/*
+nats-server image reference.
+*/}}
+{{- define "switchyard.natsImage" -}}
+{{- include "switchyard.imageRef" (dict "image" .Values.jetstream.image "registry" (.Values.global).imageRegistry "appVersion" .Chart.AppVersion) }}
 {{- end }}
 
 {{/*
