@@ -21,7 +21,7 @@ use rustls_pki_types::CertificateDer;
 use std::time::SystemTime;
 use switchyard_e2e::identity::channel;
 use switchyard_e2e::mesh_release::{CA_SECRET, MeshRelease, NAMESPACE};
-use switchyard_e2e::operator::OperatorLock;
+use switchyard_e2e::operator::{OperatorLock, free_port};
 use switchyard_e2e::{Operator, OperatorOpts, Replicas, cluster, eventually, timeout};
 use switchyard_identity::ca::{Ca, CaPem};
 use switchyard_identity::pem;
@@ -250,10 +250,16 @@ async fn both_replicas_follow_a_staged_rotation_of_the_ca_secret_without_a_resta
     let lock = OperatorLock::acquire().await?;
     let c = cluster().await?;
     let release = MeshRelease::install(c, &lock).await?;
+    let cp_port = free_port()?;
     let base = OperatorOpts {
         mesh_tls: true,
         run_as: release.run_as(),
-        extra_args: vec!["--issuer-activation-delay=2s".into()],
+        control_plane_port: Some(cp_port),
+        // With mesh TLS on, the operator refuses to start without the URL its sidecars certify at.
+        extra_args: vec![
+            "--issuer-activation-delay=2s".into(),
+            format!("--control-plane-url=https://127.0.0.1:{cp_port}"),
+        ],
         ..OperatorOpts::new("e2e-rotate")
     };
     let mut ops = match Replicas::start_with(c, "e2e-rotate", base).await {

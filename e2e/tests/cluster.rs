@@ -321,7 +321,8 @@ async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
                 == ["switchyard-router", "switchyard-manager"],
         "operator NetworkPolicy: {policy}"
     );
-    // The CA Secret, and only it, may be read; the Role grants nothing else but creating it.
+    // The CA Secret, and only it, may be read and watched (every replica follows a rotation of it);
+    // the Role grants nothing else but creating it.
     let identity = find(&docs, "Role", "switchyard-identity")?;
     let rules = identity["rules"]
         .as_array()
@@ -329,9 +330,9 @@ async fn operator_chart_renders_least_privilege_rbac() -> Result<()> {
     ensure!(
         rules.iter().all(|r| strings(&r["resources"]) == ["secrets"]
             && (strings(&r["verbs"]) == ["create"]
-                || (strings(&r["verbs"]) == ["get"]
+                || (strings(&r["verbs"]) == ["get", "list", "watch"]
                     && strings(&r["resourceNames"]) == ["switchyard-ca"]))),
-        "identity Role grants more than get/create of the CA Secret: {identity}"
+        "identity Role grants more than get/list/watch/create of the CA Secret: {identity}"
     );
 
     let crb = find(&docs, "ClusterRoleBinding", "switchyard")?;

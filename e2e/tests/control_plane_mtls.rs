@@ -593,21 +593,30 @@ async fn checks(c: &switchyard_e2e::Cluster, ns: &str, ops: &Replicas) -> Result
         send(&leader, vec![mixed]).await,
     )?;
     ensure!(ack.received == 1, "{ack:?}");
-    // Only a Router's sidecar asks for a pod of an event type scaled to zero.
-    refused(
-        "leader Activate by a Manager's sidecar",
+    // A Manager's sidecar asks for a pod of a type scaled to zero only within its own Router (its
+    // app's publishes); naming another Router is refused. (Before subscribers could be activated,
+    // only a Router's sidecar could call Activate at all.)
+    let activate = |router: &str| ActivateRequest {
+        namespace: ns.to_owned(),
+        router: router.into(),
+        pod: mine_name.clone(),
+        event_type: EVENT.into(),
+        held: 1,
+        manager: String::new(),
+    };
+    ok(
+        "leader Activate by a Manager's sidecar within its Router",
         ControlPlaneClient::new(leader.clone())
-            .activate(ActivateRequest {
-                namespace: ns.to_owned(),
-                router: ROUTER.into(),
-                pod: mine_name.clone(),
-                event_type: EVENT.into(),
-                held: 1,
-                manager: String::new(),
-            })
+            .activate(activate(ROUTER))
+            .await,
+    )?;
+    refused(
+        "leader Activate by a Manager's sidecar for another Router",
+        ControlPlaneClient::new(leader.clone())
+            .activate(activate("elsewhere"))
             .await,
         Code::PermissionDenied,
-        &format!("{} may not activate for Router {ns}/{ROUTER}", me.peer.id),
+        &format!("{} may not activate for Router {ns}/elsewhere", me.peer.id),
     )?;
 
     // The standby: the same answers; what it takes it forwards to the leader over mTLS.
