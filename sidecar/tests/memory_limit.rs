@@ -16,6 +16,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+use switchyard_protocol::memory::EVENT_OVERHEAD;
 
 const LIMIT: u64 = 128 << 20;
 /// Publishes in the flood, and how many are under way at once.
@@ -34,7 +35,8 @@ struct MemCgroup {
 }
 
 impl MemCgroup {
-    fn create(limit: u64) -> MemCgroup {
+    /// `tag` tells apart the cgroups of this process's tests.
+    fn create(limit: u64, tag: &str) -> MemCgroup {
         let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
         let rel = own
             .lines()
@@ -46,7 +48,7 @@ impl MemCgroup {
             .expect("this test needs cgroup v1's memory controller (no memory line in /proc/self/cgroup)");
         let dir = Path::new("/sys/fs/cgroup/memory")
             .join(rel.trim_start_matches('/'))
-            .join(format!("sy-memory-limit-{}", std::process::id()));
+            .join(format!("sy-memory-limit-{}-{tag}", std::process::id()));
         std::fs::create_dir(&dir).unwrap_or_else(|e| {
             panic!(
                 "creating {} (this test needs root and cgroup v1's memory controller): {e}",
@@ -144,7 +146,7 @@ async fn a_flood_of_1_mib_publishes_into_a_slow_manager_under_128_mib_ends_in_50
     let dir = tempfile::tempdir().unwrap();
     let client = Http::new();
     let app = TestApp::start().await;
-    let cgroup = MemCgroup::create(LIMIT);
+    let cgroup = MemCgroup::create(LIMIT, "direct");
     let cfg = write_json(dir.path(), "handlers.json", &receiver_config(app.port));
     let mut receiver = Proc::spawn_in_cgroup(
         &cgroup.procs(),
@@ -270,4 +272,141 @@ async fn a_flood_of_1_mib_publishes_into_a_slow_manager_under_128_mib_ends_in_50
     assert!(!told.accepted.is_empty(), "some publishes were admitted");
     assert!(peak < LIMIT, "peak {peak} at the limit");
     drop(receiver);
+}
+
+/// Durable events the flood stores, each a payload of `PAD` bytes, and how long the app naps over
+/// each.
+const DURABLE_EVENTS: usize = 120;
+const DURABLE_NAP_MS: u64 = 400;
+/// The durable Manager's worker slots: more than its byte budget holds of 1 MiB events.
+const DURABLE_SLOTS: i32 = 64;
+
+/// Manager `queue`, durable `nap.orders` from the JetStream at `url`, `DURABLE_SLOTS` slots.
+fn durable_config(app_port: u16, url: &str) -> Value {
+    let mut cfg = manager_config(app_port, &Opts::default());
+    cfg["name"] = json!("queue");
+    cfg["events"] = json!(["nap.orders"]);
+    cfg["durableEvents"] = json!(["nap.orders"]);
+    cfg["workers"] = json!({
+        "maxInFlight": DURABLE_SLOTS,
+        "queueCapacity": 4,
+        "timeout": "30s",
+        "retries": {"attempts": 3, "backoff": "20ms", "maxBackoff": "200ms"},
+    });
+    cfg["jetstream"] = json!({"url": url, "replicas": 1});
+    cfg
+}
+
+/// Durable events pulled count against the byte budget direct admission uses: a flood of 1 MiB
+/// events stored in a durable Manager's stream, with more worker slots than its budget holds of
+/// them and a slow app, never has more of them in the pod than the budget holds, all are delivered
+/// once, and the sidecar's cgroup stays under its limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_1_mib_durable_events_into_a_slow_manager_stays_within_its_byte_budget() {
+    use switchyard_protocol::durable::{self as plan, Lane};
+    let dir = tempfile::tempdir().unwrap();
+    let client = Http::new();
+    let (servers, _relays) = nats::cluster_with(dir.path(), 1, "max_payload: 16842752", "").await;
+    let url = nats::urls(&servers);
+    let app = TestApp::start().await;
+    let cgroup = MemCgroup::create(LIMIT, "durable");
+    let cfg = write_json(dir.path(), "queue.json", &durable_config(app.port, &url));
+    let mut sidecar = Proc::spawn_in_cgroup(
+        &cgroup.procs(),
+        &[
+            "manager",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--local-api-addr",
+            "127.0.0.1:0",
+        ],
+        dir.path().join("queue.log"),
+        &[],
+    );
+    let ports = manager_ready(&mut sidecar).await;
+    let budgets = sidecar.log_line("byte budgets from the memory limit").await;
+    assert_eq!(budgets["admitted_events"], "48.0 MiB", "{budgets}");
+    let budget: usize = 48 << 20;
+    let js = async_nats::jetstream::new(async_nats::connect(url.as_str()).await.unwrap());
+    poll(Duration::from_secs(30), "queue's stream", || {
+        let js = js.clone();
+        async move {
+            js.get_stream(plan::stream_name("default", "queue"))
+                .await
+                .ok()
+        }
+    })
+    .await;
+
+    // The flood: stored as a publishing sidecar stores them, as fast as the server takes them.
+    let body = bytes::Bytes::from(format!(
+        "{{\"ms\":{DURABLE_NAP_MS},\"pad\":\"{}\"}}",
+        "x".repeat(PAD)
+    ));
+    let subject = plan::subject("default", "queue", "nap.orders", Lane::Unordered);
+    let mut acks = Vec::new();
+    for i in 0..DURABLE_EVENTS {
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("ce-id", format!("durable-{i}").as_str());
+        acks.push(
+            js.publish_with_headers(subject.clone(), headers, body.clone())
+                .await
+                .unwrap(),
+        );
+    }
+    for ack in acks {
+        ack.await.unwrap();
+    }
+
+    poll(
+        Duration::from_secs(120),
+        "every durable event delivered",
+        || {
+            assert_eq!(
+                cgroup.oom_kills(),
+                0,
+                "the kernel OOM-killed the manager sidecar while it held the flood"
+            );
+            let n = app.state.seen("nap.orders").len();
+            std::future::ready((n >= DURABLE_EVENTS).then_some(()))
+        },
+    )
+    .await;
+    let seen = app.state.seen("nap.orders");
+    let distinct: HashSet<&str> = seen.iter().map(|e| e.header("ce-id")).collect();
+    let metrics = metrics_text(&client, ports.admin).await;
+    let redelivered = metric(
+        &metrics,
+        "switchyard_durable_redeliveries_total{event=\"nap.orders\"}",
+    );
+    // The most the budget holds at once: each event charged its payload, the server's count of
+    // its subject and headers, and the per-event overhead.
+    let held_at_most = budget / (body.len() + EVENT_OVERHEAD as usize);
+    let at_once = app.state.peak("nap.orders");
+    let (oom_kills, peak) = (cgroup.oom_kills(), cgroup.peak());
+    eprintln!(
+        "[128 MiB, durable] {DURABLE_EVENTS} x 1 MiB stored, {} deliveries ({} distinct, {redelivered} redelivered), at most {at_once} at the app at once of {DURABLE_SLOTS} slots (the 48.0 MiB budget holds {held_at_most}), cgroup peak {:.1} MiB, oom kills {oom_kills}",
+        seen.len(),
+        distinct.len(),
+        peak as f64 / f64::from(1 << 20),
+    );
+    alive(&mut sidecar, &cgroup);
+    assert_eq!(
+        distinct.len(),
+        DURABLE_EVENTS,
+        "every stored event delivered"
+    );
+    assert_eq!(seen.len(), DURABLE_EVENTS, "each once");
+    assert_eq!(redelivered, 0.0);
+    assert!(
+        at_once <= held_at_most,
+        "{at_once} durable events held at once, more than the byte budget's {held_at_most}"
+    );
+    assert!(at_once > 1, "the lane pulls several at once");
+    assert!(peak < LIMIT, "peak {peak} at the limit");
+    drop(sidecar);
 }

@@ -711,6 +711,12 @@ impl Worker {
         self.slots.clone().try_acquire_owned().ok()
     }
 
+    /// The pod's byte budget, which durable lanes reserve from before they pull (direct events
+    /// take from it at admission).
+    pub(crate) fn bytes(&self) -> &ByteBudget {
+        &self.bytes
+    }
+
     /// Counts an event waiting for a worker slot (`switchyard_queued`) while the guard lives.
     pub(crate) fn queued(&self) -> impl Drop + '_ {
         self.metrics.queued.inc();

@@ -26,6 +26,15 @@ impl Held {
     pub(crate) fn bytes(&self) -> usize {
         self.0.as_ref().map_or(0, OwnedSemaphorePermit::num_permits)
     }
+
+    /// Moves up to `n` of these bytes into a `Held` of their own (all that is left when fewer).
+    pub(crate) fn split(&mut self, n: usize) -> Held {
+        let n = n.min(self.bytes());
+        if n == self.bytes() {
+            return Held(self.0.take());
+        }
+        Held(self.0.as_mut().and_then(|p| p.split(n)))
+    }
 }
 
 impl ByteBudget {
@@ -70,6 +79,25 @@ impl ByteBudget {
         }
     }
 
+    /// Waits (first come, first served) until `least` bytes are free and takes them, with as many
+    /// more as are free then, up to `most`: what a consumer that can leave its events on a server
+    /// reserves before it asks for them. `least` is capped at the whole budget.
+    pub(crate) async fn reserve(&self, least: usize, most: usize) -> Held {
+        let least = least.clamp(1, self.total);
+        let Ok(n) = u32::try_from(least) else {
+            return Held::default();
+        };
+        let Ok(first) = self.bytes.clone().acquire_many_owned(n).await else {
+            return Held::default();
+        };
+        let mut held = Held(Some(first));
+        let more = most
+            .saturating_sub(least)
+            .min(self.bytes.available_permits());
+        self.grow(&mut held, more);
+        held
+    }
+
     /// Takes `n` bytes, or `None` when they are not free now.
     #[cfg(test)]
     pub(crate) fn take(&self, n: usize) -> Option<Held> {
@@ -109,6 +137,35 @@ mod tests {
         assert!(b.grow(&mut held, 0));
         drop(held);
         assert_eq!(b.free(), 10);
+    }
+
+    #[tokio::test]
+    async fn a_reservation_waits_for_its_least_takes_what_is_free_up_to_its_most_and_splits() {
+        let b = ByteBudget::new(100);
+        let mut r = b.reserve(10, 60).await;
+        assert_eq!(r.bytes(), 60);
+        let other = b.reserve(10, 60).await;
+        assert_eq!(other.bytes(), 40, "only 40 were free");
+        let waiting = tokio::spawn({
+            let b = b.clone();
+            async move { b.reserve(30, 30).await.bytes() }
+        });
+        tokio::task::yield_now().await;
+        assert!(!waiting.is_finished(), "nothing free");
+        let part = r.split(25);
+        assert_eq!((part.bytes(), r.bytes()), (25, 35));
+        drop(r);
+        assert_eq!(waiting.await.expect("reserved"), 30);
+        let mut rest = part;
+        let all = rest.split(99);
+        assert_eq!((all.bytes(), rest.bytes()), (25, 0));
+        drop((all, other));
+        assert_eq!(b.free(), 100);
+        assert_eq!(
+            b.reserve(500, 500).await.bytes(),
+            100,
+            "least capped at the budget"
+        );
     }
 
     #[test]

@@ -23,20 +23,30 @@
 //! consumer's creation time is the server's and kept with it, so every pod and every restart skips
 //! the same ones, and a restart skips nothing that came after.
 //!
+//! **Bytes before a pull, too.** A pulled event holds its bytes in the pod's byte budget (the one
+//! direct admission takes from) until it is settled. A lane reserves them before it asks, waiting
+//! for them in turn with the other lanes, and asks the server for no more than it reserved
+//! (`max_bytes`, `need.rs`), so a flood of large durable events stays on the server rather than in
+//! the pod. Bytes come before slots: a lane never holds a slot while it waits for bytes, so it
+//! cannot wait on direct events that hold bytes and wait for a slot.
+//!
 //! An unordered lane runs up to `maxInFlight` deliveries at once; a partition of an ordering key runs
 //! one at a time (its consumer allows one outstanding event over every pod), so a key is in order.
 
+mod need;
 mod pull;
 mod verdict;
 
 use super::worker::Worker;
 use crate::backoff;
 use crate::durable::{Store, header};
+use crate::net::budget::Held;
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, AckKind, Message, consumer::PullConsumer};
 use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
+use need::Need;
 use pull::Pull;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -112,6 +122,7 @@ async fn lane(
     let mut deliveries = FuturesUnordered::new();
     let mut failures = 0u32;
     let mut mode = Mode::Busy;
+    let mut need = Need::new(worker.bytes().total());
     while !drain.is_cancelled() {
         let opened = beside(&mut deliveries, async {
             let consumer = store
@@ -147,8 +158,15 @@ async fn lane(
             let room = width - deliveries.len();
             let step = match mode {
                 Mode::Busy => {
-                    // Slots first, in turn with every other waiter of the pod, then only as many
-                    // events as slots.
+                    // Bytes first (as many as are free, for up to `room` of the largest events),
+                    // then slots, each in turn with every other waiter of the pod, then only as
+                    // many events as slots and bytes.
+                    let most = room.saturating_mul(LARGEST);
+                    let Some(mut reserved) =
+                        reserve(&mut deliveries, &worker, need.least(), most, &drain).await
+                    else {
+                        break;
+                    };
                     let first = beside(&mut deliveries, async {
                         tokio::select! {
                             s = worker.slot() => s,
@@ -164,10 +182,12 @@ async fn lane(
                             None => break,
                         }
                     }
-                    let asked = slots.len();
+                    let held = reserved.bytes();
+                    let (asked, max_bytes) = need.request(held, slots.len());
+                    slots.truncate(asked);
                     let pull = beside(
                         &mut deliveries,
-                        Pull::start(&consumer, &context, asked, None),
+                        Pull::start(&consumer, &context, (asked, max_bytes), None),
                     )
                     .await;
                     let mut pull = match pull {
@@ -181,21 +201,39 @@ async fn lane(
                         }
                     };
                     failures = 0;
-                    let mut got = 0;
+                    let (mut got, mut largest) = (0, 0);
                     while let Some(msg) = beside(&mut deliveries, pull.next()).await {
                         got += 1;
-                        deliveries.push(handle(&worker, &plan, from, msg, slots.pop()));
+                        let bytes = pay(&worker, &mut reserved, &msg);
+                        largest = largest.max(bytes.bytes());
+                        deliveries.push(handle(&worker, &plan, from, msg, slots.pop(), bytes));
                     }
-                    // The slots no event came for go back now.
-                    drop(slots);
-                    if got == asked { Mode::Busy } else { Mode::Idle }
+                    need.after(got, largest, pull.over_bytes(), held);
+                    // The slots and bytes no event came for go back now.
+                    drop((slots, reserved));
+                    if got == asked || pull.over_bytes() {
+                        Mode::Busy
+                    } else {
+                        Mode::Idle
+                    }
                 }
                 Mode::Idle => {
-                    match idle(&mut deliveries, &consumer, &context, &drain).await {
-                        Ok(held) => {
+                    let Some(reserved) =
+                        reserve(&mut deliveries, &worker, need.least(), 0, &drain).await
+                    else {
+                        break;
+                    };
+                    let held = reserved.bytes();
+                    let (_, max_bytes) = need.request(held, 1);
+                    match idle(&mut deliveries, &consumer, &context, max_bytes, &drain).await {
+                        Ok((msgs, over)) => {
                             failures = 0;
-                            let started = !held.is_empty();
-                            for msg in held {
+                            let mut reserved = reserved;
+                            let started = !msgs.is_empty();
+                            let mut largest = 0;
+                            for msg in msgs {
+                                let bytes = pay(&worker, &mut reserved, &msg);
+                                largest = largest.max(bytes.bytes());
                                 // A slot if one is free; else it waits for one with progress acks.
                                 deliveries.push(handle(
                                     &worker,
@@ -203,9 +241,16 @@ async fn lane(
                                     from,
                                     msg,
                                     worker.try_slot(),
+                                    bytes,
                                 ));
                             }
-                            if started { Mode::Busy } else { Mode::Idle }
+                            need.after(usize::from(started), largest, over, held);
+                            // An event that did not fit waits there for a larger reservation.
+                            if started || over {
+                                Mode::Busy
+                            } else {
+                                Mode::Idle
+                            }
                         }
                         Err(e) => {
                             failures = failures.saturating_add(1);
@@ -223,21 +268,60 @@ async fn lane(
     while deliveries.next().await.is_some() {}
 }
 
-/// An idle lane's wait for its next event (with no slot), while its `deliveries` go on: the event
-/// when it comes, none when the request expires, and on `drain` whatever the withdrawn request
-/// brought before the server heard of it.
+/// The largest event a lane plans for: the largest the mesh carries, with its overhead.
+const LARGEST: usize = switchyard_protocol::frame::DEFAULT_MAX_FRAME + need::OVERHEAD;
+
+/// Bytes from the pod's budget for a pull: at least `least` (waited for, in turn), up to `most`
+/// of what is free then, while the lane's `deliveries` go on; `None` on `drain`.
+async fn reserve<D>(
+    deliveries: &mut FuturesUnordered<D>,
+    worker: &Worker,
+    least: usize,
+    most: usize,
+    drain: &CancellationToken,
+) -> Option<Held>
+where
+    D: Future<Output = ()>,
+{
+    beside(deliveries, async {
+        tokio::select! {
+            held = worker.bytes().reserve(least, most) => Some(held),
+            _ = drain.cancelled() => None,
+        }
+    })
+    .await
+}
+
+/// The bytes `msg` holds while it is worked on, out of the pull's `reserved` bytes; the request's
+/// `max_bytes` keeps them enough, and should the server count otherwise, the rest comes from the
+/// budget if it is free (the event is held regardless: it is already here).
+fn pay(worker: &Worker, reserved: &mut Held, msg: &Message) -> Held {
+    let charge = Need::charge(Pull::size(msg));
+    let mut bytes = reserved.split(charge);
+    let short = charge - bytes.bytes();
+    if short > 0 && !worker.bytes().grow(&mut bytes, short) {
+        tracing::debug!(short, "a pulled event's bytes exceed its reservation");
+    }
+    bytes
+}
+
+/// An idle lane's wait for its next event of at most `max_bytes` (with no slot), while its
+/// `deliveries` go on: the event when it comes, none when the request expires, and on `drain`
+/// whatever the withdrawn request brought before the server heard of it; with whether the server
+/// ended the request because the next event did not fit.
 async fn idle<D>(
     deliveries: &mut FuturesUnordered<D>,
     consumer: &PullConsumer,
     context: &jetstream::Context,
+    max_bytes: usize,
     drain: &CancellationToken,
-) -> Result<Vec<Message>, String>
+) -> Result<(Vec<Message>, bool), String>
 where
     D: Future<Output = ()>,
 {
     let mut pull = beside(
         deliveries,
-        Pull::start(consumer, context, 1, Some(pull::IDLE_EXPIRES)),
+        Pull::start(consumer, context, (1, max_bytes), Some(pull::IDLE_EXPIRES)),
     )
     .await?;
     let came = beside(deliveries, async {
@@ -248,14 +332,14 @@ where
     })
     .await;
     if let Some(m) = came {
-        return Ok(m.into_iter().collect());
+        return Ok((m.into_iter().collect(), pull.over_bytes()));
     }
     pull.stop().await;
     let mut held = Vec::new();
     while let Some(m) = beside(deliveries, pull.next()).await {
         held.push(m);
     }
-    Ok(held)
+    Ok((held, pull.over_bytes()))
 }
 
 /// The backoff after the `failures`-th failure in a row to open or pull, while the lane's
@@ -372,8 +456,8 @@ fn event_of<'a>(plan: &'a ConsumerPlan, headers: Option<&'a HeaderMap>) -> Optio
     .then_some(named)
 }
 
-/// Delivers one pulled event on `slot` (or on the first slot free, when it came without one) and
-/// settles it with the server. A subscription's copy stored before where it starts is acked
+/// Delivers one pulled event on `slot` (or on the first slot free, when it came without one),
+/// holding its `_bytes` of the pod's budget, and settles it with the server. A subscription's copy stored before where it starts is acked
 /// undelivered, as is one that names no type its pattern covers (logged: it cannot be delivered,
 /// and redelivering it would never change that).
 async fn handle(
@@ -382,6 +466,7 @@ async fn handle(
     from: Start,
     msg: Message,
     slot: Option<OwnedSemaphorePermit>,
+    _bytes: Held,
 ) {
     let info = msg.info().ok();
     let delivered = info
@@ -412,7 +497,13 @@ async fn handle(
     if delivered > 1 {
         worker.redelivered(event);
     }
-    let ev = request_of(event, msg.headers.as_ref(), &msg.payload);
+    // Its own copy of the payload: the client reads messages into shared buffers, and a slice
+    // kept for the whole delivery would keep the rest of its buffer (other events' bytes,
+    // uncounted) alive with it.
+    let payload = Bytes::copy_from_slice(&msg.payload);
+    let mut msg = msg;
+    msg.message.payload = Bytes::new();
+    let ev = request_of(event, msg.headers.as_ref(), &payload);
     let every = (plan.ack_wait / 4).max(MIN_PROGRESS_EVERY);
     let settle = match verdict::before(delivered, plan.attempts) {
         Step::DeadLetter(reason) => {

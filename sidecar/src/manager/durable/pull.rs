@@ -2,7 +2,7 @@
 //! without dropping what the server already sent: [`Pull::stop`] unsubscribes and reads on until
 //! the server confirms. nats-server hands a waiting pull request no message once its inbox has no
 //! interest, so a withdrawn request takes nothing more, and what it took before comes through
-//! [`Pull::next`]. I/O only: the lane decides how many events to ask for.
+//! [`Pull::next`]. I/O only: the lane decides how many events, and how many bytes, to ask for.
 
 use async_nats::jetstream::consumer::PullConsumer;
 use async_nats::jetstream::consumer::pull::BatchConfig;
@@ -28,15 +28,18 @@ pub(super) struct Pull {
     left: usize,
     /// When it is given up here.
     until: Instant,
+    /// The server ended it because the next event is larger than the bytes it had left (409).
+    over_bytes: bool,
 }
 
 impl Pull {
-    /// Asks `consumer` for up to `batch` events: those there now (`wait` none), or else those that
-    /// come within `wait`.
+    /// Asks `consumer` for up to `batch` events of at most `max_bytes` together as the server
+    /// counts them (0: no bound): those there now (`wait` none), or else those that come within
+    /// `wait`.
     pub(super) async fn start(
         consumer: &PullConsumer,
         context: &jetstream::Context,
-        batch: usize,
+        (batch, max_bytes): (usize, usize),
         wait: Option<Duration>,
     ) -> Result<Pull, String> {
         let client = context.client();
@@ -49,6 +52,7 @@ impl Pull {
             batch,
             expires: wait,
             no_wait: wait.is_none(),
+            max_bytes,
             ..BatchConfig::default()
         };
         consumer
@@ -60,6 +64,7 @@ impl Pull {
             context: context.clone(),
             left: batch,
             until: Instant::now() + wait.unwrap_or(NOW_LIMIT) + LOCAL_SLACK,
+            over_bytes: false,
         })
     }
 
@@ -84,11 +89,27 @@ impl Pull {
                 Some(StatusCode::IDLE_HEARTBEAT) => {}
                 Some(status) => {
                     tracing::trace!(%status, description = ?message.description, "pull request over");
+                    self.over_bytes = status == StatusCode::REQUEST_TERMINATED
+                        && message
+                            .description
+                            .as_deref()
+                            .is_some_and(|d| d.contains("MaxBytes"));
                     self.left = 0;
                 }
             }
         }
         None
+    }
+
+    /// Whether the server ended the request because its next event did not fit the bytes left.
+    pub(super) fn over_bytes(&self) -> bool {
+        self.over_bytes
+    }
+
+    /// The bytes the server counts for `msg` against a request's `max_bytes`: its subject, reply
+    /// subject, headers and payload.
+    pub(super) fn size(msg: &Message) -> usize {
+        msg.subject.len() + msg.reply.as_ref().map_or(0, |r| r.len()) + msg.length
     }
 
     /// Withdraws the request: the server sends nothing more once it has the unsubscribe, and what it
