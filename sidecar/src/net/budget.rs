@@ -91,11 +91,16 @@ impl ByteBudget {
             return Held::default();
         };
         let mut held = Held(Some(first));
-        let more = most
-            .saturating_sub(least)
-            .min(self.bytes.available_permits());
-        self.grow(&mut held, more);
+        self.top_up(&mut held, most);
         held
+    }
+
+    /// Grows `held` towards `most` with what is free now (never waits).
+    pub(crate) fn top_up(&self, held: &mut Held, most: usize) {
+        let more = most
+            .saturating_sub(held.bytes())
+            .min(self.bytes.available_permits());
+        self.grow(held, more);
     }
 
     /// Takes `n` bytes, or `None` when they are not free now.

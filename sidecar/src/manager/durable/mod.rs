@@ -158,12 +158,12 @@ async fn lane(
             let room = width - deliveries.len();
             let step = match mode {
                 Mode::Busy => {
-                    // Bytes first (as many as are free, for up to `room` of the largest events),
-                    // then slots, each in turn with every other waiter of the pod, then only as
-                    // many events as slots and bytes.
-                    let most = room.saturating_mul(LARGEST);
+                    // The least bytes first, then slots, each in turn with every other waiter of
+                    // the pod; then as many more bytes as are free, for up to one of the largest
+                    // events per slot; then only as many events as slots and bytes.
+                    let least = need.least();
                     let Some(mut reserved) =
-                        reserve(&mut deliveries, &worker, need.least(), most, &drain).await
+                        reserve(&mut deliveries, &worker, least, least, &drain).await
                     else {
                         break;
                     };
@@ -182,6 +182,9 @@ async fn lane(
                             None => break,
                         }
                     }
+                    worker
+                        .bytes()
+                        .top_up(&mut reserved, slots.len().saturating_mul(LARGEST));
                     let held = reserved.bytes();
                     let (asked, max_bytes) = need.request(held, slots.len());
                     slots.truncate(asked);
