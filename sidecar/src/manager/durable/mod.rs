@@ -28,7 +28,8 @@
 //! for them in turn with the other lanes, and asks the server for no more than it reserved
 //! (`max_bytes`, `need.rs`), so a flood of large durable events stays on the server rather than in
 //! the pod. Bytes come before slots: a lane never holds a slot while it waits for bytes, so it
-//! cannot wait on direct events that hold bytes and wait for a slot.
+//! cannot wait on direct events that hold bytes and wait for a slot. A lane waits for at most half
+//! the budget, so it never waits on bytes only an idle pod could give.
 //!
 //! An unordered lane runs up to `maxInFlight` deliveries at once; a partition of an ordering key runs
 //! one at a time (its consumer allows one outstanding event over every pod), so a key is in order.

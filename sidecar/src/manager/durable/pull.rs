@@ -151,3 +151,37 @@ impl Pull {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_nats::HeaderMap;
+
+    fn status(headers: Option<HeaderMap>) -> async_nats::Message {
+        async_nats::Message {
+            subject: "_INBOX.x".into(),
+            reply: None,
+            payload: bytes::Bytes::new(),
+            headers,
+            status: Some(StatusCode::REQUEST_TERMINATED),
+            description: Some("Batch Completed".into()),
+            length: 0,
+        }
+    }
+
+    #[test]
+    fn a_closing_status_names_the_events_it_did_not_send() {
+        let mut h = HeaderMap::new();
+        h.insert("Nats-Pending-Messages", "3");
+        h.insert("Nats-Pending-Bytes", "1024");
+        assert_eq!(unsent(&status(Some(h))), Some(3));
+        let mut bad = HeaderMap::new();
+        bad.insert("Nats-Pending-Messages", "many");
+        assert_eq!(
+            unsent(&status(Some(bad))),
+            None,
+            "unreadable: none assumed sent"
+        );
+        assert_eq!(unsent(&status(None)), None);
+    }
+}
