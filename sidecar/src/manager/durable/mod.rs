@@ -28,7 +28,8 @@
 //! for them in turn with the other lanes, and asks the server for no more than it reserved
 //! (`max_bytes`, `need.rs`), so a flood of large durable events stays on the server rather than in
 //! the pod. Bytes come before slots: a lane never holds a slot while it waits for bytes, so it
-//! cannot wait on direct events that hold bytes and wait for a slot.
+//! cannot wait on direct events that hold bytes and wait for a slot. A lane waits for at most half
+//! the budget, so it never waits on bytes only an idle pod could give.
 //!
 //! An unordered lane runs up to `maxInFlight` deliveries at once; a partition of an ordering key runs
 //! one at a time (its consumer allows one outstanding event over every pod), so a key is in order.
@@ -159,8 +160,8 @@ async fn lane(
             let step = match mode {
                 Mode::Busy => {
                     // The least bytes first, then slots, each in turn with every other waiter of
-                    // the pod; then as many more bytes as are free, for up to one of the largest
-                    // events per slot; then only as many events as slots and bytes.
+                    // the pod; then as many more bytes as are free, up to the least per slot;
+                    // then only as many events as slots and bytes.
                     let least = need.least();
                     let Some(mut reserved) =
                         reserve(&mut deliveries, &worker, least, least, &drain).await
@@ -184,7 +185,7 @@ async fn lane(
                     }
                     worker
                         .bytes()
-                        .top_up(&mut reserved, slots.len().saturating_mul(LARGEST));
+                        .top_up(&mut reserved, slots.len().saturating_mul(least));
                     let held = reserved.bytes();
                     let (asked, max_bytes) = need.request(held, slots.len());
                     slots.truncate(asked);
@@ -270,9 +271,6 @@ async fn lane(
     // Nothing pulled is left unstarted; every attempt runs to its end and is settled.
     while deliveries.next().await.is_some() {}
 }
-
-/// The largest event a lane plans for: the largest the mesh carries, with its overhead.
-const LARGEST: usize = switchyard_protocol::frame::DEFAULT_MAX_FRAME + need::OVERHEAD;
 
 /// Bytes from the pod's budget for a pull: at least `least` (waited for, in turn), up to `most`
 /// of what is free then, while the lane's `deliveries` go on; `None` on `drain`.

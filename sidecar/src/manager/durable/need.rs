@@ -5,10 +5,12 @@
 //! `batch` overheads, and every event it brings is paid for out of the reservation.
 //!
 //! The lane does not know the size of its next event. It reserves at least `need` (a small floor
-//! at first); when the server answers that the next event does not fit (409) and nothing came,
-//! `need` doubles, up to the whole budget; and a lane that held the whole budget and still did not
-//! fit its next event asks for that one event with no bound, so an event larger than the budget is
-//! delivered (alone) rather than stranded.
+//! at first, then the largest event it last pulled); when the server answers that the next event
+//! does not fit (409) and nothing came, `need` doubles, up to half the budget: a lane never waits
+//! for bytes the budget could only give when nothing else of the pod held any. A lane that held
+//! that much and still did not fit its next event asks for that one event with no bound, so an
+//! event larger than a lane may wait for is delivered (alone, paying what it lacks from what is
+//! free) rather than stranded.
 
 use switchyard_protocol::memory::EVENT_OVERHEAD;
 
@@ -23,18 +25,19 @@ pub(super) const OVERHEAD: usize = EVENT_OVERHEAD as usize;
 pub(super) struct Need {
     /// The least to reserve before the next pull.
     least: usize,
-    /// The whole budget.
-    total: usize,
-    /// The last pull held the whole budget and its event still did not fit.
+    /// The most it waits for: half the pod's budget (at least the floor, when the budget has it).
+    most: usize,
+    /// The last pull held the most and its event still did not fit.
     unbounded: bool,
 }
 
 impl Need {
     /// The policy of a lane of a pod whose budget is `total` bytes.
     pub(super) fn new(total: usize) -> Need {
+        let most = (total / 2).max(FLOOR.min(total));
         Need {
-            least: FLOOR.min(total),
-            total,
+            least: FLOOR.min(most),
+            most,
             unbounded: false,
         }
     }
@@ -61,15 +64,15 @@ impl Need {
     pub(super) fn after(&mut self, got: usize, largest: usize, over: bool, reserved: usize) {
         if self.unbounded {
             self.unbounded = false;
-            self.least = FLOOR.min(self.total);
+            self.least = FLOOR.min(self.most);
             return;
         }
         if got > 0 {
-            self.least = largest.clamp(FLOOR.min(self.total), self.total);
-        } else if over && reserved >= self.total {
+            self.least = largest.clamp(FLOOR.min(self.most), self.most);
+        } else if over && reserved >= self.most {
             self.unbounded = true;
         } else if over {
-            self.least = self.least.saturating_mul(2).min(self.total);
+            self.least = self.least.saturating_mul(2).min(self.most);
         }
     }
 
@@ -97,26 +100,26 @@ mod tests {
     }
 
     #[test]
-    fn a_pull_that_did_not_fit_doubles_the_need_up_to_the_budget_then_goes_unbounded_once() {
-        let total = 2 << 20;
-        let mut n = Need::new(total);
+    fn a_pull_that_did_not_fit_doubles_the_need_up_to_half_the_budget_then_goes_unbounded_once() {
+        let mut n = Need::new(4 << 20);
+        let half = 2 << 20;
         assert_eq!(n.least(), FLOOR);
         n.after(0, 0, true, FLOOR);
         assert_eq!(n.least(), 2 * FLOOR);
         n.after(0, 0, false, 2 * FLOOR);
         assert_eq!(n.least(), 2 * FLOOR, "nothing there is not too small");
-        while n.least() < total {
+        while n.least() < half {
             n.after(0, 0, true, n.least());
         }
-        assert_eq!(n.least(), total);
-        assert_eq!(n.request(total, 8), (8, total - 8 * OVERHEAD));
-        n.after(0, 0, true, total);
+        assert_eq!(n.least(), half);
+        assert_eq!(n.request(half, 8), (8, half - 8 * OVERHEAD));
+        n.after(0, 0, true, half);
         assert_eq!(
-            n.request(total, 8),
+            n.request(half, 8),
             (1, 0),
-            "an event larger than the budget"
+            "an event larger than half the budget"
         );
-        n.after(1, 3 << 20, false, total);
+        n.after(1, 3 << 20, false, half);
         assert_eq!(n.least(), FLOOR, "back to the floor after it");
     }
 

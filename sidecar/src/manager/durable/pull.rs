@@ -20,6 +20,18 @@ const NOW_LIMIT: Duration = Duration::from_secs(5);
 /// the server's timeout status with it.
 const LOCAL_SLACK: Duration = Duration::from_secs(2);
 
+/// The events of its batch a request's closing status says the server did not send.
+fn unsent(status: &async_nats::Message) -> Option<usize> {
+    status
+        .headers
+        .as_ref()?
+        .get("Nats-Pending-Messages")?
+        .as_str()
+        .trim()
+        .parse()
+        .ok()
+}
+
 /// A pull request in progress.
 pub(super) struct Pull {
     sub: Subscriber,
@@ -70,7 +82,9 @@ impl Pull {
 
     /// The request's next event; `None` once it is over: every event asked for came, the server
     /// said there are none (404), the wait ran out (408), the consumer's limit is reached (409: another
-    /// pod holds a partition's event), or the request was withdrawn and everything sent has come.
+    /// pod holds a partition's event), the next event did not fit the bytes left or the batch is
+    /// complete (409) and every event sent before has come, or the request was withdrawn and
+    /// everything sent has come.
     pub(super) async fn next(&mut self) -> Option<Message> {
         while self.left > 0 {
             let Ok(Some(message)) = tokio::time::timeout_at(self.until, self.sub.next()).await
@@ -89,12 +103,27 @@ impl Pull {
                 Some(StatusCode::IDLE_HEARTBEAT) => {}
                 Some(status) => {
                     tracing::trace!(%status, description = ?message.description, "pull request over");
-                    self.over_bytes = status == StatusCode::REQUEST_TERMINATED
-                        && message
-                            .description
-                            .as_deref()
-                            .is_some_and(|d| d.contains("MaxBytes"));
-                    self.left = 0;
+                    let said = |what: &str| {
+                        status == StatusCode::REQUEST_TERMINATED
+                            && message
+                                .description
+                                .as_deref()
+                                .is_some_and(|d| d.contains(what))
+                    };
+                    let over_bytes = said("MaxBytes");
+                    self.over_bytes |= over_bytes;
+                    // A replicated consumer sends its events only once their delivery is stored
+                    // on a quorum, but the 409s that end a request with a byte bound (the next
+                    // event does not fit; the batch is complete with bytes to spare) at once: the
+                    // events it sent come after them. The 409 says how many of the batch it did
+                    // not send; the others are still to come (dropping them would leave them to
+                    // AckWait, counted against their deliveries, and end the same way again).
+                    self.left = if over_bytes || said("Batch Completed") {
+                        self.left
+                            .saturating_sub(unsent(&message).unwrap_or(self.left))
+                    } else {
+                        0
+                    };
                 }
             }
         }
@@ -109,7 +138,8 @@ impl Pull {
     /// The bytes the server counts for `msg` against a request's `max_bytes`: its subject, reply
     /// subject, headers and payload.
     pub(super) fn size(msg: &Message) -> usize {
-        msg.subject.len() + msg.reply.as_ref().map_or(0, |r| r.len()) + msg.length
+        // The client's length of a message already counts its subject and reply subject.
+        msg.length
     }
 
     /// Withdraws the request: the server sends nothing more once it has the unsubscribe, and what it
@@ -119,5 +149,39 @@ impl Pull {
         if let Err(e) = self.sub.drain().await {
             tracing::debug!(error = %e, "pull request not withdrawn; the connection is closing");
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use async_nats::HeaderMap;
+
+    fn status(headers: Option<HeaderMap>) -> async_nats::Message {
+        async_nats::Message {
+            subject: "_INBOX.x".into(),
+            reply: None,
+            payload: bytes::Bytes::new(),
+            headers,
+            status: Some(StatusCode::REQUEST_TERMINATED),
+            description: Some("Batch Completed".into()),
+            length: 0,
+        }
+    }
+
+    #[test]
+    fn a_closing_status_names_the_events_it_did_not_send() {
+        let mut h = HeaderMap::new();
+        h.insert("Nats-Pending-Messages", "3");
+        h.insert("Nats-Pending-Bytes", "1024");
+        assert_eq!(unsent(&status(Some(h))), Some(3));
+        let mut bad = HeaderMap::new();
+        bad.insert("Nats-Pending-Messages", "many");
+        assert_eq!(
+            unsent(&status(Some(bad))),
+            None,
+            "unreadable: none assumed sent"
+        );
+        assert_eq!(unsent(&status(None)), None);
     }
 }
