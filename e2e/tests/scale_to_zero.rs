@@ -18,7 +18,9 @@ use switchyard_e2e::client::RouterClient;
 use switchyard_e2e::k8s::wait_rolled_out;
 use switchyard_e2e::operator::{OperatorLock, http_get_within};
 use switchyard_e2e::sidecar::{ManagerSidecar, RouterSidecar};
-use switchyard_e2e::{Replicas, TestNamespace, cluster, eventually, fixtures, loopback, timeout};
+use switchyard_e2e::{
+    Cluster, Replicas, TestNamespace, cluster, eventually, fixtures, loopback, timeout,
+};
 use switchyard_protocol::ports::MANAGER_INBOUND;
 
 /// The loose correctness bound for the whole path (request to answer) on a noisy shared machine.
@@ -44,6 +46,54 @@ fn endpoints(routes: &serde_json::Value) -> Option<Vec<serde_json::Value>> {
         .cloned()
 }
 
+/// Applies Router `edge` and Manager `lazy` (handling `events`, a flow sequence, with `spec` lines
+/// after the loopback template's) in `ns`, and waits until lazy's Deployment is at zero.
+async fn apply_lazy(
+    c: &Cluster,
+    client: &kube::Client,
+    ns: &str,
+    events: &str,
+    spec: &str,
+) -> Result<()> {
+    let manifests = format!(
+        "{}---\n{}",
+        fixtures::router("edge"),
+        fixtures::manager(
+            "lazy",
+            "edge",
+            events,
+            &format!("{}{spec}", loopback::TEMPLATE_LINES)
+        ),
+    );
+    c.kubectl()
+        .args(["apply", "-n", ns, "-f", "-"])
+        .stdin(manifests)
+        .ok()
+        .await?;
+    wait_rolled_out(client, ns, "lazy-manager", 0).await?;
+    Ok(())
+}
+
+/// Fails unless a `ScaledUp` Event in `ns` says the Manager went from 0 to 1 on an activation.
+async fn scaled_up_by_activation(client: &kube::Client, ns: &str) -> Result<()> {
+    let events = Api::<Event>::namespaced(client.clone(), ns);
+    let notes: Vec<String> = events
+        .list(&ListParams::default())
+        .await?
+        .items
+        .iter()
+        .filter(|e| e.reason.as_deref() == Some("ScaledUp"))
+        .filter_map(|e| e.note.clone())
+        .collect();
+    ensure!(
+        notes
+            .iter()
+            .any(|n| n.contains("from 0 to 1") && n.contains("activation")),
+        "ScaledUp notes: {notes:?}"
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_request_to_a_manager_at_zero_is_held_scaled_up_for_and_answered() -> Result<()> {
     let _lock = OperatorLock::acquire().await?;
@@ -61,22 +111,7 @@ async fn a_request_to_a_manager_at_zero_is_held_scaled_up_for_and_answered() -> 
     )
     .await?;
     let ops = Replicas::start(c, "e2e-zero").await?;
-    let manifests = format!(
-        "{}---\n{}",
-        fixtures::router("edge"),
-        fixtures::manager(
-            "lazy",
-            "edge",
-            "[noop]",
-            &format!("{}{SCALING}", loopback::TEMPLATE_LINES)
-        ),
-    );
-    c.kubectl()
-        .args(["apply", "-n", &ns.name, "-f", "-"])
-        .stdin(manifests)
-        .ok()
-        .await?;
-    wait_rolled_out(&client, &ns.name, "lazy-manager", 0).await?;
+    apply_lazy(c, &client, &ns.name, "[noop]", SCALING).await?;
     let router = RouterSidecar::start(&ns.name, "edge", &ops.standby_url()).await?;
     let managers = Api::<Manager>::namespaced(client.clone(), &ns.name);
 
@@ -122,20 +157,7 @@ async fn a_request_to_a_manager_at_zero_is_held_scaled_up_for_and_answered() -> 
         ensure!(status == 200, "the held request got {status}: {body}");
         ensure!(answered < BOUND, "answered only after {answered:?}");
 
-        let events = Api::<Event>::namespaced(client.clone(), &ns.name);
-        let list = events.list(&ListParams::default()).await?;
-        let notes: Vec<String> = list
-            .items
-            .iter()
-            .filter(|e| e.reason.as_deref() == Some("ScaledUp"))
-            .filter_map(|e| e.note.clone())
-            .collect();
-        ensure!(
-            notes
-                .iter()
-                .any(|n| n.contains("from 0 to 1") && n.contains("activation")),
-            "ScaledUp notes: {notes:?}"
-        );
+        scaled_up_by_activation(&client, &ns.name).await?;
         let forwarded = ops.standby.metrics().await?.sum_where(
             "switchyard_operator_control_plane_forwarded_total",
             "kind",
@@ -207,22 +229,7 @@ async fn a_publish_to_a_subscriber_at_zero_activates_it_and_is_delivered() -> Re
     scaleUp: {stableWindow: 6s, panicWindow: 2s}
     scaleDown: {stabilizationWindow: 6s}
 ";
-    let manifests = format!(
-        "{}---\n{}",
-        fixtures::router("edge"),
-        fixtures::manager(
-            "lazy",
-            "edge",
-            "[audit.other]",
-            &format!("{}{scaling}", loopback::TEMPLATE_LINES)
-        ),
-    );
-    c.kubectl()
-        .args(["apply", "-n", &ns.name, "-f", "-"])
-        .stdin(manifests)
-        .ok()
-        .await?;
-    wait_rolled_out(&client, &ns.name, "lazy-manager", 0).await?;
+    apply_lazy(c, &client, &ns.name, "[audit.other]", scaling).await?;
     // The publishing app's sidecar, following the standby as a pod's sidecar of Manager `shop` would.
     let publisher = ManagerSidecar::start_rendered(
         serde_json::json!({
@@ -278,22 +285,7 @@ async fn a_publish_to_a_subscriber_at_zero_activates_it_and_is_delivered() -> Re
             Ok(())
         })
         .await?;
-
-        let events = Api::<Event>::namespaced(client.clone(), &ns.name);
-        let notes: Vec<String> = events
-            .list(&ListParams::default())
-            .await?
-            .items
-            .iter()
-            .filter(|e| e.reason.as_deref() == Some("ScaledUp"))
-            .filter_map(|e| e.note.clone())
-            .collect();
-        ensure!(
-            notes
-                .iter()
-                .any(|n| n.contains("from 0 to 1") && n.contains("activation")),
-            "ScaledUp notes: {notes:?}"
-        );
+        scaled_up_by_activation(&client, &ns.name).await?;
         anyhow::Ok(())
     }
     .await;
