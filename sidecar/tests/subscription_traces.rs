@@ -168,9 +168,12 @@ async fn every_subscribers_delivery_hangs_under_the_publish_in_one_trace() {
         );
     }
     let deliver = format!("deliver {EVENT}");
+    // Each process exports in its own batches: wait for the publishing sidecar's span as well as
+    // both deliveries before looking at the chains.
+    let publish = format!("publish {EVENT}");
     let spans = poll(
         Duration::from_secs(30),
-        "both subscribers' delivery spans",
+        "both subscribers' delivery spans and the publish span",
         || async {
             let spans: Vec<GotSpan> = rx
                 .spans()
@@ -180,7 +183,10 @@ async fn every_subscribers_delivery_hangs_under_the_publish_in_one_trace() {
             let delivered = ["billing", "audit"]
                 .iter()
                 .all(|m| spans.iter().any(|s| s.service == *m && s.name == deliver));
-            delivered.then_some(spans)
+            let published = spans
+                .iter()
+                .any(|s| s.service == "front" && s.name == publish);
+            (delivered && published).then_some(spans)
         },
     )
     .await;
