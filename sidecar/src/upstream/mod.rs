@@ -497,6 +497,10 @@ impl Upstream {
         event: &Arc<str>,
         deadline: Instant,
     ) -> Option<Arc<Pool>> {
+        // The common case costs nothing more than before: a connected pool, or nobody to activate.
+        if self.activator.is_none() || sub.pool.has_usable() {
+            return Some(sub.pool.clone());
+        }
         let key = &sub.spec.key;
         let waiting = Waiting {
             event: event.clone(),
