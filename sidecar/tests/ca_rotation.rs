@@ -17,7 +17,7 @@
 
 mod common;
 
-use common::identity::{TRUST_DOMAIN, TestIdentity, Workload};
+use common::identity::{TRUST_DOMAIN, TestIdentity, Workload, certified};
 use common::*;
 use futures::{SinkExt, StreamExt};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
@@ -25,10 +25,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 use switchyard_identity::authority::Change;
-use switchyard_identity::ca::{Ca, CaPem, Subject, key_and_request};
+use switchyard_identity::ca::{Ca, CaPem};
 use switchyard_identity::local::LocalIdentity;
 use switchyard_identity::tls::{self, Expect};
-use switchyard_identity::{CertStore, Kind, SpiffeId, Trust, TrustStore};
+use switchyard_identity::{CertStore, Kind, Trust, TrustStore};
 use switchyard_protocol::frame::{Frame, FrameCodec};
 use tokio::net::TcpStream;
 use tokio_util::codec::Framed;
@@ -66,23 +66,7 @@ fn secret(issuer: &(String, String), anchors: &[&CaPem]) -> Ca {
 
 /// A store certified by `ca` as Router `edge`.
 fn edge(ca: &Ca) -> Arc<CertStore> {
-    let subject = Subject {
-        id: SpiffeId::new(TRUST_DOMAIN, "default", Kind::Router, "edge").unwrap(),
-        pod: "edge-test".into(),
-    };
-    let (key, csr) = key_and_request().unwrap();
-    let issued = ca
-        .issue(&csr, &subject, Duration::from_secs(600), SystemTime::now())
-        .unwrap();
-    let store = Arc::new(CertStore::default());
-    store
-        .install(
-            issued.chain,
-            rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-            issued.not_after,
-        )
-        .unwrap();
-    store
+    certified(ca, Kind::Router, "edge")
 }
 
 async fn metrics(client: &Http, admin: u16) -> String {

@@ -148,22 +148,7 @@ async fn a_flood_of_1_mib_publishes_into_a_slow_manager_under_128_mib_ends_in_50
     let app = TestApp::start().await;
     let cgroup = MemCgroup::create(LIMIT, "direct");
     let cfg = write_json(dir.path(), "handlers.json", &receiver_config(app.port));
-    let mut receiver = Proc::spawn_in_cgroup(
-        &cgroup.procs(),
-        &[
-            "manager",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-addr",
-            "127.0.0.1:0",
-            "--local-api-addr",
-            "127.0.0.1:0",
-        ],
-        dir.path().join("handlers.log"),
-        &[],
-    );
+    let mut receiver = manager_in(&cgroup, &cfg, &dir.path().join("handlers.log"));
     let ports = manager_ready(&mut receiver).await;
     let budgets = receiver
         .log_line("byte budgets from the memory limit")
@@ -311,22 +296,7 @@ async fn a_flood_of_1_mib_durable_events_into_a_slow_manager_stays_within_its_by
     let app = TestApp::start().await;
     let cgroup = MemCgroup::create(LIMIT, "durable");
     let cfg = write_json(dir.path(), "queue.json", &durable_config(app.port, &url));
-    let mut sidecar = Proc::spawn_in_cgroup(
-        &cgroup.procs(),
-        &[
-            "manager",
-            "--config",
-            cfg.to_str().unwrap(),
-            "--listen",
-            "127.0.0.1:0",
-            "--admin-addr",
-            "127.0.0.1:0",
-            "--local-api-addr",
-            "127.0.0.1:0",
-        ],
-        dir.path().join("queue.log"),
-        &[],
-    );
+    let mut sidecar = manager_in(&cgroup, &cfg, &dir.path().join("queue.log"));
     let ports = manager_ready(&mut sidecar).await;
     let budgets = sidecar.log_line("byte budgets from the memory limit").await;
     assert_eq!(budgets["admitted_events"], "48.0 MiB", "{budgets}");
@@ -409,4 +379,25 @@ async fn a_flood_of_1_mib_durable_events_into_a_slow_manager_stays_within_its_by
     assert!(at_once > 1, "the lane pulls several at once");
     assert!(peak < LIMIT, "peak {peak} at the limit");
     drop(sidecar);
+}
+
+/// A manager sidecar with config `cfg` inside `cgroup`, every listener on a port the kernel picks,
+/// logging to `log`.
+fn manager_in(cgroup: &MemCgroup, cfg: &std::path::Path, log: &std::path::Path) -> Proc {
+    Proc::spawn_in_cgroup(
+        &cgroup.procs(),
+        &[
+            "manager",
+            "--config",
+            cfg.to_str().unwrap(),
+            "--listen",
+            "127.0.0.1:0",
+            "--admin-addr",
+            "127.0.0.1:0",
+            "--local-api-addr",
+            "127.0.0.1:0",
+        ],
+        log.to_path_buf(),
+        &[],
+    )
 }
