@@ -142,8 +142,9 @@ async fn run(c: &Cluster, ns: &str) -> Result<()> {
     let plain = create_as(c, ns, &user, &pod(None), true).await?;
     ensure!(plain.success(), "a plain pod: {}", plain.describe());
 
-    // With it, each kind is refused by the policy (eventually: the API server picks up a new
-    // policy and binding within seconds).
+    // With it, each kind is refused by the policy. The API server picks up a new policy and
+    // binding within seconds, so the wait asks with server-side dry runs (every admission step
+    // runs, nothing is kept); once the policy answers, a real create must be refused too.
     for (kind, obj) in [
         ("Pod", pod(Some(&owner))),
         ("Deployment", workload("Deployment", &owner)),
@@ -152,23 +153,32 @@ async fn run(c: &Cluster, ns: &str) -> Result<()> {
         let expected = format!(
             "metadata.ownerReferences: {user} may not create or change a {kind} owned by Manager handlers"
         );
+        let refused = |out: &switchyard_e2e::Output| {
+            !out.success()
+                && out.stderr.contains("ValidatingAdmissionPolicy")
+                && out.stderr.contains(&expected)
+        };
         eventually(
-            &format!("a {kind} owned by the Manager refused"),
+            &format!("the policy refusing a {kind} owned by the Manager"),
             timeout(),
             || async {
-                let out = create_as(c, ns, &user, &obj, false).await?;
-                eprintln!("[e2e] {kind} as {user}: {}", out.combined().trim());
-                ensure!(!out.success(), "the {kind} was created");
+                let out = create_as(c, ns, &user, &obj, true).await?;
                 ensure!(
-                    out.stderr.contains("ValidatingAdmissionPolicy")
-                        && out.stderr.contains(&expected),
+                    refused(&out),
                     "not refused by the policy: {}",
-                    out.stderr
+                    out.describe()
                 );
                 Ok(())
             },
         )
         .await?;
+        let out = create_as(c, ns, &user, &obj, false).await?;
+        eprintln!("[e2e] {kind} as {user}: {}", out.combined().trim());
+        ensure!(
+            refused(&out),
+            "a {kind} owned by the Manager not refused by the policy: {}",
+            out.describe()
+        );
     }
     // Nor a Pod or ReplicaSet carrying the Manager's label, which the Identity service requires of
     // a pod and its ReplicaSet (an ownerReference naming the operator's ReplicaSet or Deployment
