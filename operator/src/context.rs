@@ -1,5 +1,6 @@
 //! State shared by the controllers.
 
+use crate::controller::sidecar_rollout::{DEFAULT_ROLLOUTS_AT_ONCE, SidecarRollouts};
 use crate::metrics::Metrics;
 use crate::scope::Scope;
 use kube::Client;
@@ -18,6 +19,8 @@ pub struct Context {
     pub render: crate::render::RenderSettings,
     /// The namespaces watched (`--watch-namespaces`).
     pub scope: Scope,
+    /// The pace of sidecar image changes across the mesh (`--sidecar-rollouts-at-once`).
+    pub rollouts: SidecarRollouts,
 }
 
 impl Context {
@@ -39,6 +42,13 @@ impl Context {
             metrics,
             render,
             scope,
+            rollouts: SidecarRollouts::new(DEFAULT_ROLLOUTS_AT_ONCE),
         }
+    }
+
+    /// At most `at_once` Deployments change their sidecar image at a time.
+    pub fn with_rollouts_at_once(mut self, at_once: u16) -> Self {
+        self.rollouts = SidecarRollouts::new(at_once);
+        self
     }
 }

@@ -141,10 +141,11 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
 
     // build + apply + prune (an invalid spec leaves the last good children serving)
     let mut rollout = None;
+    let mut waits = false;
     let mut per_type = Vec::new();
     let mut applied = String::new();
     if !problem.as_ref().is_some_and(|p| p.blocks_apply) {
-        let children = render::manager::build(manager, router.as_ref(), &ctx.render)?;
+        let mut children = render::manager::build(manager, router.as_ref(), &ctx.render)?;
         let owned = &shared.owned;
         // Before the Deployments: a pod naming a ServiceAccount that does not exist is refused.
         // Not watched: judged by content and age alone.
@@ -174,13 +175,17 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
         }
         let mut rollouts = Vec::new();
         let mut names = Vec::new();
-        for d in &children.deployments {
+        let rendered = &ctx.render.sidecar_image;
+        for d in &mut children.deployments {
             let dep_name = d.name_any();
             let cached = owned.deployment(&ns, &dep_name);
             let live = cached
                 .as_ref()
                 .and_then(|c| c.metadata.generation)
                 .map(|g| g.to_string());
+            let key = (ns.clone(), meta::MANAGER, dep_name.clone());
+            let running = cached.as_deref().and_then(render::sidecar::running_image);
+            waits |= ctx.rollouts.pace(&key, running.as_deref(), d, rendered);
             let stored = match shared
                 .apply_child(d, live.as_deref(), Watched::ByGeneration)
                 .await?
@@ -189,6 +194,7 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
                 // Skipped only when the cache holds it.
                 None => cached.ok_or(Error::CacheClosed("deployments"))?,
             };
+            ctx.rollouts.applied(&key, &stored, rendered);
             let r = Rollout::of(&stored);
             // Which event types this Deployment serves: all with `shared`, its own with `perEventType`.
             let served = served_event_types(manager, &stored);
@@ -291,7 +297,11 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
         )
         .await;
     }
-    Ok(super::resync())
+    Ok(if waits {
+        Action::requeue(super::sidecar_rollout::RETRY_AFTER)
+    } else {
+        super::resync()
+    })
 }
 
 /// What the Manager's namespace allows its pod template, from the namespace's labels when `needed`

@@ -7,6 +7,7 @@ pub mod manager;
 mod manager_cache;
 mod owned;
 pub mod router;
+pub mod sidecar_rollout;
 mod spec_changes;
 
 use crate::context::Context;

@@ -39,10 +39,14 @@ pub(super) struct Triggers {
     pub routers: Trigger<Router>,
 }
 
-/// A Deployment as the cache keeps it: status, replicas, labels and owners; not the pod template.
+/// A Deployment as the cache keeps it: status, replicas, labels, owners and the sidecar image its
+/// template runs (the pacing of sidecar upgrades reads it); not the pod template.
 fn strip_deployment(d: &mut Deployment) {
     d.metadata.managed_fields = None;
-    d.metadata.annotations = None;
+    let image = crate::render::sidecar::running_image(d);
+    d.metadata.annotations = image.map(|i| {
+        std::collections::BTreeMap::from([(crate::render::sidecar::IMAGE_ANNOTATION.to_owned(), i)])
+    });
     if let Some(spec) = d.spec.as_mut() {
         spec.template = Default::default();
     }

@@ -2,6 +2,7 @@
 
 use super::events;
 use super::manager_cache::ManagerCache;
+use super::sidecar_rollout;
 use super::spec_changes::SpecChanges;
 use crate::apply::{apply, prune};
 use crate::conditions::{self, Problem, Rollout};
@@ -10,8 +11,10 @@ use crate::render::{self, meta};
 use crate::scope::Target;
 use crate::validate;
 use crate::{Error, Result};
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use kube::api::Api;
 use kube::runtime::controller::{Action, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::{WatchStreamExt, watcher};
@@ -124,8 +127,9 @@ async fn reconcile_inner(router: &Router, ctx: &Context, cache: &ManagerCache) -
     // build + apply (an invalid spec leaves the last good children serving)
     let mut rollout = None;
     let mut applied = String::new();
+    let mut waits = false;
     if !problem.as_ref().is_some_and(|p| p.blocks_apply) {
-        let children = render::router::build(router, &managers, &ctx.render)?;
+        let mut children = render::router::build(router, &managers, &ctx.render)?;
         // Before the Deployment: a pod naming a ServiceAccount that does not exist is refused.
         apply(&ctx.client, &children.service_account).await?;
         apply(&ctx.client, &children.config_map).await?;
@@ -141,7 +145,18 @@ async fn reconcile_inner(router: &Router, ctx: &Context, cache: &ManagerCache) -
                 prune::<NetworkPolicy>(&ctx.client, &ns, &selector, &uid, &[]).await?;
             }
         }
+        let key = (
+            ns.clone(),
+            meta::ROUTER,
+            render::router::workload_name(&name),
+        );
+        let running = running_sidecar_image(ctx, &ns, &key.2).await?;
+        let rendered = &ctx.render.sidecar_image;
+        waits = ctx
+            .rollouts
+            .pace(&key, running.as_deref(), &mut children.deployment, rendered);
         let deployment = apply(&ctx.client, &children.deployment).await?;
+        ctx.rollouts.applied(&key, &deployment, rendered);
         rollout = Some(Rollout::total(&[Rollout::of(&deployment)]));
         applied = format!(
             "Deployment {0}, Service {0}, ConfigMap {1}",
@@ -185,7 +200,23 @@ async fn reconcile_inner(router: &Router, ctx: &Context, cache: &ManagerCache) -
         )
         .await;
     }
-    Ok(super::resync())
+    Ok(if waits {
+        Action::requeue(sidecar_rollout::RETRY_AFTER)
+    } else {
+        super::resync()
+    })
+}
+
+/// The sidecar image the live Deployment `ns/name` runs (`None`: there is none yet).
+async fn running_sidecar_image(ctx: &Context, ns: &str, name: &str) -> Result<Option<String>> {
+    let live = Api::<Deployment>::namespaced(ctx.client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|source| Error::Observe {
+            what: format!("Deployment {ns}/{name}"),
+            source,
+        })?;
+    Ok(live.as_ref().and_then(render::sidecar::running_image))
 }
 
 /// Event types claimed by more than one Manager of this Router, as a message.

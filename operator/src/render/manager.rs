@@ -189,7 +189,7 @@ pub fn build(
             sel.extend(extra);
             let mut dep_labels = labels.clone();
             dep_labels.extend(sel.clone());
-            Ok(Deployment {
+            let mut deployment = Deployment {
                 metadata: meta::child_meta(manager, deploy_name, dep_labels)?,
                 spec: Some(DeploymentSpec {
                     replicas: Some(replicas_of(manager, &events)),
@@ -201,7 +201,9 @@ pub fn build(
                     ..DeploymentSpec::default()
                 }),
                 ..Deployment::default()
-            })
+            };
+            sidecar::stamp_image(&mut deployment, &settings.sidecar_image);
+            Ok(deployment)
         })
         .collect::<Result<Vec<_>, Error>>()?;
 

@@ -220,7 +220,7 @@ pub fn build(
     };
     super::pod_security::restrict(&mut router_pod);
 
-    let deployment = Deployment {
+    let mut deployment = Deployment {
         metadata: meta::child_meta(router, workload_name(&name), labels.clone())?,
         spec: Some(DeploymentSpec {
             replicas: Some(router.spec.replicas),
@@ -248,6 +248,8 @@ pub fn build(
         }),
         ..Deployment::default()
     };
+
+    sidecar::stamp_image(&mut deployment, &settings.sidecar_image);
 
     let service = Service {
         metadata: meta::child_meta(router, workload_name(&name), labels)?,

@@ -1,12 +1,14 @@
 //! The sidecar container, in router or manager role.
 
 use super::RenderSettings;
+use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, ContainerPort, EnvVar, EnvVarSource,
     HTTPGetAction, ObjectFieldSelector, Probe, ResourceRequirements, SeccompProfile,
     SecurityContext, Volume, VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use std::collections::BTreeMap;
 use switchyard_protocol::{config, env, ports};
@@ -17,6 +19,9 @@ pub const CONTAINER: &str = "switchyard-sidecar";
 pub const CONFIG_VOLUME: &str = "switchyard-config";
 /// Name of the sidecar's probe port.
 pub const PROBE_PORT: &str = "probes";
+/// Annotation of a mesh Deployment naming the sidecar image its pod template runs. The operator's
+/// caches keep Deployments without their pod templates; this is how they still know it.
+pub const IMAGE_ANNOTATION: &str = "switchyard.dev/sidecar-image";
 
 /// Environment variable carrying the control-plane URL (the sidecar's `--control-plane`).
 pub use switchyard_protocol::env::CONTROL_PLANE as CONTROL_PLANE_ENV;
@@ -170,4 +175,50 @@ fn default_resources() -> ResourceRequirements {
         )])),
         ..ResourceRequirements::default()
     }
+}
+
+/// Sets the sidecar image of `deployment`'s pod template (the sidecar container, wherever the
+/// template has it) and records it in [`IMAGE_ANNOTATION`].
+pub fn stamp_image(deployment: &mut Deployment, image: &str) {
+    deployment
+        .metadata
+        .annotations
+        .get_or_insert_with(BTreeMap::new)
+        .insert(IMAGE_ANNOTATION.to_owned(), image.to_owned());
+    let Some(pod) = deployment
+        .spec
+        .as_mut()
+        .and_then(|s| s.template.spec.as_mut())
+    else {
+        return;
+    };
+    let containers = pod
+        .containers
+        .iter_mut()
+        .chain(pod.init_containers.iter_mut().flatten());
+    for c in containers.filter(|c| c.name == CONTAINER) {
+        c.image = Some(image.to_owned());
+    }
+}
+
+/// The sidecar image a Deployment's annotation records (`None`: made before the annotation was).
+pub fn stamped_image(meta: &ObjectMeta) -> Option<&str> {
+    meta.annotations
+        .as_ref()
+        .and_then(|a| a.get(IMAGE_ANNOTATION))
+        .map(String::as_str)
+}
+
+/// The sidecar image `deployment` runs: its annotation, or for one made before the annotation
+/// existed (by an older operator), its pod template's sidecar container.
+pub fn running_image(deployment: &Deployment) -> Option<String> {
+    if let Some(image) = stamped_image(&deployment.metadata) {
+        return Some(image.to_owned());
+    }
+    let pod = deployment.spec.as_ref()?.template.spec.as_ref()?;
+    pod.containers
+        .iter()
+        .chain(pod.init_containers.iter().flatten())
+        .find(|c| c.name == CONTAINER)
+        .and_then(|c| c.image.clone())
 }
