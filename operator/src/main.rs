@@ -241,29 +241,32 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
         metrics.set_leader(true);
     }
 
-    let ctx = Arc::new(Context::new(
-        client.clone(),
-        metrics.clone(),
-        RenderSettings {
-            sidecar_image: settings.sidecar_image.clone(),
-            control_plane_url: settings.control_plane_url.clone(),
-            mesh: mesh.as_ref().zip(identity_url).map(|(m, url)| {
-                let m = m.clone();
-                MeshRender {
-                    identity_url: url,
-                    trust_bundle: TrustBundle::live(move || m.trust_pem()),
-                }
-            }),
-            jetstream: settings.jetstream_url.as_ref().map(|url| {
-                switchyard_protocol::durable::JetStreamConfig {
-                    url: url.clone(),
-                    replicas: settings.jetstream_replicas,
-                }
-            }),
-        },
-        identity,
-        settings.watch_namespaces.clone(),
-    ));
+    let ctx = Arc::new(
+        Context::new(
+            client.clone(),
+            metrics.clone(),
+            RenderSettings {
+                sidecar_image: settings.sidecar_image.clone(),
+                control_plane_url: settings.control_plane_url.clone(),
+                mesh: mesh.as_ref().zip(identity_url).map(|(m, url)| {
+                    let m = m.clone();
+                    MeshRender {
+                        identity_url: url,
+                        trust_bundle: TrustBundle::live(move || m.trust_pem()),
+                    }
+                }),
+                jetstream: settings.jetstream_url.as_ref().map(|url| {
+                    switchyard_protocol::durable::JetStreamConfig {
+                        url: url.clone(),
+                        replicas: settings.jetstream_replicas,
+                    }
+                }),
+            },
+            identity,
+            settings.watch_namespaces.clone(),
+        )
+        .with_rollouts_at_once(settings.sidecar_rollouts_at_once),
+    );
     // Controllers stop on a shutdown signal or when leadership is lost; losing it exits non-zero so the
     // pod restarts as a fresh candidate rather than keeping stale caches.
     let (lost_tx, lost_rx) = watch::channel(false);

@@ -52,6 +52,15 @@ pub struct Settings {
         default_value = "ghcr.io/switchyard-dev/switchyard-sidecar:0.1.0"
     )]
     pub sidecar_image: String,
+    /// How many Router and Manager Deployments may change their sidecar image at once (after an
+    /// operator upgrade changes it); the others keep the image they run until their turn.
+    #[arg(
+        long,
+        env = "SWITCHYARD_SIDECAR_ROLLOUTS_AT_ONCE",
+        default_value_t = crate::controller::sidecar_rollout::DEFAULT_ROLLOUTS_AT_ONCE,
+        value_parser = clap::value_parser!(u16).range(1..)
+    )]
+    pub sidecar_rollouts_at_once: u16,
     /// Log filter, e.g. `info` or `info,kube=debug`.
     #[arg(long, env = "SWITCHYARD_LOG_LEVEL", default_value = "info")]
     pub log_level: String,
