@@ -81,6 +81,8 @@ pub struct OperatorOpts {
     pub mesh_tls: bool,
     /// Whose ServiceAccount it runs as, and in which namespace.
     pub run_as: RunAs,
+    /// `--sidecar-image` (never pulled: the tests' mesh pods run on kwok).
+    pub sidecar_image: String,
     /// Further arguments.
     pub extra_args: Vec<String>,
     /// Further environment (e.g. `OTEL_EXPORTER_OTLP_ENDPOINT`).
@@ -100,6 +102,7 @@ impl OperatorOpts {
             control_plane_port: None,
             mesh_tls: false,
             run_as: RunAs::default(),
+            sidecar_image: crate::SIDECAR_IMAGE.into(),
             extra_args: Vec::new(),
             env: Vec::new(),
             max_open_files: None,
@@ -290,7 +293,7 @@ impl Operator {
             ))
             .arg(format!("--probe-addr=127.0.0.1:{probe_port}"))
             .arg(format!("--identity-addr=127.0.0.1:{identity_port}"))
-            .args(["--sidecar-image", crate::SIDECAR_IMAGE])
+            .args(["--sidecar-image", &opts.sidecar_image])
             .args(["--log-format", "text", "--log-level", "info"])
             .arg(format!("--leader-election={}", opts.leader_election))
             .args(["--lease-name", &opts.lease_name])
