@@ -63,3 +63,51 @@ fn problem(status: StatusCode, detail: &str) -> Response<AdminBody> {
     );
     resp
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tap::MAX_TAPS;
+
+    async fn first_frame(resp: Response<AdminBody>) -> Bytes {
+        let mut body = resp.into_body();
+        let frame = body.frame().await.expect("a frame").expect("infallible");
+        frame.into_data().unwrap_or_default()
+    }
+
+    #[tokio::test]
+    async fn a_tap_streams_ndjson_starting_with_its_bounds() {
+        let taps = Taps::new("router", Vec::new());
+        let resp = open(&taps, Some("type=echo&payload=8"));
+        assert_eq!(resp.status(), StatusCode::OK);
+        assert_eq!(resp.headers()[header::CONTENT_TYPE], "application/x-ndjson");
+        assert!(taps.watching(), "open while its answer lives");
+        let hello: serde_json::Value =
+            serde_json::from_slice(&first_frame(resp).await).expect("json");
+        assert_eq!(hello["kind"], "tapping");
+        assert_eq!(hello["payload"], 8);
+        assert!(!taps.watching(), "closed with its body");
+    }
+
+    #[tokio::test]
+    async fn a_bad_query_or_a_full_house_is_a_problem_naming_why() {
+        let taps = Taps::new("manager", Vec::new());
+        let resp = open(&taps, Some("payload=99999"));
+        assert_eq!(resp.status(), StatusCode::BAD_REQUEST);
+        let body = first_frame(resp).await;
+        assert!(
+            String::from_utf8_lossy(&body).contains("payload"),
+            "{body:?}"
+        );
+        let held: Vec<_> = (0..MAX_TAPS).map(|_| open(&taps, None)).collect();
+        let resp = open(&taps, None);
+        assert_eq!(resp.status(), StatusCode::TOO_MANY_REQUESTS);
+        let body = first_frame(resp).await;
+        assert!(
+            String::from_utf8_lossy(&body).contains("taps are open"),
+            "{body:?}"
+        );
+        drop(held);
+        assert!(!taps.watching());
+    }
+}
