@@ -5,11 +5,13 @@
 //! - `switchyard crds`: the CRD YAML, for `kubectl apply --server-side -f -`.
 //! - `switchyard up -f FILE.yaml`: the same YAML run as local processes, no cluster.
 //! - `switchyard top`: live per-event-type traffic of the sidecars (locally or in a cluster).
+//! - `switchyard tap`: the live events through a Router's or a Manager's sidecars (locally or in a cluster).
 
 #[cfg(test)]
 mod agreement;
 mod check;
 mod routes;
+mod tap;
 mod top;
 mod unmatched;
 mod up;
@@ -49,6 +51,8 @@ enum Command {
     Up(up::Args),
     /// Live per-event-type rate, success and latency, read from the sidecars' admin /metrics.
     Top(top::Args),
+    /// Live events through a Router's or Manager's sidecars: type, id, status, latency, trace.
+    Tap(tap::Args),
 }
 
 fn main() -> ExitCode {
@@ -60,6 +64,7 @@ fn main() -> ExitCode {
         Command::Routes { file } => read(&file, Use::Cluster).map(|(objs, _)| routes::print(&objs)),
         Command::Crds => print_crds(),
         Command::Top(args) => top::run(args),
+        Command::Tap(args) => tap::run(args),
         Command::Up(args) => match up::run(args) {
             Ok(code) => return code,
             Err(e) => Err(e),

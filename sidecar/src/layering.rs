@@ -37,6 +37,8 @@ const FLOORS: &[(&str, u8)] = &[
     ("edge", 4),
     ("net", 4),
     ("metrics", 4),
+    // Live taps of the events (`switchyard tap`): fed by the front doors and delivery, served by admin.
+    ("tap", 4),
     ("secrets", 4),
     ("routes", 3),
     ("load", 3),

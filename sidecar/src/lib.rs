@@ -39,6 +39,7 @@ mod runtime;
 mod secrets;
 mod shutdown;
 pub mod start_checks;
+mod tap;
 mod telemetry;
 mod timing;
 mod traceparent;

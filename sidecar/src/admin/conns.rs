@@ -11,7 +11,6 @@ use crate::net::conn::meters::Meters;
 use crate::net::conn::timers::{IDLE_CLOSE_GRACE, Timeouts};
 use crate::net::conn::tracked::track;
 use bytes::Bytes;
-use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -88,10 +87,15 @@ impl Limits {
 
 /// Serves HTTP/1.1 on `listener` under `limits` for as long as the process runs, each request
 /// answered by `answer` (given the client's address).
-pub(super) async fn serve<A, F>(listener: TcpListener, limits: Limits, metrics: &Metrics, answer: A)
-where
+pub(super) async fn serve<A, F, B>(
+    listener: TcpListener,
+    limits: Limits,
+    metrics: &Metrics,
+    answer: A,
+) where
     A: Fn(Request<Incoming>, SocketAddr) -> F + Clone + Send + Sync + 'static,
-    F: Future<Output = Response<Full<Bytes>>> + Send + 'static,
+    F: Future<Output = Response<B>> + Send + 'static,
+    B: hyper::body::Body<Data = Bytes, Error = Infallible> + Send + 'static,
 {
     let mut http = hyper::server::conn::http1::Builder::new();
     // hyper's header timer covers a slow head on a kept-alive connection, which the first-byte
@@ -126,6 +130,7 @@ where
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::Full;
     use std::sync::Arc;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;

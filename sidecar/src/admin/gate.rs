@@ -20,14 +20,17 @@ pub(super) const DRAIN: &str = "/drain";
 pub(super) const DRAINED: &str = "/drained";
 /// The path that shows the routing table.
 pub(super) const ROUTES: &str = "/routes";
+/// The path that streams the events through the sidecar (`switchyard tap`): their headers and
+/// payloads are the app's business, so it is pod-local like `/routes`.
+pub(super) const TAP: &str = "/tap";
 
 /// Why an admin request is refused.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(super) enum Refusal {
     /// A pod-local path asked by a client outside the pod (403).
     NotLoopback(&'static str),
-    /// `/drain` asked with another method than GET (405): a drain is started by the hook's GET
-    /// only, so a stray POST or a crawler's HEAD never stops the sidecar by surprise.
+    /// `/drain` or `/tap` asked with another method than GET (405): a drain is started by the
+    /// hook's GET only, so a stray POST or a crawler's HEAD never stops the sidecar by surprise.
     Method(&'static str),
 }
 
@@ -90,13 +93,14 @@ pub(super) fn check(method: &Method, path: &str, peer: IpAddr) -> Result<(), Ref
     let pod_local = match path {
         DRAIN => DRAIN,
         ROUTES => ROUTES,
+        TAP => TAP,
         _ => return Ok(()),
     };
     if !inside_the_pod(peer) {
         return Err(Refusal::NotLoopback(pod_local));
     }
-    if pod_local == DRAIN && method != Method::GET {
-        return Err(Refusal::Method(DRAIN));
+    if pod_local != ROUTES && method != Method::GET {
+        return Err(Refusal::Method(pod_local));
     }
     Ok(())
 }
@@ -147,6 +151,15 @@ mod tests {
         assert_eq!(
             check(&Method::GET, ROUTES, NODE),
             Err(Refusal::NotLoopback(ROUTES))
+        );
+        assert_eq!(
+            check(&Method::GET, TAP, NODE),
+            Err(Refusal::NotLoopback(TAP))
+        );
+        assert_eq!(check(&Method::GET, TAP, LOOPBACK), Ok(()));
+        assert_eq!(
+            check(&Method::POST, TAP, LOOPBACK),
+            Err(Refusal::Method(TAP))
         );
         assert_eq!(check(&Method::GET, DRAIN, LOOPBACK), Ok(()));
         assert_eq!(

@@ -1,11 +1,13 @@
 //! The admin server of both roles: `/healthz`, `/readyz`, `/metrics`, and `/routes` (the routing
 //! table as JSON); the manager role adds `GET /drain`, which starts its drain, and `/drained`,
-//! which waits for it (see [`DrainHook`]). `/routes` and `/drain` answer clients inside the pod
-//! only (`gate`). And the probe server (`/healthz`, `/readyz` on a port of their own). Both serve
+//! which waits for it (see [`DrainHook`]). `GET /tap` streams the events through this sidecar
+//! (`switchyard tap`; see `crate::tap`). `/routes`, `/drain` and `/tap` answer clients inside the
+//! pod only (`gate`). And the probe server (`/healthz`, `/readyz` on a port of their own). Both serve
 //! under caps and timers (`conns`). `/metrics` carries no secrets and no addresses: its labels are
 //! event types, statuses and fixed reasons.
 
 use crate::metrics::Metrics;
+use crate::tap::Taps;
 use crate::upstream::Upstream;
 use bytes::Bytes;
 use http_body_util::Full;
@@ -13,12 +15,14 @@ use hyper::{Method, Response, StatusCode};
 use std::net::IpAddr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use tap::AdminBody;
 use tokio::net::TcpListener;
 
 mod conns;
 mod drain_call;
 mod drain_hook;
 mod gate;
+mod tap;
 
 pub use drain_call::{DrainCallError, call as call_drain};
 pub use drain_hook::DrainHook;
@@ -55,15 +59,17 @@ pub async fn serve_probes(listener: TcpListener, metrics: Arc<Metrics>, ready: R
     .await;
 }
 
-/// Serves admin requests on `listener` forever: `/healthz`, `/readyz`, `/metrics`, and `GET /routes`
-/// showing `upstream`'s routing table. Runs until the process exits, so probes see the drain.
+/// Serves admin requests on `listener` forever: `/healthz`, `/readyz`, `/metrics`, `GET /routes`
+/// showing `upstream`'s routing table, and `GET /tap` streaming `taps`. Runs until the process
+/// exits, so probes see the drain.
 pub async fn serve_router(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: Readiness,
     upstream: Arc<Upstream>,
+    taps: Arc<Taps>,
 ) {
-    serve_with(listener, metrics, ready, Some(upstream), None).await;
+    serve_with(listener, metrics, ready, Some(upstream), None, taps).await;
 }
 
 /// As [`serve_router`], plus `GET /drain` (loopback clients only) starting and awaiting the
@@ -74,8 +80,9 @@ pub async fn serve_manager(
     ready: Readiness,
     upstream: Arc<Upstream>,
     drain: DrainHook,
+    taps: Arc<Taps>,
 ) {
-    serve_with(listener, metrics, ready, Some(upstream), Some(drain)).await;
+    serve_with(listener, metrics, ready, Some(upstream), Some(drain), taps).await;
 }
 
 /// What the admin port answers with: the process's state and the role's hooks.
@@ -84,20 +91,33 @@ struct Admin {
     ready: Readiness,
     upstream: Option<Arc<Upstream>>,
     drain: Option<DrainHook>,
+    taps: Arc<Taps>,
     refusals: gate::Refusals,
 }
 
 impl Admin {
-    /// The answer to `method path` from `peer`.
-    async fn respond(&self, method: &Method, path: &str, peer: IpAddr) -> Response<Full<Bytes>> {
+    /// The answer to `method uri` from `peer`.
+    async fn respond(
+        &self,
+        method: &Method,
+        uri: &hyper::Uri,
+        peer: IpAddr,
+    ) -> Response<AdminBody> {
+        let path = uri.path();
         if let Err(refusal) = gate::check(method, path, peer) {
             self.refusals.record(&self.metrics, refusal, peer);
-            return refusal.answer();
+            return whole(refusal.answer());
         }
         match (path, &self.drain) {
-            (gate::DRAIN, Some(hook)) => waited(hook.drain().await),
-            (gate::DRAINED, Some(hook)) => waited(hook.drained().await),
-            _ => answer(path, &self.metrics, &self.ready, self.upstream.as_deref()),
+            (gate::TAP, _) => tap::open(&self.taps, uri.query()),
+            (gate::DRAIN, Some(hook)) => whole(waited(hook.drain().await)),
+            (gate::DRAINED, Some(hook)) => whole(waited(hook.drained().await)),
+            _ => whole(answer(
+                path,
+                &self.metrics,
+                &self.ready,
+                self.upstream.as_deref(),
+            )),
         }
     }
 }
@@ -123,21 +143,19 @@ async fn serve_with(
     ready: Readiness,
     upstream: Option<Arc<Upstream>>,
     drain: Option<DrainHook>,
+    taps: Arc<Taps>,
 ) {
     let admin = Arc::new(Admin {
         metrics: metrics.clone(),
         ready,
         upstream,
         drain,
+        taps,
         refusals: gate::Refusals::default(),
     });
     conns::serve(listener, conns::ADMIN, &metrics, move |req, peer| {
         let admin = admin.clone();
-        async move {
-            admin
-                .respond(req.method(), req.uri().path(), peer.ip())
-                .await
-        }
+        async move { admin.respond(req.method(), req.uri(), peer.ip()).await }
     })
     .await;
 }
@@ -183,6 +201,11 @@ fn answer(
         ),
     };
     with_type(status, content_type, body)
+}
+
+/// A whole answer as an admin answer.
+fn whole(resp: Response<Full<Bytes>>) -> Response<AdminBody> {
+    resp.map(http_body_util::BodyExt::boxed_unsync)
 }
 
 fn text(status: StatusCode, body: Bytes) -> Response<Full<Bytes>> {

@@ -14,6 +14,7 @@ use crate::net::stream::body::StreamBody;
 use crate::net::stream::out_body::OutBody;
 use crate::otel::request::{Remote, RequestTrace};
 use crate::routes::http::Lookup;
+use crate::tap::{Seen, copy_headers, now_ms};
 use crate::traceparent;
 use crate::upstream::Outgoing;
 use crate::upstream::upload::Upload;
@@ -64,9 +65,9 @@ pub(crate) async fn serve(
             "http",
             tls,
             policy,
-            move |io, _peer, conn| {
+            move |io, peer: SocketAddr, conn| {
                 let edge = edge.clone();
-                let svc = track(conn, service_fn(move |req| handle(edge.clone(), req)));
+                let svc = track(conn, service_fn(move |req| handle(edge.clone(), peer, req)));
                 // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
                 builder
                     .serve_connection_with_upgrades(TokioIo::new(io), svc)
@@ -83,7 +84,7 @@ pub(crate) async fn serve(
             policy,
             move |io, peer: SocketAddr, conn| {
                 let e = edge.clone();
-                let inner = tower::service_fn(move |req| handle(e.clone(), req));
+                let inner = tower::service_fn(move |req| handle(e.clone(), peer, req));
                 let stack = edge.middleware.wrap(inner, peer.ip(), &edge.metrics);
                 let svc = track(conn, service_fn(move |req| stack.clone().oneshot(req)));
                 // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
@@ -96,7 +97,11 @@ pub(crate) async fn serve(
     }
 }
 
-async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Result<Response<OutBody>, Infallible> {
+async fn handle(
+    edge: Arc<Edge>,
+    peer: SocketAddr,
+    req: Request<Incoming>,
+) -> Result<Response<OutBody>, Infallible> {
     if let Some(ws) = &edge.ws
         && req.uri().path() == ws.routes.path
     {
@@ -121,10 +126,19 @@ async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Result<Response<OutB
     }
     let trailers_ok = takes_trailers(&req);
     let h2 = req.version() == hyper::Version::HTTP_2;
-    let (reply, label, stream) = process(&edge, req, &mut clock).await;
+    // Copied only while someone taps: otherwise one atomic read.
+    let mut seen = edge.taps.watching().then(|| tapped(&edge, &req, peer));
+    let (reply, label, stream) = process(&edge, req, &mut clock, seen.as_mut()).await;
     let times = clock.stages();
     edge.metrics
         .observe(&label, reply.status, times.total.as_secs_f64());
+    if let Some(mut s) = seen {
+        s.event = label.0.clone();
+        s.status = reply.status;
+        s.latency = times.total;
+        s.server_timing = Some(times.header_value());
+        edge.taps.publish(&s);
+    }
     if let Some(t) = clock.trace.take() {
         t.finish_http(reply.status);
     }
@@ -153,6 +167,18 @@ async fn handle(edge: Arc<Edge>, req: Request<Incoming>) -> Result<Response<OutB
             .insert(TIMING_ALLOW_ORIGIN.clone(), tao.clone());
     }
     Ok(resp)
+}
+
+/// What a tap is shown of `req` from `peer`, before the request is taken apart.
+fn tapped(edge: &Edge, req: &Request<Incoming>, peer: SocketAddr) -> Seen {
+    Seen {
+        at_ms: now_ms(),
+        method: Some(req.method().as_str().to_owned()),
+        path: Some(req.uri().path().to_owned()),
+        client: Some(peer.ip().to_canonical()),
+        headers: copy_headers(req.headers(), edge.taps.hidden()),
+        ..Seen::default()
+    }
 }
 
 /// Whether the client takes trailers: h2 always, HTTP/1.1 when it says `TE: trailers`.
@@ -220,8 +246,13 @@ fn rejected(r: Rejection) -> Reply {
 /// What a request came to: the answer's head, and the app's streamed body when it streams.
 type Processed = (Reply, EventLabel, Option<StreamBody>);
 
-async fn process(edge: &Edge, req: Request<Incoming>, clock: &mut Clock) -> Processed {
-    let (reply, label) = match process_head(edge, req, clock).await {
+async fn process(
+    edge: &Edge,
+    req: Request<Incoming>,
+    clock: &mut Clock,
+    seen: Option<&mut Seen>,
+) -> Processed {
+    let (reply, label) = match process_head(edge, req, clock, seen).await {
         Ok(done) => return done,
         Err(early) => early,
     };
@@ -232,6 +263,7 @@ async fn process_head(
     edge: &Edge,
     req: Request<Incoming>,
     clock: &mut Clock,
+    seen: Option<&mut Seen>,
 ) -> Result<Processed, (Reply, EventLabel)> {
     let (parts, body) = req.into_parts();
     // Any refusal below, before the body is read, lingers on it (see `Unconsumed`).
@@ -379,6 +411,14 @@ async fn process_head(
         content_type: passed_type,
         upload,
     };
+    if let Some(s) = seen {
+        s.ce_id.clone_from(&out.ce_id);
+        s.traceparent.clone_from(&out.traceparent);
+        s.payload_len = out.payload.len();
+        s.payload = out
+            .payload
+            .slice(..edge.taps.payload_wanted().min(out.payload.len()));
+    }
     let done = match edge.dispatch.call_streamed(out, deadline, clock).await {
         Ok(a) => (
             Reply::app(a.head.status, &a.head.content_type, a.head.payload).with(a.head.headers),

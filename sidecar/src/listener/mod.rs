@@ -33,4 +33,6 @@ pub(crate) struct Edge {
     pub timing_allow_origin: Option<hyper::header::HeaderValue>,
     /// Bytes of request bodies this process holds at once (`broker.bodyBudgetBytes`).
     pub body_budget: crate::net::budget::ByteBudget,
+    /// Open taps (`switchyard tap`): each finished request is offered to them while any is open.
+    pub taps: Arc<crate::tap::Taps>,
 }

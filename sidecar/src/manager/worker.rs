@@ -15,6 +15,7 @@ use crate::otel::inbound::InboundTrace;
 use crate::otel::produce::Produce;
 use crate::otel::request::Remote;
 use crate::problem;
+use crate::tap::{Seen, Taps, copy_fields, now_ms};
 use crate::upstream::{Outgoing, Upstream};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -125,6 +126,9 @@ pub struct Worker {
     delivery: Delivery,
     metrics: Arc<Metrics>,
     otel: Option<Arc<Otel>>,
+    /// Open taps (`switchyard tap`), and the CloudEvents source this Manager gives its app.
+    taps: Arc<Taps>,
+    source: String,
 }
 
 fn problem_response(id: u64, status: u16, detail: &str) -> Response {
@@ -193,7 +197,17 @@ impl Worker {
             delivery,
             metrics,
             otel: None,
+            taps: Taps::new("manager", Vec::new()),
+            source: String::new(),
         }
+    }
+
+    /// Offers every delivered event to `taps`, naming `source` as the app's `ce-source` when the
+    /// event carries none.
+    pub fn with_taps(mut self, taps: Arc<Taps>, source: &str) -> Worker {
+        self.taps = taps;
+        source.clone_into(&mut self.source);
+        self
     }
 
     /// Records spans of every event (inbound, queue wait, delivery) when `otel` is set.
@@ -382,12 +396,46 @@ impl Worker {
         let status = resp.as_ref().map_or(499, |r| r.0.status);
         self.metrics
             .observe(label, status, started.elapsed().as_secs_f64());
+        if self.taps.watching() {
+            self.tap(&ev, status, resp.as_ref().map(|r| &r.0), started);
+        }
         if let Some(reason) = failed_for_good {
             // Boxed: rare, and its publish future would otherwise size (and be copied with) every
             // delivery's.
             Box::pin(self.dead_letter(&ev, label, reason)).await;
         }
         resp
+    }
+
+    /// Offers the delivery of `ev` to the open taps (only called while one is open).
+    fn tap(&self, ev: &Request, status: u16, resp: Option<&Response>, started: Instant) {
+        let total = started.elapsed();
+        let times = crate::timing::StageTimes {
+            queue: resp.map(|r| Duration::from_micros(r.queue_us.into())),
+            app: resp.map(|r| Duration::from_micros(r.app_us.into())),
+            total,
+            ..Default::default()
+        };
+        let source = ev
+            .headers
+            .iter()
+            .find(|(n, _)| n == "ce-source")
+            .map_or_else(|| self.source.clone(), |(_, v)| v.clone());
+        let wanted = self.taps.payload_wanted().min(ev.payload.len());
+        self.taps.publish(&Seen {
+            at_ms: now_ms().saturating_sub(total.as_millis() as u64),
+            event: Arc::from(ev.event.as_str()),
+            ce_id: ev.ce_id.clone(),
+            source: Some(source),
+            status,
+            latency: total,
+            server_timing: Some(times.header_value()),
+            traceparent: ev.traceparent.clone(),
+            headers: copy_fields(&ev.headers, self.taps.hidden()),
+            payload: ev.payload.slice(..wanted),
+            payload_len: ev.payload.len(),
+            ..Seen::default()
+        });
     }
 
     async fn deliver(

@@ -20,6 +20,7 @@ use crate::metrics::{EventLabel, Metrics, SubscriptionLabels};
 use crate::net::control_plane::ControlPlane;
 use crate::net::identity::IdentitySettings;
 use crate::shutdown::DRAIN_LIMIT;
+use crate::tap::Taps;
 use crate::upstream::activate::Activator;
 use crate::upstream::{Reach, Upstream, follow};
 use std::net::{Ipv4Addr, SocketAddr};
@@ -243,7 +244,8 @@ pub(crate) async fn run(
     if let Some(dl) = &c.workers.dead_letter {
         worker = worker.with_dead_letter(dl.as_str(), upstream.clone(), store.clone());
     }
-    let worker = Arc::new(worker);
+    let taps = Taps::new("manager", Vec::new());
+    let worker = Arc::new(worker.with_taps(taps.clone(), &source));
     let routers = Arc::new(Routers::default());
     let admin = bind("admin", admin_addr).await?;
     let admin_addr = local_addr(&admin, admin_addr);
@@ -255,6 +257,7 @@ pub(crate) async fn run(
         ready.clone(),
         upstream.clone(),
         hook.clone(),
+        taps,
     ));
     let listener = bind("frame listener", listen).await?;
     let listen = local_addr(&listener, listen);

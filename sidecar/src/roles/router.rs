@@ -22,6 +22,7 @@ use crate::routes::ws::WsRoutes;
 use crate::secrets::Secrets;
 use crate::secrets::reload::Reloads;
 use crate::shutdown::DRAIN_LIMIT;
+use crate::tap::Taps;
 use crate::upstream::activate::Activator;
 use crate::upstream::pushes::PushSink;
 use crate::upstream::{Reach, Upstream, follow};
@@ -240,11 +241,13 @@ pub(crate) async fn run(
     let upstream = Arc::new(upstream);
     let admin = bind("admin", admin_addr).await?;
     let admin_addr = local_addr(&admin, admin_addr);
+    let taps = Taps::new("router", api_key_headers(&settings.config.spec.middleware));
     tokio::spawn(admin::serve_router(
         admin,
         metrics.clone(),
         ready.clone(),
         upstream.clone(),
+        taps.clone(),
     ));
     // Until the first table arrives (and whenever the operator is away) the config's table or the
     // last streamed one serves.
@@ -329,6 +332,7 @@ pub(crate) async fn run(
         otel: otel.clone(),
         ws,
         middleware,
+        taps,
     });
     // One tracker: the caps count the HTTP, WebSocket and gRPC connections together.
     let tracker = Tracker::new(limits.caps);
@@ -425,4 +429,12 @@ fn body_budget_under_limit(configured: usize, table: &RouteTable) -> Result<usiz
         tracing::info!(memory_limit = %shown, bodies = %memory::mib(b.bodies), "body budget");
     }
     Ok(usize::try_from(b.bodies).unwrap_or(usize::MAX))
+}
+
+/// The headers the spec's API-key middleware reads keys from: a tap never copies their values.
+fn api_key_headers(middleware: &[switchyard_crds::router::Middleware]) -> Vec<String> {
+    middleware
+        .iter()
+        .filter_map(|m| Some(m.auth.as_ref()?.api_key.as_ref()?.header.clone()))
+        .collect()
 }
