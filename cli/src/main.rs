@@ -1,6 +1,7 @@
 //! `switchyard`: the user's command line.
 //!
 //! - `switchyard check -f FILE.yaml`: the checks the API server and the operator would make, offline.
+//! - `switchyard check [--pre]`: the checks of a cluster, before install (`--pre`) or after.
 //! - `switchyard routes -f FILE.yaml`: the route table the Router would serve.
 //! - `switchyard crds`: the CRD YAML, for `kubectl apply --server-side -f -`.
 //! - `switchyard up -f FILE.yaml`: the same YAML run as local processes, no cluster.
@@ -10,6 +11,7 @@
 #[cfg(test)]
 mod agreement;
 mod check;
+mod cluster;
 mod routes;
 mod tap;
 mod top;
@@ -33,12 +35,9 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Check Router and Manager YAML as the API server (CEL rules) and the operator would.
-    Check {
-        /// YAML file with Router and Manager documents.
-        #[arg(short = 'f', long = "file")]
-        file: PathBuf,
-    },
+    /// Check Router and Manager YAML offline (`-f FILE`), or a cluster: before install (`--pre`),
+    /// or the installed Switchyard (neither).
+    Check(cluster::Args),
     /// Print the route table of each Router in the file, with the Manager that handles each event type.
     Routes {
         /// YAML file with Router and Manager documents.
@@ -58,9 +57,15 @@ enum Command {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Check { file } => {
-            read(&file, Use::Cluster).and_then(|(objs, text)| check::run(&objs, &text))
-        }
+        Command::Check(args) => match &args.file {
+            Some(file) => {
+                read(file, Use::Cluster).and_then(|(objs, text)| check::run(&objs, &text))
+            }
+            None => match cluster::run(&args) {
+                Ok(code) => return code,
+                Err(e) => Err(e),
+            },
+        },
         Command::Routes { file } => read(&file, Use::Cluster).map(|(objs, _)| routes::print(&objs)),
         Command::Crds => print_crds(),
         Command::Top(args) => top::run(args),
