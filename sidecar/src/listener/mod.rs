@@ -1,6 +1,7 @@
 //! Listeners: where client requests enter: HTTP (`http.rs`), WebSocket (`ws/`, on the HTTP port)
 //! and gRPC (`grpc/`), sharing the route table and the dispatch stage through [`Edge`].
 
+pub(crate) mod access_log;
 pub(crate) mod connections;
 pub(crate) mod grpc;
 pub(crate) mod http;
@@ -33,4 +34,6 @@ pub(crate) struct Edge {
     pub timing_allow_origin: Option<hyper::header::HeaderValue>,
     /// Bytes of request bodies this process holds at once (`broker.bodyBudgetBytes`).
     pub body_budget: crate::net::budget::ByteBudget,
+    /// Whether each HTTP request is logged (`spec.accessLog.enabled`).
+    pub access_log: bool,
 }
