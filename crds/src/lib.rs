@@ -13,6 +13,7 @@ pub mod event_type;
 pub mod manager;
 pub mod route_schema;
 pub mod router;
+pub mod router_service;
 pub mod schema;
 pub mod status;
 pub mod strict;

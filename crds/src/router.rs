@@ -2,6 +2,7 @@
 
 use crate::common::{Duration, PodOverrides, SecretKeyRef};
 use crate::event_type::EventType;
+pub use crate::router_service::RouterService;
 use crate::schema;
 use crate::status::RouterStatus;
 use k8s_openapi::api::core::v1::ResourceRequirements;
@@ -74,6 +75,11 @@ use std::collections::BTreeMap;
         "message": "a route with `grpc` needs listeners.grpc",
         "fieldPath": ".listeners",
     },
+    {
+        "rule": "!has(self.service) || !has(self.service.nodePorts) || !has(self.service.nodePorts.grpc) || has(self.listeners.grpc)",
+        "message": "service.nodePorts.grpc needs listeners.grpc",
+        "fieldPath": ".service.nodePorts.grpc",
+    },
 ]))]
 pub struct RouterSpec {
     /// Number of router pods. Also set through the scale subresource (`kubectl scale router/NAME`).
@@ -108,6 +114,31 @@ pub struct RouterSpec {
     /// frame connections to Manager pods only from the mesh's pods, the edge ports open.
     #[serde(default, skip_serializing_if = "NetworkPolicySpec::is_default")]
     pub network_policy: NetworkPolicySpec,
+    /// The Service in front of the router pods: ClusterIP (the default), NodePort or LoadBalancer,
+    /// its annotations and external traffic policy.
+    #[serde(default, skip_serializing_if = "RouterService::is_default")]
+    pub service: RouterService,
+    /// One log line per HTTP request (client address, method, path, status, duration), at info
+    /// level under the log target `access`. Off when absent.
+    #[serde(default, skip_serializing_if = "AccessLog::is_default")]
+    pub access_log: AccessLog,
+}
+
+/// The router's access log.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct AccessLog {
+    /// `true`: each HTTP request is logged once answered. The client is the TCP peer's address
+    /// (never a forwarded header): behind a NodePort or LoadBalancer Service it is the client's
+    /// own only with `service.externalTrafficPolicy: Local`.
+    #[serde(default)]
+    pub enabled: bool,
+}
+
+impl AccessLog {
+    fn is_default(&self) -> bool {
+        *self == AccessLog::default()
+    }
 }
 
 fn one() -> i32 {

@@ -603,3 +603,78 @@ fn the_subscriptions_schema_keys_them_by_event_and_nests_filters_three_deep() {
     let observe = &subs["items"]["properties"]["observe"];
     assert_eq!(observe["x-kubernetes-list-type"], "set");
 }
+
+#[test]
+fn service_fields_are_checked_by_cel() {
+    let node_port = router(serde_json::json!({"spec": {"service": {
+        "type": "NodePort", "externalTrafficPolicy": "Local", "nodePorts": {"http": 30080},
+        "annotations": {"example.com/lb": "internal"},
+    }}}));
+    assert_eq!(cel_errors(&node_port), "");
+    let lb = router(serde_json::json!({"spec": {"service": {
+        "type": "LoadBalancer", "loadBalancerClass": "example.com/lb", "nodePorts": {"http": 30080},
+    }}}));
+    assert_eq!(cel_errors(&lb), "");
+    for (service, want) in [
+        (
+            serde_json::json!({"nodePorts": {"http": 30080}}),
+            "nodePorts needs type NodePort or LoadBalancer",
+        ),
+        (
+            serde_json::json!({"type": "ClusterIP", "externalTrafficPolicy": "Local"}),
+            "externalTrafficPolicy needs type NodePort or LoadBalancer",
+        ),
+        (
+            serde_json::json!({"type": "NodePort", "loadBalancerClass": "example.com/lb"}),
+            "loadBalancerClass needs type LoadBalancer",
+        ),
+        (
+            serde_json::json!({"type": "NodePort", "nodePorts": {"http": 30080, "grpc": 30080}}),
+            "nodePorts.grpc must differ from nodePorts.http",
+        ),
+        // The quickstart's Router has a gRPC listener; without it a gRPC node port has nothing to serve.
+        (
+            serde_json::json!({"type": "NodePort", "nodePorts": {"grpc": 30090}}),
+            "service.nodePorts.grpc needs listeners.grpc",
+        ),
+    ] {
+        let mut r = router(serde_json::json!({"spec": {"service": service}}));
+        if want.contains("listeners.grpc") {
+            r.spec.listeners.grpc = None;
+            r.spec.routes.retain(|route| route.grpc.is_none());
+        }
+        let errors = cel_errors(&r);
+        assert!(errors.contains(want), "want {want:?}, got {errors}");
+    }
+}
+
+#[test]
+fn service_node_ports_are_bounded_by_the_schema() {
+    let r = router(serde_json::json!({"spec": {"service": {
+        "type": "NodePort", "nodePorts": {"http": 70000},
+    }}}));
+    let problems = switchyard_crds::strict::check(
+        switchyard_crds::strict::Kind::Router,
+        &serde_json::to_value(&r).expect("json"),
+    );
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.path == "spec.service.nodePorts.http"),
+        "{problems:?}"
+    );
+    let typo = serde_json::json!({
+        "apiVersion": "switchyard.dev/v1alpha1", "kind": "Router", "metadata": {"name": "r"},
+        "spec": serde_json::to_value(&router(serde_json::json!({})).spec).map(|mut s| {
+            s["service"] = serde_json::json!({"type": "NodePort", "nodePort": {"http": 30080}});
+            s
+        }).expect("json"),
+    });
+    let problems = switchyard_crds::strict::check(switchyard_crds::strict::Kind::Router, &typo);
+    assert!(
+        problems
+            .iter()
+            .any(|p| p.path.starts_with("spec.service.nodePort") && p.message.contains("nodePorts")),
+        "{problems:?}"
+    );
+}

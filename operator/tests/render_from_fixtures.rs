@@ -150,6 +150,33 @@ fn router_children_are_owned_labelled_and_wired_to_the_config() {
 }
 
 #[test]
+fn a_router_service_change_renders_the_service_only() {
+    let (router, manager) = quickstart();
+    let before = render::router::build(&router, std::slice::from_ref(&manager), &settings())
+        .expect("builds");
+    let mut exposed = router.clone();
+    exposed.spec.service = serde_json::from_value(serde_json::json!({
+        "type": "NodePort", "externalTrafficPolicy": "Local", "nodePorts": {"http": 30080},
+    }))
+    .expect("service");
+    let after = render::router::build(&exposed, std::slice::from_ref(&manager), &settings())
+        .expect("builds");
+    let spec = after.service.spec.as_ref().expect("service spec");
+    assert_eq!(spec.type_.as_deref(), Some("NodePort"));
+    assert_eq!(spec.external_traffic_policy.as_deref(), Some("Local"));
+    let http = spec
+        .ports
+        .as_ref()
+        .expect("ports")
+        .iter()
+        .find(|p| p.name.as_deref() == Some("http"));
+    assert_eq!(http.and_then(|p| p.node_port), Some(30080));
+    // Only the operator reads `service`: the pods do not roll and the sidecar's config is unchanged.
+    assert_eq!(after.deployment, before.deployment);
+    assert_eq!(after.config_map, before.config_map);
+}
+
+#[test]
 fn building_twice_gives_identical_objects() {
     let (router, manager) = quickstart();
     let a = render::router::build(&router, std::slice::from_ref(&manager), &settings()).expect("a");

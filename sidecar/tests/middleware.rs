@@ -273,6 +273,85 @@ async fn cors_api_key_rate_limit_and_grpc_auth() {
 
 // ---------------------------------------------------------------- JWT
 
+/// The access log's lines so far: (client, path, status).
+fn access_lines(mesh: &Mesh) -> Vec<(String, String, u64)> {
+    mesh.router
+        .log_lines()
+        .into_iter()
+        .filter(|l| l["target"] == "access")
+        .map(|l| {
+            let f = &l["fields"];
+            (
+                f["client"].as_str().unwrap_or_default().to_owned(),
+                f["path"].as_str().unwrap_or_default().to_owned(),
+                f["status"].as_u64().unwrap_or_default(),
+            )
+        })
+        .collect()
+}
+
+/// The client the rate limit and the access log see is the TCP peer: a client cannot pass as
+/// another by sending `X-Forwarded-For`, and a refused request is logged too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_access_log_and_rate_limit_see_the_peer_not_a_forwarded_header() {
+    let mesh = Mesh::start_with(Opts::default(), |cfg| {
+        cfg["spec"]["accessLog"] = json!({"enabled": true});
+        // One request a second per client: the second of two back-to-back requests is refused.
+        cfg["spec"]["middleware"] = json!([{"rateLimit": {"requestsPerSecond": 1, "burst": 1}}]);
+    })
+    .await;
+    // Mesh::start waited for a 200, which took this client's one token; wait for it to come back.
+    let first = poll(Duration::from_secs(10), "a token for 127.0.0.1", || async {
+        let r = send(&mesh, "GET", "/noop?token=secret", &[]).await;
+        (r.status == 200).then_some(r)
+    })
+    .await;
+    assert!(
+        first.header("server-timing").is_some(),
+        "{:?}",
+        first.headers
+    );
+    // The same peer claiming another address by header is still the same client to the limiter.
+    let spoofed = send(&mesh, "GET", "/noop", &[("x-forwarded-for", "203.0.113.9")]).await;
+    assert_eq!(
+        spoofed.status,
+        429,
+        "{}",
+        String::from_utf8_lossy(&spoofed.body)
+    );
+    let lines = poll(Duration::from_secs(10), "the access lines", || {
+        let lines = access_lines(&mesh);
+        std::future::ready(lines.iter().any(|l| l.2 == 429).then_some(lines))
+    })
+    .await;
+    assert!(
+        lines.iter().all(|(client, _, _)| client == "127.0.0.1"),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&("127.0.0.1".into(), "/noop".into(), 200)),
+        "{lines:?}"
+    );
+    assert!(
+        lines.contains(&("127.0.0.1".into(), "/noop".into(), 429)),
+        "{lines:?}"
+    );
+    assert!(
+        !mesh.router.log_text().contains("token=secret"),
+        "the query string reached the log"
+    );
+}
+
+/// Without `accessLog` no request is logged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_access_log_unless_asked() {
+    let mesh = Mesh::start(Opts::default()).await;
+    let r = send(&mesh, "GET", "/noop", &[]).await;
+    assert_eq!(r.status, 200);
+    // The line is written before the answer leaves (see access_log::logged): none came.
+    assert_eq!(access_lines(&mesh), vec![]);
+}
+
 fn now() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

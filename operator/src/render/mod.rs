@@ -8,6 +8,7 @@ pub mod meta;
 pub mod network_policy;
 pub mod pod_security;
 pub mod router;
+pub mod router_service;
 pub mod secrets;
 pub mod service_account;
 pub mod sidecar;

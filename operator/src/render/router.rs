@@ -7,9 +7,7 @@ use crate::Error;
 use k8s_openapi::api::apps::v1::{
     Deployment, DeploymentSpec, DeploymentStrategy, RollingUpdateDeployment,
 };
-use k8s_openapi::api::core::v1::{
-    ConfigMap, PodSpec, PodTemplateSpec, Service, ServiceAccount, ServicePort, ServiceSpec,
-};
+use k8s_openapi::api::core::v1::{ConfigMap, PodSpec, PodTemplateSpec, Service, ServiceAccount};
 use k8s_openapi::api::networking::v1::NetworkPolicy;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{LabelSelector, ObjectMeta};
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
@@ -53,11 +51,21 @@ pub fn render_config(router: &Router, managers: &[Manager]) -> Result<RouterConf
         namespace: router
             .namespace()
             .ok_or(Error::MissingMetadata("namespace"))?,
-        spec: router.spec.clone(),
+        spec: sidecar_spec(router),
         destinations: destinations(managers.iter()),
         subscribers: subscribers(managers.iter()),
         static_endpoints: BTreeMap::new(),
     })
+}
+
+/// The spec as the router sidecar reads it: without `service`, which only the operator reads, so
+/// a change of the Service (a node port, an annotation) neither rolls the router pods nor reaches
+/// a sidecar too old to know the field.
+fn sidecar_spec(router: &Router) -> switchyard_crds::RouterSpec {
+    switchyard_crds::RouterSpec {
+        service: Default::default(),
+        ..router.spec.clone()
+    }
 }
 
 /// Where each event type goes, from the Managers that name a Router (the first by name wins a
@@ -152,7 +160,7 @@ pub fn build(
         })?;
     // Only the spec rolls the router pods. Destinations follow Managers coming and going; the sidecar
     // picks those up from the updated ConfigMap (and the operator's table stream) without a restart.
-    let spec_json = serde_json::to_string(&router.spec).map_err(|e| Error::Render {
+    let spec_json = serde_json::to_string(&sidecar_spec(router)).map_err(|e| Error::Render {
         what: "router spec".into(),
         message: e.to_string(),
     })?;
@@ -251,35 +259,8 @@ pub fn build(
 
     sidecar::stamp_image(&mut deployment, &settings.sidecar_image);
 
-    let service = Service {
-        metadata: meta::child_meta(router, workload_name(&name), labels)?,
-        spec: Some(ServiceSpec {
-            selector: Some(selector),
-            ports: Some(
-                serving
-                    .iter()
-                    .map(|(port_name, port)| ServicePort {
-                        name: Some((*port_name).to_owned()),
-                        port: *port,
-                        target_port: Some(IntOrString::String((*port_name).to_owned())),
-                        protocol: Some("TCP".into()),
-                        // h2c on the http port, gRPC on grpc: tells meshes and gateways the protocol.
-                        app_protocol: Some(
-                            if *port_name == "grpc" {
-                                "kubernetes.io/h2c"
-                            } else {
-                                "http"
-                            }
-                            .into(),
-                        ),
-                        ..ServicePort::default()
-                    })
-                    .collect(),
-            ),
-            ..ServiceSpec::default()
-        }),
-        ..Service::default()
-    };
+    let service =
+        super::router_service::build(router, workload_name(&name), labels, selector, &serving)?;
 
     let network_policy = super::network_policy::router(router, &serving)?;
     Ok(RouterChildren {

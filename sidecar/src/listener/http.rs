@@ -1,6 +1,6 @@
 //! The HTTP listener (HTTP/1.1 and h2c on one port): request -> checks -> event -> manager -> answer.
 
-use super::Edge;
+use super::{Edge, access_log};
 use crate::answer::Answer;
 use crate::answer::http::{Reply, SERVER_TIMING, TIMING_ALLOW_ORIGIN};
 use crate::dispatch::{Clock, new_ce_id};
@@ -67,7 +67,15 @@ pub(crate) async fn serve(
             policy,
             move |io, peer: SocketAddr, conn| {
                 let edge = edge.clone();
-                let svc = track(conn, service_fn(move |req| handle(edge.clone(), peer, req)));
+                let svc = track(
+                    conn,
+                    service_fn(move |req| {
+                        let e = edge.clone();
+                        access_log::logged(edge.access_log, peer, req, move |req| {
+                            handle(e, peer, req)
+                        })
+                    }),
+                );
                 // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
                 builder
                     .serve_connection_with_upgrades(TokioIo::new(io), svc)
@@ -86,7 +94,15 @@ pub(crate) async fn serve(
                 let e = edge.clone();
                 let inner = tower::service_fn(move |req| handle(e.clone(), peer, req));
                 let stack = edge.middleware.wrap(inner, peer.ip(), &edge.metrics);
-                let svc = track(conn, service_fn(move |req| stack.clone().oneshot(req)));
+                let on = edge.access_log;
+                // Outside the middleware, so a refused request (a 429, a 401) is logged too.
+                let svc = track(
+                    conn,
+                    service_fn(move |req| {
+                        let stack = stack.clone();
+                        access_log::logged(on, peer, req, move |req| stack.oneshot(req))
+                    }),
+                );
                 // With upgrades, so the WebSocket path can take the connection over (HTTP/1.1 only).
                 builder
                     .serve_connection_with_upgrades(TokioIo::new(io), svc)

@@ -1,6 +1,7 @@
 //! Listeners: where client requests enter: HTTP (`http.rs`), WebSocket (`ws/`, on the HTTP port)
 //! and gRPC (`grpc/`), sharing the route table and the dispatch stage through [`Edge`].
 
+pub(crate) mod access_log;
 pub(crate) mod connections;
 pub(crate) mod grpc;
 pub(crate) mod http;
@@ -35,4 +36,6 @@ pub(crate) struct Edge {
     pub body_budget: crate::net::budget::ByteBudget,
     /// Open taps (`switchyard tap`): each finished request is offered to them while any is open.
     pub taps: Arc<crate::tap::Taps>,
+    /// Whether each HTTP request is logged (`spec.accessLog.enabled`).
+    pub access_log: bool,
 }

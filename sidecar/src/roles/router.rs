@@ -318,6 +318,7 @@ pub(crate) async fn run(
     };
     let edge = Arc::new(Edge {
         timing_allow_origin,
+        access_log: settings.config.spec.access_log.enabled,
         table,
         dispatch: Dispatch {
             broker: Broker::new(settings.queue_capacity, metrics.clone()),
