@@ -32,6 +32,8 @@ use tokio::sync::OnceCell;
 
 #[path = "pods/durable.rs"]
 mod durable;
+#[path = "pods/nodeport.rs"]
+mod nodeport;
 
 const ROUTER_PODS: &str = "switchyard.dev/router=edge";
 const MANAGER_PODS: &str = "switchyard.dev/manager=handlers";
@@ -124,6 +126,10 @@ fn main() -> ExitCode {
         (
             "durable_events_go_through_the_charts_jetstream_which_takes_only_mesh_identities",
             |e| Box::pin(durable::durable_through_the_charts_jetstream(e)),
+        ),
+        (
+            "a_nodeport_router_is_reached_from_outside_the_node_with_the_clients_address",
+            |e| Box::pin(nodeport::nodeport_router_reached_from_outside_the_node(e)),
         ),
     ];
     let trials = tests
