@@ -5,7 +5,6 @@
 
 mod support;
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::sync::mpsc;
@@ -39,27 +38,7 @@ impl Tap {
             .stderr(Stdio::piped())
             .spawn()
             .expect("spawn switchyard tap");
-        let (tx, lines) = mpsc::channel();
-        let pipes = [
-            child
-                .stdout
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        ];
-        for pipe in pipes.into_iter().flatten() {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    if tx.send(line).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
+        let lines = support::output_lines(&mut child);
         Tap {
             child,
             lines,

@@ -158,6 +158,17 @@ fn main() -> ExitCode {
     conclusion.exit_code()
 }
 
+/// The one router pod of `ns`, once it is Ready on the real node.
+async fn ready_router_pod(env: &Env, client: &kube::Client, ns: &str) -> Result<Pod> {
+    eventually("a Ready router pod on the node", timeout(), || async {
+        let pods = live_pods(client, ns, ROUTER_PODS).await?;
+        ensure!(pods.len() == 1, "{} router pods", pods.len());
+        check_running_on(&pods[0], &env.node.name)?;
+        Ok(pods[0].clone())
+    })
+    .await
+}
+
 /// A namespace enforcing Pod Security `restricted` whose pods all go to the real node.
 async fn node_namespace(env: &Env, prefix: &str) -> Result<TestNamespace> {
     let labels = BTreeMap::from([
@@ -198,13 +209,7 @@ async fn apply_quickstart(env: &Env, prefix: &str) -> Result<Quickstart> {
         .ok()
         .await?;
     let client = env.cluster.client().await?;
-    let router = eventually("a Ready router pod on the node", timeout(), || async {
-        let pods = live_pods(&client, &ns.name, ROUTER_PODS).await?;
-        ensure!(pods.len() == 1, "{} router pods", pods.len());
-        check_running_on(&pods[0], &env.node.name)?;
-        Ok(pods[0].clone())
-    })
-    .await?;
+    let router = ready_router_pod(env, &client, &ns.name).await?;
     let router_ip = routed_ip(&env.node, &router).await?;
     let http = RouterClient::new(SocketAddr::new(router_ip.into(), 8080));
     eventually(
@@ -1032,13 +1037,7 @@ async fn two_subscribers_receive_a_publish(env: &'static Env) -> Result<()> {
         .await?;
     let _ = std::fs::remove_file(&manifest);
     let client = env.cluster.client().await?;
-    let router = eventually("a Ready router pod on the node", timeout(), || async {
-        let pods = live_pods(&client, &ns.name, ROUTER_PODS).await?;
-        ensure!(pods.len() == 1, "{} router pods", pods.len());
-        check_running_on(&pods[0], &env.node.name)?;
-        Ok(pods[0].clone())
-    })
-    .await?;
+    let router = ready_router_pod(env, &client, &ns.name).await?;
     let http = RouterClient::new(SocketAddr::new(
         routed_ip(&env.node, &router).await?.into(),
         8080,

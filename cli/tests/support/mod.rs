@@ -10,8 +10,11 @@ pub mod page;
 pub mod up;
 pub mod zipkin;
 
+use std::io::{BufRead, BufReader, Read};
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
+use std::process::Child;
+use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 /// The `switchyard` binary under test.
@@ -71,4 +74,31 @@ pub fn require_binaries() -> Result<(), String> {
             target_dir().display()
         ))
     }
+}
+
+/// The stdout and stderr lines of `child` (spawned with both piped), read by a thread each. Only the
+/// reader threads hold senders, so the channel closes when the child's pipes do.
+pub fn output_lines(child: &mut Child) -> mpsc::Receiver<String> {
+    let (tx, lines) = mpsc::channel();
+    let pipes = [
+        child
+            .stdout
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+        child
+            .stderr
+            .take()
+            .map(|p| Box::new(p) as Box<dyn Read + Send>),
+    ];
+    for pipe in pipes.into_iter().flatten() {
+        let tx = tx.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(pipe).lines().map_while(Result::ok) {
+                if tx.send(line).is_err() {
+                    return;
+                }
+            }
+        });
+    }
+    lines
 }

@@ -1,6 +1,5 @@
 //! `switchyard up -f FILE` as a child process: its output lines collected, SIGTERM on drop.
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::process::{Child, Command, ExitStatus, Stdio};
 use std::sync::mpsc;
@@ -30,30 +29,7 @@ impl Up {
             cmd.env(k, v);
         }
         let mut child = cmd.spawn().expect("spawn switchyard up");
-        let (tx, lines) = mpsc::channel();
-        for pipe in [
-            child
-                .stdout
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
-            child
-                .stderr
-                .take()
-                .map(|p| Box::new(p) as Box<dyn Read + Send>),
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let tx = tx.clone();
-            std::thread::spawn(move || {
-                for line in BufReader::new(pipe).lines().map_while(Result::ok) {
-                    if tx.send(line).is_err() {
-                        return;
-                    }
-                }
-            });
-        }
-        drop(tx);
+        let lines = super::output_lines(&mut child);
         Up {
             child,
             lines,

@@ -3,7 +3,7 @@
 //! node port 30080, through kube-proxy. With `externalTrafficPolicy: Local` the router sees this
 //! host's own address (the host end of the veth), in its rate limit and in its access log.
 
-use super::{Env, ROUTER_PODS, check_running_on, live_pods, node_namespace};
+use super::{Env, node_namespace, ready_router_pod};
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::Service;
 use kube::ResourceExt;
@@ -73,13 +73,7 @@ pub(super) async fn nodeport_router_reached_from_outside_the_node(env: &'static 
         .ok()
         .await?;
     let client = env.cluster.client().await?;
-    let router = eventually("a Ready router pod on the node", timeout(), || async {
-        let pods = live_pods(&client, &ns.name, ROUTER_PODS).await?;
-        ensure!(pods.len() == 1, "{} router pods", pods.len());
-        check_running_on(&pods[0], &env.node.name)?;
-        Ok(pods[0].clone())
-    })
-    .await?;
+    let router = ready_router_pod(env, &client, &ns.name).await?;
 
     // The Service the operator made from spec.service.
     let svc = Api::<Service>::namespaced(client.clone(), &ns.name)
