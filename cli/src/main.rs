@@ -12,6 +12,7 @@
 mod agreement;
 mod check;
 mod cluster;
+mod kubeconfig;
 mod routes;
 mod tap;
 mod top;

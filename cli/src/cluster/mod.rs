@@ -12,7 +12,6 @@ mod report;
 
 use anyhow::Context as _;
 use clap::ValueEnum;
-use kube::config::{KubeConfigOptions, Kubeconfig};
 use report::{Phase, Report};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -81,7 +80,8 @@ pub fn run(args: &Args) -> anyhow::Result<ExitCode> {
 }
 
 async fn checks(args: &Args) -> anyhow::Result<Report> {
-    let (client, context) = client(args).await?;
+    let (client, context) =
+        crate::kubeconfig::client(args.kubeconfig.as_deref(), args.context.clone()).await?;
     Ok(if args.pre {
         let mut namespaces = vec![args.namespace.clone()];
         namespaces.extend(
@@ -98,51 +98,6 @@ async fn checks(args: &Args) -> anyhow::Result<Report> {
         };
         Report::new(Phase::Post, context, post::run(&client, &scope).await)
     })
-}
-
-/// The API client, as kubectl would make it, and the context's name when a kubeconfig named one.
-async fn client(args: &Args) -> anyhow::Result<(kube::Client, Option<String>)> {
-    let options = KubeConfigOptions {
-        context: args.context.clone(),
-        ..KubeConfigOptions::default()
-    };
-    let (config, kubeconfig) = match &args.kubeconfig {
-        Some(path) => {
-            let kc = Kubeconfig::read_from(path)
-                .with_context(|| format!("--kubeconfig {}", path.display()))?;
-            let config = kube::Config::from_custom_kubeconfig(kc.clone(), &options)
-                .await
-                .with_context(|| format!("--kubeconfig {}", path.display()))?;
-            (config, Some(kc))
-        }
-        None => match Kubeconfig::read() {
-            Ok(kc) => {
-                let config = kube::Config::from_custom_kubeconfig(kc.clone(), &options)
-                    .await
-                    .context("the kubeconfig (KUBECONFIG or ~/.kube/config)")?;
-                (config, Some(kc))
-            }
-            // No kubeconfig in a pod: its service account, as kubectl does. Anywhere else (or
-            // with KUBECONFIG set, or a context asked for) the kubeconfig's error is the answer.
-            Err(e)
-                if args.context.is_none()
-                    && std::env::var_os("KUBECONFIG").is_none()
-                    && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() =>
-            {
-                let config = kube::Config::incluster().with_context(|| {
-                    format!("no kubeconfig ({e}), and the pod's service account cannot be used")
-                })?;
-                (config, None)
-            }
-            Err(e) => return Err(e).context("the kubeconfig (KUBECONFIG, else ~/.kube/config)"),
-        },
-    };
-    let context = args
-        .context
-        .clone()
-        .or_else(|| kubeconfig.and_then(|k| k.current_context));
-    let client = kube::Client::try_from(config).context("building the API client")?;
-    Ok((client, context))
 }
 
 #[cfg(test)]
@@ -190,46 +145,5 @@ mod tests {
         assert_eq!(a.namespace, "switchyard-system");
         assert_eq!(a.mesh_namespaces, ["a", "b"]);
         assert!(matches!(a.output, Output::Json));
-    }
-
-    const KUBECONFIG: &str = r#"apiVersion: v1
-kind: Config
-current-context: first
-clusters:
-  - name: c
-    cluster: {server: "https://127.0.0.1:1"}
-users:
-  - name: u
-    user: {token: "t"}
-contexts:
-  - name: first
-    context: {cluster: c, user: u, namespace: ns-first}
-  - name: second
-    context: {cluster: c, user: u, namespace: ns-second}
-"#;
-
-    #[tokio::test]
-    async fn the_kubeconfig_context_is_the_current_one_or_the_one_named() {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("kubeconfig");
-        std::fs::write(&path, KUBECONFIG).expect("write");
-        let mut args = parse(&["--kubeconfig", &path.to_string_lossy()]).expect("parses");
-        let (api, context) = client(&args).await.expect("a client");
-        assert_eq!(context.as_deref(), Some("first"));
-        assert_eq!(api.default_namespace(), "ns-first");
-        args.context = Some("second".into());
-        let (api, context) = client(&args).await.expect("a client");
-        assert_eq!(context.as_deref(), Some("second"));
-        assert_eq!(api.default_namespace(), "ns-second");
-        args.context = Some("third".into());
-        let Err(e) = client(&args).await else {
-            panic!("a context the kubeconfig does not have was taken");
-        };
-        assert!(format!("{e:#}").contains("third"), "{e:#}");
-        args.kubeconfig = Some(dir.path().join("missing"));
-        let Err(e) = client(&args).await else {
-            panic!("a kubeconfig that does not exist was taken");
-        };
-        assert!(format!("{e:#}").contains("missing"), "{e:#}");
     }
 }

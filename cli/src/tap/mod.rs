@@ -173,12 +173,7 @@ fn shown(from: &str, mut v: serde_json::Value, args: &Args) -> Option<String> {
 /// The sidecars the flags name.
 async fn sidecars(args: &Args) -> anyhow::Result<Vec<Sidecar>> {
     if let Some(path) = &args.kubeconfig {
-        let kubeconfig = kube::config::Kubeconfig::read_from(path)
-            .with_context(|| format!("--kubeconfig {}", path.display()))?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .with_context(|| format!("--kubeconfig {}", path.display()))?;
-        let client = kube::Client::try_from(config).context("building the API client")?;
+        let (client, _) = crate::kubeconfig::client(Some(path), None).await?;
         let namespace = args
             .namespace
             .clone()
@@ -192,16 +187,7 @@ async fn sidecars(args: &Args) -> anyhow::Result<Vec<Sidecar>> {
         .await;
     }
     let local: Vec<Sidecar> = if let Some(file) = &args.file {
-        let state = crate::up::registry::path_for(file);
-        let text = std::fs::read_to_string(&state).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: no running `switchyard up -f {}` found ({}: {e}); start one, or pass --addr",
-                file.display(),
-                file.display(),
-                state.display()
-            )
-        })?;
-        crate::up::registry::parse(&state, &text)?
+        crate::up::registry::running(file)?
             .into_iter()
             .filter(|s| named(s.role, &s.name, args))
             .map(|s| Sidecar::Local {

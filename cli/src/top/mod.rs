@@ -67,12 +67,7 @@ pub fn run(args: Args) -> anyhow::Result<()> {
 /// The sidecars the flags name, and a title for them.
 async fn source_of(args: &Args) -> anyhow::Result<(Source, String)> {
     if let Some(path) = &args.kubeconfig {
-        let kubeconfig = kube::config::Kubeconfig::read_from(path)
-            .with_context(|| format!("--kubeconfig {}", path.display()))?;
-        let config = kube::Config::from_custom_kubeconfig(kubeconfig, &Default::default())
-            .await
-            .with_context(|| format!("--kubeconfig {}", path.display()))?;
-        let client = kube::Client::try_from(config).context("building the API client")?;
+        let (client, _) = crate::kubeconfig::client(Some(path), None).await?;
         let title = match &args.namespace {
             Some(ns) => format!("namespace {ns}"),
             None => "every namespace".to_owned(),
@@ -87,16 +82,7 @@ async fn source_of(args: &Args) -> anyhow::Result<(Source, String)> {
         ));
     }
     if let Some(file) = &args.file {
-        let state = crate::up::registry::path_for(file);
-        let text = std::fs::read_to_string(&state).map_err(|e| {
-            anyhow::anyhow!(
-                "{}: no running `switchyard up -f {}` found ({}: {e}); start one, or pass --addr",
-                file.display(),
-                file.display(),
-                state.display()
-            )
-        })?;
-        let list = crate::up::registry::parse(&state, &text)?
+        let list = crate::up::registry::running(file)?
             .into_iter()
             .map(|s| Local {
                 role: s.role.to_owned(),

@@ -70,6 +70,21 @@ pub fn render(manifest: &Path, sidecars: &[Sidecar]) -> String {
     .to_string()
 }
 
+/// The sidecars of the `switchyard up -f manifest` running now (`tap -f`, `top -f`); the error
+/// says none runs and how to go on.
+pub fn running(manifest: &Path) -> anyhow::Result<Vec<Sidecar>> {
+    let state = path_for(manifest);
+    let text = std::fs::read_to_string(&state).map_err(|e| {
+        anyhow::anyhow!(
+            "{}: no running `switchyard up -f {}` found ({}: {e}); start one, or pass --addr",
+            manifest.display(),
+            manifest.display(),
+            state.display()
+        )
+    })?;
+    parse(&state, &text)
+}
+
 /// The sidecars a file lists; errors name the file and what is wrong.
 pub fn parse(path: &Path, text: &str) -> anyhow::Result<Vec<Sidecar>> {
     let v: serde_json::Value = serde_json::from_str(text)
