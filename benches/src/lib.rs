@@ -7,7 +7,6 @@
 pub mod bare;
 pub mod cost;
 pub mod fanout;
-pub mod hop;
 pub mod lapin;
 pub mod load;
 pub mod mesh;
