@@ -48,11 +48,12 @@
 //! ```
 //! Pure: no I/O. [`FrameCodec`] plugs it into `tokio_util::codec::Framed`.
 
+pub use crate::frame_error::FrameError;
 use crate::headers::{self, Fields};
 use crate::stream::{self, Data, Reset, Trailers};
 use crate::tracestate;
+pub use crate::tracestate::{FLAG_READS_TRACESTATE, FLAG_TRACESTATE};
 use bytes::{Buf, BufMut, Bytes, BytesMut};
-use std::fmt;
 
 /// Size of `kind`, `flags` and `id`, the fixed part after the length.
 const FIXED: usize = 1 + 1 + 8;
@@ -82,15 +83,6 @@ pub const FLAG_RELEASES_CREDIT: u8 = 0x04;
 /// Flag on a HELLO: the sender speaks streams (DATA, TRAILERS, RESET, WINDOW and MORE on heads); the
 /// HELLO's body then says its per-stream window. A peer without it gets whole bodies only.
 pub const FLAG_STREAMS: u8 = 0x08;
-/// Flag on a REQUEST or PUSH: a `tracestate:str16` follows the traceparent (set by the encoder when
-/// the frame carries one). Older sidecars do not read it, so only a peer whose HELLO carried
-/// [`FLAG_READS_TRACESTATE`] is sent a frame with it; a frame without it is the older encoding.
-pub const FLAG_TRACESTATE: u8 = 0x40;
-/// Flag on a HELLO: the sender reads [`FLAG_TRACESTATE`] frames. The accepting side reads the
-/// connecting side's HELLO and answers with its own before its first CREDIT, so the connecting side
-/// knows before its first REQUEST; a peer whose HELLO had neither this nor [`FLAG_STREAMS`] (an
-/// older version, which would log it as unexpected) gets no HELLO, and so never a tracestate.
-pub const FLAG_READS_TRACESTATE: u8 = 0x40;
 /// Flag on a RESPONSE: the answer also returns its request's credit (no CREDIT frame follows for it).
 /// Only sent to a peer whose HELLO carried [`FLAG_IMPLICIT_CREDIT`].
 pub const FLAG_RETURNS_CREDIT: u8 = 0x01;
@@ -275,48 +267,6 @@ mod kind {
     pub const HELLO: u8 = 9;
     pub const RECLAIM: u8 = 10;
     pub const RELEASE: u8 = 11;
-}
-
-/// Why bytes are not a valid frame. The connection that sent them is closed.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum FrameError {
-    /// The length prefix exceeds the limit.
-    TooLarge {
-        /// Announced length.
-        len: usize,
-        /// The limit.
-        max: usize,
-    },
-    /// Unknown frame kind.
-    UnknownKind(u8),
-    /// The body ends before a field does.
-    Truncated(&'static str),
-    /// A string field is not UTF-8.
-    NotUtf8(&'static str),
-    /// A string field is longer than 255 bytes and cannot be encoded.
-    FieldTooLong(&'static str),
-}
-
-impl fmt::Display for FrameError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            FrameError::TooLarge { len, max } => {
-                write!(f, "frame of {len} bytes exceeds the limit of {max}")
-            }
-            FrameError::UnknownKind(k) => write!(f, "unknown frame kind {k}"),
-            FrameError::Truncated(field) => write!(f, "frame truncated in {field}"),
-            FrameError::NotUtf8(field) => write!(f, "{field} is not UTF-8"),
-            FrameError::FieldTooLong(field) => write!(f, "{field} is longer than 255 bytes"),
-        }
-    }
-}
-
-impl std::error::Error for FrameError {}
-
-impl From<FrameError> for std::io::Error {
-    fn from(e: FrameError) -> Self {
-        std::io::Error::new(std::io::ErrorKind::InvalidData, e)
-    }
 }
 
 fn put_str8(dst: &mut BytesMut, s: &str, field: &'static str) -> Result<(), FrameError> {

@@ -9,7 +9,7 @@
 //! for byte. Which fields pass is the sidecars' choice ([`REQUEST`], [`RESPONSE`]), not the
 //! grammar's: names are lower case, at most 255 of them.
 
-use crate::frame::FrameError;
+use crate::frame_error::FrameError;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 /// Flag on a REQUEST or RESPONSE: a `headers` list follows the content type.

@@ -6,6 +6,7 @@ pub mod config;
 pub mod durable;
 pub mod env;
 pub mod frame;
+mod frame_error;
 #[doc(hidden)]
 pub mod fuzz_checks;
 pub mod headers;

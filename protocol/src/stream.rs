@@ -19,7 +19,7 @@
 //! sender never has more than the window in flight on a stream; a receiver resets one that does
 //! ([`code::FLOW_CONTROL`]).
 
-use crate::frame::FrameError;
+use crate::frame_error::FrameError;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 
 /// Flag on a REQUEST or RESPONSE head: its body continues in DATA frames (the inline payload, if

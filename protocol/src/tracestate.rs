@@ -13,9 +13,19 @@
 //!
 //! Pure: no I/O.
 
-use crate::frame::{FLAG_TRACESTATE, FrameError};
+use crate::frame_error::FrameError;
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use std::fmt;
+
+/// Flag on a REQUEST or PUSH: a `tracestate:str16` follows the traceparent (set by the encoder when
+/// the frame carries one). Older sidecars do not read it, so only a peer whose HELLO carried
+/// [`FLAG_READS_TRACESTATE`] is sent a frame with it; a frame without it is the older encoding.
+pub const FLAG_TRACESTATE: u8 = 0x40;
+/// Flag on a HELLO: the sender reads [`FLAG_TRACESTATE`] frames. The accepting side reads the
+/// connecting side's HELLO and answers with its own before its first CREDIT, so the connecting side
+/// knows before its first REQUEST; a peer whose HELLO had neither this nor [`crate::frame::FLAG_STREAMS`] (an
+/// older version, which would log it as unexpected) gets no HELLO, and so never a tracestate.
+pub const FLAG_READS_TRACESTATE: u8 = 0x40;
 
 /// The header (and gRPC metadata key) name.
 pub const HEADER: &str = "tracestate";
