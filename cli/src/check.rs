@@ -160,7 +160,7 @@ pub fn run(objs: &Objects, text: &str) -> anyhow::Result<()> {
 
 /// [`problems_placed`] with the lines of `text`, the file `objs` were read from.
 pub fn placed(objs: &Objects, text: &str) -> Vec<String> {
-    let lines = switchyard_crds::yaml_lines::Lines::of(text);
+    let lines = switchyard_crds::yaml::Lines::of(text);
     problems_placed(objs, &|kind, name, field| {
         lines.as_ref().and_then(|l| l.line(kind, name, field))
     })
@@ -169,7 +169,7 @@ pub fn placed(objs: &Objects, text: &str) -> Vec<String> {
 /// The warnings of [`crate::unmatched`], one line each, naming the Manager, the line of the
 /// subscription in `text` and the subscription.
 pub fn warnings_placed(objs: &Objects, text: &str) -> Vec<String> {
-    let lines = switchyard_crds::yaml_lines::Lines::of(text);
+    let lines = switchyard_crds::yaml::Lines::of(text);
     crate::unmatched::warnings(objs)
         .into_iter()
         .map(|w| {

@@ -9,6 +9,7 @@
 
 pub mod common;
 pub mod crd;
+mod delivery;
 pub mod event_type;
 pub mod manager;
 pub mod route_schema;

@@ -1,6 +1,7 @@
 //! The `Manager` custom resource: the user's handler containers plus the sidecar that feeds them events.
 
 use crate::common::Duration;
+pub use crate::delivery::DeliveryMode;
 use crate::event_type::EventType;
 use crate::schema;
 use crate::status::ManagerStatus;
@@ -136,7 +137,7 @@ pub struct ManagerSpec {
     /// How published events reach this Manager: `direct` (the default: in the receiving pod's
     /// memory; a killed pod loses what it had admitted) or `durable` (kept in NATS JetStream until
     /// the app answered 2xx; redelivered after a crash). Request/response is always direct.
-    #[serde(default, skip_serializing_if = "is_direct")]
+    #[serde(default, skip_serializing_if = "DeliveryMode::is_direct")]
     pub delivery: DeliveryMode,
     /// `delivery` for single event types, overriding the Manager's. Keyed by event type (checked by
     /// the CEL rule above: every key is one of `events`; a key typed `EventType` would render as
@@ -274,21 +275,6 @@ pub enum WorkloadKind {
     Router,
     /// A Manager's sidecars.
     Manager,
-}
-
-fn is_direct(mode: &DeliveryMode) -> bool {
-    *mode == DeliveryMode::Direct
-}
-
-/// How published events reach a Manager.
-#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
-pub enum DeliveryMode {
-    /// Over the sidecars' frame connections, held in the receiving pod's memory.
-    #[default]
-    Direct,
-    /// Through a NATS JetStream stream: acknowledged once stored, deleted once the app answered 2xx.
-    Durable,
 }
 
 impl ManagerSpec {

@@ -5,7 +5,7 @@
 //! pattern match. The sidecars, `switchyard up` and `switchyard check` all call [`Filter::matches`]
 //! and [`pattern_matches`], so a subscription means one thing everywhere.
 
-use crate::manager::DeliveryMode;
+use crate::delivery::DeliveryMode;
 use schemars::{JsonSchema, Schema, SchemaGenerator, json_schema};
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -52,7 +52,7 @@ pub struct Subscription {
     pub filter: Option<Filter>,
     /// How the observed events reach this Manager: `direct` (the default: over the sidecars'
     /// connections, held in the receiving pod's memory) or `durable` (kept in JetStream for it).
-    #[serde(default, skip_serializing_if = "is_direct")]
+    #[serde(default, skip_serializing_if = "DeliveryMode::is_direct")]
     pub delivery: DeliveryMode,
     /// Durable subscriptions only: where the subscriber begins when its consumer is first made:
     /// `stored` (the default: everything kept for it since the subscription reached the
@@ -62,10 +62,6 @@ pub struct Subscription {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(regex(pattern = r"^(new|stored|([0-9]+(\.[0-9]+)?(ns|us|µs|ms|s|m|h))+)$"))]
     pub start_from: Option<String>,
-}
-
-fn is_direct(mode: &DeliveryMode) -> bool {
-    *mode == DeliveryMode::Direct
 }
 
 fn default_observe() -> Vec<Observe> {

@@ -226,6 +226,40 @@ fn unserved(head: &Head) -> Option<crate::strict::Problem> {
     })
 }
 
+/// The documents of a file by kind and name, to place a problem found on a typed object (a CEL
+/// rule, the operator's validation) that knows its object and field but not its document.
+pub struct Lines {
+    heads: Vec<(String, String)>,
+    docs: Vec<crate::yaml_lines::Document>,
+}
+
+impl Lines {
+    /// `None` when the text is not YAML.
+    pub fn of(text: &str) -> Option<Lines> {
+        let values = documents(text).ok()?;
+        let heads = values
+            .iter()
+            .map(|v| {
+                let text = |x: &serde_json::Value| x.as_str().unwrap_or_default().to_owned();
+                (text(&v["kind"]), text(&v["metadata"]["name"]))
+            })
+            .collect();
+        Some(Lines {
+            heads,
+            docs: crate::yaml_lines::documents(text)?,
+        })
+    }
+
+    /// The line of `field` in the first document of `kind` named `name`.
+    pub fn line(&self, kind: &str, name: &str, field: &str) -> Option<usize> {
+        let i = self
+            .heads
+            .iter()
+            .position(|(k, n)| k == kind && n == name)?;
+        self.docs.get(i)?.line(field)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -315,5 +349,28 @@ mod tests {
         let objs = parse("apiVersion: example.com/v1\nkind: Manger\nmetadata: {name: m}\n")
             .expect("skipped");
         assert!(objs.managers.is_empty());
+    }
+
+    #[test]
+    fn objects_are_found_by_kind_and_name() {
+        let text = "\
+kind: Manager
+metadata:
+  name: m
+spec:
+  workers:
+    maxInflight: 64
+---
+kind: Router
+spec:
+  listeners: {}
+";
+        let lines = Lines::of(text).expect("YAML");
+        assert_eq!(
+            lines.line("Manager", "m", "spec.workers.maxInflight"),
+            Some(6)
+        );
+        assert_eq!(lines.line("Router", "", "spec.listeners"), Some(10));
+        assert_eq!(lines.line("Router", "other", "spec"), None);
     }
 }

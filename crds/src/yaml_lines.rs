@@ -25,40 +25,6 @@ pub fn documents(text: &str) -> Option<Vec<Document>> {
         .map(|docs| docs.into_iter().map(Document).collect())
 }
 
-/// The documents of a file by kind and name, to place a problem found on a typed object (a CEL
-/// rule, the operator's validation) that knows its object and field but not its document.
-pub struct Lines {
-    heads: Vec<(String, String)>,
-    docs: Vec<Document>,
-}
-
-impl Lines {
-    /// `None` when the text is not YAML.
-    pub fn of(text: &str) -> Option<Lines> {
-        let values = crate::yaml::documents(text).ok()?;
-        let heads = values
-            .iter()
-            .map(|v| {
-                let text = |x: &serde_json::Value| x.as_str().unwrap_or_default().to_owned();
-                (text(&v["kind"]), text(&v["metadata"]["name"]))
-            })
-            .collect();
-        Some(Lines {
-            heads,
-            docs: documents(text)?,
-        })
-    }
-
-    /// The line of `field` in the first document of `kind` named `name`.
-    pub fn line(&self, kind: &str, name: &str, field: &str) -> Option<usize> {
-        let i = self
-            .heads
-            .iter()
-            .position(|(k, n)| k == kind && n == name)?;
-        self.docs.get(i)?.line(field)
-    }
-}
-
 impl Document {
     /// The 1-based line of `path` (dotted, `[i]` for list items, as [`crate::strict::Problem`]
     /// names fields); for a field that is missing, the line of the nearest field above it that is
@@ -272,16 +238,5 @@ spec:
         assert_eq!(d.line("spec.routes[7]"), Some(9));
         assert_eq!(doc(1).line("spec.listeners.http"), Some(20));
         assert_eq!(doc(1).line("spec"), Some(19));
-    }
-
-    #[test]
-    fn objects_are_found_by_kind_and_name() {
-        let lines = Lines::of(TEXT).expect("YAML");
-        assert_eq!(
-            lines.line("Manager", "m", "spec.workers.maxInflight"),
-            Some(16)
-        );
-        assert_eq!(lines.line("Router", "", "spec.listeners"), Some(20));
-        assert_eq!(lines.line("Router", "other", "spec"), None);
     }
 }
