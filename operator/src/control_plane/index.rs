@@ -373,7 +373,7 @@ impl Index {
                 .map(|(route_key, sub)| {
                     let d = sub.destination;
                     let dest = Dest {
-                        pool_name: render::manager::service_name(&d.manager),
+                        pool_name: render::names::manager_service(&d.manager),
                         manager: d.manager,
                         pool: PoolKey {
                             namespace: key.namespace.clone(),
@@ -390,9 +390,9 @@ impl Index {
                 .into_iter()
                 .map(|(event, d)| {
                     let pool_name = if d.pod_selector.contains_key(meta::EVENT_TYPE) {
-                        render::manager::per_type_name(&d.manager, &event)
+                        render::names::manager_per_type(&d.manager, &event)
                     } else {
-                        render::manager::service_name(&d.manager)
+                        render::names::manager_service(&d.manager)
                     };
                     let dest = Dest {
                         manager: d.manager,

@@ -64,14 +64,14 @@ pub fn routes(router: &Router, managers: &[Manager], pods: &[&Pod]) -> Vec<Route
     };
     let handlers = config.destinations.iter().map(|(event, dest)| {
         let pool = if dest.pod_selector.contains_key(meta::EVENT_TYPE) {
-            render::manager::per_type_name(&dest.manager, event)
+            render::names::manager_per_type(&dest.manager, event)
         } else {
-            render::manager::service_name(&dest.manager)
+            render::names::manager_service(&dest.manager)
         };
         route(event.as_str(), dest, pool, pods, None)
     });
     let subscribers = config.subscribers.iter().map(|(key, sub)| {
-        let pool = render::manager::service_name(&sub.destination.manager);
+        let pool = render::names::manager_service(&sub.destination.manager);
         let wire = subscription_wire(&sub.subscription);
         route(key, &sub.destination, pool, pods, Some(wire))
     });

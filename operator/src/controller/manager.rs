@@ -152,12 +152,12 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
         shared
             .apply_child(&children.service_account, None, Watched::No)
             .await?;
-        let cm_name = render::manager::config_map_name(&name);
+        let cm_name = render::names::manager_config_map(&name);
         let cm_live = owned.config_map_version(&ns, &cm_name);
         shared
             .apply_child(&children.config_map, cm_live.as_deref(), Watched::ByVersion)
             .await?;
-        let svc_name = render::manager::service_name(&name);
+        let svc_name = render::names::manager_service(&name);
         let svc_live = owned.service_version(&ns, &svc_name);
         shared
             .apply_child(&children.service, svc_live.as_deref(), Watched::ByVersion)
@@ -230,8 +230,8 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
         applied = format!(
             "Deployments {}, Service {}, ConfigMap {}",
             names.join(", "),
-            render::manager::service_name(&name),
-            render::manager::config_map_name(&name)
+            render::names::manager_service(&name),
+            render::names::manager_config_map(&name)
         );
     }
 

@@ -148,7 +148,7 @@ async fn reconcile_inner(router: &Router, ctx: &Context, cache: &ManagerCache) -
         let key = (
             ns.clone(),
             meta::ROUTER,
-            render::router::workload_name(&name),
+            render::names::router_workload(&name),
         );
         let running = running_sidecar_image(ctx, &ns, &key.2).await?;
         let rendered = &ctx.render.sidecar_image;
@@ -160,8 +160,8 @@ async fn reconcile_inner(router: &Router, ctx: &Context, cache: &ManagerCache) -
         rollout = Some(Rollout::total(&[Rollout::of(&deployment)]));
         applied = format!(
             "Deployment {0}, Service {0}, ConfigMap {1}",
-            render::router::workload_name(&name),
-            render::router::config_map_name(&name)
+            render::names::router_workload(&name),
+            render::names::router_config_map(&name)
         );
     }
 

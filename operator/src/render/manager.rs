@@ -39,22 +39,6 @@ pub struct ManagerChildren {
     pub network_policy: Option<NetworkPolicy>,
 }
 
-/// Name of the Manager's Service (and of its Deployment with `split: shared`).
-pub fn service_name(manager: &str) -> String {
-    format!("{manager}-manager")
-}
-
-/// Name of the Manager's ConfigMap.
-pub fn config_map_name(manager: &str) -> String {
-    format!("{manager}-manager-config")
-}
-
-/// Name of the Deployment serving one event type with `split: perEventType`.
-pub fn per_type_name(manager: &str, event: &EventType) -> String {
-    format!("{manager}-{}", event.dns_fragment())
-}
-
-/// Builds every child of `manager`.
 /// The manager-role sidecar config of `manager`.
 /// `router` is the Manager's Router as observed (`None` while it does not exist): its tracing settings
 /// are the manager sidecars' too, so their spans join the router's traces. `jetstream` is where
@@ -138,6 +122,7 @@ pub fn recorded_replicas(manager: &Manager, event: &str) -> Option<i32> {
         .desired_replicas
 }
 
+/// Builds every child of `manager`.
 pub fn build(
     manager: &Manager,
     router: Option<&Router>,
@@ -159,7 +144,11 @@ pub fn build(
     let config_hash = meta::hash(&rendered);
 
     let config_map = ConfigMap {
-        metadata: meta::child_meta(manager, config_map_name(&name), labels.clone())?,
+        metadata: meta::child_meta(
+            manager,
+            super::names::manager_config_map(&name),
+            labels.clone(),
+        )?,
         data: Some(
             [(config::FILE_NAME.to_owned(), rendered)]
                 .into_iter()
@@ -171,13 +160,21 @@ pub fn build(
 
     // (Deployment name, extra selector labels, event types served)
     let groups: Vec<(String, BTreeMap<String, String>, Vec<EventType>)> = match spec.scaling.split {
-        Split::Shared => vec![(service_name(&name), BTreeMap::new(), spec.events.clone())],
+        Split::Shared => vec![(
+            super::names::manager_service(&name),
+            BTreeMap::new(),
+            spec.events.clone(),
+        )],
         Split::PerEventType => spec
             .events
             .iter()
             .map(|e| {
                 let extra = BTreeMap::from([(meta::EVENT_TYPE.to_owned(), e.dns_fragment())]);
-                (per_type_name(&name, e), extra, vec![e.clone()])
+                (
+                    super::names::manager_per_type(&name, e),
+                    extra,
+                    vec![e.clone()],
+                )
             })
             .collect(),
     };
@@ -208,7 +205,7 @@ pub fn build(
         .collect::<Result<Vec<_>, Error>>()?;
 
     let service = Service {
-        metadata: meta::child_meta(manager, service_name(&name), labels)?,
+        metadata: meta::child_meta(manager, super::names::manager_service(&name), labels)?,
         spec: Some(ServiceSpec {
             selector: Some(selector),
             ports: Some(vec![ServicePort {
@@ -296,7 +293,7 @@ fn pod_template(
     }
     pod.volumes
         .get_or_insert_with(Vec::new)
-        .push(sidecar::config_volume(&config_map_name(
+        .push(sidecar::config_volume(&super::names::manager_config_map(
             &manager.name_any(),
         )));
     super::stop_order::wait_for_sidecar_drain(&mut pod);

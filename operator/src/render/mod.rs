@@ -5,6 +5,7 @@ pub mod app_socket;
 pub mod identity;
 pub mod manager;
 pub mod meta;
+pub mod names;
 pub mod network_policy;
 pub mod pod_security;
 pub mod router;

@@ -75,7 +75,7 @@ pub fn router(router: &Router, serving: &[(&str, i32)]) -> Result<Option<Network
     open.push(port("TCP", i32::from(ports::PROBES), None));
     policy(
         |n| meta::child_meta(router, n, meta::labels(ROUTER, &name)),
-        super::router::workload_name(&name),
+        super::names::router_workload(&name),
         meta::selector(ROUTER, &name),
         vec![NetworkPolicyIngressRule {
             ports: Some(open),
@@ -162,7 +162,7 @@ pub fn manager(manager: &Manager, router: Option<&Router>) -> Result<Option<Netw
     }
     policy(
         |n| meta::child_meta(manager, n, meta::labels(MANAGER, &name)),
-        super::manager::service_name(&name),
+        super::names::manager_service(&name),
         meta::selector(MANAGER, &name),
         ingress,
     )

@@ -33,16 +33,6 @@ pub struct RouterChildren {
     pub network_policy: Option<NetworkPolicy>,
 }
 
-/// Name of the router Deployment and Service.
-pub fn workload_name(router: &str) -> String {
-    format!("{router}-router")
-}
-
-/// Name of the router's ConfigMap.
-pub fn config_map_name(router: &str) -> String {
-    format!("{router}-router-config")
-}
-
 /// The rendered config: the spec plus where each event type goes. `managers` are the Managers that
 /// name this Router; when two claim one event type the first by name wins (validation reports it).
 pub fn render_config(router: &Router, managers: &[Manager]) -> Result<RouterConfig, Error> {
@@ -88,7 +78,7 @@ pub fn destinations<'a>(
                 .entry(event.clone())
                 .or_insert_with(|| Destination {
                     manager: name.clone(),
-                    service: super::manager::service_name(&name),
+                    service: super::names::manager_service(&name),
                     port: ports::MANAGER_INBOUND,
                     pod_selector,
                     durable: (m.spec.delivery_of(event)
@@ -129,7 +119,7 @@ pub fn subscribers<'a>(
                     subscription: s.clone(),
                     destination: Destination {
                         manager: name.clone(),
-                        service: super::manager::service_name(&name),
+                        service: super::names::manager_service(&name),
                         port: ports::MANAGER_INBOUND,
                         pod_selector: meta::selector(meta::MANAGER, &name),
                         durable,
@@ -167,7 +157,11 @@ pub fn build(
     let config_hash = meta::hash(&spec_json);
 
     let config_map = ConfigMap {
-        metadata: meta::child_meta(router, config_map_name(&name), labels.clone())?,
+        metadata: meta::child_meta(
+            router,
+            super::names::router_config_map(&name),
+            labels.clone(),
+        )?,
         data: Some(
             [(config::FILE_NAME.to_owned(), rendered)]
                 .into_iter()
@@ -195,7 +189,9 @@ pub fn build(
         .volume_mounts
         .get_or_insert_with(Vec::new)
         .extend(secret_mounts);
-    let mut volumes = vec![sidecar::config_volume(&config_map_name(&name))];
+    let mut volumes = vec![sidecar::config_volume(&super::names::router_config_map(
+        &name,
+    ))];
     volumes.extend(secret_volumes);
     let mut identity_pod = PodSpec::default();
     super::identity::apply(settings, &mut identity_pod, &mut container);
@@ -229,7 +225,7 @@ pub fn build(
     super::pod_security::restrict(&mut router_pod);
 
     let mut deployment = Deployment {
-        metadata: meta::child_meta(router, workload_name(&name), labels.clone())?,
+        metadata: meta::child_meta(router, super::names::router_workload(&name), labels.clone())?,
         spec: Some(DeploymentSpec {
             replicas: Some(router.spec.replicas),
             selector: LabelSelector {
@@ -259,8 +255,13 @@ pub fn build(
 
     sidecar::stamp_image(&mut deployment, &settings.sidecar_image);
 
-    let service =
-        super::router_service::build(router, workload_name(&name), labels, selector, &serving)?;
+    let service = super::router_service::build(
+        router,
+        super::names::router_workload(&name),
+        labels,
+        selector,
+        &serving,
+    )?;
 
     let network_policy = super::network_policy::router(router, &serving)?;
     Ok(RouterChildren {
