@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 pub mod bare;
+mod check;
 pub mod cost;
 pub mod fanout;
 pub mod lapin;

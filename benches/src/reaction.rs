@@ -2,7 +2,7 @@
 //! the autoscaler's reaction to a load step, with the windows Knative and KEDA publish for theirs
 //! beside it, and its targets. Pure.
 
-use crate::targets::Check;
+use crate::check::Check;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fmt::Write as _;

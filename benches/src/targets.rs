@@ -2,26 +2,13 @@
 //! each, pass, fail, or not measured (a peer or step that did not run, or two runs that different load
 //! generators drove, which no ratio may compare).
 
+pub use crate::check::Check;
 use crate::cost::PairCost;
 use crate::fanout;
 use crate::mesh::{self, Added};
 use crate::plateau;
 use crate::results::{Results, ratio, rps_vs};
 use crate::streams::StreamBars;
-use serde::{Deserialize, Serialize};
-
-/// One target line: the measured value, the bound, and whether it holds (`None`: not measured).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct Check {
-    /// What is checked, e.g. `/noop c=32: Switchyard / bare hyper req/s`.
-    pub name: String,
-    /// The measured ratio, duration, size or rate.
-    pub value: Option<f64>,
-    /// The bound, in words, e.g. `>= 0.35`.
-    pub target: String,
-    /// Pass, fail, or not measured.
-    pub pass: Option<bool>,
-}
 
 fn at_least(name: &str, value: Option<f64>, min: f64) -> Check {
     Check {
