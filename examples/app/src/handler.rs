@@ -1,5 +1,6 @@
 //! One request: `/healthz`, or a CloudEvent in HTTP binary mode dispatched by its `ce-type` header.
 
+use crate::answer::Answer;
 use crate::burn::{self, Burner};
 use crate::problem;
 use crate::relay::Relay;
@@ -14,8 +15,6 @@ use std::sync::Arc;
 
 /// Largest event data accepted; larger gets 413 rather than unbounded buffering.
 pub const MAX_BODY_BYTES: usize = 4 * 1024 * 1024;
-
-const JSON: &str = "application/json";
 
 /// Shared, cheap-to-clone state of the handlers.
 #[derive(Clone, Default)]
@@ -187,46 +186,6 @@ impl Handlers {
                 &format!("no handler for event type {other}"),
             ),
         }
-    }
-}
-
-/// A handler's answer: status, media type (none when unknown) and body.
-pub struct Answer {
-    /// HTTP status (the gRPC Handler reply carries it as a number).
-    pub status: StatusCode,
-    /// Media type of the body.
-    pub content_type: Option<String>,
-    /// Body.
-    pub body: Bytes,
-}
-
-impl Answer {
-    pub(crate) fn json(status: StatusCode, body: &str) -> Answer {
-        Answer {
-            status,
-            content_type: Some(JSON.to_owned()),
-            body: Bytes::copy_from_slice(body.as_bytes()),
-        }
-    }
-
-    pub(crate) fn problem(status: StatusCode, title: &str, detail: &str) -> Answer {
-        Answer {
-            status,
-            content_type: Some(problem::PROBLEM_JSON.to_owned()),
-            body: problem::body(status, title, detail),
-        }
-    }
-
-    fn into_response(self) -> Response<Full<Bytes>> {
-        let mut resp = Response::new(Full::new(self.body));
-        *resp.status_mut() = self.status;
-        if let Some(ct) = self
-            .content_type
-            .and_then(|c| HeaderValue::from_str(&c).ok())
-        {
-            resp.headers_mut().insert(CONTENT_TYPE, ct);
-        }
-        resp
     }
 }
 

@@ -2,6 +2,7 @@
 //! `Handler` service with `--protocol grpc`) and answers by event type (`noop`, `echo`, `burn`, `bytes`, `relay`). Kept on bare hyper so its own cost stays out of the way when it is used to
 //! measure the mesh.
 
+mod answer;
 mod burn;
 pub mod grpc;
 mod handler;

@@ -3,7 +3,7 @@
 //! `publish`: it publishes `data` as an event of type `event` (the body `{"event", "data"}`) and
 //! answers with the local API's answer (202 once every subscriber admitted it).
 
-use crate::handler::Answer;
+use crate::answer::Answer;
 use crate::trace::Trace;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full, Limited};
