@@ -37,7 +37,7 @@ pub async fn images() -> Result<&'static Images> {
 
 async fn build() -> Result<Images> {
     let script = crate::repo_root().join("deploy/build-images");
-    let dir = crate::operator::target_dir().join("images");
+    let dir = crate::target_dir().join("images");
     Cmd::new(&script)
         .env("SWITCHYARD_IMAGES_DIR", &dir)
         // A cold release build of three binaries on two cores.

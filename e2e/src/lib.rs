@@ -47,6 +47,8 @@ pub const SYSTEM_NAMESPACE: &str = "switchyard-system";
 pub const RELEASE: &str = "switchyard";
 /// Helm release of the CRD chart.
 pub const CRD_RELEASE: &str = "switchyard-crds";
+/// Namespace (and Helm release) of the operator pod on the real node (`pod_operator`).
+pub const NODE_NAMESPACE: &str = "switchyard-node";
 /// Kubernetes version passed to `helm template --kube-version`.
 pub const KUBE_VERSION: &str = "1.34.4";
 /// Sidecar image the tests pass to the operator (`--sidecar-image`); never pulled, pods run on kwok.
@@ -60,6 +62,15 @@ pub fn repo_root() -> PathBuf {
         .parent()
         .expect("the e2e crate lives inside the repository")
         .to_path_buf()
+}
+
+/// The cargo target folder the binaries are built into.
+pub fn target_dir() -> PathBuf {
+    let repo = repo_root();
+    match std::env::var_os("CARGO_TARGET_DIR") {
+        Some(dir) if !dir.is_empty() => repo.join(dir), // join keeps an absolute path as is
+        _ => repo.join("target"),
+    }
 }
 
 /// Tool folder: `SWITCHYARD_TOOLS` or `<repo>/.tools` (the same rule as `e2e/cluster/up`).

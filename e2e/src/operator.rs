@@ -37,22 +37,13 @@ pub async fn operator_binary() -> Result<PathBuf> {
         .map_err(|e| anyhow!("cannot build the operator: {e}"))
 }
 
-/// The cargo target folder the binaries are built into.
-pub fn target_dir() -> PathBuf {
-    let repo = crate::repo_root();
-    match std::env::var_os("CARGO_TARGET_DIR") {
-        Some(dir) if !dir.is_empty() => repo.join(dir), // join keeps an absolute path as is
-        _ => repo.join("target"),
-    }
-}
-
 async fn build_operator() -> Result<PathBuf> {
     Cmd::cargo()
         .args(["build", "-p", OPERATOR_PACKAGE, "--bin", OPERATOR_PACKAGE])
         .timeout(Duration::from_secs(60 * 60))
         .ok()
         .await?;
-    let bin = target_dir().join("debug").join(OPERATOR_PACKAGE);
+    let bin = crate::target_dir().join("debug").join(OPERATOR_PACKAGE);
     if !bin.is_file() {
         bail!(
             "`cargo build` succeeded but {} does not exist",
@@ -458,11 +449,7 @@ pub async fn refuse_foreign_operator(cluster: &Cluster) -> Result<()> {
     // The chart's release in switchyard-system, `e2e/cluster/demo`'s operator pod, and the pod
     // operator of `tests/pods.rs` (left behind only by a run that died; that test removes it
     // before it starts its own).
-    for namespace in [
-        SYSTEM_NAMESPACE,
-        DEMO_NAMESPACE,
-        crate::pod_operator::NAMESPACE,
-    ] {
+    for namespace in [SYSTEM_NAMESPACE, DEMO_NAMESPACE, crate::NODE_NAMESPACE] {
         refuse_lease_holder(cluster, namespace).await?;
     }
     Ok(())

@@ -29,8 +29,8 @@ use std::time::Duration;
 
 /// Helm release (and full name of its objects).
 pub const RELEASE: &str = "switchyard-node";
-/// Its namespace.
-pub const NAMESPACE: &str = "switchyard-node";
+/// Its namespace (named in the crate root, which `operator` reads to refuse a foreign operator).
+pub const NAMESPACE: &str = crate::NODE_NAMESPACE;
 /// ClusterIP pinned for the control-plane Service (the static band of the e2e service range).
 pub const CONTROL_PLANE_IP: &str = "10.0.0.10";
 /// ClusterIP pinned for the chart's JetStream client Service (`jetstream.clusterIP`): no cluster

@@ -71,7 +71,7 @@ async fn make(node: &Node) -> Result<Release> {
     // One release at a time into the shared target folder (nextest runs test processes in parallel).
     let _lock = FileLock::acquire("release").await?;
     let repo = crate::repo_root();
-    let dir = crate::operator::target_dir().join("dist/e2e");
+    let dir = crate::target_dir().join("dist/e2e");
     let registry_path = format!("{}/switchyard-dev", node.registry);
     // The phases that make what a cluster runs, as the release workflow runs them; the third, `cli`,
     // is a release build of one more binary that nothing here installs.

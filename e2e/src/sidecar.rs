@@ -57,7 +57,7 @@ async fn build(package: &str) -> Result<PathBuf> {
         .timeout(Duration::from_secs(60 * 60))
         .ok()
         .await?;
-    let bin = crate::operator::target_dir().join("debug").join(package);
+    let bin = crate::target_dir().join("debug").join(package);
     if !bin.is_file() {
         bail!(
             "`cargo build` succeeded but {} does not exist",
