@@ -59,7 +59,7 @@ async fn noop_has_seven_timing_entries_that_add_up() {
         .unwrap();
     let text = String::from_utf8_lossy(&metrics.body);
     assert!(
-        text.contains("switchyard_requests_total{event=\"noop\",status=\"200\"}"),
+        text.contains("switchyard_requests_total{role=\"router\",event=\"noop\",status=\"200\"}"),
         "{text}"
     );
     assert!(
