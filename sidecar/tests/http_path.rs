@@ -209,6 +209,17 @@ async fn no_manager_gives_503_with_retry_after() {
     let r = mesh.client.get(&mesh.url("/noop")).await.unwrap();
     assert_problem(&r, 503, "retry");
     assert_eq!(r.header("retry-after"), Some("1"));
+    // Counted by why (its manager is not reachable), as the chart's SwitchyardNoEndpoints alert
+    // reads it.
+    let m = mesh.router_metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"switchyard_dispatch_failures_total{role="router",event="noop",reason="no_endpoint"}"#
+        ),
+        1.0,
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
