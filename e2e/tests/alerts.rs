@@ -1,7 +1,8 @@
 //! The chart's PrometheusRule against real promtool (built from the Go module proxy): its rules
 //! pass `promtool check rules`, every alert fires in one case and stays quiet in another under
-//! `promtool test rules` (e2e/prometheus/alerts.test.yaml), and each links to its own runbook
-//! section in docs/alerts.md. No cluster needed.
+//! `promtool test rules` (e2e/prometheus/alerts.test.yaml), each recording rule's series is checked
+//! there (the roles kept apart), and each alert links to its own runbook section in docs/alerts.md.
+//! No cluster needed.
 
 use anyhow::{Context, Result, ensure};
 use std::collections::BTreeSet;
@@ -80,7 +81,11 @@ async fn every_alert_fires_and_stays_quiet_under_promtool_test() -> Result<()> {
     let tests: serde_json::Value = serde_saphyr::from_str(&text).context("alerts.test.yaml")?;
     let mut fires = BTreeSet::new();
     let mut quiet = BTreeSet::new();
+    let mut evaluated = BTreeSet::new();
     for t in tests["tests"].as_array().context("no tests")? {
+        for case in t["promql_expr_test"].as_array().into_iter().flatten() {
+            evaluated.insert(case["expr"].as_str().context("expr")?.to_owned());
+        }
         for case in t["alert_rule_test"].as_array().into_iter().flatten() {
             let name = case["alertname"].as_str().context("alertname")?.to_owned();
             let expected = case["exp_alerts"].as_array().map_or(0, Vec::len);
@@ -94,6 +99,20 @@ async fn every_alert_fires_and_stays_quiet_under_promtool_test() -> Result<()> {
     for alert in prometheus::alert_names(&rules)? {
         ensure!(fires.contains(&alert), "no case where {alert} fires");
         ensure!(quiet.contains(&alert), "no case where {alert} stays quiet");
+    }
+    // And each recording rule has its series checked.
+    let all: serde_json::Value = serde_json::from_str(&rules)?;
+    for record in all["groups"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|g| g["rules"].as_array().into_iter().flatten())
+        .filter_map(|r| r["record"].as_str())
+    {
+        ensure!(
+            evaluated.contains(record),
+            "no promql_expr_test of {record}"
+        );
     }
 
     let out = Cmd::new(tools.join("promtool").to_string_lossy().as_ref())
