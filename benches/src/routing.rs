@@ -8,8 +8,8 @@ use futures::{SinkExt, StreamExt};
 use switchyard_crds::router::RouterSpec;
 use switchyard_protocol::frame::{Frame, FrameCodec, Request, Response};
 use switchyard_sidecar::bench::Broker;
-use switchyard_sidecar::bench::Metrics;
 use switchyard_sidecar::bench::{Lookup, RouteTable};
+use switchyard_sidecar::bench::{Metrics, Role};
 use tokio::io::DuplexStream;
 use tokio_util::codec::Framed;
 
@@ -45,7 +45,7 @@ impl Loop {
         tokio::spawn(manager_side(Framed::new(manager, FrameCodec::default())));
         Loop {
             table,
-            broker: Broker::new(capacity, Metrics::new()),
+            broker: Broker::new(capacity, Metrics::new(Role::Router)),
             conn: Framed::new(router, FrameCodec::default()),
             next_id: 0,
         }

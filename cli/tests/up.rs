@@ -645,7 +645,7 @@ fn replicas_start_two_managers_that_both_serve() {
 /// Events of type `event` a manager sidecar has answered, from its `switchyard_requests_total`.
 fn answered_of(admin: u16, event: &str) -> u64 {
     let text = get(admin, "/metrics").unwrap_or_default();
-    let prefix = format!("switchyard_requests_total{{event=\"{event}\"");
+    let prefix = format!("switchyard_requests_total{{role=\"manager\",event=\"{event}\"");
     text.lines()
         .filter(|l| l.starts_with(&prefix))
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())

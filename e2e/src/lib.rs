@@ -27,6 +27,7 @@ pub mod otlp;
 pub mod pod_operator;
 pub mod pods;
 pub mod poll;
+pub mod prometheus;
 pub mod release;
 pub mod replicas;
 pub mod scale;

@@ -588,6 +588,119 @@ async fn operator_chart_renders_namespaced_rbac_with_watch_namespaces() -> Resul
 }
 
 #[tokio::test]
+async fn monitoring_objects_render_only_when_enabled() -> Result<()> {
+    let kinds = ["ServiceMonitor", "PodMonitor", "PrometheusRule"];
+    let docs = template("switchyard", &[]).await?;
+    for kind in kinds {
+        ensure!(
+            !docs.iter().any(|d| d["kind"] == kind),
+            "{kind} rendered by default (needs the Prometheus Operator's CRDs)"
+        );
+    }
+    let docs = template(
+        "switchyard",
+        &[
+            "--set",
+            "monitoring.serviceMonitor.enabled=true",
+            "--set",
+            "monitoring.podMonitors.enabled=true",
+            "--set",
+            "monitoring.rules.enabled=true",
+            "--set",
+            "monitoring.labels.release=prometheus",
+            "--set",
+            "monitoring.podMonitors.namespaces={shop}",
+        ],
+    )
+    .await?;
+    for d in docs
+        .iter()
+        .filter(|d| kinds.iter().any(|k| d["kind"] == *k))
+    {
+        ensure!(
+            d["metadata"]["labels"]["release"] == "prometheus",
+            "{} without monitoring.labels: {d}",
+            d["kind"]
+        );
+        ensure!(d["metadata"]["namespace"] == SYSTEM_NAMESPACE, "{d}");
+    }
+    // The operator's metrics Service, by its selector labels and port name.
+    let sm = find(&docs, "ServiceMonitor", "switchyard")?;
+    let svc = find(&docs, "Service", "switchyard-metrics")?;
+    for (k, v) in svc["spec"]["selector"]
+        .as_object()
+        .context("metrics Service selector")?
+    {
+        ensure!(
+            svc["metadata"]["labels"][k] == *v && sm["spec"]["selector"]["matchLabels"][k] == *v,
+            "the ServiceMonitor does not select the metrics Service by {k}: {sm}"
+        );
+    }
+    ensure!(
+        svc["spec"]["ports"][0]["name"] == "metrics"
+            && sm["spec"]["endpoints"][0]["port"] == "metrics",
+        "{sm}"
+    );
+    // The durable backlog gauge's `namespace` (the Manager's) is kept, not renamed under the pod's.
+    ensure!(sm["spec"]["endpoints"][0]["honorLabels"] == true, "{sm}");
+    ensure!(
+        strings(&sm["spec"]["namespaceSelector"]["matchNames"]) == [SYSTEM_NAMESPACE],
+        "{sm}"
+    );
+    // The sidecars: the pods the operator renders, by their name label, on the admin port.
+    for role in ["router", "manager"] {
+        let pm = find(&docs, "PodMonitor", &format!("switchyard-{role}s"))?;
+        ensure!(
+            pm["spec"]["selector"]["matchLabels"]["app.kubernetes.io/name"]
+                == format!("switchyard-{role}"),
+            "{pm}"
+        );
+        ensure!(
+            pm["spec"]["podMetricsEndpoints"][0]["port"] == "admin"
+                && pm["spec"]["podMetricsEndpoints"][0]["path"] == "/metrics",
+            "{pm}"
+        );
+        ensure!(
+            strings(&pm["spec"]["namespaceSelector"]["matchNames"]) == ["shop"],
+            "{pm}"
+        );
+    }
+    let rule = find(&docs, "PrometheusRule", "switchyard")?;
+    let groups: Vec<&str> = rule["spec"]["groups"]
+        .as_array()
+        .context("spec.groups")?
+        .iter()
+        .filter_map(|g| g["name"].as_str())
+        .collect();
+    ensure!(
+        groups == ["switchyard.rules", "switchyard.alerts"],
+        "{groups:?}"
+    );
+    // Without the metrics Service there is nothing to monitor: refused, naming both values.
+    let out = Cmd::helm_offline()
+        .args(["template", RELEASE])
+        .arg(charts_dir().join("switchyard"))
+        .args(["--set", "monitoring.serviceMonitor.enabled=true"])
+        .args(["--set", "metrics.service.enabled=false"])
+        .fails()
+        .await?;
+    ensure!(
+        out.stderr.contains("metrics.service.enabled"),
+        "{}",
+        out.combined()
+    );
+    // Every PodMonitor namespace selector: any namespace by default.
+    let docs = template(
+        "switchyard",
+        &["--set", "monitoring.podMonitors.enabled=true"],
+    )
+    .await?;
+    let pm = find(&docs, "PodMonitor", "switchyard-managers")?;
+    ensure!(pm["spec"]["namespaceSelector"]["any"] == true, "{pm}");
+    Ok(())
+}
+
+#[tokio::test]
 async fn charts_lint_strict() -> Result<()> {
     for chart in ["switchyard-crds", "switchyard"] {
         let out = Cmd::helm_offline()

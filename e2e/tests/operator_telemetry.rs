@@ -2,7 +2,8 @@
 //! an autoscaler decision from load reports:
 //! - its `/metrics` has every `switchyard_operator_*` series the chart's Grafana dashboard queries
 //!   (`helm template` renders the opt-in ConfigMap), with the labels the queries use (the sidecars'
-//!   half of the dashboard: `cli/tests/dashboard.rs`);
+//!   half of the dashboard: `cli/tests/dashboard.rs`), and a real Prometheus scraping it (built by
+//!   `e2e/cluster/build-prometheus`) returns data for every one of those queries;
 //! - with `OTEL_EXPORTER_OTLP_ENDPOINT` set, it exports a span per reconcile (`reconcile router`,
 //!   `reconcile manager`; failures marked) and per autoscaler decision (`scale manager`) to an OTLP
 //!   receiver in this process, with a resource per the semantic conventions.
@@ -13,6 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use switchyard_e2e::dashboard::{self, Exported, Exporter};
 use switchyard_e2e::operator::{OperatorLock, free_port};
 use switchyard_e2e::otlp::{Receiver, Span};
+use switchyard_e2e::prometheus::Prometheus;
 use switchyard_e2e::{
     Operator, OperatorOpts, TestNamespace, cluster, eventually, fixtures, timeout,
 };
@@ -92,6 +94,15 @@ async fn operator_metrics_match_the_dashboard_and_its_spans_reach_the_collector(
         },
     )
     .await?;
+    // A real Prometheus scrapes it from before the work starts, so every counter's rise and every
+    // histogram's observation falls between two of its scrapes.
+    let prometheus = Prometheus::start(&[("operator", op.port)]).await?;
+    eventually("Prometheus scraping the operator", timeout(), || async {
+        let up = prometheus.query(r#"up{job="operator"}"#).await?;
+        ensure!(up.iter().any(|(_, v)| *v == 1.0), "up: {up:?}");
+        Ok(())
+    })
+    .await?;
     // Reconciles; an invalid spec (two routes on one method and path: valid to the API server,
     // not to the operator); a failed apply (a container name the API server refuses in the
     // Deployment); an autoscaler decision.
@@ -136,12 +147,12 @@ async fn operator_metrics_match_the_dashboard_and_its_spans_reach_the_collector(
         Ok(m)
     })
     .await;
-    pusher.abort();
     let metrics = seen?;
     let mut exported = Exported::default();
     exported.add(&metrics.0);
     let problems = dashboard::problems(&exprs, &exported, Exporter::Operator);
     if !problems.is_empty() {
+        pusher.abort();
         bail!(
             "{} problem(s):\n{}\nexported: {:#?}",
             problems.len(),
@@ -149,6 +160,31 @@ async fn operator_metrics_match_the_dashboard_and_its_spans_reach_the_collector(
             exported.0
         );
     }
+    // Every operator query of the dashboard returns data from Prometheus, its rate window covering
+    // the whole test (a NaN, a quantile of nothing observed, is no data).
+    let mut missing = Vec::new();
+    for q in exprs.iter().filter(|e| e.contains("switchyard_operator_")) {
+        let promql = q
+            .replace("$__rate_interval", "5m")
+            .replace("$namespace", ".*");
+        let got = eventually(q, Duration::from_secs(60), || async {
+            let series = prometheus.query(&promql).await?;
+            ensure!(series.iter().any(|(_, v)| v.is_finite()), "{series:?}");
+            Ok(())
+        })
+        .await;
+        if let Err(e) = got {
+            missing.push(format!("{e:#}"));
+        }
+    }
+    pusher.abort();
+    drop(prometheus);
+    ensure!(
+        missing.is_empty(),
+        "{} operator queries returned no data from Prometheus:\n{}",
+        missing.len(),
+        missing.join("\n")
+    );
 
     // The spans: one per reconcile, one per decision. This operator watches every namespace, and
     // other tests' Routers are named `edge` too: a reconcile span counts only in this namespace.

@@ -6,6 +6,8 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Mutex;
 use std::time::Duration;
 
 /// Labels of per-controller series.
@@ -54,7 +56,27 @@ pub struct Metrics {
     token_reviews: Family<ResultLabels, Counter>,
     backlog_reads: Family<ResultLabels, Counter>,
     backlog_read: Histogram,
+    backlogs: BacklogGauges,
     trust: TrustGauges,
+}
+
+/// The latest backlog read of each durable Manager's event types, and the series set, so a
+/// Manager no longer read leaves no stale figure.
+#[derive(Default)]
+struct BacklogGauges {
+    events: Family<BacklogLabels, Gauge>,
+    set: Mutex<HashSet<BacklogLabels>>,
+}
+
+/// Labels of the durable backlog gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BacklogLabels {
+    /// The Manager's namespace.
+    pub namespace: String,
+    /// The Manager.
+    pub manager: String,
+    /// The event type (a subscription's pattern as written).
+    pub event: String,
 }
 
 /// The expiry of what the mesh's identity rests on, and the rotations seen.
@@ -65,6 +87,13 @@ struct TrustGauges {
     oldest_leaf_expiry: Gauge,
     leaves: Family<IssuerLabels, Gauge>,
     rotations: Family<ChangeLabels, Counter>,
+}
+
+/// Labels of the build info gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VersionLabels {
+    /// The operator's version (its crate version).
+    pub version: &'static str,
 }
 
 /// Labels of the leaves gauge.
@@ -156,6 +185,18 @@ impl Default for Metrics {
             "leader",
             "1 while this replica holds the leader Lease",
             leader.clone(),
+        );
+        // The version this replica runs, so skew between the operator and the sidecars shows.
+        let build = Family::<VersionLabels, Gauge>::default();
+        build
+            .get_or_create(&VersionLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        registry.register(
+            "build_info",
+            "1, labelled with the version of this operator",
+            build,
         );
         let cp_subscribers = Gauge::default();
         let cp_tables_sent = Counter::default();
@@ -286,6 +327,12 @@ impl Default for Metrics {
             "Time to read one durable Manager's backlog from JetStream",
             backlog_read.clone(),
         );
+        let backlogs = BacklogGauges::default();
+        registry.register(
+            "durable_backlog",
+            "Events stored for a durable Manager and not yet acknowledged (pending plus unacknowledged), by namespace, Manager and event type, as the leader last read them",
+            backlogs.events.clone(),
+        );
         let trust = TrustGauges::default();
         registry.register(
             "mesh_anchor_expiry_seconds",
@@ -313,6 +360,7 @@ impl Default for Metrics {
             trust.rotations.clone(),
         );
         Metrics {
+            backlogs,
             trust,
             registry,
             backlog_reads,
@@ -453,6 +501,36 @@ impl Metrics {
         self.backlog_read.observe(took.as_secs_f64());
     }
 
+    /// Sets the backlog of each event type of Manager `manager` in `namespace` as just read.
+    pub fn set_backlog(&self, namespace: &str, manager: &str, figures: &BTreeMap<String, u64>) {
+        let mut set = self.backlogs.lock();
+        for (event, n) in figures {
+            let labels = BacklogLabels {
+                namespace: namespace.to_owned(),
+                manager: manager.to_owned(),
+                event: event.clone(),
+            };
+            self.backlogs
+                .events
+                .get_or_create(&labels)
+                .set(i64::try_from(*n).unwrap_or(i64::MAX));
+            set.insert(labels);
+        }
+    }
+
+    /// Drops the backlog series of every Manager not in `keep` (namespace, name): no longer
+    /// durable, scaled or there, or of a replica that is no longer the leader (empty `keep`).
+    pub fn retain_backlogs(&self, keep: &HashSet<(String, String)>) {
+        let mut set = self.backlogs.lock();
+        set.retain(|l| {
+            let kept = keep.contains(&(l.namespace.clone(), l.manager.clone()));
+            if !kept {
+                self.backlogs.events.remove(l);
+            }
+            kept
+        });
+    }
+
     /// Records how long an autoscaler tick took.
     pub fn autoscale_tick(&self, took: Duration) {
         self.autoscale_tick.observe(took.as_secs_f64());
@@ -535,9 +613,40 @@ impl Metrics {
     }
 }
 
+impl BacklogGauges {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<BacklogLabels>> {
+        self.set.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backlog_series_follow_the_managers_read() {
+        let m = Metrics::default();
+        let figures = BTreeMap::from([
+            ("orders.created".to_owned(), 42),
+            ("orders.paid".to_owned(), 0),
+        ]);
+        m.set_backlog("shop", "orders", &figures);
+        m.set_backlog("shop", "audit", &BTreeMap::from([("audit".to_owned(), 3)]));
+        let text = m.encode();
+        assert!(text.contains(r#"switchyard_operator_durable_backlog{namespace="shop",manager="orders",event="orders.created"} 42"#), "{text}");
+        assert!(text.contains(r#"switchyard_operator_durable_backlog{namespace="shop",manager="orders",event="orders.paid"} 0"#), "{text}");
+        m.retain_backlogs(&HashSet::from([("shop".to_owned(), "audit".to_owned())]));
+        let text = m.encode();
+        assert!(!text.contains(r#"manager="orders""#), "{text}");
+        assert!(text.contains(r#"switchyard_operator_durable_backlog{namespace="shop",manager="audit",event="audit"} 3"#), "{text}");
+        assert!(
+            text.contains(&format!(
+                r#"switchyard_operator_build_info{{version="{}"}} 1"#,
+                env!("CARGO_PKG_VERSION")
+            )),
+            "{text}"
+        );
+    }
 
     #[test]
     fn encodes_counters_with_labels() {

@@ -58,6 +58,7 @@ pub mod bench {
     pub use crate::dispatch::Broker;
     pub use crate::edge::{body_event, params_payload};
     pub use crate::metrics::Metrics;
+    pub use crate::metrics::Role;
     pub use crate::routes::http::{Lookup, RouteTable};
     pub use crate::timing::StageTimes;
 }

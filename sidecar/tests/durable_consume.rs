@@ -192,6 +192,10 @@ async fn several_durable_types_on_one_slot_are_each_delivered_once() {
         assert!(seen.values().all(|n| *n == 1), "{t} seen twice: {seen:?}");
         assert_eq!(run.redeliveries(ports.admin, t).await, 0.0, "{t}");
         assert!(run.app.state.peak(t) <= 1, "{t}: more than the one slot");
+        // Each receipt's wait in the stream is observed once (the backlog alerts read it).
+        let text = metrics_text(&run.client, ports.admin).await;
+        let waited = format!("switchyard_durable_wait_seconds_count{{event=\"{t}\"}}");
+        assert_eq!(metric(&text, &waited), 2.0, "{t}: {text}");
     }
 }
 

@@ -468,7 +468,7 @@ async fn a_connect_client_that_goes_away_cancels_its_calls() {
     // client going away.
     poll(Duration::from_secs(5), "cancelled delivery", || async {
         let m = mesh.manager_metrics().await;
-        let cancelled = r#"switchyard_requests_total{event="slow",status="499"}"#;
+        let cancelled = r#"switchyard_requests_total{role="manager",event="slow",status="499"}"#;
         (metric(&m, cancelled) == 1.0).then_some(())
     })
     .await;

@@ -59,7 +59,7 @@ async fn noop_has_seven_timing_entries_that_add_up() {
         .unwrap();
     let text = String::from_utf8_lossy(&metrics.body);
     assert!(
-        text.contains("switchyard_requests_total{event=\"noop\",status=\"200\"}"),
+        text.contains("switchyard_requests_total{role=\"router\",event=\"noop\",status=\"200\"}"),
         "{text}"
     );
     assert!(
@@ -209,6 +209,17 @@ async fn no_manager_gives_503_with_retry_after() {
     let r = mesh.client.get(&mesh.url("/noop")).await.unwrap();
     assert_problem(&r, 503, "retry");
     assert_eq!(r.header("retry-after"), Some("1"));
+    // Counted by why (its manager is not reachable), as the chart's SwitchyardNoEndpoints alert
+    // reads it.
+    let m = mesh.router_metrics().await;
+    assert_eq!(
+        metric(
+            &m,
+            r#"switchyard_dispatch_failures_total{role="router",event="noop",reason="no_endpoint"}"#
+        ),
+        1.0,
+        "{m}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

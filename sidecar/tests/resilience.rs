@@ -321,7 +321,7 @@ async fn credit_flow_control_neither_loses_nor_hangs() {
     assert_eq!(
         metric(
             &m,
-            r#"switchyard_requests_total{event="slowish",status="200"}"#
+            r#"switchyard_requests_total{role="manager",event="slowish",status="200"}"#
         ),
         50.0,
         "{m}"
@@ -335,7 +335,7 @@ async fn credit_flow_control_neither_loses_nor_hangs() {
     assert_eq!(
         metric(
             &r,
-            r#"switchyard_requests_total{event="slowish",status="200"}"#
+            r#"switchyard_requests_total{role="router",event="slowish",status="200"}"#
         ),
         50.0,
         "{r}"
@@ -356,7 +356,7 @@ async fn credit_flow_control_neither_loses_nor_hangs() {
     })
     .await;
     let noop_before = mesh.app.state.seen("noop").len();
-    let refused = r#"switchyard_requests_total{event="noop",status="503"}"#;
+    let refused = r#"switchyard_requests_total{role="router",event="noop",status="503"}"#;
     let refused_before = metric(&mesh.router_metrics().await, refused);
     for _ in 0..3 {
         let r = mesh.client.get(&mesh.url("/quick")).await.unwrap();
@@ -386,7 +386,7 @@ async fn credit_flow_control_neither_loses_nor_hangs() {
     assert_eq!(
         metric(
             &m,
-            r#"switchyard_requests_total{event="slow",status="200"}"#
+            r#"switchyard_requests_total{role="manager",event="slow",status="200"}"#
         ),
         CREDITS as f64,
         "{m}"
@@ -430,7 +430,7 @@ async fn client_disconnect_cancels_the_delivery() {
             .await
             .ok()?;
         String::from_utf8_lossy(&m.body)
-            .contains("switchyard_requests_total{event=\"slow\",status=\"499\"} 1")
+            .contains("switchyard_requests_total{role=\"manager\",event=\"slow\",status=\"499\"} 1")
             .then_some(())
     })
     .await;

@@ -185,7 +185,7 @@ async fn commands_reply_with_id_status_data_and_timing() {
         41.0,
         "{m}"
     );
-    assert!(m.contains("switchyard_requests_total{event=\"echo\",status=\"200\"}"));
+    assert!(m.contains("switchyard_requests_total{role=\"router\",event=\"echo\",status=\"200\"}"));
 }
 
 #[tokio::test]
@@ -650,7 +650,7 @@ async fn a_client_that_goes_away_cancels_its_commands() {
     // client going away.
     poll(WAIT, "cancelled delivery", || async {
         let text = m.manager_metrics().await;
-        let cancelled = r#"switchyard_requests_total{event="slow",status="499"}"#;
+        let cancelled = r#"switchyard_requests_total{role="manager",event="slow",status="499"}"#;
         (common::metric(&text, cancelled) == 1.0).then_some(())
     })
     .await;

@@ -7,6 +7,7 @@ pub mod apm;
 pub mod browser;
 pub mod http;
 pub mod page;
+pub mod prometheus;
 pub mod up;
 pub mod zipkin;
 

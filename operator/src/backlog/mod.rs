@@ -164,6 +164,7 @@ pub async fn run(
             .filter_map(|m| Some((m.namespace()?, m.name_any())))
             .collect();
         book.retain(&alive);
+        ctx.metrics.retain_backlogs(&alive);
         said.retain(|k, _| alive.contains(k));
         let results: Vec<Outcome> =
             futures::stream::iter(managers)
@@ -197,6 +198,7 @@ pub async fn run(
                             Ok(figures) => {
                                 ctx.metrics.backlog_read("ok", started.elapsed());
                                 tracing::debug!(manager = %name, namespace = %ns, ?figures, "backlog read");
+                                ctx.metrics.set_backlog(&ns, &name, &figures);
                                 book.put(&ns, &name, Instant::now(), figures);
                                 Ok(())
                             }
@@ -228,6 +230,9 @@ pub async fn run(
             }
         }
     }
+    // A replica that stopped reading (it lost the Lease, or is stopping) shows no figures: only
+    // the reading leader's count.
+    ctx.metrics.retain_backlogs(&HashSet::new());
 }
 
 async fn connect(

@@ -143,7 +143,7 @@ mod tests {
     async fn started_answering_after(limits: Limits, hold: Duration) -> (SocketAddr, Arc<Metrics>) {
         let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind");
         let addr = listener.local_addr().expect("addr");
-        let metrics = Metrics::new();
+        let metrics = Metrics::new(crate::metrics::Role::Router);
         let m = metrics.clone();
         tokio::spawn(async move {
             serve(listener, limits, &m, move |_req, _peer| async move {

@@ -230,7 +230,7 @@ mod tests {
 
     #[test]
     fn every_refusal_is_counted() {
-        let metrics = Metrics::new();
+        let metrics = Metrics::new(crate::metrics::Role::Router);
         let refusals = Refusals::default();
         for _ in 0..3 {
             refusals.record(&metrics, Refusal::NotLoopback(DRAIN), NODE);

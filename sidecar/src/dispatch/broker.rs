@@ -32,6 +32,11 @@ impl Broker {
         }
     }
 
+    /// The metrics of the process, where dispatch counts its failures.
+    pub(crate) fn metrics(&self) -> &Metrics {
+        &self.metrics
+    }
+
     /// Admits a request, or `None` (counted as shed) when the bound is reached.
     pub fn admit(&self) -> Option<Admitted> {
         match self.slots.clone().try_acquire_owned() {
@@ -56,7 +61,7 @@ mod tests {
 
     #[test]
     fn sheds_past_capacity_and_frees_on_drop() {
-        let m = Metrics::new();
+        let m = Metrics::new(crate::metrics::Role::Router);
         let b = Broker::new(2, m.clone());
         let a1 = b.admit().expect("1");
         let _a2 = b.admit().expect("2");

@@ -65,9 +65,10 @@ impl Dispatch {
         deadline: Instant,
         clock: &mut Clock,
     ) -> Result<Response, Failure> {
+        let event = out.event.clone();
         let answered = self.call_streamed(out, deadline, clock).await?;
         let whole = tokio::time::timeout_at(deadline.into(), answered.whole(MAX_PAYLOAD)).await;
-        match whole {
+        let result = match whole {
             Err(_) => Err(Failure::Timeout),
             Ok(Ok(resp)) => {
                 clock.app = Duration::from_micros(resp.app_us.into());
@@ -86,7 +87,12 @@ impl Dispatch {
                     switchyard_protocol::stream::code::name(code)
                 ),
             }),
+        };
+        // call_streamed counted its own failures; these came while the answer was read whole.
+        if let Err(f) = &result {
+            self.broker.metrics().failed(&event, f.name());
         }
+        result
     }
 
     /// [`Dispatch::call`] with a streamed answer left streaming: the head now, the body as it comes.
@@ -100,7 +106,11 @@ impl Dispatch {
         if let Some(t) = clock.trace.as_mut() {
             t.broker_start(&out.event, SystemTime::now());
         }
+        let event = out.event.clone();
         let result = self.route(out, deadline, clock).await;
+        if let Err(f) = &result {
+            self.broker.metrics().failed(&event, f.name());
+        }
         if let Some(t) = clock.trace.as_mut() {
             t.routed(
                 result

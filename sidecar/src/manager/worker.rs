@@ -20,7 +20,7 @@ use crate::upstream::{Outgoing, Upstream};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 use switchyard_protocol::frame::{Request, Response};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
@@ -780,6 +780,23 @@ impl Worker {
                     event: label.clone(),
                 })
                 .inc();
+        }
+    }
+
+    /// Counts how long a durable event waited in the stream before this pod received it: from
+    /// `published` (the stream's clock) to now (this pod's); a clock behind the stream's counts 0.
+    pub(crate) fn waited(&self, event: &str, published: SystemTime) {
+        if let Some(label) = self.label_of(event) {
+            let waited = SystemTime::now()
+                .duration_since(published)
+                .unwrap_or_default();
+            self.metrics
+                .durable
+                .waited
+                .get_or_create(&EventLabels {
+                    event: label.clone(),
+                })
+                .observe(waited.as_secs_f64());
         }
     }
 

@@ -13,6 +13,26 @@ impl EncodeLabelValue for EventLabel {
     }
 }
 
+/// Which sidecar role a process runs: the `role` label of the series both roles record, and the
+/// `switchyard.role` resource attribute of its spans.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Role {
+    /// A Router's sidecar.
+    Router,
+    /// A Manager's sidecar.
+    Manager,
+}
+
+impl Role {
+    /// The role's name: `router` or `manager`.
+    pub fn name(self) -> &'static str {
+        match self {
+            Role::Router => "router",
+            Role::Manager => "manager",
+        }
+    }
+}
+
 /// Labels of the request counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -27,6 +47,23 @@ pub struct RequestLabels {
 pub struct EventLabels {
     /// Event type.
     pub event: EventLabel,
+}
+
+/// Labels of the dispatch failure counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct FailureLabels {
+    /// Event type.
+    pub event: EventLabel,
+    /// Why no app answer came, as `answer::Failure::name` words it (`shed`, `no_manager`,
+    /// `no_endpoint`, `timeout`, ...).
+    pub reason: &'static str,
+}
+
+/// Labels of the build info gauge.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BuildLabels {
+    /// The sidecar's version (its crate version).
+    pub version: &'static str,
 }
 
 /// Labels of the middleware rejection counter.

@@ -9,7 +9,8 @@ pub(crate) mod sessions;
 pub(crate) mod ws;
 
 use crate::load::{LoadMeters, Underway};
-use labels::{AdminRefusedLabels, RejectLabels, RequestLabels};
+pub use labels::Role;
+use labels::{AdminRefusedLabels, BuildLabels, FailureLabels, RejectLabels, RequestLabels};
 pub(crate) use labels::{
     EventLabel, EventLabels, LocalApiLabels, ObserverLabels, SubscriptionLabels,
 };
@@ -35,10 +36,13 @@ fn new_histogram() -> Histogram {
 pub struct Metrics {
     /// The registry encoded at `/metrics`.
     pub registry: Registry,
-    /// `switchyard_requests_total{event,status}`.
+    /// `switchyard_requests_total{role,event,status}`.
     pub requests: Family<RequestLabels, Counter>,
-    /// `switchyard_request_duration_seconds{event}`.
+    /// `switchyard_request_duration_seconds{role,event}`.
     pub duration: Family<EventLabels, Histogram>,
+    /// `switchyard_dispatch_failures_total{role,event,reason}`: events a sidecar answered for
+    /// because its handler app's answer did not come (shed, no Manager, no endpoint, deadline, ...).
+    pub failures: Family<FailureLabels, Counter>,
     /// `switchyard_in_flight`: router: requests waiting for a reply; manager: deliveries running.
     pub in_flight: Gauge,
     /// `switchyard_queued`: router: requests waiting for credit; manager: events waiting for a worker.
@@ -99,11 +103,16 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// Registers every metric.
-    pub fn new() -> Arc<Metrics> {
+    /// Registers every metric of a sidecar of `role`.
+    pub fn new(role: Role) -> Arc<Metrics> {
         let mut registry = Registry::default();
+        // Both roles answer the same request (the router the client, the manager the router) and
+        // record it: the `role` label keeps a sum over the mesh from counting it twice and a
+        // quantile from mixing the two latencies. A constant of the process, so the request path
+        // hashes nothing more.
+        let both = registry.sub_registry_with_label(("role".into(), role.name().into()));
         let requests = Family::<RequestLabels, Counter>::default();
-        registry.register(
+        both.register(
             "switchyard_requests",
             "Requests answered, by event type and status",
             requests.clone(),
@@ -112,10 +121,28 @@ impl Metrics {
         let duration = Family::<EventLabels, Histogram>::new_with_constructor(
             new_histogram as fn() -> Histogram,
         );
-        registry.register(
+        both.register(
             "switchyard_request_duration_seconds",
             "Time from request arrival to reply, by event type",
             duration.clone(),
+        );
+        let failures = Family::<FailureLabels, Counter>::default();
+        both.register(
+            "switchyard_dispatch_failures",
+            "Events answered by the sidecar because no answer of the handler app came, by event type and reason (shed, no_manager, no_endpoint, no_credit, timeout, lost, manager, ...)",
+            failures.clone(),
+        );
+        // The version every sidecar runs, so version skew across the mesh shows in a query.
+        let build = Family::<BuildLabels, Gauge>::default();
+        build
+            .get_or_create(&BuildLabels {
+                version: env!("CARGO_PKG_VERSION"),
+            })
+            .set(1);
+        both.register(
+            "switchyard_build_info",
+            "1, labelled with the version of this sidecar",
+            build,
         );
         let in_flight = Gauge::default();
         registry.register(
@@ -234,6 +261,7 @@ impl Metrics {
             registry,
             requests,
             duration,
+            failures,
             in_flight,
             queued,
             held,
@@ -283,6 +311,16 @@ impl Metrics {
         self.load.get().map(|l| l.wait(event))
     }
 
+    /// Counts an event its app's answer did not come for, by `reason` (`answer::Failure::name`).
+    pub(crate) fn failed(&self, event: &Arc<str>, reason: &'static str) {
+        self.failures
+            .get_or_create(&FailureLabels {
+                event: EventLabel(event.clone()),
+                reason,
+            })
+            .inc();
+    }
+
     /// Counts an event shed before it was answered through [`Metrics::observe`].
     pub fn shed_event(&self, event: &EventLabel) {
         self.shed.inc();
@@ -312,5 +350,33 @@ impl Metrics {
         // Writing into a String cannot fail.
         let _ = prometheus_client::encoding::text::encode(&mut out, &self.registry);
         out
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_both_roles_record_carries_the_role() {
+        let m = Metrics::new(Role::Manager);
+        let event = EventLabel(Arc::from("orders"));
+        m.observe(&event, 200, 0.01);
+        m.failed(&event.0, "no_endpoint");
+        let text = m.encode();
+        for line in [
+            r#"switchyard_requests_total{role="manager",event="orders",status="200"} 1"#,
+            r#"switchyard_request_duration_seconds_count{role="manager",event="orders"} 1"#,
+            r#"switchyard_dispatch_failures_total{role="manager",event="orders",reason="no_endpoint"} 1"#,
+        ] {
+            assert!(text.contains(line), "no {line} in\n{text}");
+        }
+        let version = format!(
+            r#"switchyard_build_info{{role="manager",version="{}"}} 1"#,
+            env!("CARGO_PKG_VERSION")
+        );
+        assert!(text.contains(&version), "no {version} in\n{text}");
+        // One process is one role: the per-pod metrics carry none.
+        assert!(text.contains("\nswitchyard_in_flight 0\n"), "{text}");
     }
 }

@@ -33,24 +33,9 @@ const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 /// `messaging.system` of every span here.
 pub const MESSAGING_SYSTEM: &str = "switchyard";
 
-/// Which sidecar role exports (the `switchyard.role` resource attribute).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
-    /// A Router's sidecar.
-    Router,
-    /// A Manager's sidecar.
-    Manager,
-}
-
-impl Role {
-    /// `switchyard.role` of the role.
-    pub fn name(self) -> &'static str {
-        match self {
-            Role::Router => "router",
-            Role::Manager => "manager",
-        }
-    }
-}
+/// Which sidecar role exports (the `switchyard.role` resource attribute); defined with the metrics,
+/// whose series both roles record carry it as `role`.
+pub use crate::metrics::Role;
 
 /// Tracing could not be started.
 #[derive(Debug, thiserror::Error)]

@@ -105,7 +105,7 @@ pub(crate) async fn run(
         config_file,
     )?
     .map(Arc::new);
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(crate::metrics::Role::Manager);
     let budgets = memory_budgets(&s, &metrics)?;
     let events: Vec<String> = s.events.iter().map(|e| e.as_str().to_owned()).collect();
     // Direct subscriptions arrive as frames, durable ones from their consumers; both are counted

@@ -188,7 +188,7 @@ pub(crate) async fn run(
             "spec.listeners.connections.maxConnections is above what the open-file limit leaves room for; lowered"
         );
     }
-    let metrics = Metrics::new();
+    let metrics = Metrics::new(crate::metrics::Role::Router);
     reloads
         .spawn(metrics.sessions.reloads.clone())
         .map_err(RunError::Reload)?;

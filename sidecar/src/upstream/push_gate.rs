@@ -94,7 +94,7 @@ mod tests {
     #[test]
     fn only_the_allowed_types_pass_and_the_rest_are_counted() {
         let kept = Arc::new(Kept::default());
-        let metrics = Metrics::new();
+        let metrics = Metrics::new(crate::metrics::Role::Router);
         let gate = PushGate::guard("orders", Some(kept.clone()), metrics.clone()).expect("a gate");
         gate.deliver(&push("orders.shipped"));
         gate.allow(["orders.shipped".to_owned()].into());

@@ -35,7 +35,7 @@ fn start() -> Upstream {
         },
         None,
         None,
-        Metrics::new(),
+        Metrics::new(crate::metrics::Role::Router),
     )
 }
 

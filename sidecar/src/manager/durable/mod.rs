@@ -498,6 +498,9 @@ async fn handle(
     if delivered > 1 {
         worker.redelivered(event);
     }
+    if let Some(i) = info.as_ref() {
+        worker.waited(event, SystemTime::from(i.published));
+    }
     // Its own copy of the payload: the client reads messages into shared buffers, and a slice
     // kept for the whole delivery would keep the rest of its buffer (other events' bytes,
     // uncounted) alive with it.

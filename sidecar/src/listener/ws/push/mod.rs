@@ -170,7 +170,7 @@ mod tests {
 
     #[test]
     fn fans_out_to_matching_subscribers_only() {
-        let m = Metrics::new();
+        let m = Metrics::new(crate::metrics::Role::Router);
         let hub = Hub::new(m.clone());
         let (tx1, mut rx1) = mpsc::channel(4);
         let (tx2, mut rx2) = mpsc::channel(4);
@@ -209,7 +209,7 @@ mod tests {
 
     #[test]
     fn a_full_outbox_drops_counts_and_tells_the_subscriber_next_time() {
-        let m = Metrics::new();
+        let m = Metrics::new(crate::metrics::Role::Router);
         let hub = Hub::new(m.clone());
         let (tx, mut rx) = mpsc::channel(1);
         hub.add(Arc::new(Subscription::new(
@@ -234,7 +234,7 @@ mod tests {
 
     #[test]
     fn closed_outboxes_are_skipped() {
-        let hub = Hub::new(Metrics::new());
+        let hub = Hub::new(Metrics::new(crate::metrics::Role::Router));
         let (tx, rx) = mpsc::channel(1);
         drop(rx);
         hub.add(Arc::new(Subscription::new(
