@@ -2,13 +2,14 @@
 #   make up     builds, then runs examples/quickstart.yaml locally (router and manager sidecars, example app)
 #   make test   every check and test, e2e included (builds the control plane on first use)
 # Also: make demo (the quickstart in real pods on a local cluster, operator from the chart), make down,
+# make guide (the user guide, an mdBook, in target/book/html), make reference (its generated pages),
 # make images (OCI images without a container engine), make release VERSION=x.y.z [REGISTRY=...] (images
 # and charts pushed to a registry by digest, the CLI tarball, checksums: deploy/release).
 SHELL := /bin/bash
 .SHELLFLAGS := -euo pipefail -c
 CARGO ?= cargo
 
-.PHONY: test test-run lint unit e2e tools cluster-up cluster-down demo down crds fuzz up images release
+.PHONY: test test-run lint unit e2e tools cluster-up cluster-down demo down crds fuzz up images release guide reference
 
 # The quickstart as local processes on 127.0.0.1; Ctrl-C stops it.
 up:
@@ -66,6 +67,16 @@ release:
 
 crds:
 	$(CARGO) run -q -p switchyard-crds --bin crdgen
+
+# The user guide (book.toml, pages in docs/) into target/book/html, with its link checker; mdBook and
+# mdbook-linkcheck2 are installed into .tools/mdbook on first use (e2e/cluster/build-mdbook).
+guide:
+	PATH="$$(e2e/cluster/build-mdbook):$$PATH" mdbook build
+
+# The guide's generated reference pages (docs/reference/: CRD fields, CLI help, metrics), rewritten from
+# the code; cli/tests/reference fails while they are stale.
+reference:
+	SWITCHYARD_WRITE_REFERENCE=1 $(CARGO) test -q -p switchyard --test reference
 
 # Deeper fuzzing than `make test` does: each cargo-fuzz target for FUZZ_SECONDS (needs a nightly toolchain;
 # cargo-fuzz is installed on first use). `make test` runs the same properties on mutated seeds.

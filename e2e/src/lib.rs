@@ -32,6 +32,7 @@ pub mod release;
 pub mod replicas;
 pub mod scale;
 pub mod sidecar;
+pub mod tutorial;
 
 pub use cluster::{Cluster, cluster};
 pub use cmd::{Cmd, Output};

@@ -25,7 +25,7 @@ use tokio::sync::watch;
 /// mimalloc instead of glibc's malloc: start-up in a large cluster (the initial lists, every
 /// Manager's reconcile, every router stream's whole table) allocates in a burst, and glibc kept what
 /// the burst freed, so RSS stayed at the start-up peak (with `MALLOC_ARENA_MAX=2` too); mimalloc
-/// returns it (docs/performance.md, "The control plane at scale").
+/// returns it (docs/performance-log.md, "The control plane at scale").
 #[global_allocator]
 static ALLOC: mimalloc::MiMalloc = mimalloc::MiMalloc;
 

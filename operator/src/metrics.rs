@@ -604,6 +604,13 @@ impl Metrics {
             .inc();
     }
 
+    /// The registry, for the guide's metrics reference (cli/tests/reference): its `Debug` names every
+    /// metric with its help, where the exposition leaves out families that have no series yet.
+    #[doc(hidden)]
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
     /// Prometheus text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();

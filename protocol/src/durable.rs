@@ -41,7 +41,7 @@ pub const PARTITIONS: u32 = 16;
 /// ce-id or `Idempotency-Key` has 30 s), not NATS's default of 2 min: nats-server keeps every id of
 /// the window in memory, and at 20,000 events/s two minutes are 2.4M ids (nats-server at 712 MB RSS
 /// in the bench, 350 MB with 30 s; in one of two measured pairs the durable rate also fell round
-/// after round with 2 min and not with 30 s: docs/performance.md, issue 13).
+/// after round with 2 min and not with 30 s: docs/performance-log.md, issue 13).
 pub const DUPLICATE_WINDOW: Duration = Duration::from_secs(30);
 /// The shortest and longest window a Manager may set (`spec.durable.duplicateWindow`, checked by
 /// the CRD). Zero would be NATS's 2 min default, so it is never sent.

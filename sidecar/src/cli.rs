@@ -17,7 +17,7 @@ struct Cli {
     #[arg(long, value_enum, default_value = "json", global = true)]
     log_format: LogFormat,
     /// Async runtime threads: 1 runs every task on one thread, n > 1 a pool of n, 0 one per CPU. One
-    /// costs the least CPU per request (no cross-thread wake-ups; docs/performance.md, "Hot path
+    /// costs the least CPU per request (no cross-thread wake-ups; docs/performance-log.md, "Hot path
     /// profile"); give a router that has cores of its own more.
     #[arg(long, env = crate::runtime::THREADS_ENV, default_value_t = 1, global = true)]
     runtime_threads: usize,

@@ -139,7 +139,7 @@ pub const GOMEMLIMIT_ENV: &str = "GOMEMLIMIT";
 /// beside the sidecars and apps. The share of time spent marking falls with GOGC, and so did the
 /// durable publish tail: p99 in the third 10 s run on one server 5.9-6.2 ms with Go's 100, 3.8-5.8 ms
 /// with 400, 3.2 ms with 800 (at most 4.4 by the fifth run), 2.5 ms with the collector off
-/// (docs/performance.md, "2026-12-04 (late)").
+/// (docs/performance-log.md, "2026-12-04 (late)").
 pub const NATS_GOGC: u32 = 800;
 /// GOMEMLIMIT of the local NATS server: the bound on what [`NATS_GOGC`] lets its heap grow to (it
 /// collects more often near it). A minute at 20,000 durable events/s took its RSS to about 850 MiB.
@@ -148,7 +148,7 @@ pub const NATS_GOMEMLIMIT: &str = "1GiB";
 /// Cores the local NATS server is given on a machine of `cpus`: half of them, at least one. It
 /// shares the machine with every sidecar and app of the run, and with a core for each of them Go's
 /// scheduler keeps waking idle threads to steal work from the busy one: on two cores, one cut its
-/// CPU per durable event from 35 to 29 us and raised the durable publish rate (docs/performance.md).
+/// CPU per durable event from 35 to 29 us and raised the durable publish rate (docs/performance-log.md).
 pub fn nats_cores(cpus: usize) -> usize {
     (cpus / 2).max(1)
 }

@@ -10,7 +10,7 @@ use switchyard_identity::limit::Limits;
 
 /// The control plane's listener: sidecars hold one long stream each (a Router pod one, a Manager
 /// pod one or two), so the global cap is far above any mesh the operator serves
-/// (docs/performance.md measures 500 router streams and 1,000 Managers), and the per-peer cap far
+/// (docs/performance-log.md measures 500 router streams and 1,000 Managers), and the per-peer cap far
 /// above what one pod opens, while one pod cannot hold more than a small share.
 pub const CONTROL_PLANE: Limits = Limits {
     max_connections: 8192,

@@ -2,7 +2,7 @@
 //! tonic's `Server`, because a routing-table stream must stop pulling messages once a little waits
 //! for a slow reader, and only hyper exposes how much one stream may queue (`max_send_buf_size`,
 //! 400 KiB by default, which tonic 0.14 keeps). In a heap profile at 1,000 Managers and 500 router
-//! streams those queues held 130 of 176 MB (docs/performance.md, "The control plane at scale"): a
+//! streams those queues held 130 of 176 MB (docs/performance-log.md, "The control plane at scale"): a
 //! message pulled too early is a copy per stream, where one pulled late is built from the table as
 //! it is then.
 //!

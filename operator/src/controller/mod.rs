@@ -62,7 +62,7 @@ pub const AUTOSCALER_FIELD_MANAGER: &str = "switchyard-autoscaler";
 
 /// Reconciles one controller runs at once. kube's default is no limit, and at start-up every object
 /// is due: 1,000 Managers reconciled together held their rendered children, requests and answers at
-/// the same moment, the peak of the operator's memory (docs/performance.md, "The control plane at
+/// the same moment, the peak of the operator's memory (docs/performance-log.md, "The control plane at
 /// scale"). Each takes a few API round trips, so 16 still clear a thousand in seconds.
 pub const RECONCILES_AT_ONCE: u16 = 16;
 

@@ -54,7 +54,7 @@ pub(crate) mod header {
     /// bare `traceparent`: nats-server takes a sampled one as a request for its own message tracing
     /// and copies every header of the message into a map before finding that its account traces
     /// nothing. That was a fifth of the objects it allocated per durable event, and its garbage
-    /// collections are the durable publish tail (`docs/performance.md`, "2026-12-04 (late)").
+    /// collections are the durable publish tail (`docs/performance-log.md`, "2026-12-04 (late)").
     pub(crate) const TRACEPARENT: &str = "ce-traceparent";
     /// W3C tracestate of the publisher (the same extension).
     pub(crate) const TRACESTATE: &str = "ce-tracestate";

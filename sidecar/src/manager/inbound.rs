@@ -512,7 +512,7 @@ async fn connection<S: SplitIo>(
                                 // A streamed answer's body gets a task of its own: it may run
                                 // long and move much data. Polled among the connection's
                                 // deliveries, 1 MB answers ran up to a tenth slower in one A/B
-                                // (docs/performance.md); the spawn is nothing next to the body.
+                                // (docs/performance-log.md); the spawn is nothing next to the body.
                                 bodies.spawn(async move {
                                     let window = Arc::new(SendWindow::new(w));
                                     lock(&windows).insert(id, window.clone());
