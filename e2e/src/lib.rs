@@ -20,6 +20,7 @@ pub mod k8s;
 pub mod lock;
 pub mod loopback;
 pub mod mesh_release;
+pub mod module_crds;
 pub mod nats;
 pub mod node;
 pub mod operator;
