@@ -283,6 +283,8 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
         } else {
             old.events.iter().map(controller_fields).collect()
         },
+        // The autoscaler's to write (under its own field manager).
+        subscriptions: Vec::new(),
     };
     if status != controller_view(&old) {
         super::apply_status(ctx, manager, &status).await?;
@@ -433,6 +435,7 @@ fn controller_view(s: &ManagerStatus) -> ManagerStatus {
     ManagerStatus {
         desired_replicas: None,
         events: s.events.iter().map(controller_fields).collect(),
+        subscriptions: Vec::new(),
         conditions: s
             .conditions
             .iter()
