@@ -15,6 +15,9 @@ pub const DEGRADED: &str = "Degraded";
 pub const DURABILITY: &str = "Durability";
 /// Condition type of a durable Manager with scaling: its backlog is read from JetStream.
 pub const BACKLOG_READ: &str = "BacklogRead";
+/// Condition type of every Router and Manager with mesh TLS: whether the trust anchor and the
+/// issuer their sidecars' certificates rest on are valid, expire within 30 days, or have expired.
+pub const MESH_TRUST: &str = "MeshTrust";
 
 /// Observed state of a Router.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

@@ -430,7 +430,7 @@ fn controller_fields(e: &EventTypeStatus) -> EventTypeStatus {
 }
 
 /// The part of a stored status the controller owns, to compare with what it would write: not the
-/// autoscaler's figures, nor the backlog reader's `BacklogRead` condition.
+/// autoscaler's figures, nor the conditions other writers own.
 fn controller_view(s: &ManagerStatus) -> ManagerStatus {
     ManagerStatus {
         desired_replicas: None,
@@ -439,7 +439,7 @@ fn controller_view(s: &ManagerStatus) -> ManagerStatus {
         conditions: s
             .conditions
             .iter()
-            .filter(|c| c.type_ != switchyard_crds::status::BACKLOG_READ)
+            .filter(|c| super::controller_owns(c))
             .cloned()
             .collect(),
         ..s.clone()
