@@ -19,6 +19,7 @@ pub mod images;
 pub mod k8s;
 pub mod lock;
 pub mod loopback;
+pub mod memcg;
 pub mod mesh_release;
 pub mod module_crds;
 pub mod nats;
