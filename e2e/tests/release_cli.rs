@@ -5,7 +5,8 @@
 //! 0:0, every mtime the release time (`SOURCE_DATE_EPOCH`, else the commit time of HEAD), and a gzip
 //! header with neither a name nor a time. The extracted binary prints the release version;
 //! `sha256sum -c SHA256SUMS` passes in the release folder; the second run's archive is byte-identical.
-//! No cluster: the release build of the CLI is the only cost.
+//! No cluster. The release CLI is built with the images (deploy/build-images builds the same four
+//! packages as the release's CLI phase), so after them this test builds nothing.
 //!
 //! The release version is the workspace's: the binary knows only the `Cargo.toml` version (clap's
 //! `version`, from `CARGO_PKG_VERSION`), and the release workflow refuses a tag that differs from it.
