@@ -19,6 +19,7 @@ pub mod images;
 pub mod k8s;
 pub mod lock;
 pub mod loopback;
+pub mod mesh_nats;
 pub mod mesh_release;
 pub mod nats;
 pub mod node;
