@@ -105,10 +105,18 @@ fn router_children_are_owned_labelled_and_wired_to_the_config() {
             .expect("an HTTP probe");
         assert_eq!(get.port, IntOrString::String("probes".into()));
     }
-    // A router drains on SIGTERM: the drain limit and its own stop, no preStop hook to wait for.
+    // A router serves on for 5 s once it is terminating (the kubelet's preStop sleep), while its
+    // pod leaves the endpoints, then drains on SIGTERM: the drain limit and its own stop.
+    let sleep = container
+        .lifecycle
+        .as_ref()
+        .and_then(|l| l.pre_stop.as_ref())
+        .and_then(|h| h.sleep.as_ref())
+        .expect("a preStop sleep on the router sidecar");
+    assert_eq!(sleep.seconds, 5);
     assert_eq!(
         pod(&c.deployment).termination_grace_period_seconds,
-        Some(45)
+        Some(50)
     );
 
     let svc_ports: Vec<_> = c

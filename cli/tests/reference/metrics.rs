@@ -140,9 +140,13 @@ pub fn page() -> String {
          with a series per label set; a labelled counter gains `_total` too) appears in `/metrics` once it\n\
          has a series. [Tracing](../tracing.md)\n\
          lists the spans; `switchyard top` reads these metrics live.\n\n\
-         ## Sidecar (router and manager roles)\n\n",
+         ## Sidecar (router and manager roles)\n\n\
+         The series both roles record for one request (`switchyard_requests`, \
+         `switchyard_request_duration_seconds`, `switchyard_dispatch_failures`) and `switchyard_build_info` \
+         carry a `role` label, `router` or `manager`, so a sum over the mesh counts each request once per role.\n\n",
     );
-    let sidecar = switchyard_sidecar::bench::Metrics::new();
+    // Both roles register the same metrics; the router's are listed (their `role` label says which).
+    let sidecar = switchyard_sidecar::bench::Metrics::new(switchyard_sidecar::bench::Role::Router);
     table(
         &mut out,
         &format!("{:?}", sidecar.registry),

@@ -203,6 +203,7 @@ pub fn build(
     let mut annotations = overrides.annotations.clone();
     annotations.insert(meta::CONFIG_HASH.into(), config_hash);
 
+    super::stop_order::delay_router_stop(&mut container);
     let mut router_pod = PodSpec {
         containers: vec![container],
         volumes: Some(volumes),
@@ -213,11 +214,9 @@ pub fn build(
         priority_class_name: overrides.priority_class_name,
         image_pull_secrets: (!overrides.image_pull_secrets.is_empty())
             .then_some(overrides.image_pull_secrets),
-        // Drain on SIGTERM needs time to finish in-flight requests: the drain limit and the exit.
-        // (No preStop hook to wait for, unlike a manager pod.)
-        termination_grace_period_seconds: Some(
-            super::stop_order::SIDECAR_DRAIN_LIMIT_SECONDS + super::stop_order::OWN_STOP_SECONDS,
-        ),
+        // Serving on while the pod leaves the endpoints (the preStop delay), then the drain on
+        // SIGTERM: the drain limit and the exit.
+        termination_grace_period_seconds: Some(super::stop_order::ROUTER_TERMINATION_GRACE_SECONDS),
         // The router talks to no API server: only the projected identity token.
         automount_service_account_token: Some(false),
         ..PodSpec::default()

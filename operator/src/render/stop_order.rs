@@ -1,4 +1,4 @@
-//! How a manager pod stops without losing a request (pure).
+//! How a manager pod, and a router pod, stop without losing a request (pure).
 //!
 //! The kubelet, stopping a pod, runs every container's preStop hook at once; then it sends SIGTERM
 //! to the app containers, and to a native sidecar only after every app container has exited. So:
@@ -23,7 +23,7 @@
 
 use super::sidecar::CONTAINER as SIDECAR;
 use k8s_openapi::api::core::v1::{
-    Container, EnvVar, ExecAction, HTTPGetAction, Lifecycle, LifecycleHandler, PodSpec,
+    Container, EnvVar, ExecAction, HTTPGetAction, Lifecycle, LifecycleHandler, PodSpec, SleepAction,
 };
 use k8s_openapi::apimachinery::pkg::util::intstr::IntOrString;
 use switchyard_protocol::{env, ports};
@@ -56,6 +56,30 @@ pub const OWN_STOP_SECONDS: i64 = 15;
 /// both containers' own stop. A pod whose drain is quick stops as quickly: this only bounds a
 /// stop that hangs.
 pub const TERMINATION_GRACE_SECONDS: i64 = APP_HOOK_MAX_SECONDS + OWN_STOP_SECONDS;
+
+/// How long a router pod keeps serving after it starts terminating, before its sidecar gets SIGTERM
+/// and stops accepting. The endpoints controller marks a terminating pod unready at once, but
+/// kube-proxy, load balancers and clients that watch endpoints drop it only once that news reaches
+/// them; until then new connections still arrive, and a closed listener would refuse them (seen as
+/// "connection refused" during every rollout). Istio's `terminationDrainDuration` is 5 s too.
+pub const ROUTER_STOP_DELAY_SECONDS: i64 = 5;
+
+/// Grace period of router pods: the delay, then the drain limit and the sidecar's own stop.
+pub const ROUTER_TERMINATION_GRACE_SECONDS: i64 =
+    ROUTER_STOP_DELAY_SECONDS + SIDECAR_DRAIN_LIMIT_SECONDS + OWN_STOP_SECONDS;
+
+/// The router sidecar's preStop hook: the kubelet's own sleep (no binary or shell in the image
+/// needed) for [`ROUTER_STOP_DELAY_SECONDS`], serving all the while; the drain starts at SIGTERM.
+pub fn delay_router_stop(side: &mut Container) {
+    side.lifecycle
+        .get_or_insert_with(Lifecycle::default)
+        .pre_stop = Some(LifecycleHandler {
+        sleep: Some(SleepAction {
+            seconds: ROUTER_STOP_DELAY_SECONDS,
+        }),
+        ..LifecycleHandler::default()
+    });
+}
 
 /// How much longer than the grace period the sidecar waits for SIGTERM after its drain: past the
 /// grace period the kubelet has killed a pod that is really stopping.
