@@ -1,11 +1,12 @@
 //! The API client of the cluster commands (`check`, `tap`, `top`), made as kubectl makes it:
 //! `--kubeconfig`, else the files `KUBECONFIG` lists (merged in order, first value wins; a listed
-//! file that does not exist is skipped, as kubectl skips it), else `~/.kube/config`, else the pod's
-//! service account. `--context` picks a context other than the current one.
+//! file that does not exist is skipped, as kubectl skips it), else (KUBECONFIG unset)
+//! `~/.kube/config`; inside a pod with none of those, the pod's service account. `--context` picks a
+//! context other than the current one.
 
 use anyhow::Context as _;
 use kube::config::{KubeConfigOptions, Kubeconfig};
-use std::ffi::OsStr;
+use std::ffi::{OsStr, OsString};
 use std::path::{Path, PathBuf};
 
 /// An API client, and the kubeconfig context it uses when a kubeconfig named one.
@@ -23,7 +24,11 @@ pub(crate) async fn client(
                 .with_context(|| format!("--kubeconfig {}", path.display()))?,
             format!("--kubeconfig {}", path.display()),
         )),
-        None => from_env_or_home(context.is_some())?,
+        None => from_env_or_home(
+            std::env::var_os("KUBECONFIG"),
+            home_kubeconfig(),
+            context.is_none() && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some(),
+        )?,
     };
     let (config, current) = match kubeconfig {
         Some((kc, origin)) => {
@@ -35,8 +40,8 @@ pub(crate) async fn client(
         }
         None => (
             kube::Config::incluster().context(
-                "no kubeconfig (KUBECONFIG unset, no ~/.kube/config), and the pod's service account \
-                 cannot be used",
+                "no kubeconfig (none of KUBECONFIG's files, or no ~/.kube/config), and the pod's \
+                 service account cannot be used",
             )?,
             None,
         ),
@@ -45,25 +50,33 @@ pub(crate) async fn client(
     Ok((client, context.or(current)))
 }
 
-/// The kubeconfig of `KUBECONFIG` or `~/.kube/config`, with a name for errors; `None` only where
-/// kubectl would use the pod's service account (no kubeconfig at all, inside a pod, no context
-/// asked for).
-fn from_env_or_home(context_asked: bool) -> anyhow::Result<Option<(Kubeconfig, String)>> {
-    if let Some(list) = std::env::var_os("KUBECONFIG")
-        && let Some(kc) = from_list(&list)?
-    {
-        return Ok(Some((kc, "the kubeconfig of KUBECONFIG".to_owned())));
+/// The kubeconfig of `KUBECONFIG` (its value `kubeconfig_env`) or of `home` (`~/.kube/config`),
+/// with a name for errors; `None` only where kubectl would use the pod's service account (no
+/// kubeconfig at all, `in_pod` with no context asked for).
+fn from_env_or_home(
+    kubeconfig_env: Option<OsString>,
+    home: Option<PathBuf>,
+    in_pod: bool,
+) -> anyhow::Result<Option<(Kubeconfig, String)>> {
+    // A set KUBECONFIG replaces ~/.kube/config, as for kubectl, even when none of its files exists.
+    if let Some(list) = kubeconfig_env.filter(|l| !l.is_empty()) {
+        return match from_list(&list)? {
+            Some(kc) => Ok(Some((kc, "the kubeconfig of KUBECONFIG".to_owned()))),
+            None if in_pod => Ok(None),
+            None => anyhow::bail!(
+                "KUBECONFIG ({}) lists no file that exists; pass --kubeconfig",
+                list.to_string_lossy()
+            ),
+        };
     }
-    let home = home_kubeconfig();
     match home.as_deref() {
         Some(path) if path.exists() => Ok(Some((
             Kubeconfig::read_from(path).with_context(|| path.display().to_string())?,
             path.display().to_string(),
         ))),
-        _ if !context_asked && std::env::var_os("KUBERNETES_SERVICE_HOST").is_some() => Ok(None),
+        _ if in_pod => Ok(None),
         _ => anyhow::bail!(
-            "no kubeconfig: KUBECONFIG names no file that exists and {} does not exist; pass \
-             --kubeconfig",
+            "no kubeconfig: KUBECONFIG is not set and {} does not exist; pass --kubeconfig",
             home.map_or_else(|| "~/.kube/config".to_owned(), |p| p.display().to_string())
         ),
     }
@@ -181,5 +194,38 @@ contexts:
             panic!("a kubeconfig that does not exist was taken");
         };
         assert!(format!("{e:#}").contains("missing"), "{e:#}");
+    }
+
+    #[test]
+    fn a_set_kubeconfig_replaces_the_home_one_even_when_its_files_are_missing() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let home = dir.path().join("home-config");
+        std::fs::write(&home, config("home", "ns-home")).expect("write");
+        let listed = dir.path().join("listed");
+        std::fs::write(&listed, config("listed", "ns-listed")).expect("write");
+        let list = |paths: &[&Path]| Some(std::env::join_paths(paths).expect("joins"));
+        let (kc, _) = from_env_or_home(list(&[&listed]), Some(home.clone()), false)
+            .expect("reads")
+            .expect("a kubeconfig");
+        assert_eq!(kc.current_context.as_deref(), Some("listed"));
+        let missing = dir.path().join("missing");
+        let e = from_env_or_home(list(&[&missing]), Some(home.clone()), false)
+            .expect_err("KUBECONFIG set, none of its files there");
+        assert!(format!("{e:#}").contains("KUBECONFIG"), "{e:#}");
+        assert!(
+            from_env_or_home(list(&[&missing]), Some(home.clone()), true)
+                .expect("in a pod")
+                .is_none(),
+            "the service account"
+        );
+        let (kc, _) = from_env_or_home(None, Some(home.clone()), false)
+            .expect("reads")
+            .expect("the home kubeconfig");
+        assert_eq!(kc.current_context.as_deref(), Some("home"));
+        let (kc, _) = from_env_or_home(Some(OsString::new()), Some(home), false)
+            .expect("reads")
+            .expect("an empty KUBECONFIG is unset");
+        assert_eq!(kc.current_context.as_deref(), Some("home"));
+        assert!(from_env_or_home(None, Some(missing), false).is_err());
     }
 }

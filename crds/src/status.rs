@@ -15,6 +15,9 @@ pub const DEGRADED: &str = "Degraded";
 pub const DURABILITY: &str = "Durability";
 /// Condition type of a durable Manager with scaling: its backlog is read from JetStream.
 pub const BACKLOG_READ: &str = "BacklogRead";
+/// Condition type of every Router and Manager with mesh TLS: whether the trust anchor and the
+/// issuer their sidecars' certificates rest on are valid, expire within 30 days, or have expired.
+pub const MESH_TRUST: &str = "MeshTrust";
 
 /// Observed state of a Router.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -92,6 +95,43 @@ pub struct ManagerStatus {
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     #[schemars(extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["event"]))]
     pub events: Vec<EventTypeStatus>,
+    /// Per-subscription figures (`spec.subscriptions`), by the autoscaler when scaling is
+    /// enabled: what this Manager's own pods received under each subscription, so a subscriber
+    /// that falls behind or sheds shows here rather than in its handler's figures.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    #[schemars(
+        length(max = 32),
+        extend("x-kubernetes-list-type" = "map", "x-kubernetes-list-map-keys" = ["event"])
+    )]
+    pub subscriptions: Vec<SubscriptionStatus>,
+}
+
+/// Observed figures of one subscription, from the subscribing Manager's pods' load reports (a
+/// subscription to a type the Manager also handles shares that type's figures: its pods count
+/// the two as one).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SubscriptionStatus {
+    /// The subscription's `event`: a type or a pattern, as the spec names it.
+    pub event: String,
+    /// Events received per second.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rate: Option<f64>,
+    /// Events in flight or waiting for a worker.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub in_flight: Option<f64>,
+    /// 99th percentile latency in milliseconds (queue and app).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p99_ms: Option<f64>,
+    /// Events refused per second because a bound was reached (the subscriber's own sheds; copies
+    /// of requests and answers shed before they reach it are counted by the sending sidecars'
+    /// `switchyard_observer_copies_total{outcome="shed"}`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shed_rate: Option<f64>,
+    /// Durable subscriptions: events kept for this subscriber in JetStream and not yet
+    /// acknowledged, as the operator last read them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backlog: Option<i64>,
 }
 
 /// Observed figures of one event type.
@@ -122,6 +162,9 @@ pub struct EventTypeStatus {
     /// 99th percentile latency in milliseconds, from the sidecars' load reports.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub p99_ms: Option<f64>,
+    /// Events refused per second because a bound was reached, from the sidecars' load reports.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shed_rate: Option<f64>,
     /// Events waiting in JetStream (durable delivery): pending plus delivered and not yet
     /// acknowledged, as the operator last read them.
     #[serde(default, skip_serializing_if = "Option::is_none")]

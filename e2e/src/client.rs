@@ -55,11 +55,26 @@ impl RouterClient {
         body: Option<&str>,
         limit: Duration,
     ) -> Result<Answer> {
+        self.send_with(method, path, &[], body, limit).await
+    }
+
+    /// [`RouterClient::send`] with further request headers (a credential, a `traceparent`).
+    pub async fn send_with(
+        &self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: Option<&str>,
+        limit: Duration,
+    ) -> Result<Answer> {
         let mut req = http::Request::builder()
             .method(method)
             .uri(format!("http://{}{path}", self.addr));
         if body.is_some() {
             req = req.header("content-type", "application/json");
+        }
+        for (name, value) in headers {
+            req = req.header(*name, *value);
         }
         let req = req
             .body(Full::new(Bytes::from(body.unwrap_or("").to_owned())))

@@ -31,6 +31,8 @@ pub struct Node {
     /// `host:port` of the cluster's OCI registry (plain HTTP on the host end of the veth), which the
     /// node's containerd pulls from.
     pub registry: String,
+    /// The kubelet's cgroup root (`/switchyard-N`), under each cgroup v1 controller's mount.
+    pub cgroup_root: String,
 }
 
 fn read_env(path: &Path) -> Result<BTreeMap<String, String>> {
@@ -81,6 +83,7 @@ impl Node {
             ),
             taint_key: get(&c, "NODE_TAINT_KEY", &shared)?.to_string(),
             registry: get(&s, "REGISTRY", &state)?.to_string(),
+            cgroup_root: get(&s, "CGROUP_ROOT", &state)?.to_string(),
         })
     }
 

@@ -70,7 +70,7 @@ pub struct Prometheus {
 }
 
 /// One series of a query's answer: its labels and value.
-pub type Sample = (serde_json::Map<String, serde_json::Value>, f64);
+pub type Sample = (std::collections::BTreeMap<String, String>, f64);
 
 impl Prometheus {
     /// Starts Prometheus scraping `127.0.0.1:<port>` of each `(job, port)` every second, and waits
@@ -126,21 +126,31 @@ impl Prometheus {
     pub async fn query(&self, promql: &str) -> Result<Vec<Sample>> {
         let path = format!("/api/v1/query?query={}", url_encode(promql));
         let (code, body) = crate::operator::http_get(self.port, &path).await?;
-        let v: serde_json::Value =
-            serde_json::from_str(&body).with_context(|| format!("{code}: {body}"))?;
-        ensure!(v["status"] == "success", "{promql}: {body}");
-        Ok(v["data"]["result"]
-            .as_array()
-            .into_iter()
-            .flatten()
-            .filter_map(|s| {
-                let labels = s["metric"].as_object()?.clone();
-                // [time, "value"]; NaN and ±Inf come as strings Rust parses too.
-                let value = s["value"][1].as_str()?.parse().ok()?;
-                Some((labels, value))
-            })
-            .collect())
+        samples(promql, &body).map_err(|e| anyhow::anyhow!("{code}: {e}"))
     }
+}
+
+/// The series of an instant query's answer (`/api/v1/query`), or what Prometheus said instead.
+pub fn samples(promql: &str, body: &str) -> std::result::Result<Vec<Sample>, String> {
+    let v: serde_json::Value = serde_json::from_str(body).map_err(|e| format!("{e}: {body}"))?;
+    if v["status"] != "success" {
+        return Err(format!("{promql}: {body}"));
+    }
+    Ok(v["data"]["result"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|s| {
+            let labels = s["metric"]
+                .as_object()?
+                .iter()
+                .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
+                .collect();
+            // [time, "value"]; NaN and ±Inf come as strings Rust parses too.
+            let value = s["value"][1].as_str()?.parse().ok()?;
+            Some((labels, value))
+        })
+        .collect())
 }
 
 impl Drop for Prometheus {
@@ -150,7 +160,7 @@ impl Drop for Prometheus {
 }
 
 /// Percent-encoding of a query parameter: unreserved bytes as they are, the rest as %XX.
-fn url_encode(s: &str) -> String {
+pub fn url_encode(s: &str) -> String {
     s.bytes()
         .map(|b| match b {
             b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {

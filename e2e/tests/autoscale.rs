@@ -72,6 +72,8 @@ fn push_reports_as(
                     arrivals_per_second: f64::from(*n) * 10.0,
                     latency_p50_ms: 5.0,
                     latency_p99_ms: 20.0,
+                    // A quarter of the in-flight figure refused per 500 ms window.
+                    shed: u64::from(*n) / 4,
                     ..EventLoad::default()
                 })
                 .collect();
@@ -285,6 +287,25 @@ async fn a_subscribers_own_load_scales_it_and_not_the_handler() -> Result<()> {
                 ensure!(
                     notes.iter().any(|n| n.contains("orders.* in flight 40.0")),
                     "ScaledUp notes: {notes:?}"
+                );
+                Ok(())
+            },
+        )
+        .await?;
+        // The status shows the subscription's own figures: its pods' 40 in flight, 400/s and
+        // 10 shed per 500 ms.
+        eventually(
+            "billing's status to carry its subscription's figures",
+            timeout(),
+            || async {
+                let m = managers.get("billing").await?;
+                let subs = m.status.map(|s| s.subscriptions).unwrap_or_default();
+                let sub = subs.iter().find(|s| s.event == "orders.*");
+                ensure!(
+                    sub.is_some_and(|s| s.in_flight == Some(40.0)
+                        && s.rate == Some(400.0)
+                        && s.shed_rate == Some(20.0)),
+                    "status subscriptions: {subs:?}"
                 );
                 Ok(())
             },

@@ -8,28 +8,39 @@
 //! run, and the rotation metrics count it. Deleting the Secret then gets it written back with the
 //! CA in use, not a new one.
 //!
-//! Not yet run: when it was written the shared e2e cluster's `switchyard` release carried another
-//! branch's values, which this branch's chart schema refuses (every e2e test of the branch failed
-//! at the chart install the same way).
+//! Every Router and Manager carries the `MeshTrust` condition the leader writes: `Valid` naming
+//! the anchor's and the issuer's ends, rewritten when the issuer changes, and `ExpiresSoon` once
+//! an issuer with less than 30 days left signs.
 
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::api::{Api, PostParams};
 use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
 use rustls_pki_types::CertificateDer;
 use std::time::SystemTime;
+use switchyard_crds::status::MESH_TRUST;
+use switchyard_crds::{Manager, Router};
 use switchyard_e2e::identity::channel;
 use switchyard_e2e::mesh_release::{CA_SECRET, MeshRelease, NAMESPACE};
 use switchyard_e2e::operator::{OperatorLock, free_port};
-use switchyard_e2e::{Operator, OperatorOpts, Replicas, cluster, eventually, timeout};
+use switchyard_e2e::{
+    Operator, OperatorOpts, Replicas, TestNamespace, cluster, eventually, fixtures, timeout,
+};
 use switchyard_identity::ca::{Ca, CaPem};
 use switchyard_identity::pem;
 use switchyard_protocol::control::v1::TrustRequest;
 use switchyard_protocol::control::v1::identity_client::IdentityClient;
 
-/// An issuer under `root`: certificate and key, PEM.
+/// An issuer under `root`, valid for ninety days: certificate and key, PEM.
 fn intermediate(root: &CaPem) -> Result<(String, String)> {
+    // Ninety days, as a cert-manager issuer: shorter-lived than the root (the expiry gauges differ).
+    issuer_for(root, 90)
+}
+
+/// An issuer under `root` valid for `days`: certificate and key, PEM.
+fn issuer_for(root: &CaPem, days: u64) -> Result<(String, String)> {
     let root_issuer = rcgen::Issuer::from_ca_cert_pem(&root.cert, KeyPair::from_pem(&root.key)?)?;
     let key = KeyPair::generate()?;
     let mut params = CertificateParams::default();
@@ -38,10 +49,9 @@ fn intermediate(root: &CaPem) -> Result<(String, String)> {
         .push(DnType::CommonName, "switchyard issuer (e2e)");
     params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
     params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    // Ninety days, as a cert-manager issuer: shorter-lived than the root (the expiry gauges differ).
     let now = SystemTime::now();
     params.not_before = (now - std::time::Duration::from_secs(60)).into();
-    params.not_after = (now + std::time::Duration::from_secs(90 * 24 * 3600)).into();
+    params.not_after = (now + std::time::Duration::from_secs(days * 24 * 3600)).into();
     let cert = params.signed_by(&key, &root_issuer)?;
     Ok((cert.pem(), key.serialize_pem()))
 }
@@ -105,6 +115,57 @@ async fn both_show(
     .await
 }
 
+/// The `MeshTrust` condition of Router `edge` and Manager `orders` in `ns`: (status, reason,
+/// message) of each, once both carry it.
+async fn trust_conditions(
+    client: &kube::Client,
+    ns: &str,
+) -> Result<[(String, String, String); 2]> {
+    let said = |c: Option<&Condition>| {
+        c.map(|c| (c.status.clone(), c.reason.clone(), c.message.clone()))
+            .context("no MeshTrust condition yet")
+    };
+    let router = Api::<Router>::namespaced(client.clone(), ns)
+        .get("edge")
+        .await?;
+    let manager = Api::<Manager>::namespaced(client.clone(), ns)
+        .get("orders")
+        .await?;
+    let of = |conditions: Option<&Vec<Condition>>| {
+        said(conditions.and_then(|cs| cs.iter().find(|c| c.type_ == MESH_TRUST)))
+    };
+    Ok([
+        of(router.status.as_ref().map(|s| &s.conditions))?,
+        of(manager.status.as_ref().map(|s| &s.conditions))?,
+    ])
+}
+
+/// Waits until both objects' `MeshTrust` conditions have `reason` and a message with `needle`.
+async fn trust_says(client: &kube::Client, ns: &str, reason: &str, needle: &str) -> Result<()> {
+    eventually(
+        &format!("MeshTrust {reason} with `{needle}` on the Router and the Manager"),
+        timeout(),
+        || async {
+            for (status, why, message) in trust_conditions(client, ns).await? {
+                ensure!(
+                    why == reason && message.contains(needle),
+                    "MeshTrust {status} {why}: {message}"
+                );
+                ensure!(status == if reason == "Valid" { "True" } else { "False" });
+            }
+            Ok(())
+        },
+    )
+    .await
+}
+
+/// `t`'s date as the condition writes it (RFC 3339, to the second).
+fn date_of(cert: &CertificateDer<'_>) -> Result<String> {
+    let end = switchyard_identity::trust::not_after(cert).context("no end of validity")?;
+    let secs = switchyard_identity::trust::epoch_seconds(end);
+    Ok(k8s_openapi::jiff::Timestamp::from_second(secs)?.to_string())
+}
+
 async fn rotate(c: &switchyard_e2e::Cluster, ops: &mut Replicas) -> Result<()> {
     let secrets: Api<Secret> = Api::namespaced(c.client().await?, NAMESPACE);
     let made = secrets
@@ -126,6 +187,26 @@ async fn rotate(c: &switchyard_e2e::Cluster, ops: &mut Replicas) -> Result<()> {
     let i2 = ders(&i2_pem)?;
     let both_roots = [r1.clone(), r2_der.clone()].concat();
     let pids = (ops.leader.pid(), ops.standby.pid());
+    // A Router and a Manager: the leader writes their MeshTrust condition (no pod needs to run).
+    let client = c.client().await?;
+    let ns = TestNamespace::create(c, "trust").await?;
+    let manifests = format!(
+        "{}---\n{}",
+        fixtures::router_routing("edge", &["orders.created"]),
+        fixtures::manager("orders", "edge", "[orders.created]", ""),
+    );
+    c.kubectl()
+        .args(["apply", "-n", &ns.name, "-f", "-"])
+        .stdin(manifests)
+        .ok()
+        .await?;
+    trust_says(
+        &client,
+        &ns.name,
+        "Valid",
+        &format!("issuer until {}", date_of(&r1[0])?),
+    )
+    .await?;
     both_show(
         ops,
         "both replicas on the CA they made",
@@ -242,6 +323,24 @@ async fn rotate(c: &switchyard_e2e::Cluster, ops: &mut Replicas) -> Result<()> {
         Some(&i2[0]),
     )
     .await?;
+    trust_says(
+        &client,
+        &ns.name,
+        "Valid",
+        &format!("issuer until {}", date_of(&i2[0])?),
+    )
+    .await?;
+
+    // An issuer with 20 days left: every object says so, naming its end.
+    let (i3_pem, i3_key) = issuer_for(&r2, 20)?;
+    let i3 = ders(&i3_pem)?;
+    write(&secrets, &[("tls.crt", &i3_pem), ("tls.key", &i3_key)]).await?;
+    let soon = format!("the mesh issuer expires at {}", date_of(&i3[0])?);
+    trust_says(&client, &ns.name, "ExpiresSoon", &soon).await?;
+    eprintln!(
+        "[e2e] MeshTrust: {:?}",
+        trust_conditions(&client, &ns.name).await?
+    );
     Ok(())
 }
 

@@ -7,83 +7,30 @@
 
 use anyhow::{Context, Result, ensure};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-use switchyard_e2e::{Cmd, TestNamespace, cluster, fixtures, repo_root};
+use switchyard_e2e::{TestNamespace, cluster, fixtures, module_crds, repo_root};
 
 /// The CRDs the examples need, of the module's standard channel.
 const CRDS: [&str; 4] = ["gatewayclasses", "gateways", "httproutes", "grpcroutes"];
 
-/// `GATEWAY_API_VERSION` of `e2e/cluster/versions.env`.
-fn gateway_api_version() -> Result<String> {
-    let env = std::fs::read_to_string(repo_root().join("e2e/cluster/versions.env"))?;
-    env.lines()
-        .find_map(|l| l.strip_prefix("GATEWAY_API_VERSION="))
-        .map(|v| v.trim().to_owned())
-        .context("no GATEWAY_API_VERSION in versions.env")
-}
-
-/// The module's source folder, downloaded from the Go module proxy (cached by Go afterwards). The CRD
-/// YAML ships inside it, under `config/crd/standard/`.
-async fn gateway_api_module(version: &str) -> Result<PathBuf> {
-    let out = Cmd::new("go")
-        .args(["mod", "download", "-json"])
-        .arg(format!("sigs.k8s.io/gateway-api@{version}"))
-        .env("GOFLAGS", "-mod=mod")
-        .cwd(std::env::temp_dir())
-        .timeout(Duration::from_secs(600))
-        .ok()
-        .await?;
-    let info: Value =
-        serde_json::from_str(&out.stdout).context("`go mod download -json` output")?;
-    let dir = info["Dir"]
-        .as_str()
-        .with_context(|| format!("`go mod download` gave no Dir: {}", out.stdout))?;
-    Ok(PathBuf::from(dir))
-}
-
-/// Installs the CRDs (server-side, so reruns and other test processes agree) and waits until the API
-/// server serves them.
-async fn install_gateway_api(module: &Path, version: &str) -> Result<()> {
-    let c = cluster().await?;
-    let mut apply = c
-        .kubectl()
-        .args(["apply", "--server-side", "--force-conflicts"])
-        .args(["--field-manager", "switchyard-e2e"]);
-    for name in CRDS {
-        let file = module.join(format!(
-            "config/crd/standard/gateway.networking.k8s.io_{name}.yaml"
-        ));
-        ensure!(file.is_file(), "{} is not in the module", file.display());
-        apply = apply.arg("-f").arg(file);
-    }
-    apply.ok().await?;
+/// Installs the module's CRDs and checks the API server serves this version of them, not some other
+/// version a cluster had before.
+async fn install_gateway_api(version: &str) -> Result<()> {
+    let module = module_crds::download("sigs.k8s.io/gateway-api", version).await?;
+    let files = module_crds::files(
+        &module.join("config/crd/standard"),
+        "gateway.networking.k8s.io_",
+        &CRDS,
+    );
     let names: Vec<String> = CRDS
         .iter()
-        .map(|n| format!("crd/{n}.gateway.networking.k8s.io"))
+        .map(|n| format!("{n}.gateway.networking.k8s.io"))
         .collect();
-    c.kubectl()
-        .args(["wait", "--for=condition=Established", "--timeout=60s"])
-        .args(&names)
-        .timeout(Duration::from_secs(90))
-        .ok()
-        .await?;
-    // The CRDs served are the module's, not some other version a cluster had before.
-    let out = c
-        .kubectl()
-        .args([
-            "get",
-            "crd/httproutes.gateway.networking.k8s.io",
-            "-o",
-            "json",
-        ])
-        .ok()
-        .await?;
-    let crd: Value = serde_json::from_str(&out.stdout)?;
+    let crd = module_crds::install(&files, &names).await?;
     let bundle = &crd["metadata"]["annotations"]["gateway.networking.k8s.io/bundle-version"];
     ensure!(
         bundle == version,
-        "the cluster's HTTPRoute CRD is bundle {bundle}, not {version}"
+        "the cluster's {} CRD is bundle {bundle}, not {version}",
+        names[0]
     );
     Ok(())
 }
@@ -130,9 +77,8 @@ async fn get(ns: &str, kind: &str, name: &str) -> Result<Value> {
 
 #[tokio::test]
 async fn gateway_api_routes_and_an_ingress_in_front_of_a_router_apply() -> Result<()> {
-    let version = gateway_api_version()?;
-    let module = gateway_api_module(&version).await?;
-    install_gateway_api(&module, &version).await?;
+    let version = module_crds::pinned_version("GATEWAY_API_VERSION")?;
+    install_gateway_api(&version).await?;
     let c = cluster().await?;
     let ns = TestNamespace::create(c, "gateway").await?;
     let dir = repo_root().join("examples/gateway");

@@ -32,6 +32,8 @@ use tokio::sync::OnceCell;
 
 #[path = "pods/durable.rs"]
 mod durable;
+#[path = "pods/memory.rs"]
+mod memory;
 #[path = "pods/nodeport.rs"]
 mod nodeport;
 
@@ -126,6 +128,10 @@ fn main() -> ExitCode {
         (
             "durable_events_go_through_the_charts_jetstream_which_takes_only_mesh_identities",
             |e| Box::pin(durable::durable_through_the_charts_jetstream(e)),
+        ),
+        (
+            "a_flood_of_1_mib_publishes_into_a_slow_manager_under_128mi_ends_in_503s_not_an_oom_kill",
+            |e| Box::pin(memory::a_flood_of_1_mib_publishes_ends_in_503s_not_an_oom_kill(e)),
         ),
         (
             "a_nodeport_router_is_reached_from_outside_the_node_with_the_clients_address",

@@ -6,85 +6,34 @@
 
 use anyhow::{Context, Result, ensure};
 use serde_json::Value;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
-use switchyard_e2e::{Cmd, KUBE_VERSION, RELEASE, TestNamespace, charts_dir, cluster, repo_root};
+use switchyard_e2e::{Cmd, KUBE_VERSION, RELEASE, TestNamespace, charts_dir, cluster, module_crds};
 
 /// The CRDs the chart's objects need.
 const CRDS: [&str; 3] = ["servicemonitors", "podmonitors", "prometheusrules"];
 
-/// `PROMETHEUS_OPERATOR_VERSION` of `e2e/cluster/versions.env`.
-fn operator_version() -> Result<String> {
-    let env = std::fs::read_to_string(repo_root().join("e2e/cluster/versions.env"))?;
-    env.lines()
-        .find_map(|l| l.strip_prefix("PROMETHEUS_OPERATOR_VERSION="))
-        .map(|v| v.trim().to_owned())
-        .context("no PROMETHEUS_OPERATOR_VERSION in versions.env")
-}
-
-/// The module's source folder, downloaded from the Go module proxy (cached by Go afterwards). The CRD
-/// YAML ships inside it, under `example/prometheus-operator-crd/`.
-async fn operator_module(version: &str) -> Result<PathBuf> {
-    let out = Cmd::new("go")
-        .args(["mod", "download", "-json"])
-        .arg(format!(
-            "github.com/prometheus-operator/prometheus-operator@{version}"
-        ))
-        .env("GOFLAGS", "-mod=mod")
-        .cwd(std::env::temp_dir())
-        .timeout(Duration::from_secs(600))
-        .ok()
-        .await?;
-    let info: Value =
-        serde_json::from_str(&out.stdout).context("`go mod download -json` output")?;
-    let dir = info["Dir"]
-        .as_str()
-        .with_context(|| format!("`go mod download` gave no Dir: {}", out.stdout))?;
-    Ok(PathBuf::from(dir))
-}
-
-/// Installs the CRDs (server-side, so reruns and other test processes agree), waits until the API
-/// server serves them, and checks they are the module's version.
-async fn install_crds(module: &Path, version: &str) -> Result<()> {
-    let c = cluster().await?;
-    let mut apply = c
-        .kubectl()
-        .args(["apply", "--server-side", "--force-conflicts"])
-        .args(["--field-manager", "switchyard-e2e"]);
-    for name in CRDS {
-        let file = module.join(format!(
-            "example/prometheus-operator-crd/monitoring.coreos.com_{name}.yaml"
-        ));
-        ensure!(file.is_file(), "{} is not in the module", file.display());
-        apply = apply.arg("-f").arg(file);
-    }
-    apply.ok().await?;
+/// Installs the module's CRDs and checks the API server serves this version of them.
+async fn install_crds(version: &str) -> Result<()> {
+    let module = module_crds::download(
+        "github.com/prometheus-operator/prometheus-operator",
+        version,
+    )
+    .await?;
+    let files = module_crds::files(
+        &module.join("example/prometheus-operator-crd"),
+        "monitoring.coreos.com_",
+        &CRDS,
+    );
     let names: Vec<String> = CRDS
         .iter()
-        .map(|n| format!("crd/{n}.monitoring.coreos.com"))
+        .map(|n| format!("{n}.monitoring.coreos.com"))
         .collect();
-    c.kubectl()
-        .args(["wait", "--for=condition=Established", "--timeout=60s"])
-        .args(&names)
-        .timeout(Duration::from_secs(90))
-        .ok()
-        .await?;
-    let out = c
-        .kubectl()
-        .args([
-            "get",
-            "crd/servicemonitors.monitoring.coreos.com",
-            "-o",
-            "json",
-        ])
-        .ok()
-        .await?;
-    let crd: Value = serde_json::from_str(&out.stdout)?;
+    let crd = module_crds::install(&files, &names).await?;
     let served = &crd["metadata"]["annotations"]["operator.prometheus.io/version"];
     let want = version.trim_start_matches('v');
     ensure!(
         served == want,
-        "the cluster's ServiceMonitor CRD is {served}, not {want}"
+        "the cluster's {} CRD is {served}, not {want}",
+        names[0]
     );
     Ok(())
 }
@@ -114,9 +63,8 @@ async fn monitoring_objects(ns: &str) -> Result<Vec<Value>> {
 
 #[tokio::test]
 async fn monitoring_objects_apply_to_the_prometheus_operator_crds_unchanged() -> Result<()> {
-    let version = operator_version()?;
-    let module = operator_module(&version).await?;
-    install_crds(&module, &version).await?;
+    let version = module_crds::pinned_version("PROMETHEUS_OPERATOR_VERSION")?;
+    install_crds(&version).await?;
     let c = cluster().await?;
     let ns = TestNamespace::create(c, "monitors").await?;
     let objects = monitoring_objects(&ns.name).await?;

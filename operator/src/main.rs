@@ -332,7 +332,18 @@ async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             }
         }
     };
+    // The MeshTrust condition: on the leader, as every status write.
+    let trust = {
+        let (client, end, identity) = (client.clone(), end.clone(), mesh.clone());
+        let (routers, managers) = (caches.routers.clone(), caches.managers.clone());
+        async move {
+            if let Some(identity) = identity {
+                identity::condition::run(client, identity, routers, managers, end).await;
+            }
+        }
+    };
     futures::join!(
+        trust,
         access,
         controller::run(ctx.clone(), end.clone()),
         autoscale::run(ctx, loads, backlogs, caches.managers.clone(), end.clone()),

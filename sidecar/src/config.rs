@@ -303,4 +303,27 @@ mod tests {
             .to_string();
         assert!(err.contains("other"), "{err}");
     }
+
+    /// The skew policy (docs/upgrading.md): a sidecar of the previous version reads the config a
+    /// newer operator renders, ignoring the keys it adds, and a newer sidecar reads an older config.
+    #[test]
+    fn keys_a_newer_operator_adds_are_ignored() {
+        let f = file(
+            r#"{"name":"e","namespace":"d","destinations":{},"addedLater":1,"spec":{"listeners":{"http":{"port":8080,"addedLater":true}},"routes":[],"addedLater":{"x":1}}}"#,
+        );
+        assert_eq!(
+            load_router(f.path()).expect("a newer config").http_port,
+            8080
+        );
+        let f = file(
+            r#"{"name":"m","namespace":"d","router":"e","events":["noop"],"app":{"port":8000,"protocol":"http","path":"/","addedLater":2},"workers":{"addedLater":3},"split":"shared","addedLater":[]}"#,
+        );
+        assert_eq!(
+            load_manager(f.path(), None)
+                .expect("a newer config")
+                .events
+                .len(),
+            1
+        );
+    }
 }

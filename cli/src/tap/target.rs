@@ -70,9 +70,10 @@ async fn forwarded(
     tx: &mpsc::Sender<Msg>,
 ) -> anyhow::Result<()> {
     let port = switchyard_protocol::ports::ADMIN;
-    let mut forward = api.portforward(pod, &[port]).await.with_context(|| {
-        format!("port-forward to {name}:{port} (needs create on pods/portforward)")
-    })?;
+    let mut forward = api
+        .portforward(pod, &[port])
+        .await
+        .map_err(|e| forward_error(name, port, e))?;
     let stream = forward
         .take_stream(port)
         .with_context(|| format!("port-forward to {name} has no stream for {port}"))?;
@@ -88,6 +89,30 @@ async fn forwarded(
     };
     forward.abort();
     result
+}
+
+/// What tapping a pod needs of RBAC beside `list` on pods. kube's port-forward is a WebSocket
+/// upgrade, a GET, which the API server authorizes as `get` on pods/portforward, and from
+/// Kubernetes 1.35 as `create` too (what `kubectl port-forward` over SPDY always needed).
+const FORWARD_RBAC: &str = "get and create on pods/portforward";
+
+/// Why a port-forward did not open: the API server's refusal in its own words (it names the user and
+/// the verb missing) with what a tap needs, its other answers by code and message (not kube's dump
+/// of the whole Status), and transport failures with their chain.
+fn forward_error(name: &str, port: u16, e: kube::Error) -> anyhow::Error {
+    match e {
+        kube::Error::Api(s) if s.code == 403 => anyhow::anyhow!(
+            "port-forward to {name}:{port} refused: {}; a tap needs {FORWARD_RBAC} in the pod's namespace",
+            s.message.trim()
+        ),
+        kube::Error::Api(s) => anyhow::anyhow!(
+            "port-forward to {name}:{port}: the API server answered {} {}: {}",
+            s.code,
+            s.reason,
+            s.message.trim()
+        ),
+        e => anyhow::Error::new(e).context(format!("port-forward to {name}:{port}")),
+    }
 }
 
 /// The Running pods of the Router `router` or the Manager `manager` in `namespace`.
@@ -196,6 +221,35 @@ mod tests {
         assert!(
             e.contains("no Running pod of namespace shop matches x=y"),
             "{e}"
+        );
+    }
+
+    fn api_error(code: u16, reason: &str, message: &str) -> kube::Error {
+        let status: kube::core::Status = serde_json::from_value(serde_json::json!({
+            "status": "Failure", "code": code, "reason": reason, "message": message,
+        }))
+        .expect("a Status");
+        kube::Error::Api(Box::new(status))
+    }
+
+    #[test]
+    fn a_refused_port_forward_says_why_and_what_a_tap_needs() {
+        let refusal = r#"pods "p" is forbidden: User "u" cannot get resource "pods/portforward" in API group "" in the namespace "shop""#;
+        let e = forward_error("manager shop/p", 9901, api_error(403, "Forbidden", refusal));
+        assert_eq!(
+            format!("{e:#}"),
+            format!(
+                "port-forward to manager shop/p:9901 refused: {refusal}; a tap needs get and create on pods/portforward in the pod's namespace"
+            )
+        );
+        let e = forward_error(
+            "router shop/r",
+            9901,
+            api_error(404, "NotFound", "pods \"r\" not found"),
+        );
+        assert_eq!(
+            format!("{e:#}"),
+            "port-forward to router shop/r:9901: the API server answered 404 NotFound: pods \"r\" not found"
         );
     }
 

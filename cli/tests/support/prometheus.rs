@@ -3,13 +3,12 @@
 //! temporary folder, queried through its HTTP API, and killed when dropped.
 
 use super::{free_port, http, repo_file, wait_for};
-use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-/// One series of a query's answer: its labels and value.
-pub type Sample = (BTreeMap<String, String>, f64);
+pub use switchyard_e2e::prometheus::Sample;
+use switchyard_e2e::prometheus::{samples, url_encode};
 
 /// A Prometheus process; killed when dropped.
 pub struct Prometheus {
@@ -80,7 +79,7 @@ impl Prometheus {
 
     /// The instant vector `promql` evaluates to now (an error names what Prometheus said).
     pub fn query(&self, promql: &str) -> Result<Vec<Sample>, String> {
-        let body = format!("query={}", encode(promql));
+        let body = format!("query={}", url_encode(promql));
         let a = http::request(
             self.port,
             "POST",
@@ -88,25 +87,7 @@ impl Prometheus {
             &[("Content-Type", "application/x-www-form-urlencoded")],
             &body,
         )?;
-        let v: serde_json::Value =
-            serde_json::from_str(&a.body).map_err(|e| format!("{e}: {}", a.body))?;
-        if v["status"] != "success" {
-            return Err(format!("{promql}: {}", a.body));
-        }
-        let result = v["data"]["result"].as_array().cloned().unwrap_or_default();
-        Ok(result
-            .iter()
-            .filter_map(|s| {
-                let labels = s["metric"]
-                    .as_object()?
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.as_str().unwrap_or("").to_owned()))
-                    .collect();
-                // [time, "value"]; NaN and ±Inf come as strings Rust parses too.
-                let value = s["value"][1].as_str()?.parse().ok()?;
-                Some((labels, value))
-            })
-            .collect())
+        samples(promql, &a.body)
     }
 }
 
@@ -115,16 +96,4 @@ impl Drop for Prometheus {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
-}
-
-/// `application/x-www-form-urlencoded` of `s`: unreserved bytes as they are, the rest as %XX.
-fn encode(s: &str) -> String {
-    s.bytes()
-        .map(|b| match b {
-            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => {
-                (b as char).to_string()
-            }
-            _ => format!("%{b:02X}"),
-        })
-        .collect()
 }

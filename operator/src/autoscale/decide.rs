@@ -334,6 +334,7 @@ mod tests {
                             rate: v,
                             in_flight: v,
                             p99_ms: 1.0,
+                            shed: 0.0,
                         },
                         p.stable_ms,
                     );

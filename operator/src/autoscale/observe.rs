@@ -26,6 +26,7 @@ fn merged(router: &Sample, manager: &Sample) -> Sample {
         rate: router.rate.max(manager.rate),
         in_flight: router.in_flight.max(manager.in_flight),
         p99_ms: router.p99_ms.max(manager.p99_ms),
+        shed: router.shed.max(manager.shed),
     }
 }
 
@@ -73,10 +74,19 @@ impl Samples<'_> {
     }
 }
 
-fn add(into: &mut Sample, rate: f64, in_flight: f64, p99_ms: f64) {
-    into.rate += rate;
-    into.in_flight += in_flight;
-    into.p99_ms = into.p99_ms.max(p99_ms);
+fn add(into: &mut Sample, from: &Sample) {
+    into.rate += from.rate;
+    into.in_flight += from.in_flight;
+    into.p99_ms = into.p99_ms.max(from.p99_ms);
+    into.shed += from.shed;
+}
+
+/// Events shed per second: a report counts them over its window.
+fn per_second(count: u64, window_ms: u32) -> f64 {
+    if window_ms == 0 {
+        return 0.0;
+    }
+    count as f64 * 1000.0 / f64::from(window_ms)
 }
 
 /// One sample per (namespace, event type) from the reports of pods still reporting.
@@ -92,9 +102,12 @@ pub fn aggregate<'a>(reports: impl IntoIterator<Item = &'a LoadReport>) -> Sampl
         let manager = r.role == "manager";
         for e in &r.events {
             // A NaN or negative figure from a confused sidecar must not poison the sum.
-            let rate = finite(e.arrivals_per_second);
-            let in_flight = f64::from(e.in_flight) + f64::from(e.queued);
-            let p99 = finite(e.latency_p99_ms);
+            let sample = Sample {
+                rate: finite(e.arrivals_per_second),
+                in_flight: f64::from(e.in_flight) + f64::from(e.queued),
+                p99_ms: finite(e.latency_p99_ms),
+                shed: per_second(e.shed, r.window_ms),
+            };
             let (ns, event) = (r.namespace.as_str(), e.event_type.as_str());
             let side = if manager {
                 samples
@@ -104,7 +117,7 @@ pub fn aggregate<'a>(reports: impl IntoIterator<Item = &'a LoadReport>) -> Sampl
             } else {
                 samples.router.entry((ns, event)).or_default()
             };
-            add(side, rate, in_flight, p99);
+            add(side, &sample);
         }
     }
     samples
@@ -221,6 +234,25 @@ mod tests {
     }
 
     #[test]
+    fn sheds_are_per_second_of_each_reports_window_and_summed_over_pods() {
+        let shed = |pod: &str, count: u64, window_ms: u32| {
+            let mut r = owned(pod, "manager", "audit", "orders.*", 1.0, 0);
+            r.window_ms = window_ms;
+            r.events[0].shed = count;
+            r
+        };
+        let rs = [shed("a1", 10, 500), shed("a2", 3, 1_000), shed("a3", 7, 0)];
+        let got = aggregate(&rs);
+        let a = got
+            .subscription("shop", "audit", "orders.*")
+            .expect("pattern");
+        assert_eq!(
+            a.shed, 23.0,
+            "20/s and 3/s; a report without a window counts none"
+        );
+    }
+
+    #[test]
     fn bad_figures_count_as_zero() {
         let rs = [report("r1", "router", "a", f64::NAN, 0)];
         let got = aggregate(&rs);
@@ -233,6 +265,7 @@ mod tests {
             rate: 5.0,
             in_flight: 8.0,
             p99_ms: 3.0,
+            shed: 0.0,
         };
         let s = with_backlog(Some(reported), Some(30)).expect("sample");
         assert_eq!((s.rate, s.in_flight, s.p99_ms), (5.0, 30.0, 3.0));

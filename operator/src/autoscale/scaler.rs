@@ -56,16 +56,23 @@ struct Tracked {
     last_status: Option<(Instant, Figures)>,
 }
 
-/// The autoscaler-owned figures of one status patch: desired replicas, and per event type desired
-/// replicas, rate, in flight, p99 and backlog.
+/// The autoscaler-owned figures of one status patch: desired replicas, per event type desired
+/// replicas, load and backlog, and per subscription its load and backlog.
 #[derive(Clone, Debug, Default, PartialEq)]
 struct Figures {
     total: Option<u32>,
     events: Vec<EventFigures>,
+    subscriptions: Vec<SubscriptionFigures>,
 }
 
-/// One event type's figures: its name, desired replicas, rounded (rate, in flight, p99) and backlog.
-type EventFigures = (String, Option<u32>, Option<[f64; 3]>, Option<u64>);
+/// Recent load, rounded: rate, in flight, p99 and sheds per second.
+type Recent = [f64; 4];
+
+/// One event type's figures: its name, desired replicas, recent load and backlog.
+type EventFigures = (String, Option<u32>, Option<Recent>, Option<u64>);
+
+/// One subscription's figures: its `event`, recent load and backlog.
+type SubscriptionFigures = (String, Option<Recent>, Option<u64>);
 
 /// A replica change one tick decided, for the shell to write.
 pub struct Change {
@@ -368,6 +375,12 @@ fn figures(m: &Manager, t: &Tracked, policy: &Policy, backlog: &Backlog, now_ms:
             .find(|g| g.key.split(',').any(|e| e == event))
             .map(|g| g.desired)
     };
+    let recent = |event: &str| {
+        t.windows
+            .get(event)
+            .and_then(|w| w.average(now_ms, policy.panic_ms))
+            .map(|r| [r.rate, r.in_flight, r.p99_ms, r.shed].map(round))
+    };
     let events = m
         .status
         .as_ref()
@@ -376,22 +389,32 @@ fn figures(m: &Manager, t: &Tracked, policy: &Policy, backlog: &Backlog, now_ms:
         .iter()
         .filter(|s| !s.deployment.is_empty() && m.spec.events.iter().any(|e| e.as_str() == s.event))
         .map(|s| {
-            let recent = t
-                .windows
-                .get(&s.event)
-                .and_then(|w| w.average(now_ms, policy.panic_ms))
-                .map(|r| [round(r.rate), round(r.in_flight), round(r.p99_ms)]);
             (
                 s.event.clone(),
                 desired_of(&s.event),
-                recent,
+                recent(&s.event),
                 waiting(backlog, ns, name, &s.event),
             )
         })
         .collect();
+    // Every subscription of the spec, with what its pods reported under its `event` (the
+    // handled type's window when it names a handled type: the pods count the two as one).
+    let subscriptions = m
+        .spec
+        .subscriptions
+        .iter()
+        .map(|s| {
+            let e = s.event.as_str();
+            (e.to_owned(), recent(e), waiting(backlog, ns, name, e))
+        })
+        .collect();
     // The groups are the spec's (the tick drops the others).
     let total = t.groups.iter().map(|g| g.desired).max();
-    Figures { total, events }
+    Figures {
+        total,
+        events,
+        subscriptions,
+    }
 }
 
 /// The status patch carrying `f`: only the autoscaler's fields, applied under its own field manager
@@ -405,20 +428,17 @@ fn patch(f: &Figures) -> serde_json::Value {
         .events
         .iter()
         .map(|(event, desired, recent, backlog)| {
-            let mut entry = serde_json::json!({ "event": event });
+            let mut entry = figures_entry(event, recent.as_ref(), *backlog);
             if let Some(n) = desired {
                 entry["desiredReplicas"] = serde_json::json!(clamp(*n));
             }
-            if let Some([rate, in_flight, p99]) = recent {
-                entry["rate"] = serde_json::json!(rate);
-                entry["inFlight"] = serde_json::json!(in_flight);
-                entry["p99Ms"] = serde_json::json!(p99);
-            }
-            if let Some(n) = backlog {
-                entry["backlog"] = serde_json::json!(i64::try_from(*n).unwrap_or(i64::MAX));
-            }
             entry
         })
+        .collect();
+    let subscriptions: Vec<serde_json::Value> = f
+        .subscriptions
+        .iter()
+        .map(|(event, recent, backlog)| figures_entry(event, recent.as_ref(), *backlog))
         .collect();
     let mut status = serde_json::json!({});
     if let Some(t) = f.total {
@@ -428,11 +448,31 @@ fn patch(f: &Figures) -> serde_json::Value {
     if !events.is_empty() {
         status["events"] = serde_json::Value::Array(events);
     }
+    // The subscriptions' entries are this field manager's alone: one the spec dropped (or the
+    // whole list) is left out of the next patch, and server-side apply removes it.
+    if !subscriptions.is_empty() {
+        status["subscriptions"] = serde_json::Value::Array(subscriptions);
+    }
     serde_json::json!({
         "apiVersion": <Manager as kube::Resource>::api_version(&()),
         "kind": <Manager as kube::Resource>::kind(&()),
         "status": status,
     })
+}
+
+/// One status entry: `event` with its recent load and backlog, each when known.
+fn figures_entry(event: &str, recent: Option<&Recent>, backlog: Option<u64>) -> serde_json::Value {
+    let mut entry = serde_json::json!({ "event": event });
+    if let Some([rate, in_flight, p99, shed]) = recent {
+        entry["rate"] = serde_json::json!(rate);
+        entry["inFlight"] = serde_json::json!(in_flight);
+        entry["p99Ms"] = serde_json::json!(p99);
+        entry["shedRate"] = serde_json::json!(shed);
+    }
+    if let Some(n) = backlog {
+        entry["backlog"] = serde_json::json!(i64::try_from(n).unwrap_or(i64::MAX));
+    }
+    entry
 }
 
 #[cfg(test)]
@@ -553,6 +593,39 @@ spec:
         assert!(why.contains("orders.create in flight 30.0"), "{why}");
         let (n, why) = of("orders").expect("orders scaled");
         assert_eq!(n, 8, "the handler on its own pods, not billing's: {why}");
+    }
+
+    #[test]
+    fn the_status_carries_each_subscriptions_own_figures_and_backlog() {
+        let managers = [subscriber("shared")];
+        let mut sheds = rate("shop", "billing", "orders.*", 250.0);
+        sheds.window_ms = 1_000;
+        sheds.events[0].shed = 12;
+        let reports = [
+            sheds,
+            owned("shop", "orders", "orders.create", 75),
+            owned("shop", "billing", "orders.create", 30),
+        ];
+        let samples = observe::aggregate(&reports);
+        let key = |e: &str| ("shop".to_owned(), "billing".to_owned(), e.to_owned());
+        let backlog = Backlog::from([(key("orders.*"), 40)]);
+        let mut scaler = Scaler::default();
+        scaler.decide(&managers, &samples, &backlog, 1_000);
+        let out = scaler.statuses(&managers, &[], &backlog, Instant::now(), 1_000);
+        let [(_, name, patch)] = out.as_slice() else {
+            panic!("one patch: {out:?}");
+        };
+        assert_eq!(name, "billing");
+        assert_eq!(
+            patch["status"]["subscriptions"],
+            serde_json::json!([
+                {"event": "orders.*", "rate": 250.0, "inFlight": 0.0, "p99Ms": 0.0,
+                 "shedRate": 12.0, "backlog": 40},
+                {"event": "orders.create", "rate": 0.0, "inFlight": 30.0, "p99Ms": 0.0,
+                 "shedRate": 0.0},
+            ]),
+            "billing's own pods under each subscription, not the handler's 75"
+        );
     }
 
     #[test]

@@ -15,6 +15,10 @@ pub struct Sample {
     pub in_flight: f64,
     /// Worst 99th percentile latency of the reporting pods, in milliseconds.
     pub p99_ms: f64,
+    /// Events refused because a bound was reached, per second (shown in the status; the
+    /// decisions do not read it: a shed event is load the pods could not take, already counted
+    /// in the arrivals).
+    pub shed: f64,
 }
 
 /// Samples over time, oldest first.
@@ -47,11 +51,13 @@ impl Window {
             sum.rate += s.rate;
             sum.in_flight += s.in_flight;
             sum.p99_ms = sum.p99_ms.max(s.p99_ms);
+            sum.shed += s.shed;
         }
         (n > 0).then(|| Sample {
             rate: sum.rate / f64::from(n),
             in_flight: sum.in_flight / f64::from(n),
             p99_ms: sum.p99_ms,
+            shed: sum.shed / f64::from(n),
         })
     }
 
@@ -74,6 +80,7 @@ mod tests {
             rate,
             in_flight: rate / 10.0,
             p99_ms: rate,
+            shed: rate / 100.0,
         }
     }
 
@@ -88,6 +95,7 @@ mod tests {
         let all = w.average(10_000, 60_000).expect("samples");
         assert_eq!(all.rate, 20.0);
         assert_eq!(all.p99_ms, 100.0);
+        assert_eq!(all.shed, 0.2, "the mean, as the rate's");
     }
 
     #[test]

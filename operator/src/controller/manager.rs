@@ -283,6 +283,8 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
         } else {
             old.events.iter().map(controller_fields).collect()
         },
+        // The autoscaler's to write (under its own field manager).
+        subscriptions: Vec::new(),
     };
     if status != controller_view(&old) {
         super::apply_status(ctx, manager, &status).await?;
@@ -428,15 +430,16 @@ fn controller_fields(e: &EventTypeStatus) -> EventTypeStatus {
 }
 
 /// The part of a stored status the controller owns, to compare with what it would write: not the
-/// autoscaler's figures, nor the backlog reader's `BacklogRead` condition.
+/// autoscaler's figures, nor the conditions other writers own.
 fn controller_view(s: &ManagerStatus) -> ManagerStatus {
     ManagerStatus {
         desired_replicas: None,
         events: s.events.iter().map(controller_fields).collect(),
+        subscriptions: Vec::new(),
         conditions: s
             .conditions
             .iter()
-            .filter(|c| c.type_ != switchyard_crds::status::BACKLOG_READ)
+            .filter(|c| super::controller_owns(c))
             .cloned()
             .collect(),
         ..s.clone()

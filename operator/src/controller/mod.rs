@@ -151,6 +151,15 @@ where
     Action::requeue(Duration::from_secs(5))
 }
 
+/// Whether the controller writes condition `c` (Ready, Progressing, Degraded, Durability): the
+/// others have writers of their own (the backlog reader's `BacklogRead`, the trust writer's
+/// `MeshTrust`), and comparing them with what the controller would write would rewrite a status
+/// that did not change.
+fn controller_owns(c: &k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition) -> bool {
+    use switchyard_crds::status::{BACKLOG_READ, MESH_TRUST};
+    c.type_ != BACKLOG_READ && c.type_ != MESH_TRUST
+}
+
 /// Owned-object watches trigger reconciles on every change; this periodic one repairs drift that a
 /// missed watch event would otherwise leave.
 fn resync() -> Action {

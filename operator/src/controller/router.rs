@@ -186,7 +186,16 @@ async fn reconcile_inner(router: &Router, ctx: &Context, cache: &ManagerCache) -
         routes: i32::try_from(router.spec.routes.len()).unwrap_or(i32::MAX),
         subscribers: fan_out(&managers),
     };
-    if status != old {
+    let mine = RouterStatus {
+        conditions: old
+            .conditions
+            .iter()
+            .filter(|c| super::controller_owns(c))
+            .cloned()
+            .collect(),
+        ..old.clone()
+    };
+    if status != mine {
         super::apply_status(ctx, router, &status).await?;
         let obj = router.object_ref(&());
         events::on_status_change(

@@ -6,9 +6,12 @@
 //!
 //! `owner` is the pure core (review status, pod, owners -> who), `review` the API shell,
 //! `throttle` what keeps it cheap (rate limits per caller, reviews cached by token hash),
-//! `ca_secret` the CA's storage, `rotation` the watch of it, `leaves` the certificates in use.
+//! `ca_secret` the CA's storage, `rotation` the watch of it, `leaves` the certificates in use,
+//! `expiry` what the `MeshTrust` condition says and `condition` its writer.
 
 pub mod ca_secret;
+pub mod condition;
+pub mod expiry;
 pub mod leaves;
 pub mod owner;
 pub mod review;

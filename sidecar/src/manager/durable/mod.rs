@@ -340,6 +340,13 @@ where
     while let Some(m) = beside(deliveries, pull.next()).await {
         held.push(m);
     }
+    if !held.is_empty() {
+        // The race a withdrawal has to win: the server sent these before it heard of it.
+        tracing::info!(
+            events = held.len(),
+            "a withdrawn pull request had brought events; delivering them"
+        );
+    }
     Ok((held, pull.over_bytes()))
 }
 
