@@ -4,9 +4,9 @@
 //! `switchyard-previous/`: the images with crane, where the node pulls them by digest like the
 //! current release's, and that commit's two charts, packaged as they are, with `helm push`.
 //!
-//! The pinned commit is the last main before the registry work: its chart has no `image.digest` nor
-//! `global.imageRegistry`, so the test gives it the images as `repository:tag@digest` (containerd pulls
-//! by the digest) and installs its charts from `oci://…/switchyard-previous/charts`.
+//! The pinned commit is the main that landed at the end of the session of 2026-12-07 (the first with
+//! the router's stop delay, which an upgrade's roll of the routers needs: see docs/upgrading.md); its
+//! chart takes image digests like the current one's.
 
 use crate::cmd::Cmd;
 use crate::images::read_env;
@@ -17,8 +17,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio::sync::OnceCell;
 
-/// The commit the upgrade starts from (main before the registry, release and CRD-trimming work).
-pub const COMMIT: &str = "c5bf737909dd6dc32ad81b7132cc34d5baa43edd";
+/// The commit the upgrade starts from (main as landed on 2026-12-07, with the router's stop delay).
+pub const COMMIT: &str = "4cccea5bfcebbe816dcc808316d61f710b479de1";
 
 /// The previous version's images in the registry and its tree.
 #[derive(Clone, Debug)]

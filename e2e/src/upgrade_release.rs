@@ -70,13 +70,13 @@ fn common(node: &Node, release: &Release) -> Value {
     })
 }
 
-/// The previous chart's values: its images named `repository:tag@digest`.
+/// The previous chart's values: its images (pushed under `switchyard-previous/`) by digest.
 fn previous_values(node: &Node, release: &Release, previous: &Previous) -> Value {
     let mut v = common(node, release);
-    let (op_repo, op_tag) = previous.tagged(&previous.operator);
-    let (sc_repo, sc_tag) = previous.tagged(&previous.sidecar);
-    v["image"] = json!({"repository": op_repo, "tag": op_tag});
-    v["sidecar"] = json!({"image": {"repository": sc_repo, "tag": sc_tag}});
+    let (op_repo, _) = previous.tagged(&previous.operator);
+    let (sc_repo, _) = previous.tagged(&previous.sidecar);
+    v["image"] = json!({"repository": op_repo, "digest": previous.operator.digest});
+    v["sidecar"] = json!({"image": {"repository": sc_repo, "digest": previous.sidecar.digest}});
     v
 }
 
