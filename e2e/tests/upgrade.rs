@@ -574,10 +574,7 @@ impl Load {
                 while !stop.load(Ordering::Relaxed) && start.elapsed() < LOAD_LIMIT {
                     n += 1;
                     let at = start.elapsed();
-                    let (ok, what, id, refused) = match mesh.router(n) {
-                        None => (false, "no Ready router pod".to_string(), None, 0),
-                        Some(ip) => one(kind, SocketAddr::new(ip.into(), 8080), n).await,
-                    };
+                    let (ok, what, id, refused) = one(kind, &mesh, n).await;
                     out.push(Outcome {
                         kind,
                         at,
@@ -632,9 +629,20 @@ impl Load {
     }
 }
 
-/// One request of `kind` to the router at `addr`: (ok, status or failure, durable id, refusals
+/// The HTTP address of the `n`th Ready router pod now, as a Service would pick an endpoint.
+fn router_addr(mesh: &Mesh, n: usize) -> Option<SocketAddr> {
+    mesh.router(n).map(|ip| SocketAddr::new(ip.into(), 8080))
+}
+
+/// One request of `kind` to a Ready router pod: (ok, status or failure, durable id, refusals
 /// before it).
-async fn one(kind: &str, addr: SocketAddr, n: usize) -> (bool, String, Option<String>, usize) {
+async fn one(kind: &str, mesh: &Mesh, n: usize) -> (bool, String, Option<String>, usize) {
+    if kind == "durable" {
+        return publish(mesh, n).await;
+    }
+    let Some(addr) = router_addr(mesh, n) else {
+        return (false, "no Ready router pod".to_string(), None, 0);
+    };
     let limit = Duration::from_secs(30);
     match kind {
         "http" => match RouterClient::new(addr)
@@ -660,18 +668,24 @@ async fn one(kind: &str, addr: SocketAddr, n: usize) -> (bool, String, Option<St
                 Err(e) => (false, format!("{e:#} ({addr})"), None, 0),
             }
         }
-        _ => publish(addr, n).await,
+        other => (false, format!("no request of kind {other}"), None, 0),
     }
 }
 
 /// A durable publish as a client of the delivery contract makes it: a 503 (the event store not
 /// reachable: the one JetStream server restarts when its pod is replaced) is not accepted, and is
-/// sent again, for at most a minute. (ok, last status or failure, id if answered 202, refusals).
-async fn publish(addr: SocketAddr, n: usize) -> (bool, String, Option<String>, usize) {
+/// sent again, for at most a minute, each time to a router pod Ready then (a new connection through
+/// a Service is balanced anew: the pod that answered 503 may have left since, and a retry to its
+/// address would time out connecting to a pod that is gone). (ok, last status or failure, id if
+/// answered 202, refusals).
+async fn publish(mesh: &Mesh, n: usize) -> (bool, String, Option<String>, usize) {
     let body = publish_body(n);
     let start = Instant::now();
     let mut refused = 0;
     loop {
+        let Some(addr) = router_addr(mesh, n + refused) else {
+            return (false, "no Ready router pod".to_string(), None, refused);
+        };
         let what = match RouterClient::new(addr)
             .send("POST", "/publish", Some(&body), Duration::from_secs(30))
             .await
