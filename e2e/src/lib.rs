@@ -20,6 +20,7 @@ pub mod k8s;
 pub mod lock;
 pub mod loopback;
 pub mod memcg;
+pub mod mesh_nats;
 pub mod mesh_release;
 pub mod module_crds;
 pub mod nats;
@@ -29,12 +30,14 @@ pub mod otlp;
 pub mod pod_operator;
 pub mod pods;
 pub mod poll;
+pub mod previous;
 pub mod prometheus;
 pub mod release;
 pub mod replicas;
 pub mod scale;
 pub mod sidecar;
 pub mod tutorial;
+pub mod upgrade_release;
 
 pub use cluster::{Cluster, cluster};
 pub use cmd::{Cmd, Output};
@@ -53,6 +56,8 @@ pub const RELEASE: &str = "switchyard";
 pub const CRD_RELEASE: &str = "switchyard-crds";
 /// Namespace (and Helm release) of the operator pod on the real node (`pod_operator`).
 pub const NODE_NAMESPACE: &str = "switchyard-node";
+/// Namespace (and Helm release) of the upgrade test's operator pod (`upgrade_release`).
+pub const UPGRADE_NAMESPACE: &str = "switchyard-upgrade";
 /// Kubernetes version passed to `helm template --kube-version`.
 pub const KUBE_VERSION: &str = "1.34.4";
 /// Sidecar image the tests pass to the operator (`--sidecar-image`); never pulled, pods run on kwok.

@@ -447,9 +447,14 @@ pub const DEMO_NAMESPACE: &str = "switchyard-demo";
 /// on its work or fail on its fights. Detected by a recently renewed default Lease.
 pub async fn refuse_foreign_operator(cluster: &Cluster) -> Result<()> {
     // The chart's release in switchyard-system, `e2e/cluster/demo`'s operator pod, and the pod
-    // operator of `tests/pods.rs` (left behind only by a run that died; that test removes it
-    // before it starts its own).
-    for namespace in [SYSTEM_NAMESPACE, DEMO_NAMESPACE, crate::NODE_NAMESPACE] {
+    // operator of `tests/pods.rs` and the upgrade test's (left behind only by a run that died; each
+    // test removes its own before it starts).
+    for namespace in [
+        SYSTEM_NAMESPACE,
+        DEMO_NAMESPACE,
+        crate::NODE_NAMESPACE,
+        crate::UPGRADE_NAMESPACE,
+    ] {
         refuse_lease_holder(cluster, namespace).await?;
     }
     Ok(())

@@ -9,13 +9,14 @@ use async_nats::jetstream;
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime};
+use std::sync::Arc;
+use std::time::Duration;
 use switchyard_e2e::client::RouterClient;
+use switchyard_e2e::mesh_nats::{TRUST_DOMAIN, certified, connect};
 use switchyard_e2e::pod_operator::{NAMESPACE, RELEASE};
 use switchyard_e2e::pods::routed_ip;
 use switchyard_e2e::{eventually, timeout};
-use switchyard_identity::{Ca, CertStore, Kind, SpiffeId, Subject, tls};
+use switchyard_identity::{Ca, CertStore};
 use switchyard_protocol::durable::{self as plan, Lane};
 use switchyard_protocol::nats_access;
 
@@ -78,9 +79,6 @@ spec:
           image: ghcr.io/switchyard-dev/switchyard-example-app:0.1.0
           command: [switchyard-example-app, --port, "8000"]
 "#;
-
-/// The chart's default trust domain (`meshTLS.trustDomain`).
-const TRUST_DOMAIN: &str = "cluster.local";
 
 pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> Result<()> {
     let ns = node_namespace(env, "durable").await?;
@@ -283,54 +281,4 @@ pub(super) async fn durable_through_the_charts_jetstream(env: &'static Env) -> R
         "[e2e] the chart's JetStream refused a client without a certificate and front's certificate on orders' stream and consumer"
     );
     Ok(())
-}
-
-/// A certificate of Manager `name` in `namespace`, issued by `ca` as the Identity service would.
-fn certified(ca: &Ca, namespace: &str, name: &str) -> Result<Arc<CertStore>> {
-    let subject = Subject {
-        id: SpiffeId::new(TRUST_DOMAIN, namespace, Kind::Manager, name)?,
-        pod: format!("{name}-e2e"),
-    };
-    let (issued, key) = ca
-        .issue_with_new_key(&subject, Duration::from_secs(3600), SystemTime::now())
-        .map_err(|e| anyhow::anyhow!("issuing {name}'s certificate: {e}"))?;
-    let store = Arc::new(CertStore::default());
-    store.install(
-        issued.chain,
-        rustls_pki_types::PrivateKeyDer::Pkcs8(key.serialize_der().into()),
-        issued.not_after,
-    )?;
-    Ok(store)
-}
-
-/// A NATS client presenting `store`'s certificate, trusting `ca`, replies under `inbox`; the
-/// server's errors are collected in the returned list.
-async fn connect(
-    url: &str,
-    ca: &Ca,
-    store: Arc<CertStore>,
-    inbox: &str,
-) -> Result<(async_nats::Client, Arc<Mutex<Vec<String>>>)> {
-    let config = tls::jetstream_client_config(store, tls::roots(ca.trust())?)?;
-    let errors = Arc::new(Mutex::new(Vec::new()));
-    let seen = errors.clone();
-    let client = async_nats::ConnectOptions::new()
-        .tls_client_config(config)
-        .require_tls(true)
-        .custom_inbox_prefix(inbox)
-        .connection_timeout(Duration::from_secs(3))
-        .max_reconnects(Some(1))
-        .event_callback(move |event| {
-            let seen = seen.clone();
-            async move {
-                if let async_nats::Event::ServerError(e) = event
-                    && let Ok(mut s) = seen.lock()
-                {
-                    s.push(e.to_string());
-                }
-            }
-        })
-        .connect(url)
-        .await?;
-    Ok((client, errors))
 }
