@@ -40,7 +40,6 @@ const NOT_YET_SPLIT: &[(&str, &str, usize)] = &[
     ("src/upstream/mod.rs", "Upstream::apply", 95),
     ("src/upstream/mod.rs", "Upstream::once", 171),
     ("src/upstream/table.rs", "plan", 90),
-    ("src/manager/inbound.rs", "connection", 322),
     ("src/manager/worker.rs", "Worker::deliver", 155),
     ("src/manager/durable/mod.rs", "lane", 162),
     ("src/manager/durable/mod.rs", "handle", 84),
