@@ -7,6 +7,7 @@
 //! came through; PUSH frames leave through the [`pushes::PushSink`] a caller hands in.
 
 pub(crate) mod activate;
+mod attempt;
 mod changes;
 mod conn;
 mod discovery;
@@ -48,7 +49,7 @@ use switchyard_protocol::config::{Destination, Subscriber};
 use switchyard_protocol::control::v1::RoutingTable;
 use switchyard_protocol::durable::DurableRoute;
 use switchyard_protocol::frame::{
-    DEFAULT_MAX_FRAME, FLAG_ACK, FLAG_NO_REPLY, Frame, MAX_PAYLOAD, Request, Response,
+    DEFAULT_MAX_FRAME, FLAG_ACK, FLAG_NO_REPLY, MAX_PAYLOAD, Request, Response,
 };
 use tokio::time::timeout_at;
 
@@ -657,178 +658,6 @@ impl Upstream {
             .map(|head| Answered { head, body: None })
             .ok_or(CallError::NoEndpoint)
     }
-
-    async fn once(
-        &self,
-        conn: &Arc<Conn>,
-        out: &Outgoing,
-        flags: u8,
-        deadline: Instant,
-        times: &mut CallTimes,
-    ) -> Result<Answered, Attempt> {
-        let waited = Instant::now();
-        self.metrics.queued.inc();
-        let waiting = self.metrics.wait(&out.event);
-        let credit = timeout_at(deadline.into(), conn.credits.acquire()).await;
-        drop(waiting);
-        self.metrics.queued.dec();
-        times.credit_wait += waited.elapsed();
-        match credit {
-            Err(_) => return Err(Attempt::Failed(CallError::NoCredit)),
-            Ok(Err(_closed)) => return Err(Attempt::NotSent),
-            // The manager re-grants the credit when it finishes the work, so it is consumed here.
-            Ok(Ok(permit)) => permit.forget(),
-        }
-        let no_reply = flags & FLAG_NO_REPLY != 0;
-        let publish = no_reply.then(|| conn::Published {
-            event: out.event.clone(),
-            ce_id: out.ce_id.clone(),
-        });
-        let slot = conn.register(publish).ok_or(Attempt::NotSent)?;
-        let mut guard = CancelOnDrop {
-            conn,
-            id: slot.id,
-            // A published event belongs to the manager once written: nothing to cancel.
-            armed: !no_reply,
-        };
-        // A body to stream goes to a manager that speaks streams; one that does not (an older
-        // version) gets it whole in the head, when it fits a frame.
-        let mut payload = out.payload.clone();
-        let mut streamed = None;
-        let mut flags = flags;
-        if let Some(up) = &out.upload {
-            match conn.peer_window() {
-                Some(window) => {
-                    streamed = Some((up, window));
-                    flags |= switchyard_protocol::stream::FLAG_MORE;
-                }
-                None => {
-                    let Some(body) = up.take() else {
-                        return Err(Attempt::Failed(CallError::Lost));
-                    };
-                    let max = up.limit.min(MAX_PAYLOAD - 4096);
-                    match timeout_at(deadline.into(), upload::read_whole(body, max)).await {
-                        Err(_) => return Err(Attempt::Failed(CallError::Timeout)),
-                        Ok(Ok(whole)) => payload = whole,
-                        Ok(Err(upload::UploadError::TooLarge(_))) if max < up.limit => {
-                            return Err(Attempt::Failed(CallError::PeerTakesNoStreams { max }));
-                        }
-                        Ok(Err(upload::UploadError::TooLarge(_))) => {
-                            return Err(Attempt::Failed(CallError::OverLimit { limit: up.limit }));
-                        }
-                        Ok(Err(_)) => return Err(Attempt::Failed(CallError::Lost)),
-                    }
-                }
-            }
-        }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let frame = Frame::Request(Request {
-            headers: out.headers.clone(),
-            id: slot.id,
-            flags,
-            // The publisher's deadline only bounds getting the event out; the manager then delivers
-            // under its own attempt timeout and retries.
-            deadline_ms: if no_reply {
-                0
-            } else {
-                u32::try_from(remaining.as_millis())
-                    .unwrap_or(u32::MAX)
-                    .max(1)
-            },
-            event: out.event.to_string(),
-            ce_id: out.ce_id.clone(),
-            traceparent: out.traceparent.clone(),
-            tracestate: out.tracestate.clone(),
-            content_type: out
-                .content_type
-                .clone()
-                .unwrap_or_else(|| crate::edge::JSON.to_owned()),
-            payload,
-        });
-        // Opened before the head is queued, so a WINDOW answering it finds it.
-        let window = streamed.map(|(_, w)| conn.open_upload(slot.id, w));
-        times.sent = Some(Instant::now());
-        match timeout_at(deadline.into(), conn.send(frame)).await {
-            Err(_) => return Err(Attempt::Failed(CallError::Timeout)),
-            Ok(Err(conn::Closed)) => {
-                guard.armed = false;
-                return Err(Attempt::NotSent);
-            }
-            Ok(Ok(())) => {}
-        }
-        let answer = match (streamed, window) {
-            (Some((up, _)), Some(window)) => {
-                let Some(body) = up.take() else {
-                    return Err(Attempt::Failed(CallError::Lost));
-                };
-                let pumped = upload::pump(conn, slot.id, body, &window, up.limit);
-                // Boxed: this rare path's future is most of `once`'s size, and every request's
-                // future (the listener's, the dispatch's) holds room for it and is moved with it.
-                let answer = Box::pin(timeout_at(deadline.into(), async {
-                    tokio::pin!(pumped);
-                    let mut reply = slot.reply;
-                    let mut pumping = true;
-                    loop {
-                        tokio::select! {
-                            r = &mut reply => return Ok(r),
-                            p = &mut pumped, if pumping => {
-                                pumping = false;
-                                p?;
-                            }
-                        }
-                    }
-                }))
-                .await;
-                match answer {
-                    Err(elapsed) => {
-                        conn.close_upload(slot.id, None);
-                        Err(elapsed)
-                    }
-                    Ok(Ok(r)) => {
-                        // Answered: whatever is left of the body is not wanted.
-                        conn.close_upload(slot.id, None);
-                        Ok(r)
-                    }
-                    Ok(Err(e)) => {
-                        let code = switchyard_protocol::stream::code::CANCEL;
-                        conn.close_upload(slot.id, Some(code));
-                        return Err(Attempt::Failed(match e {
-                            upload::UploadError::TooLarge(_) => {
-                                CallError::OverLimit { limit: up.limit }
-                            }
-                            _ => CallError::Lost,
-                        }));
-                    }
-                }
-            }
-            _ => timeout_at(deadline.into(), slot.reply).await,
-        };
-        match answer {
-            Err(_) => Err(Attempt::Failed(CallError::Timeout)),
-            Ok(Ok(Ok(resp))) => {
-                guard.armed = false;
-                times.received = Some(Instant::now());
-                if no_reply && resp.head.from_mesh && resp.head.status == 503 {
-                    return Err(Attempt::Refused(resp.head));
-                }
-                Ok(resp)
-            }
-            Ok(Ok(Err(lost))) => {
-                guard.armed = false;
-                // A publish not acknowledged was not taken: another endpoint may take it (with
-                // the same ce-id, so a pod that took it and died makes a duplicate, not a loss).
-                if lost.written && !no_reply {
-                    Err(Attempt::Failed(CallError::Lost))
-                } else {
-                    Err(Attempt::NotSent)
-                }
-            }
-            Ok(Err(_)) => {
-                guard.armed = false;
-                Err(Attempt::Failed(CallError::Lost))
-            }
-        }
-    }
 }
 
 /// Whether `out` fits in a REQUEST frame the managers accept. Small events always do (their string
@@ -865,22 +694,6 @@ struct HeldGauge<'a>(&'a Metrics);
 impl Drop for HeldGauge<'_> {
     fn drop(&mut self) {
         self.0.held.dec();
-    }
-}
-
-/// Sends CANCEL when a request is abandoned: its deadline passed or the client went away (the
-/// listener drops the request future).
-struct CancelOnDrop<'a> {
-    conn: &'a Conn,
-    id: u64,
-    armed: bool,
-}
-
-impl Drop for CancelOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.conn.cancel(self.id);
-        }
     }
 }
 
