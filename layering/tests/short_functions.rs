@@ -40,7 +40,6 @@ const NOT_YET_SPLIT: &[(&str, &str, usize)] = &[
     ("src/manager/durable/mod.rs", "lane", 162),
     ("src/manager/durable/mod.rs", "handle", 84),
     ("src/roles/manager.rs", "run", 335),
-    ("src/roles/router.rs", "run", 380),
 ];
 
 /// One function: where it starts and how many lines it spans.
