@@ -37,7 +37,6 @@ const NOT_YET_SPLIT: &[(&str, &str, usize)] = &[
     ("src/upstream/mod.rs", "Upstream::start", 118),
     ("src/upstream/mod.rs", "Upstream::apply", 95),
     ("src/upstream/table.rs", "plan", 90),
-    ("src/manager/durable/mod.rs", "lane", 162),
     ("src/manager/durable/mod.rs", "handle", 84),
 ];
 
