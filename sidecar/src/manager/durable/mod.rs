@@ -500,6 +500,37 @@ fn event_of<'a>(plan: &'a ConsumerPlan, headers: Option<&'a HeaderMap>) -> Optio
     .then_some(named)
 }
 
+/// The event type `msg` is delivered as, with its slot back; `None` (the slot let go first) when
+/// it is not delivered: stored before its subscription's `startFrom` (acked), or naming no event
+/// type its subscription covers (terminated).
+async fn to_deliver(
+    plan: &ConsumerPlan,
+    from: Start,
+    msg: &Message,
+    info: Option<&jetstream::message::Info<'_>>,
+    slot: Option<OwnedSemaphorePermit>,
+) -> Option<(String, Option<OwnedSemaphorePermit>)> {
+    if let (Some(start), Some(i)) = (plan.start, info)
+        && start.skips(SystemTime::from(i.published), from.made)
+    {
+        drop(slot);
+        tracing::debug!(consumer = %plan.name, "stored before the subscription's startFrom; skipped");
+        if let Err(e) = msg.ack().await {
+            tracing::debug!(error = %e, "ack of a skipped event not sent; it comes again and is skipped again");
+        }
+        return None;
+    }
+    let Some(event) = event_of(plan, msg.headers.as_ref()) else {
+        drop(slot);
+        tracing::warn!(consumer = %plan.name, "a stored copy names no event type its subscription covers; dropped");
+        if let Err(e) = msg.ack_with(AckKind::Term).await {
+            tracing::debug!(error = %e, "termination not sent");
+        }
+        return None;
+    };
+    Some((event.to_owned(), slot))
+}
+
 /// Delivers one pulled event on `slot` (or on the first slot free, when it came without one),
 /// holding its `_bytes` of the pod's budget, and settles it with the server. A subscription's copy stored before where it starts is acked
 /// undelivered, as is one that names no type its pattern covers (logged: it cannot be delivered,
@@ -518,25 +549,9 @@ async fn handle(
         .and_then(|i| u64::try_from(i.delivered).ok())
         .unwrap_or(1)
         .max(1);
-    if let (Some(start), Some(i)) = (plan.start, info.as_ref())
-        && start.skips(SystemTime::from(i.published), from.made)
-    {
-        drop(slot);
-        tracing::debug!(consumer = %plan.name, "stored before the subscription's startFrom; skipped");
-        if let Err(e) = msg.ack().await {
-            tracing::debug!(error = %e, "ack of a skipped event not sent; it comes again and is skipped again");
-        }
-        return;
-    }
-    let Some(event) = event_of(plan, msg.headers.as_ref()) else {
-        drop(slot);
-        tracing::warn!(consumer = %plan.name, "a stored copy names no event type its subscription covers; dropped");
-        if let Err(e) = msg.ack_with(AckKind::Term).await {
-            tracing::debug!(error = %e, "termination not sent");
-        }
+    let Some((event, slot)) = to_deliver(plan, from, &msg, info.as_ref(), slot).await else {
         return;
     };
-    let event = event.to_owned();
     let event = event.as_str();
     if delivered > 1 {
         worker.redelivered(event);
