@@ -21,7 +21,7 @@ use crate::metrics::EventLabel;
 use crate::middleware::{Denial, Grant};
 use crate::otel::produce::Session;
 use crate::otel::request::{Remote, RequestTrace};
-use crate::routes::ws::WsRoute;
+use crate::routes::ws::{WsRoute, WsRoutes};
 use crate::shutdown::DRAIN_LIMIT;
 use crate::traceparent;
 use crate::upstream::Outgoing;
@@ -169,6 +169,14 @@ struct Subs {
 }
 
 impl Subs {
+    /// A new subscription's id, its event type noted.
+    fn take(&mut self, event: String) -> u64 {
+        let sub = self.next;
+        self.next += 1;
+        self.events.insert(sub, event);
+        sub
+    }
+
     /// Removes every subscription from the hub: no more pushes.
     fn end(&mut self) {
         for (id, event) in self.events.drain() {
@@ -631,28 +639,11 @@ fn on_text(
             });
         }
         Ok(Command::Subscribe { event, filter }) => {
-            let claims = auth.grant.as_ref().and_then(Grant::claims);
-            let allowed = match &ws.routes.subscribe {
-                None => Ok(()),
-                Some(policy) => policy.decide(&event, claims),
-            };
-            if let Err(detail) = allowed {
-                (
-                    403,
-                    outgoing::refusal(&id, &Answer::refusal(403, detail), &timing()),
-                )
-            } else if subs.events.len() >= MAX_SUBSCRIPTIONS {
-                let detail = format!(
-                    "this connection already has {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe first"
-                );
-                (
-                    400,
-                    outgoing::refusal(&id, &Answer::refusal(400, detail), &timing()),
-                )
+            if let Err((status, detail)) = may_subscribe(&ws.routes, subs, auth, &event) {
+                let refusal = Answer::refusal(status, detail);
+                (status, outgoing::refusal(&id, &refusal, &timing()))
             } else {
-                let sub = subs.next;
-                subs.next += 1;
-                subs.events.insert(sub, event.clone());
+                let sub = subs.take(event.clone());
                 // The reply is queued first so that it comes before the subscription's pushes.
                 queue(tx, outgoing::subscription(&id, sub, &timing()), permit);
                 let s = Subscription::new(subs.conn, sub, event, filter, tx.clone());
@@ -682,6 +673,29 @@ fn on_text(
     edge.metrics.ws.message(parsed.label, status);
     queue(tx, reply, permit);
     None
+}
+
+/// Whether the connection may subscribe to `event`: its credential's claims as the route's
+/// subscribe rules ask, under [`MAX_SUBSCRIPTIONS`]; else the refusal's status and why.
+fn may_subscribe(
+    routes: &WsRoutes,
+    subs: &Subs,
+    auth: &Auth,
+    event: &str,
+) -> Result<(), (u16, String)> {
+    let claims = auth.grant.as_ref().and_then(Grant::claims);
+    if let Some(policy) = &routes.subscribe {
+        policy
+            .decide(event, claims)
+            .map_err(|detail| (403, detail))?;
+    }
+    if subs.events.len() >= MAX_SUBSCRIPTIONS {
+        let detail = format!(
+            "this connection already has {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe first"
+        );
+        return Err((400, detail));
+    }
+    Ok(())
 }
 
 /// Carries the session on with a new token: checked by the gate that admitted the session, for
