@@ -33,8 +33,6 @@ const REQUEST_PATH: &[&str] = &[
 const NOT_YET_SPLIT: &[(&str, &str, usize)] = &[
     ("src/listener/ws/push/filter.rs", "parse_condition", 89),
     ("src/upstream/conn.rs", "run", 117),
-    ("src/upstream/mod.rs", "Upstream::start", 118),
-    ("src/upstream/mod.rs", "Upstream::apply", 95),
     ("src/upstream/table.rs", "plan", 90),
 ];
 

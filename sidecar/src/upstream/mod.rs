@@ -141,6 +141,91 @@ enum Attempt {
     Failed(CallError),
 }
 
+/// A configured subscriber's subscription as the control plane sends it.
+fn wire_subscription(s: &Subscriber) -> switchyard_protocol::control::v1::Subscription {
+    switchyard_protocol::control::v1::Subscription {
+        event: s.subscription.event.clone(),
+        observe: s
+            .subscription
+            .observe
+            .iter()
+            .map(|o| o.as_str().to_owned())
+            .collect(),
+        filter: s
+            .subscription
+            .filter
+            .as_ref()
+            .and_then(|f| serde_json::to_string(f).ok())
+            .unwrap_or_default(),
+    }
+}
+
+/// Where a destination's endpoints come from (its static list, else its Service's DNS name), and
+/// the name of its pool.
+fn source_of(
+    dest: &Destination,
+    namespace: &str,
+    static_endpoints: &BTreeMap<String, Vec<String>>,
+) -> (Source, String) {
+    let source = match static_endpoints.get(&dest.manager) {
+        Some(list) => Source::Static(list.clone()),
+        None => Source::Dns(format!("{}.{}.svc:{}", dest.service, namespace, dest.port)),
+    };
+    let key = match &source {
+        Source::Static(list) => format!("{}={}", dest.manager, list.join(",")),
+        Source::Dns(name) => name.clone(),
+    };
+    (source, key)
+}
+
+/// A subscriber's route into the config's table (logged and left out when it cannot be read).
+fn add_subscription(
+    table: &mut Table,
+    key: String,
+    dest: &Destination,
+    wire: &switchyard_protocol::control::v1::Subscription,
+    pool_name: String,
+    pool: Arc<Pool>,
+) {
+    match table::subscription(&key, &dest.manager, wire) {
+        Ok(mut spec) => {
+            spec.durable.clone_from(&dest.durable);
+            table.routes.push(RouteInfo {
+                event: key,
+                manager: dest.manager.clone(),
+                pool: pool_name,
+                durable: spec.durable.clone().map(Arc::new),
+                subscription: Some(spec.clone()),
+            });
+            table.subscribers.push(Arc::new(Sub { spec, pool }));
+        }
+        Err(reason) => tracing::warn!("subscription ignored: {reason}"),
+    }
+}
+
+/// A handled event type's route into the config's table.
+fn add_handler(
+    table: &mut Table,
+    event: String,
+    dest: &Destination,
+    pool_name: String,
+    pool: Arc<Pool>,
+) {
+    table.by_event.insert(event.clone(), pool);
+    let route = dest.durable.clone().map(Arc::new);
+    if let Some(r) = &route {
+        let manager = Arc::from(dest.manager.as_str());
+        table.durable.insert(event.clone(), (manager, r.clone()));
+    }
+    table.routes.push(RouteInfo {
+        event,
+        manager: dest.manager.clone(),
+        pool: pool_name,
+        durable: route,
+        subscription: None,
+    });
+}
+
 /// The mTLS settings of a pool of Manager `manager` in `namespace`.
 fn peer_tls(mesh: Option<&Arc<MeshTls>>, namespace: &str, manager: &str) -> Option<PeerTls> {
     mesh.map(|m| PeerTls {
@@ -207,43 +292,26 @@ impl Upstream {
             static_endpoints,
         } = reach;
         let changes = Arc::new(Changes::default());
-        let mut pools: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
-        let mut by_event = HashMap::new();
-        let mut durable = HashMap::new();
-        let mut routes = Vec::new();
+        let mut table = Table {
+            version: 0,
+            source: TableSource::Config,
+            pools: BTreeMap::new(),
+            by_event: HashMap::new(),
+            durable: HashMap::new(),
+            subscribers: Vec::new(),
+            routes: Vec::new(),
+        };
         let handlers = destinations
             .iter()
             .map(|(event, dest)| (event.as_str().to_owned(), dest, None));
-        let subs = subscribers.iter().map(|(key, s)| {
-            let wire = switchyard_protocol::control::v1::Subscription {
-                event: s.subscription.event.clone(),
-                observe: s
-                    .subscription
-                    .observe
-                    .iter()
-                    .map(|o| o.as_str().to_owned())
-                    .collect(),
-                filter: s
-                    .subscription
-                    .filter
-                    .as_ref()
-                    .and_then(|f| serde_json::to_string(f).ok())
-                    .unwrap_or_default(),
-            };
-            (key.clone(), &s.destination, Some(wire))
-        });
-        let mut subscribed = Vec::new();
+        let subs = subscribers
+            .iter()
+            .map(|(key, s)| (key.clone(), &s.destination, Some(wire_subscription(s))));
         let pushable = config_pushable(destinations, subscribers);
         for (event, dest, sub) in handlers.chain(subs) {
-            let source = match static_endpoints.get(&dest.manager) {
-                Some(list) => Source::Static(list.clone()),
-                None => Source::Dns(format!("{}.{}.svc:{}", dest.service, namespace, dest.port)),
-            };
-            let key = match &source {
-                Source::Static(list) => format!("{}={}", dest.manager, list.join(",")),
-                Source::Dns(name) => name.clone(),
-            };
-            let pool = pools
+            let (source, key) = source_of(dest, namespace, static_endpoints);
+            let pool = table
+                .pools
                 .entry(key.clone())
                 .or_insert_with(|| {
                     let pool = Arc::new(Pool::new(
@@ -258,47 +326,14 @@ impl Upstream {
                     pool
                 })
                 .clone();
-            if let Some(wire) = &sub {
-                match table::subscription(&event, &dest.manager, wire) {
-                    Ok(mut spec) => {
-                        spec.durable.clone_from(&dest.durable);
-                        routes.push(RouteInfo {
-                            event: event.clone(),
-                            manager: dest.manager.clone(),
-                            pool: key,
-                            durable: spec.durable.clone().map(Arc::new),
-                            subscription: Some(spec.clone()),
-                        });
-                        subscribed.push(Arc::new(Sub { spec, pool }));
-                    }
-                    Err(reason) => tracing::warn!("subscription ignored: {reason}"),
-                }
-                continue;
+            match &sub {
+                Some(wire) => add_subscription(&mut table, event, dest, wire, key, pool),
+                None => add_handler(&mut table, event, dest, key, pool),
             }
-            by_event.insert(event.clone(), pool);
-            let route = dest.durable.clone().map(Arc::new);
-            if let Some(r) = &route {
-                durable.insert(event.clone(), (Arc::from(dest.manager.as_str()), r.clone()));
-            }
-            routes.push(RouteInfo {
-                event,
-                manager: dest.manager.clone(),
-                pool: key,
-                durable: route,
-                subscription: None,
-            });
         }
-        routes.sort_by(|a, b| a.event.cmp(&b.event));
+        table.routes.sort_by(|a, b| a.event.cmp(&b.event));
         Upstream {
-            table: ArcSwap::from_pointee(Table {
-                version: 0,
-                source: TableSource::Config,
-                pools,
-                by_event,
-                durable,
-                subscribers: subscribed,
-                routes,
-            }),
+            table: ArcSwap::from_pointee(table),
             update: Mutex::new(()),
             source: format!("/switchyard/{namespace}/{name}"),
             name: name.to_owned(),
@@ -389,31 +424,7 @@ impl Upstream {
         }
         let _serial = self.update.lock().unwrap_or_else(|p| p.into_inner());
         let current = self.table.load_full();
-        let reuse = current.source == TableSource::ControlPlane;
-        let mut pools = BTreeMap::new();
-        for (name, p) in plan.pools {
-            let pool = reuse
-                .then(|| current.pools.get(&name).cloned())
-                .flatten()
-                .unwrap_or_else(|| {
-                    Arc::new(Pool::new(
-                        p.manager.clone(),
-                        self.pushes.clone(),
-                        self.changes.clone(),
-                        self.metrics.clone(),
-                        peer_tls(self.mesh.as_ref(), &self.namespace, &p.manager),
-                    ))
-                });
-            // Before its new endpoints connect: a push on a fresh connection meets the new list.
-            pool.allow_pushes(plan.pushable.get(&p.manager).cloned().unwrap_or_default());
-            pool.update(p.addrs);
-            pools.insert(name, pool);
-        }
-        for (name, old) in &current.pools {
-            if !pools.get(name).is_some_and(|p| Arc::ptr_eq(p, old)) {
-                old.retire();
-            }
-        }
+        let pools = self.pools_for(&current, plan.pools, &plan.pushable);
         let mut by_event = HashMap::with_capacity(plan.events.len());
         let mut durable = HashMap::with_capacity(plan.durable.len());
         let mut routes = Vec::with_capacity(plan.events.len());
@@ -473,6 +484,43 @@ impl Upstream {
             c.received.fetch_add(1, Ordering::Relaxed);
         }
         self.changes.bump();
+    }
+
+    /// The pools of a control plane's table: a pool that keeps its name keeps its connections
+    /// (once the current table is the control plane's too), each gets its new endpoints, and the
+    /// current pools not kept retire.
+    fn pools_for(
+        &self,
+        current: &Table,
+        planned: BTreeMap<String, table::PoolPlan>,
+        pushable: &BTreeMap<String, std::collections::BTreeSet<String>>,
+    ) -> BTreeMap<String, Arc<Pool>> {
+        let reuse = current.source == TableSource::ControlPlane;
+        let mut pools = BTreeMap::new();
+        for (name, p) in planned {
+            let pool = reuse
+                .then(|| current.pools.get(&name).cloned())
+                .flatten()
+                .unwrap_or_else(|| {
+                    Arc::new(Pool::new(
+                        p.manager.clone(),
+                        self.pushes.clone(),
+                        self.changes.clone(),
+                        self.metrics.clone(),
+                        peer_tls(self.mesh.as_ref(), &self.namespace, &p.manager),
+                    ))
+                });
+            // Before its new endpoints connect: a push on a fresh connection meets the new list.
+            pool.allow_pushes(pushable.get(&p.manager).cloned().unwrap_or_default());
+            pool.update(p.addrs);
+            pools.insert(name, pool);
+        }
+        for (name, old) in &current.pools {
+            if !pools.get(name).is_some_and(|p| Arc::ptr_eq(p, old)) {
+                old.retire();
+            }
+        }
+        pools
     }
 
     /// The pool serving `event` once it has a connected endpoint. Without activation, or when one
