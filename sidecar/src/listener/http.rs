@@ -8,12 +8,13 @@ use crate::edge::{self, Rejection};
 use crate::metrics::EventLabel;
 use crate::net::accept::Policy;
 use crate::net::body::{Unconsumed, Unread, linger, read_limited};
+use crate::net::budget::Held;
 use crate::net::conn::tracked::track;
 use crate::net::stream;
 use crate::net::stream::body::StreamBody;
 use crate::net::stream::out_body::OutBody;
 use crate::otel::request::{Remote, RequestTrace};
-use crate::routes::http::Lookup;
+use crate::routes::http::{HttpRoute, Lookup};
 use crate::tap::{Seen, copy_headers, now_ms};
 use crate::traceparent;
 use crate::upstream::Outgoing;
@@ -21,10 +22,12 @@ use crate::upstream::upload::Upload;
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::header::{CONTENT_LENGTH, CONTENT_TYPE, HeaderValue, TE, TRAILER};
+use hyper::http::request::Parts;
 use hyper::service::service_fn;
 use hyper::{Request, Response};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use serde_json::{Map, Value};
 use std::convert::Infallible;
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -275,6 +278,8 @@ async fn process(
     (reply, label, None)
 }
 
+/// A request's way up to its answer's head: match a route → read its body → make its event →
+/// dispatch. An `Err` is an answer given before dispatch, under the route's label when matched.
 async fn process_head(
     edge: &Edge,
     req: Request<Incoming>,
@@ -284,148 +289,28 @@ async fn process_head(
     let (parts, body) = req.into_parts();
     // Any refusal below, before the body is read, lingers on it (see `Unconsumed`).
     let body = Unconsumed::new(body);
-    let (route, params) = match edge.table.lookup(parts.method.as_str(), parts.uri.path()) {
-        Lookup::Found { route, params } => (route, params),
-        Lookup::NotFound => {
-            let detail = format!("no route for {}", parts.uri.path());
-            return Err((Reply::problem(404, &detail), edge.unmatched.clone()));
-        }
-        Lookup::MethodNotAllowed(allow) => {
-            let mut r = Reply::problem(
-                405,
-                &format!("{} is not allowed here; use {allow}", parts.method),
-            );
-            r.allow = HeaderValue::from_str(&allow).ok();
-            return Err((r, edge.unmatched.clone()));
-        }
-        Lookup::BadParam(bad) => {
-            let detail = format!("path parameter `{}` must be {}", bad.name, bad.expected);
-            return Err((Reply::problem(400, &detail), edge.unmatched.clone()));
-        }
-    };
+    let (route, params) = matched(edge, &parts).map_err(|r| (*r, edge.unmatched.clone()))?;
     let label = EventLabel(route.event.clone());
     let _underway = edge.metrics.arrive(&route.event);
     let deadline = clock.start + route.timeout;
     if let Some(t) = &clock.trace {
         t.matched(Some((parts.method.as_str(), &route.template)), &route.event);
     }
-
-    let mut body_bytes = crate::net::budget::Held::default();
-    // The client's media type, when its body passes as it came (not JSON).
-    let mut passed_type: Option<String> = None;
-    let mut upload = None;
-    let payload = if route.has_body() {
-        let content_type = parts
-            .headers
-            .get(CONTENT_TYPE)
-            .and_then(|v| v.to_str().ok());
-        let declared_len = parts
-            .headers
-            .get(CONTENT_LENGTH)
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.parse::<u64>().ok());
-        let any = edge::takes_any_body(route, &params);
-        if !any && let Err(r) = edge::check_content_type(content_type, declared_len) {
-            return Err((rejected(r), label));
-        }
-        // A body that is not JSON passes as it came, with its media type, on routes that take any.
-        if any && let Some(ct) = content_type.filter(|ct| !edge::is_json_media_type(ct)) {
-            passed_type = Some(ct.to_owned());
-        }
-        // A streamed body may reach `bodyLimit`; one read whole stops at what one event carries.
-        let streams = passed_type.is_some() && declared_len.is_none_or(|n| n > STREAM_ABOVE);
-        let limit = match streams {
-            true => edge.table.body_limit,
-            false => edge.table.whole_limit,
-        };
-        if declared_len.is_some_and(|n| n > limit as u64) {
-            return Err((too_large(edge, limit), label));
-        }
-        if streams {
-            // Streamed to the app under the window: it holds one window of the body budget (what
-            // can be in this router at once), not its size.
-            if !edge
-                .body_budget
-                .grow(&mut body_bytes, stream::WINDOW as usize)
-            {
-                edge.metrics.shed.inc();
-                return Err((no_room(edge), label));
-            }
-            upload = Some(Upload::new(body.into_inner(), limit));
-            Bytes::new()
-        } else {
-            let read = read_limited(body.into_inner(), limit, declared_len, &edge.body_budget);
-            let raw = match tokio::time::timeout_at(deadline.into(), read).await {
-                Ok(Ok((raw, held))) => {
-                    // Held until this request is answered: its bytes live as long as it does.
-                    body_bytes = held;
-                    raw
-                }
-                Ok(Err(Unread::NoRoom(rest))) => {
-                    linger(rest);
-                    edge.metrics.shed.inc();
-                    return Err((no_room(edge), label));
-                }
-                Ok(Err(Unread::TooLarge(rest))) => {
-                    linger(rest);
-                    return Err((too_large(edge, limit), label));
-                }
-                Ok(Err(Unread::Failed)) => {
-                    return Err((
-                        Reply::problem(400, "the request body could not be read"),
-                        label,
-                    ));
-                }
-                Err(_) => {
-                    return Err((
-                        Reply::problem(408, "the request body did not arrive in time"),
-                        label,
-                    ));
-                }
-            };
-            match passed_type.is_some() {
-                true => raw,
-                false => match edge::body_event(route, raw, params) {
-                    Ok(p) => p,
-                    Err(r) => return Err((rejected(r), label)),
-                },
-            }
-        }
-    } else {
-        match edge::params_payload(route, parts.uri.query(), params) {
-            Ok(p) => p,
-            Err(r) => return Err((rejected(r), label)),
-        }
+    let read = match route.has_body() {
+        true => read_body(edge, route, params, &parts, body, deadline).await,
+        false => edge::params_payload(route, parts.uri.query(), params)
+            .map(EventBody::of)
+            .map_err(rejected),
     };
-    let tp = parts
-        .headers
-        .get(traceparent::HEADER)
-        .map(HeaderValue::as_bytes);
-    let (traceparent, tracestate) = (
-        traceparent::extract_or_new(tp),
-        traceparent::tracestate_in(tp, &parts.headers),
-    );
-    // The client's retry key is the event's id, so its retries are one event to a deduplicating app.
-    let ce_id = match edge::idempotency_key(
-        parts
-            .headers
-            .get(edge::IDEMPOTENCY_KEY)
-            .map(HeaderValue::as_bytes),
-    ) {
-        Ok(key) => key.unwrap_or_else(new_ce_id),
+    let read = match read {
+        Ok(read) => read,
+        Err(r) => return Err((r, label)),
+    };
+    // Held until this request is answered: its bytes live as long as it does.
+    let body_bytes = read.held;
+    let out = match outgoing(&parts, route, read.payload, read.passed_type, read.upload) {
+        Ok(out) => out,
         Err(r) => return Err((rejected(r), label)),
-    };
-    let out = Outgoing {
-        headers: headers::pick(headers::REQUEST, |n| {
-            parts.headers.get(n).map(HeaderValue::as_bytes)
-        }),
-        event: route.event.clone(),
-        ce_id,
-        traceparent,
-        tracestate,
-        payload,
-        content_type: passed_type,
-        upload,
     };
     if let Some(s) = seen {
         s.ce_id.clone_from(&out.ce_id);
@@ -449,4 +334,184 @@ async fn process_head(
     };
     drop(body_bytes);
     Ok(done)
+}
+
+/// The route a request's method and path match, with its path parameters; else the answer (boxed:
+/// the rare path does not size the common one).
+fn matched<'e>(
+    edge: &'e Edge,
+    parts: &Parts,
+) -> Result<(&'e HttpRoute, Map<String, Value>), Box<Reply>> {
+    match edge.table.lookup(parts.method.as_str(), parts.uri.path()) {
+        Lookup::Found { route, params } => Ok((route, params)),
+        Lookup::NotFound => {
+            let detail = format!("no route for {}", parts.uri.path());
+            Err(Box::new(Reply::problem(404, &detail)))
+        }
+        Lookup::MethodNotAllowed(allow) => {
+            let mut r = Reply::problem(
+                405,
+                &format!("{} is not allowed here; use {allow}", parts.method),
+            );
+            r.allow = HeaderValue::from_str(&allow).ok();
+            Err(Box::new(r))
+        }
+        Lookup::BadParam(bad) => {
+            let detail = format!("path parameter `{}` must be {}", bad.name, bad.expected);
+            Err(Box::new(Reply::problem(400, &detail)))
+        }
+    }
+}
+
+/// What a request's body makes of its event.
+struct EventBody {
+    /// The payload the head carries.
+    payload: Bytes,
+    /// The client's media type, when its body passes as it came (not JSON).
+    passed_type: Option<String>,
+    /// The client's body still to stream after the head.
+    upload: Option<Upload>,
+    /// The body budget its bytes hold.
+    held: Held,
+}
+
+impl EventBody {
+    /// A payload made whole (from the path and query, or read), holding no budget.
+    fn of(payload: Bytes) -> EventBody {
+        EventBody {
+            payload,
+            passed_type: None,
+            upload: None,
+            held: Held::default(),
+        }
+    }
+}
+
+/// Checks a body route's body by its headers, then streams it (a large body passed as it came) or
+/// reads it whole, within its limit and the router's body budget.
+async fn read_body(
+    edge: &Edge,
+    route: &HttpRoute,
+    params: Map<String, Value>,
+    parts: &Parts,
+    body: Unconsumed,
+    deadline: Instant,
+) -> Result<EventBody, Reply> {
+    let content_type = parts
+        .headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok());
+    let declared_len = parts
+        .headers
+        .get(CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.parse::<u64>().ok());
+    let any = edge::takes_any_body(route, &params);
+    if !any && let Err(r) = edge::check_content_type(content_type, declared_len) {
+        return Err(rejected(r));
+    }
+    // A body that is not JSON passes as it came, with its media type, on routes that take any.
+    let passed_type = content_type
+        .filter(|ct| any && !edge::is_json_media_type(ct))
+        .map(str::to_owned);
+    // A streamed body may reach `bodyLimit`; one read whole stops at what one event carries.
+    let streams = passed_type.is_some() && declared_len.is_none_or(|n| n > STREAM_ABOVE);
+    let limit = match streams {
+        true => edge.table.body_limit,
+        false => edge.table.whole_limit,
+    };
+    if declared_len.is_some_and(|n| n > limit as u64) {
+        return Err(too_large(edge, limit));
+    }
+    if streams {
+        // Streamed to the app under the window: it holds one window of the body budget (what
+        // can be in this router at once), not its size.
+        let mut held = Held::default();
+        if !edge.body_budget.grow(&mut held, stream::WINDOW as usize) {
+            edge.metrics.shed.inc();
+            return Err(no_room(edge));
+        }
+        return Ok(EventBody {
+            payload: Bytes::new(),
+            passed_type,
+            upload: Some(Upload::new(body.into_inner(), limit)),
+            held,
+        });
+    }
+    let (raw, held) = read_whole(edge, body, limit, declared_len, deadline).await?;
+    let payload = match passed_type.is_some() {
+        true => raw,
+        false => edge::body_event(route, raw, params).map_err(rejected)?,
+    };
+    Ok(EventBody {
+        payload,
+        passed_type,
+        upload: None,
+        held,
+    })
+}
+
+/// Reads a body whole (up to `limit`, by `deadline`), with the budget its bytes hold.
+async fn read_whole(
+    edge: &Edge,
+    body: Unconsumed,
+    limit: usize,
+    declared_len: Option<u64>,
+    deadline: Instant,
+) -> Result<(Bytes, Held), Reply> {
+    let read = read_limited(body.into_inner(), limit, declared_len, &edge.body_budget);
+    match tokio::time::timeout_at(deadline.into(), read).await {
+        Ok(Ok(whole)) => Ok(whole),
+        Ok(Err(Unread::NoRoom(rest))) => {
+            linger(rest);
+            edge.metrics.shed.inc();
+            Err(no_room(edge))
+        }
+        Ok(Err(Unread::TooLarge(rest))) => {
+            linger(rest);
+            Err(too_large(edge, limit))
+        }
+        Ok(Err(Unread::Failed)) => Err(Reply::problem(400, "the request body could not be read")),
+        Err(_) => Err(Reply::problem(
+            408,
+            "the request body did not arrive in time",
+        )),
+    }
+}
+
+/// The event a request sends: its payload, trace context, id (the client's retry key when it
+/// gave one) and the HTTP fields that pass to the app.
+fn outgoing(
+    parts: &Parts,
+    route: &HttpRoute,
+    payload: Bytes,
+    passed_type: Option<String>,
+    upload: Option<Upload>,
+) -> Result<Outgoing, Rejection> {
+    let tp = parts
+        .headers
+        .get(traceparent::HEADER)
+        .map(HeaderValue::as_bytes);
+    let (traceparent, tracestate) = (
+        traceparent::extract_or_new(tp),
+        traceparent::tracestate_in(tp, &parts.headers),
+    );
+    // The client's retry key is the event's id, so its retries are one event to a deduplicating app.
+    let key = parts
+        .headers
+        .get(edge::IDEMPOTENCY_KEY)
+        .map(HeaderValue::as_bytes);
+    let ce_id = edge::idempotency_key(key)?.unwrap_or_else(new_ce_id);
+    Ok(Outgoing {
+        headers: headers::pick(headers::REQUEST, |n| {
+            parts.headers.get(n).map(HeaderValue::as_bytes)
+        }),
+        event: route.event.clone(),
+        ce_id,
+        traceparent,
+        tracestate,
+        payload,
+        content_type: passed_type,
+        upload,
+    })
 }

@@ -10,9 +10,10 @@
 
 use super::access::Access;
 use super::credit::{ConnId, CreditBank, Orders};
-use super::routers::Routers;
+use super::delivery::app_body::AppBody;
+use super::routers::{Registered, Routers};
 use super::streamed;
-use super::worker::Worker;
+use super::worker::{Admission, Handled, Worker};
 use crate::metrics::Metrics;
 use crate::net::frame_writer::FrameWriter;
 use crate::net::io::SplitIo;
@@ -339,6 +340,7 @@ async fn answer(tx: &mpsc::Sender<Frame>, resp: Option<Response>, own: bool, imp
     }
 }
 
+/// One router connection: hello → join the credit bank → loop { read frame → handle it } → leave.
 async fn connection<S: SplitIo>(
     stream: S,
     peer: SocketAddr,
@@ -351,59 +353,23 @@ async fn connection<S: SplitIo>(
     // Separate halves, not `Framed::split`: reader and writer never contend on a shared lock.
     let (read, write) = stream.split_io();
     let mut frames = FramedRead::new(read, FrameCodec::default());
-    let sink = FrameWriter::new(write);
-    // Credits bound the requests on this connection, and windows the DATA frames of each, so
-    // acknowledgements, answers, credit frames and every stream's window of DATA fit without waiting.
-    let (tx, rx) = mpsc::channel::<Frame>(
-        (total as usize)
-            .saturating_mul(3 + stream::FRAMES_PER_STREAM)
-            .saturating_add(64)
-            .min(1 << 22),
-    );
+    let (tx, rx) = mpsc::channel::<Frame>(write_queue_len(total));
     let dead = CancellationToken::new();
-    let writer = tokio::spawn(write_loop(sink, rx, dead.clone()));
+    let writer = tokio::spawn(write_loop(FrameWriter::new(write), rx, dead.clone()));
     // The router's HELLO (its first frame) is read before the first CREDIT (sent on joining), so
     // this side's one HELLO, its answer, precedes that CREDIT: the router knows before its first
     // request that a tracestate may come with it, and the window its streamed bodies get.
     let mut pending = tokio::time::timeout(HELLO_WAIT, frames.next()).await.ok();
-    // Set by the router's HELLO when it takes streams: its per-stream window for streamed answers.
-    let mut peer_window: Option<u32> = None;
-    let mut hello_answered = false;
-    if let Some(Some(Ok(Frame::Hello {
-        streams,
-        reads_tracestate,
-        ..
-    }))) = &pending
-    {
-        hello_answered = true;
-        peer_window = answer_hello(&tx, *streams, *reads_tracestate).await;
-    }
+    let hello = HelloState::answer_first(&tx, &pending).await;
     let conn_id = inbound.join(tx.clone());
-    // Registered for pushes once its HELLO says it is a router (a manager's outbound path is not).
-    let mut registered = None;
-    // Set by the router's HELLO: answers then carry their credit, and no CREDIT frame follows them.
-    // The HELLO precedes the router's requests on the connection, so every answer sees it.
-    let mut implicit_credit = false;
-    // Whether the router reads the app's header fields on an answer (`headers`, HELLO bit 5).
-    let mut reads_headers = false;
-    let windows: Windows = Arc::default();
-    let uploads: Uploads = Arc::default();
-    let to_router = Arc::new(ToRouter {
-        tx: tx.downgrade(),
-        uploads: uploads.clone(),
-    });
-    // With mesh TLS only a Router's identity may take pushes; without, the HELLO is believed.
-    let may_take_pushes = who.as_ref().is_none_or(|w| w.id.kind == Kind::Router);
-    let shown = who.as_ref().map(|w| w.id.uri()).unwrap_or_default();
-    tracing::info!(%peer, identity = %shown, total, "router connected");
-    let active: Active = Arc::default();
+    let mut conn = Conn::new(peer, inbound, &routers, conn_id, tx, hello, who.as_ref());
+    tracing::info!(%peer, identity = %conn.shown, total, "router connected");
     // The connection's deliveries are polled in this task, beside the frame reader, rather than
     // each spawned: a spawned delivery cost a copy of its future into the task's cell and another
     // as it ended, and the scheduler's bookkeeping, the manager's largest user-space costs per
     // request under load. Whatever a delivery waits on (the app, a retry's backoff) wakes only
     // its own future. Streamed answer bodies run in tasks of their own (`bodies`).
     let mut deliveries = FuturesUnordered::new();
-    let bodies = TaskTracker::new();
     let mut goaway_sent = false;
     // Made once, not per frame: each of these registers with its token while pending.
     let draining = drain.cancelled();
@@ -419,7 +385,7 @@ async fn connection<S: SplitIo>(
                 Some(()) = deliveries.next(), if !deliveries.is_empty() => continue,
                 () = &mut draining, if !goaway_sent => {
                     goaway_sent = true;
-                    let _ = tx.send(Frame::GoAway { reason: "manager draining".into() }).await;
+                    let _ = conn.tx.send(Frame::GoAway { reason: "manager draining".into() }).await;
                     continue;
                 }
                 () = &mut unread => {
@@ -437,150 +403,154 @@ async fn connection<S: SplitIo>(
             },
         };
         silence.heard();
-        let frame = match next {
-            None => break,
-            Some(Err(e)) => {
-                tracing::warn!(%peer, error = %e, "frame connection failed");
-                break;
-            }
-            Some(Ok(f)) => f,
+        let Some(frame) = frame_or_end(next, peer) else {
+            break;
         };
+        match conn.on_frame(frame).await {
+            Ok(None) => {}
+            Ok(Some(delivery)) => deliveries.push(delivery.run()),
+            Err(Close) => break,
+        }
+    }
+    conn.leave();
+    // Admitted events are delivered (and published ones kept) though their router is gone.
+    while deliveries.next().await.is_some() {}
+    conn.close(writer).await;
+}
+
+/// The frame read, or `None` when the connection ended (or failed, logged here).
+fn frame_or_end(next: Option<Result<Frame, std::io::Error>>, peer: SocketAddr) -> Option<Frame> {
+    match next {
+        None => None,
+        Some(Err(e)) => {
+            tracing::warn!(%peer, error = %e, "frame connection failed");
+            None
+        }
+        Some(Ok(f)) => Some(f),
+    }
+}
+
+/// The write queue's length. Credits bound the requests on a connection, and windows the DATA
+/// frames of each, so acknowledgements, answers, credit frames and every stream's window of DATA
+/// fit without waiting.
+fn write_queue_len(total: u32) -> usize {
+    (total as usize)
+        .saturating_mul(3 + stream::FRAMES_PER_STREAM)
+        .saturating_add(64)
+        .min(1 << 22)
+}
+
+/// What the router's HELLO said, and whether this side answered it.
+#[derive(Default)]
+struct HelloState {
+    /// This side's HELLO was sent (it is sent once).
+    answered: bool,
+    /// Set by the router's HELLO when it takes streams: its per-stream window for streamed answers.
+    peer_window: Option<u32>,
+    /// Set by the router's HELLO: answers then carry their credit, and no CREDIT frame follows
+    /// them. The HELLO precedes the router's requests on the connection, so every answer sees it.
+    implicit_credit: bool,
+    /// Whether the router reads the app's header fields on an answer (`headers`, HELLO bit 5).
+    reads_headers: bool,
+}
+
+impl HelloState {
+    /// Answers the router's HELLO when it was the first frame, before joining.
+    async fn answer_first(
+        tx: &mpsc::Sender<Frame>,
+        first: &Option<Option<Result<Frame, std::io::Error>>>,
+    ) -> HelloState {
+        let mut hello = HelloState::default();
+        if let Some(Some(Ok(Frame::Hello {
+            streams,
+            reads_tracestate,
+            ..
+        }))) = first
+        {
+            hello.answered = true;
+            hello.peer_window = answer_hello(tx, *streams, *reads_tracestate).await;
+        }
+        hello
+    }
+}
+
+/// A frame that closes the connection (its reason is logged where it is found).
+struct Close;
+
+/// One router connection's state, as the frames it reads change it.
+struct Conn<'r> {
+    peer: SocketAddr,
+    /// The peer's mesh identity, for logs ("" without mesh TLS).
+    shown: String,
+    inbound: Arc<Inbound>,
+    routers: &'r Routers,
+    conn_id: ConnId,
+    tx: mpsc::Sender<Frame>,
+    to_router: Arc<ToRouter>,
+    hello: HelloState,
+    /// With mesh TLS only a Router's identity may take pushes; without, the HELLO is believed.
+    may_take_pushes: bool,
+    /// Registered for pushes once its HELLO says it is a router (a manager's outbound path is not).
+    registered: Option<Registered<'r>>,
+    active: Active,
+    windows: Windows,
+    uploads: Uploads,
+    bodies: TaskTracker,
+}
+
+impl<'r> Conn<'r> {
+    fn new(
+        peer: SocketAddr,
+        inbound: Arc<Inbound>,
+        routers: &'r Routers,
+        conn_id: ConnId,
+        tx: mpsc::Sender<Frame>,
+        hello: HelloState,
+        who: Option<&Peer>,
+    ) -> Self {
+        let uploads: Uploads = Arc::default();
+        let to_router = Arc::new(ToRouter {
+            tx: tx.downgrade(),
+            uploads: uploads.clone(),
+        });
+        Conn {
+            peer,
+            shown: who.map(|w| w.id.uri()).unwrap_or_default(),
+            inbound,
+            routers,
+            conn_id,
+            tx,
+            to_router,
+            hello,
+            may_take_pushes: who.is_none_or(|w| w.id.kind == Kind::Router),
+            registered: None,
+            active: Arc::default(),
+            windows: Arc::default(),
+            uploads,
+            bodies: TaskTracker::new(),
+        }
+    }
+
+    /// Handles one frame from the router: a request admitted comes back as its delivery, to be
+    /// polled beside the reader.
+    async fn on_frame(&mut self, frame: Frame) -> Result<Option<Delivery>, Close> {
         match frame {
-            Frame::Request(req) => {
-                let id = req.id;
-                // A head flagged MORE: its body follows in DATA frames, into this inbox (at most a
-                // window of it held here at once), read by the delivery as the app takes it.
-                let upload = req.more().then(|| {
-                    let inbox = Inbox::new(stream::WINDOW);
-                    lock(&uploads).insert(id, inbox.clone());
-                    let peer: Arc<dyn StreamPeer> = to_router.clone();
-                    StreamBody::new(id, inbox, peer, req.payload.clone())
-                });
-                let no_reply = req.flags & FLAG_NO_REPLY != 0;
-                let ack = req.flags & FLAG_ACK != 0;
-                if !inbound.bank.spent(conn_id) {
-                    tracing::warn!(%peer, identity = %shown, "router sent a request beyond the credit it holds; closing the connection");
-                    inbound.metrics.mesh.refuse("credit");
-                    break;
-                }
-                // Admitted or refused here, in arrival order, before any delivery task runs: an
-                // acknowledgement then means the event is in this pod's queue.
-                let admission = match inbound.worker.admit(&req, upload.is_some()) {
-                    Ok(a) => a,
-                    Err(refusal) => {
-                        let own = inbound.finished(conn_id);
-                        if no_reply && !ack {
-                            tracing::warn!(event = %req.event, ce_id = %req.ce_id, status = refusal.status, "published event refused");
-                            answer(&tx, None, own, implicit_credit).await;
-                        } else {
-                            answer(&tx, Some(refusal), own, implicit_credit).await;
-                        }
-                        continue;
-                    }
-                };
-                if ack {
-                    let _ = tx.send(Frame::Response(accepted(id))).await;
-                }
-                let cancel = CancellationToken::new();
-                // A published event belongs to this pod once admitted: it is delivered even if its
-                // sender's connection ends, so it is not among the cancellable requests.
-                if !no_reply && lock(&active).insert(id, cancel.clone()).is_some() {
-                    tracing::warn!(%peer, id, "request id reused while in flight; closing the connection");
-                    break;
-                }
-                let (inbound, tx, active) = (inbound.clone(), tx.clone(), active.clone());
-                let (windows, bodies) = (windows.clone(), bodies.clone());
-                // Only a published event needs these after the delivery: nobody reads its answer.
-                let published = no_reply.then(|| (req.event.clone(), req.ce_id.clone()));
-                // A publish's answer is never read: it never streams.
-                let streams = peer_window.filter(|_| !no_reply);
-                deliveries.push(async move {
-                    let handled = inbound
-                        .worker
-                        .handle(req, admission, cancel.clone(), streams.is_some(), upload)
-                        .await
-                        .map(|(mut head, body)| {
-                            // A router of an older version would misread them.
-                            if !reads_headers {
-                                head.headers.clear();
-                            }
-                            (head, body)
-                        });
-                    let Some((event, ce_id)) = published else {
-                        let resp = match (handled, streams) {
-                            (Some((head, Some(body))), Some(w)) => {
-                                // A streamed answer's body gets a task of its own: it may run
-                                // long and move much data. Polled among the connection's
-                                // deliveries, 1 MB answers ran up to a tenth slower in one A/B
-                                // (docs/performance-log.md); the spawn is nothing next to the body.
-                                bodies.spawn(async move {
-                                    let window = Arc::new(SendWindow::new(w));
-                                    lock(&windows).insert(id, window.clone());
-                                    let queue_us = head.queue_us;
-                                    let ended =
-                                        streamed::pump(&tx, head, body, &window, &cancel).await;
-                                    lock(&windows).remove(&id);
-                                    lock(&active).remove(&id);
-                                    let own = inbound.finished(conn_id);
-                                    let credit = own && implicit_credit;
-                                    let _ = tx
-                                        .send(streamed::last_frame(id, queue_us, ended, credit))
-                                        .await;
-                                    if own && !credit {
-                                        let _ = tx.send(Frame::Credit { credits: 1 }).await;
-                                    }
-                                });
-                                return;
-                            }
-                            (handled, _) => handled.map(|(r, _)| r),
-                        };
-                        let own = inbound.finished(conn_id);
-                        lock(&active).remove(&id);
-                        answer(&tx, resp, own, implicit_credit).await;
-                        return;
-                    };
-                    let own = inbound.finished(conn_id);
-                    let resp = handled.map(|(r, _)| r);
-                    if let Some(r) = resp.as_ref().filter(|r| r.status >= 500) {
-                        // Failed for good (dead-lettered when configured): never silent.
-                        tracing::warn!(%event, %ce_id, status = r.status, "published event not handled");
-                    }
-                    // The publisher wants only the outcome, without the app's body.
-                    let outcome = ack.then(|| Response {
-                        payload: bytes::Bytes::new(),
-                        content_type: String::new(),
-                        ..resp.unwrap_or_else(|| cancelled(id))
-                    });
-                    answer(&tx, outcome, own, implicit_credit).await;
-                });
-            }
+            Frame::Request(req) => return self.on_request(req).await,
             Frame::Cancel { id } => {
-                if let Some(t) = lock(&active).get(&id) {
+                if let Some(t) = lock(&self.active).get(&id) {
                     t.cancel();
                 }
             }
-            Frame::Reset(r) => {
-                // The router's client went away from a streamed answer (or it refused the stream).
-                tracing::debug!(%peer, id = r.id, code = stream_code(r.code), "stream reset by the router");
-                if let Some(inbox) = lock(&uploads).remove(&r.id) {
-                    inbox.finish(End::Reset(r.code));
-                }
-                if let Some(t) = lock(&active).get(&r.id) {
-                    t.cancel();
-                }
-                if let Some(w) = lock(&windows).get(&r.id) {
-                    w.close();
-                }
-            }
+            Frame::Reset(r) => self.on_reset(r),
             Frame::Window { id, increment } => {
-                if let Some(w) = lock(&windows).get(&id) {
+                if let Some(w) = lock(&self.windows).get(&id) {
                     w.add(increment);
                 }
             }
             Frame::Ping { nonce } => {
-                let _ = tx.send(Frame::Pong { nonce }).await;
+                let _ = self.tx.send(Frame::Pong { nonce }).await;
             }
-            Frame::Release { credits } => inbound.released(conn_id, credits),
+            Frame::Release { credits } => self.inbound.released(self.conn_id, credits),
             Frame::Pong { .. }
             | Frame::GoAway { .. }
             | Frame::Credit { .. }
@@ -588,78 +558,303 @@ async fn connection<S: SplitIo>(
             | Frame::Response(_) => {}
             Frame::Hello {
                 takes_pushes,
-                implicit_credit: implicit,
+                implicit_credit,
                 releases_credit,
                 streams,
                 reads_tracestate,
-                reads_headers: headers,
+                reads_headers,
             } => {
-                implicit_credit = implicit;
-                reads_headers = headers;
-                // Answered once: normally before joining, as the first frame; a HELLO that came
-                // later (after HELLO_WAIT) is answered after the grant, and until then the router
-                // sends no tracestate and no streamed body.
-                if !hello_answered {
-                    hello_answered = true;
-                    peer_window = answer_hello(&tx, streams, reads_tracestate).await;
-                }
-                if releases_credit {
-                    inbound.releases(conn_id);
-                }
-                if takes_pushes && may_take_pushes && registered.is_none() {
-                    registered = Some(routers.register(tx.clone(), reads_tracestate));
-                }
+                self.hello.implicit_credit = implicit_credit;
+                self.hello.reads_headers = reads_headers;
+                self.on_hello(takes_pushes, releases_credit, streams, reads_tracestate)
+                    .await;
             }
             Frame::Push(_) => {
-                tracing::warn!(%peer, "PUSH goes from managers to routers; ignored");
+                tracing::warn!(peer = %self.peer, "PUSH goes from managers to routers; ignored");
             }
-            Frame::Data(d) => {
-                let inbox = if d.end {
-                    lock(&uploads).remove(&d.id)
-                } else {
-                    lock(&uploads).get(&d.id).cloned()
-                };
-                // A body nobody reads any more (its delivery ended) is dropped as it comes.
-                if let Some(inbox) = inbox {
-                    if inbox.push(d.data).is_err() {
-                        tracing::warn!(%peer, id = d.id, "router overran a request body's window; stream reset");
-                        lock(&uploads).remove(&d.id);
-                        inbox.finish(End::Reset(switchyard_protocol::stream::code::FLOW_CONTROL));
-                        to_router.send(Frame::Reset(switchyard_protocol::stream::Reset {
-                            id: d.id,
-                            code: switchyard_protocol::stream::code::FLOW_CONTROL,
-                            returns_credit: false,
-                        }));
-                    } else if d.end {
-                        inbox.finish(End::Done(None));
-                    }
-                }
-            }
+            Frame::Data(d) => self.on_data(d),
             Frame::Trailers(t) => {
-                if let Some(inbox) = lock(&uploads).remove(&t.id) {
+                if let Some(inbox) = lock(&self.uploads).remove(&t.id) {
                     inbox.finish(End::Done(Some(t)));
                 }
             }
         }
+        Ok(None)
     }
-    drop(registered);
-    // Its unused credits go to the other senders now; its busy ones as their events finish.
-    inbound.leave(conn_id);
-    // The router is gone (or closed after our GOAWAY with nothing pending): answers cannot reach it.
-    for t in lock(&active).values() {
-        t.cancel();
+
+    /// Spends a credit on a request and admits it to the workers, in arrival order, before any
+    /// delivery runs: an acknowledgement then means the event is in this pod's queue.
+    async fn on_request(&mut self, req: frame::Request) -> Result<Option<Delivery>, Close> {
+        let id = req.id;
+        // A head flagged MORE: its body follows in DATA frames, into this inbox (at most a
+        // window of it held here at once), read by the delivery as the app takes it.
+        let upload = req.more().then(|| {
+            let inbox = Inbox::new(stream::WINDOW);
+            lock(&self.uploads).insert(id, inbox.clone());
+            let peer: Arc<dyn StreamPeer> = self.to_router.clone();
+            StreamBody::new(id, inbox, peer, req.payload.clone())
+        });
+        let no_reply = req.flags & FLAG_NO_REPLY != 0;
+        let ack = req.flags & FLAG_ACK != 0;
+        if !self.inbound.bank.spent(self.conn_id) {
+            tracing::warn!(peer = %self.peer, identity = %self.shown, "router sent a request beyond the credit it holds; closing the connection");
+            self.inbound.metrics.mesh.refuse("credit");
+            return Err(Close);
+        }
+        let admission = match self.inbound.worker.admit(&req, upload.is_some()) {
+            Ok(a) => a,
+            Err(refusal) => {
+                let own = self.inbound.finished(self.conn_id);
+                let implicit = self.hello.implicit_credit;
+                if no_reply && !ack {
+                    tracing::warn!(event = %req.event, ce_id = %req.ce_id, status = refusal.status, "published event refused");
+                    answer(&self.tx, None, own, implicit).await;
+                } else {
+                    answer(&self.tx, Some(refusal), own, implicit).await;
+                }
+                return Ok(None);
+            }
+        };
+        if ack {
+            let _ = self.tx.send(Frame::Response(accepted(id))).await;
+        }
+        let cancel = CancellationToken::new();
+        // A published event belongs to this pod once admitted: it is delivered even if its
+        // sender's connection ends, so it is not among the cancellable requests.
+        if !no_reply && lock(&self.active).insert(id, cancel.clone()).is_some() {
+            tracing::warn!(peer = %self.peer, id, "request id reused while in flight; closing the connection");
+            return Err(Close);
+        }
+        let reply = Reply {
+            // Only a published event needs these after the delivery: nobody reads its answer.
+            published: no_reply.then(|| (req.event.clone(), req.ce_id.clone())),
+            // A publish's answer is never read: it never streams.
+            streams: self.hello.peer_window.filter(|_| !no_reply),
+            id,
+            cancel,
+            ack,
+            reads_headers: self.hello.reads_headers,
+            implicit_credit: self.hello.implicit_credit,
+            conn_id: self.conn_id,
+            inbound: self.inbound.clone(),
+            tx: self.tx.clone(),
+            active: self.active.clone(),
+            windows: self.windows.clone(),
+            bodies: self.bodies.clone(),
+        };
+        Ok(Some(Delivery {
+            req,
+            admission,
+            upload,
+            reply,
+        }))
     }
-    // Bodies still streaming in end cut: their deliveries see an error, never a whole body.
-    for (_, inbox) in lock(&uploads).drain() {
-        inbox.finish(End::Reset(switchyard_protocol::stream::code::INTERNAL));
+
+    /// The router's client went away from a streamed answer (or it refused the stream).
+    fn on_reset(&self, r: switchyard_protocol::stream::Reset) {
+        tracing::debug!(peer = %self.peer, id = r.id, code = stream_code(r.code), "stream reset by the router");
+        if let Some(inbox) = lock(&self.uploads).remove(&r.id) {
+            inbox.finish(End::Reset(r.code));
+        }
+        if let Some(t) = lock(&self.active).get(&r.id) {
+            t.cancel();
+        }
+        if let Some(w) = lock(&self.windows).get(&r.id) {
+            w.close();
+        }
     }
-    // Admitted events are delivered (and published ones kept) though their router is gone.
-    while deliveries.next().await.is_some() {}
-    bodies.close();
-    bodies.wait().await;
-    drop(tx);
-    let _ = writer.await;
-    tracing::info!(%peer, "router connection closed");
+
+    /// The router's HELLO, after its flags for answers and credit are taken.
+    async fn on_hello(
+        &mut self,
+        takes_pushes: bool,
+        releases_credit: bool,
+        streams: Option<u32>,
+        reads_tracestate: bool,
+    ) {
+        // Answered once: normally before joining, as the first frame; a HELLO that came
+        // later (after HELLO_WAIT) is answered after the grant, and until then the router
+        // sends no tracestate and no streamed body.
+        if !self.hello.answered {
+            self.hello.answered = true;
+            self.hello.peer_window = answer_hello(&self.tx, streams, reads_tracestate).await;
+        }
+        if releases_credit {
+            self.inbound.releases(self.conn_id);
+        }
+        if takes_pushes && self.may_take_pushes && self.registered.is_none() {
+            self.registered = Some(self.routers.register(self.tx.clone(), reads_tracestate));
+        }
+    }
+
+    /// A piece of a streamed request body, into its inbox.
+    fn on_data(&self, d: switchyard_protocol::stream::Data) {
+        let inbox = if d.end {
+            lock(&self.uploads).remove(&d.id)
+        } else {
+            lock(&self.uploads).get(&d.id).cloned()
+        };
+        // A body nobody reads any more (its delivery ended) is dropped as it comes.
+        let Some(inbox) = inbox else { return };
+        if inbox.push(d.data).is_err() {
+            tracing::warn!(peer = %self.peer, id = d.id, "router overran a request body's window; stream reset");
+            lock(&self.uploads).remove(&d.id);
+            inbox.finish(End::Reset(switchyard_protocol::stream::code::FLOW_CONTROL));
+            self.to_router
+                .send(Frame::Reset(switchyard_protocol::stream::Reset {
+                    id: d.id,
+                    code: switchyard_protocol::stream::code::FLOW_CONTROL,
+                    returns_credit: false,
+                }));
+        } else if d.end {
+            inbox.finish(End::Done(None));
+        }
+    }
+
+    /// The router is gone (or closed after our GOAWAY with nothing pending): stops pushes to it,
+    /// gives its credit back and ends what only it could read.
+    fn leave(&mut self) {
+        self.registered = None;
+        // Its unused credits go to the other senders now; its busy ones as their events finish.
+        self.inbound.leave(self.conn_id);
+        // Answers cannot reach it.
+        for t in lock(&self.active).values() {
+            t.cancel();
+        }
+        // Bodies still streaming in end cut: their deliveries see an error, never a whole body.
+        for (_, inbox) in lock(&self.uploads).drain() {
+            inbox.finish(End::Reset(switchyard_protocol::stream::code::INTERNAL));
+        }
+    }
+
+    /// After its deliveries: waits for the answers still streaming, then for the writer to send
+    /// what is queued.
+    async fn close(self, writer: tokio::task::JoinHandle<()>) {
+        self.bodies.close();
+        self.bodies.wait().await;
+        let peer = self.peer;
+        drop(self);
+        let _ = writer.await;
+        tracing::info!(%peer, "router connection closed");
+    }
+}
+
+/// One admitted request's delivery: the request for the workers, and how it is answered.
+struct Delivery {
+    req: frame::Request,
+    admission: Admission,
+    upload: Option<StreamBody>,
+    reply: Reply,
+}
+
+impl Delivery {
+    /// Delivers the request to the app, then sends its answer (or only its credit) back.
+    async fn run(self) {
+        let Delivery {
+            req,
+            admission,
+            upload,
+            reply,
+        } = self;
+        let handled = reply
+            .inbound
+            .worker
+            .handle(
+                req,
+                admission,
+                reply.cancel.clone(),
+                reply.streams.is_some(),
+                upload,
+            )
+            .await
+            .map(|(mut head, body)| {
+                // A router of an older version would misread them.
+                if !reply.reads_headers {
+                    head.headers.clear();
+                }
+                (head, body)
+            });
+        match &reply.published {
+            Some((event, ce_id)) => reply.publish_outcome(handled, event, ce_id).await,
+            None => reply.answer(handled).await,
+        }
+    }
+}
+
+/// Where and how one delivery answers on its connection.
+struct Reply {
+    id: u64,
+    cancel: CancellationToken,
+    /// The router's per-stream window when this answer may stream.
+    streams: Option<u32>,
+    /// A published event's type and id: nobody reads its answer.
+    published: Option<(String, String)>,
+    ack: bool,
+    reads_headers: bool,
+    implicit_credit: bool,
+    conn_id: ConnId,
+    inbound: Arc<Inbound>,
+    tx: mpsc::Sender<Frame>,
+    active: Active,
+    windows: Windows,
+    bodies: TaskTracker,
+}
+
+impl Reply {
+    /// A request's answer: whole, or its head now and its body streamed from a task of its own.
+    async fn answer(self, handled: Option<Handled>) {
+        let resp = match (handled, self.streams) {
+            (Some((head, Some(body))), Some(window)) => {
+                // A streamed answer's body gets a task of its own: it may run long and move much
+                // data. Polled among the connection's deliveries, 1 MB answers ran up to a tenth
+                // slower in one A/B (docs/performance-log.md); the spawn is nothing next to the body.
+                let bodies = self.bodies.clone();
+                bodies.spawn(self.stream(head, body, window));
+                return;
+            }
+            (handled, _) => handled.map(|(r, _)| r),
+        };
+        let own = self.inbound.finished(self.conn_id);
+        lock(&self.active).remove(&self.id);
+        answer(&self.tx, resp, own, self.implicit_credit).await;
+    }
+
+    /// Streams an answer's body within the router's window, then its last frame and credit.
+    async fn stream(self, head: Response, body: AppBody, window: u32) {
+        let id = self.id;
+        let window = Arc::new(SendWindow::new(window));
+        lock(&self.windows).insert(id, window.clone());
+        let queue_us = head.queue_us;
+        let ended = streamed::pump(&self.tx, head, body, &window, &self.cancel).await;
+        lock(&self.windows).remove(&id);
+        lock(&self.active).remove(&id);
+        let own = self.inbound.finished(self.conn_id);
+        let credit = own && self.implicit_credit;
+        let _ = self
+            .tx
+            .send(streamed::last_frame(id, queue_us, ended, credit))
+            .await;
+        if own && !credit {
+            let _ = self.tx.send(Frame::Credit { credits: 1 }).await;
+        }
+    }
+
+    /// A published event's outcome: only its status, and only when the publisher asked for it.
+    async fn publish_outcome(&self, handled: Option<Handled>, event: &str, ce_id: &str) {
+        let own = self.inbound.finished(self.conn_id);
+        let resp = handled.map(|(r, _)| r);
+        if let Some(r) = resp.as_ref().filter(|r| r.status >= 500) {
+            // Failed for good (dead-lettered when configured): never silent.
+            tracing::warn!(%event, %ce_id, status = r.status, "published event not handled");
+        }
+        // The publisher wants only the outcome, without the app's body.
+        let outcome = self.ack.then(|| Response {
+            payload: bytes::Bytes::new(),
+            content_type: String::new(),
+            ..resp.unwrap_or_else(|| cancelled(self.id))
+        });
+        answer(&self.tx, outcome, own, self.implicit_credit).await;
+    }
 }
 
 /// This side's one HELLO, the answer to the router's: it reads a tracestate and a head's headers

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, Instant, SystemTime};
 use switchyard_protocol::frame::{Request, Response};
-use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 /// Delivery settings, checked.
@@ -438,6 +438,8 @@ impl Worker {
         });
     }
 
+    /// One event's delivery: wait for its turn and a worker → call the app (with retries) → make
+    /// its answer. `None` when it was cancelled.
     async fn deliver(
         &self,
         job: Job<'_>,
@@ -455,17 +457,61 @@ impl Worker {
         } = job;
         let mut bodies = Bodies { streams, upload };
         let arrived = Instant::now();
-        self.metrics.queued.inc();
-        let waiting = self.metrics.wait(&ev.event);
-        if let Some(t) = trace.as_deref_mut() {
-            t.queue_start(&ev.event);
-        }
         // Held until the delivery ends, so the next event of the key waits for it.
         let mut turn = match place {
             Place::Turn(t) => Some(t),
             Place::Unordered | Place::Full => None,
         };
-        let in_turn = match turn.as_mut() {
+        let permit = self
+            .queue(ev, turn.as_mut(), cancel, deadline, trace.as_deref_mut())
+            .await?;
+        let queue_us = micros(arrived.elapsed());
+        let Some(_permit) = permit else {
+            let mut r = problem_response(
+                ev.id,
+                504,
+                "the deadline passed while the event waited for a worker",
+            );
+            r.queue_us = queue_us;
+            return Some((r, None));
+        };
+        self.metrics.in_flight.inc();
+        let _in_flight = GaugeGuard(&self.metrics);
+        let app_start = Instant::now();
+        let outcome = match trace {
+            None => {
+                self.with_retries(ev, label, deadline, cancel, None, &mut bodies)
+                    .await?
+            }
+            Some(t) => {
+                self.traced_with_retries(ev, label, deadline, cancel, t, &mut bodies)
+                    .await?
+            }
+        };
+        let app_us = micros(app_start.elapsed());
+        let (mut resp, streamed) = self.answer_of(ev, outcome, failed_for_good);
+        resp.queue_us = queue_us;
+        resp.app_us = app_us;
+        resp.more = streamed.is_some();
+        Some((resp, streamed))
+    }
+
+    /// Waits in the queue for the event's turn in its lane (when ordered), then for a worker.
+    /// `None` when cancelled while waiting; `Some(None)` when the deadline passed first.
+    async fn queue(
+        &self,
+        ev: &Request,
+        turn: Option<&mut Turn>,
+        cancel: &CancellationToken,
+        deadline: Option<Instant>,
+        mut trace: Option<&mut InboundTrace>,
+    ) -> Option<Option<SemaphorePermit<'_>>> {
+        self.metrics.queued.inc();
+        let waiting = self.metrics.wait(&ev.event);
+        if let Some(t) = trace.as_deref_mut() {
+            t.queue_start(&ev.event);
+        }
+        let in_turn = match turn {
             None => true,
             Some(t) => tokio::select! {
                 _ = t.ready() => true,
@@ -490,49 +536,49 @@ impl Worker {
         };
         self.metrics.queued.dec();
         drop(waiting);
-        if let Some(t) = trace.as_deref_mut() {
+        if let Some(t) = trace {
             t.queue_end(permit.is_none().then_some("deadline"));
         }
-        let queue_us = micros(arrived.elapsed());
-        let Some(_permit) = permit else {
-            let mut r = problem_response(
-                ev.id,
-                504,
-                "the deadline passed while the event waited for a worker",
-            );
-            r.queue_us = queue_us;
-            return Some((r, None));
+        Some(permit)
+    }
+
+    /// [`Self::with_retries`] inside the delivery span: the app's traceparent is the span's, so
+    /// its spans hang under it, and the span ends with the outcome.
+    async fn traced_with_retries(
+        &self,
+        ev: &Request,
+        label: &EventLabel,
+        deadline: Option<Instant>,
+        cancel: &CancellationToken,
+        t: &mut InboundTrace,
+        bodies: &mut Bodies,
+    ) -> Option<Outcome> {
+        let traced = Request {
+            traceparent: t.deliver_start(&ev.event, &ev.ce_id, self.delivery.target()),
+            ..ev.clone()
         };
-        self.metrics.in_flight.inc();
-        let _in_flight = GaugeGuard(&self.metrics);
-        let app_start = Instant::now();
-        let outcome = match trace {
-            None => {
-                self.with_retries(ev, label, deadline, cancel, None, &mut bodies)
-                    .await?
-            }
-            Some(t) => {
-                // The app's traceparent is the delivery span's, so its spans hang under it.
-                let traced = Request {
-                    traceparent: t.deliver_start(&ev.event, &ev.ce_id, self.delivery.target()),
-                    ..ev.clone()
-                };
-                let out = self
-                    .with_retries(&traced, label, deadline, cancel, Some(&mut *t), &mut bodies)
-                    .await;
-                t.deliver_end(match &out {
-                    Some(Outcome::Answer { status, .. }) => Ok(*status),
-                    Some(Outcome::Unreachable(_)) => Err("unreachable"),
-                    Some(Outcome::TimedOut) => Err("timeout"),
-                    Some(Outcome::Invalid(_)) => Err("invalid"),
-                    None => Err("cancelled"),
-                });
-                out?
-            }
-        };
-        let app_us = micros(app_start.elapsed());
-        let mut streamed = None;
-        let mut resp = match outcome {
+        let out = self
+            .with_retries(&traced, label, deadline, cancel, Some(&mut *t), bodies)
+            .await;
+        t.deliver_end(match &out {
+            Some(Outcome::Answer { status, .. }) => Ok(*status),
+            Some(Outcome::Unreachable(_)) => Err("unreachable"),
+            Some(Outcome::TimedOut) => Err("timeout"),
+            Some(Outcome::Invalid(_)) => Err("invalid"),
+            None => Err("cancelled"),
+        });
+        out
+    }
+
+    /// The answer to the sender from the delivery's outcome, with the app's streamed body when it
+    /// streams; notes in `failed_for_good` why an event is to be dead-lettered.
+    fn answer_of(
+        &self,
+        ev: &Request,
+        outcome: Outcome,
+        failed_for_good: &mut Option<&'static str>,
+    ) -> Handled {
+        match outcome {
             Outcome::Answer {
                 status,
                 content_type,
@@ -542,34 +588,33 @@ impl Worker {
             } => {
                 if self.settings.dead_letter && retryable_status(status) {
                     *failed_for_good = Some("the handler app failed every attempt");
-                    problem_response(
-                        ev.id,
-                        502,
-                        "the handler app failed every attempt; the event was not handled",
-                    )
-                } else {
-                    streamed = stream;
-                    // The app's own answer passes through, error statuses included: it is the app's reply.
-                    Response {
-                        headers,
-                        id: ev.id,
-                        status,
-                        queue_us: 0,
-                        app_us: 0,
-                        content_type,
-                        payload: body,
-                        returns_credit: false,
-                        from_mesh: false,
-                        more: false,
-                    }
+                    let detail = "the handler app failed every attempt; the event was not handled";
+                    return (problem_response(ev.id, 502, detail), None);
                 }
+                // The app's own answer passes through, error statuses included: it is the app's reply.
+                let resp = Response {
+                    headers,
+                    id: ev.id,
+                    status,
+                    queue_us: 0,
+                    app_us: 0,
+                    content_type,
+                    payload: body,
+                    returns_credit: false,
+                    from_mesh: false,
+                    more: false,
+                };
+                (resp, stream)
             }
             Outcome::Unreachable(e) => {
                 tracing::warn!(event = %ev.event, ce_id = %ev.ce_id, error = %e, "app unreachable");
                 if self.settings.dead_letter {
                     *failed_for_good = Some("the handler app is unreachable");
                 }
-                problem_response(ev.id, 502, "the handler app is unreachable")
+                (
+                    problem_response(ev.id, 502, "the handler app is unreachable"),
+                    None,
+                )
             }
             Outcome::TimedOut => {
                 // The bound that fired: the attempt timeout, or the sender's deadline when sooner.
@@ -577,21 +622,14 @@ impl Worker {
                     0 => self.settings.attempt_timeout,
                     d => Duration::from_millis(d.into()).min(self.settings.attempt_timeout),
                 };
-                problem_response(
-                    ev.id,
-                    504,
-                    &format!(
-                        "the handler app did not answer within {}",
-                        crate::answer::duration(bound)
-                    ),
-                )
+                let detail = format!(
+                    "the handler app did not answer within {}",
+                    crate::answer::duration(bound)
+                );
+                (problem_response(ev.id, 504, &detail), None)
             }
-            Outcome::Invalid(e) => problem_response(ev.id, 400, &e),
-        };
-        resp.queue_us = queue_us;
-        resp.app_us = app_us;
-        resp.more = streamed.is_some();
-        Some((resp, streamed))
+            Outcome::Invalid(e) => (problem_response(ev.id, 400, &e), None),
+        }
     }
 
     /// Publishes the event that failed for good to the dead-letter type (same id, payload and

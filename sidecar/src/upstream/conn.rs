@@ -504,64 +504,69 @@ pub async fn run<S: SplitIo>(
             }
             Some(Ok(f)) => f,
         };
-        // Before the answer is resolved, so a caller woken by it finds the credit back already.
-        let returned = frame.credits_returned();
-        if returned > 0 {
-            conn.grant(returned);
-        }
-        match frame {
-            Frame::Response(r) => conn.resolve(r),
-            Frame::Credit { .. } => {}
-            Frame::Reclaim { credits } => conn.release(credits),
-            Frame::Ping { nonce } => {
-                let _ = conn.tx.try_send(Frame::Pong { nonce });
-            }
-            Frame::Pong { .. } => {}
-            Frame::GoAway { reason } => {
-                tracing::info!(
-                    peer,
-                    reason,
-                    "manager drains; no new requests on this connection"
-                );
-                conn.begin_drain();
-            }
-            Frame::Data(_) | Frame::Trailers(_) | Frame::Reset(_) => conn.stream_frame(frame),
-            Frame::Window { id, increment } => {
-                let w = conn.state().uploads.get(&id).cloned();
-                if let Some(w) = w {
-                    w.add(increment);
-                }
-            }
-            Frame::Push(p) => match pushes {
-                Some(sink) => sink.deliver(&p),
-                None => {
-                    tracing::debug!(peer, event = %p.event, "push from a manager to a connection that takes none; ignored")
-                }
-            },
-            // A manager's one HELLO comes before its first CREDIT, so before any request is sent:
-            // whether it reads a tracestate, and its per-stream window if it speaks streams.
-            Frame::Hello {
-                streams,
-                reads_tracestate,
-                reads_headers,
-                ..
-            } => {
-                conn.reads_headers.store(reads_headers, Ordering::Release);
-                conn.peer_window.store(
-                    streams.and_then(stream::peer_window).unwrap_or(0),
-                    Ordering::Release,
-                );
-                conn.reads_tracestate
-                    .store(reads_tracestate, Ordering::Release);
-            }
-            Frame::Request(_) | Frame::Cancel { .. } | Frame::Release { .. } => {
-                tracing::warn!(peer, "unexpected frame from a manager; ignored");
-            }
-        }
+        on_frame(&conn, frame, peer, pushes);
     }
     let unconfirmed = conn.close();
     let _ = writer.await;
     unconfirmed
+}
+
+/// Handles one frame from a manager.
+fn on_frame(conn: &Arc<Conn>, frame: Frame, peer: &str, pushes: &Pushes) {
+    // Before the answer is resolved, so a caller woken by it finds the credit back already.
+    let returned = frame.credits_returned();
+    if returned > 0 {
+        conn.grant(returned);
+    }
+    match frame {
+        Frame::Response(r) => conn.resolve(r),
+        Frame::Credit { .. } => {}
+        Frame::Reclaim { credits } => conn.release(credits),
+        Frame::Ping { nonce } => {
+            let _ = conn.tx.try_send(Frame::Pong { nonce });
+        }
+        Frame::Pong { .. } => {}
+        Frame::GoAway { reason } => {
+            tracing::info!(
+                peer,
+                reason,
+                "manager drains; no new requests on this connection"
+            );
+            conn.begin_drain();
+        }
+        Frame::Data(_) | Frame::Trailers(_) | Frame::Reset(_) => conn.stream_frame(frame),
+        Frame::Window { id, increment } => {
+            let w = conn.state().uploads.get(&id).cloned();
+            if let Some(w) = w {
+                w.add(increment);
+            }
+        }
+        Frame::Push(p) => match pushes {
+            Some(sink) => sink.deliver(&p),
+            None => {
+                tracing::debug!(peer, event = %p.event, "push from a manager to a connection that takes none; ignored")
+            }
+        },
+        // A manager's one HELLO comes before its first CREDIT, so before any request is sent:
+        // whether it reads a tracestate, and its per-stream window if it speaks streams.
+        Frame::Hello {
+            streams,
+            reads_tracestate,
+            reads_headers,
+            ..
+        } => {
+            conn.reads_headers.store(reads_headers, Ordering::Release);
+            conn.peer_window.store(
+                streams.and_then(stream::peer_window).unwrap_or(0),
+                Ordering::Release,
+            );
+            conn.reads_tracestate
+                .store(reads_tracestate, Ordering::Release);
+        }
+        Frame::Request(_) | Frame::Cancel { .. } | Frame::Release { .. } => {
+            tracing::warn!(peer, "unexpected frame from a manager; ignored");
+        }
+    }
 }
 
 type Sink<W> = FrameWriter<W>;

@@ -7,6 +7,7 @@
 //! came through; PUSH frames leave through the [`pushes::PushSink`] a caller hands in.
 
 pub(crate) mod activate;
+mod attempt;
 mod changes;
 mod conn;
 mod discovery;
@@ -48,7 +49,7 @@ use switchyard_protocol::config::{Destination, Subscriber};
 use switchyard_protocol::control::v1::RoutingTable;
 use switchyard_protocol::durable::DurableRoute;
 use switchyard_protocol::frame::{
-    DEFAULT_MAX_FRAME, FLAG_ACK, FLAG_NO_REPLY, Frame, MAX_PAYLOAD, Request, Response,
+    DEFAULT_MAX_FRAME, FLAG_ACK, FLAG_NO_REPLY, MAX_PAYLOAD, Request, Response,
 };
 use tokio::time::timeout_at;
 
@@ -140,6 +141,91 @@ enum Attempt {
     Failed(CallError),
 }
 
+/// A configured subscriber's subscription as the control plane sends it.
+fn wire_subscription(s: &Subscriber) -> switchyard_protocol::control::v1::Subscription {
+    switchyard_protocol::control::v1::Subscription {
+        event: s.subscription.event.clone(),
+        observe: s
+            .subscription
+            .observe
+            .iter()
+            .map(|o| o.as_str().to_owned())
+            .collect(),
+        filter: s
+            .subscription
+            .filter
+            .as_ref()
+            .and_then(|f| serde_json::to_string(f).ok())
+            .unwrap_or_default(),
+    }
+}
+
+/// Where a destination's endpoints come from (its static list, else its Service's DNS name), and
+/// the name of its pool.
+fn source_of(
+    dest: &Destination,
+    namespace: &str,
+    static_endpoints: &BTreeMap<String, Vec<String>>,
+) -> (Source, String) {
+    let source = match static_endpoints.get(&dest.manager) {
+        Some(list) => Source::Static(list.clone()),
+        None => Source::Dns(format!("{}.{}.svc:{}", dest.service, namespace, dest.port)),
+    };
+    let key = match &source {
+        Source::Static(list) => format!("{}={}", dest.manager, list.join(",")),
+        Source::Dns(name) => name.clone(),
+    };
+    (source, key)
+}
+
+/// A subscriber's route into the config's table (logged and left out when it cannot be read).
+fn add_subscription(
+    table: &mut Table,
+    key: String,
+    dest: &Destination,
+    wire: &switchyard_protocol::control::v1::Subscription,
+    pool_name: String,
+    pool: Arc<Pool>,
+) {
+    match table::subscription(&key, &dest.manager, wire) {
+        Ok(mut spec) => {
+            spec.durable.clone_from(&dest.durable);
+            table.routes.push(RouteInfo {
+                event: key,
+                manager: dest.manager.clone(),
+                pool: pool_name,
+                durable: spec.durable.clone().map(Arc::new),
+                subscription: Some(spec.clone()),
+            });
+            table.subscribers.push(Arc::new(Sub { spec, pool }));
+        }
+        Err(reason) => tracing::warn!("subscription ignored: {reason}"),
+    }
+}
+
+/// A handled event type's route into the config's table.
+fn add_handler(
+    table: &mut Table,
+    event: String,
+    dest: &Destination,
+    pool_name: String,
+    pool: Arc<Pool>,
+) {
+    table.by_event.insert(event.clone(), pool);
+    let route = dest.durable.clone().map(Arc::new);
+    if let Some(r) = &route {
+        let manager = Arc::from(dest.manager.as_str());
+        table.durable.insert(event.clone(), (manager, r.clone()));
+    }
+    table.routes.push(RouteInfo {
+        event,
+        manager: dest.manager.clone(),
+        pool: pool_name,
+        durable: route,
+        subscription: None,
+    });
+}
+
 /// The mTLS settings of a pool of Manager `manager` in `namespace`.
 fn peer_tls(mesh: Option<&Arc<MeshTls>>, namespace: &str, manager: &str) -> Option<PeerTls> {
     mesh.map(|m| PeerTls {
@@ -206,43 +292,26 @@ impl Upstream {
             static_endpoints,
         } = reach;
         let changes = Arc::new(Changes::default());
-        let mut pools: BTreeMap<String, Arc<Pool>> = BTreeMap::new();
-        let mut by_event = HashMap::new();
-        let mut durable = HashMap::new();
-        let mut routes = Vec::new();
+        let mut table = Table {
+            version: 0,
+            source: TableSource::Config,
+            pools: BTreeMap::new(),
+            by_event: HashMap::new(),
+            durable: HashMap::new(),
+            subscribers: Vec::new(),
+            routes: Vec::new(),
+        };
         let handlers = destinations
             .iter()
             .map(|(event, dest)| (event.as_str().to_owned(), dest, None));
-        let subs = subscribers.iter().map(|(key, s)| {
-            let wire = switchyard_protocol::control::v1::Subscription {
-                event: s.subscription.event.clone(),
-                observe: s
-                    .subscription
-                    .observe
-                    .iter()
-                    .map(|o| o.as_str().to_owned())
-                    .collect(),
-                filter: s
-                    .subscription
-                    .filter
-                    .as_ref()
-                    .and_then(|f| serde_json::to_string(f).ok())
-                    .unwrap_or_default(),
-            };
-            (key.clone(), &s.destination, Some(wire))
-        });
-        let mut subscribed = Vec::new();
+        let subs = subscribers
+            .iter()
+            .map(|(key, s)| (key.clone(), &s.destination, Some(wire_subscription(s))));
         let pushable = config_pushable(destinations, subscribers);
         for (event, dest, sub) in handlers.chain(subs) {
-            let source = match static_endpoints.get(&dest.manager) {
-                Some(list) => Source::Static(list.clone()),
-                None => Source::Dns(format!("{}.{}.svc:{}", dest.service, namespace, dest.port)),
-            };
-            let key = match &source {
-                Source::Static(list) => format!("{}={}", dest.manager, list.join(",")),
-                Source::Dns(name) => name.clone(),
-            };
-            let pool = pools
+            let (source, key) = source_of(dest, namespace, static_endpoints);
+            let pool = table
+                .pools
                 .entry(key.clone())
                 .or_insert_with(|| {
                     let pool = Arc::new(Pool::new(
@@ -257,47 +326,14 @@ impl Upstream {
                     pool
                 })
                 .clone();
-            if let Some(wire) = &sub {
-                match table::subscription(&event, &dest.manager, wire) {
-                    Ok(mut spec) => {
-                        spec.durable.clone_from(&dest.durable);
-                        routes.push(RouteInfo {
-                            event: event.clone(),
-                            manager: dest.manager.clone(),
-                            pool: key,
-                            durable: spec.durable.clone().map(Arc::new),
-                            subscription: Some(spec.clone()),
-                        });
-                        subscribed.push(Arc::new(Sub { spec, pool }));
-                    }
-                    Err(reason) => tracing::warn!("subscription ignored: {reason}"),
-                }
-                continue;
+            match &sub {
+                Some(wire) => add_subscription(&mut table, event, dest, wire, key, pool),
+                None => add_handler(&mut table, event, dest, key, pool),
             }
-            by_event.insert(event.clone(), pool);
-            let route = dest.durable.clone().map(Arc::new);
-            if let Some(r) = &route {
-                durable.insert(event.clone(), (Arc::from(dest.manager.as_str()), r.clone()));
-            }
-            routes.push(RouteInfo {
-                event,
-                manager: dest.manager.clone(),
-                pool: key,
-                durable: route,
-                subscription: None,
-            });
         }
-        routes.sort_by(|a, b| a.event.cmp(&b.event));
+        table.routes.sort_by(|a, b| a.event.cmp(&b.event));
         Upstream {
-            table: ArcSwap::from_pointee(Table {
-                version: 0,
-                source: TableSource::Config,
-                pools,
-                by_event,
-                durable,
-                subscribers: subscribed,
-                routes,
-            }),
+            table: ArcSwap::from_pointee(table),
             update: Mutex::new(()),
             source: format!("/switchyard/{namespace}/{name}"),
             name: name.to_owned(),
@@ -388,31 +424,7 @@ impl Upstream {
         }
         let _serial = self.update.lock().unwrap_or_else(|p| p.into_inner());
         let current = self.table.load_full();
-        let reuse = current.source == TableSource::ControlPlane;
-        let mut pools = BTreeMap::new();
-        for (name, p) in plan.pools {
-            let pool = reuse
-                .then(|| current.pools.get(&name).cloned())
-                .flatten()
-                .unwrap_or_else(|| {
-                    Arc::new(Pool::new(
-                        p.manager.clone(),
-                        self.pushes.clone(),
-                        self.changes.clone(),
-                        self.metrics.clone(),
-                        peer_tls(self.mesh.as_ref(), &self.namespace, &p.manager),
-                    ))
-                });
-            // Before its new endpoints connect: a push on a fresh connection meets the new list.
-            pool.allow_pushes(plan.pushable.get(&p.manager).cloned().unwrap_or_default());
-            pool.update(p.addrs);
-            pools.insert(name, pool);
-        }
-        for (name, old) in &current.pools {
-            if !pools.get(name).is_some_and(|p| Arc::ptr_eq(p, old)) {
-                old.retire();
-            }
-        }
+        let pools = self.pools_for(&current, plan.pools, &plan.pushable);
         let mut by_event = HashMap::with_capacity(plan.events.len());
         let mut durable = HashMap::with_capacity(plan.durable.len());
         let mut routes = Vec::with_capacity(plan.events.len());
@@ -472,6 +484,43 @@ impl Upstream {
             c.received.fetch_add(1, Ordering::Relaxed);
         }
         self.changes.bump();
+    }
+
+    /// The pools of a control plane's table: a pool that keeps its name keeps its connections
+    /// (once the current table is the control plane's too), each gets its new endpoints, and the
+    /// current pools not kept retire.
+    fn pools_for(
+        &self,
+        current: &Table,
+        planned: BTreeMap<String, table::PoolPlan>,
+        pushable: &BTreeMap<String, std::collections::BTreeSet<String>>,
+    ) -> BTreeMap<String, Arc<Pool>> {
+        let reuse = current.source == TableSource::ControlPlane;
+        let mut pools = BTreeMap::new();
+        for (name, p) in planned {
+            let pool = reuse
+                .then(|| current.pools.get(&name).cloned())
+                .flatten()
+                .unwrap_or_else(|| {
+                    Arc::new(Pool::new(
+                        p.manager.clone(),
+                        self.pushes.clone(),
+                        self.changes.clone(),
+                        self.metrics.clone(),
+                        peer_tls(self.mesh.as_ref(), &self.namespace, &p.manager),
+                    ))
+                });
+            // Before its new endpoints connect: a push on a fresh connection meets the new list.
+            pool.allow_pushes(pushable.get(&p.manager).cloned().unwrap_or_default());
+            pool.update(p.addrs);
+            pools.insert(name, pool);
+        }
+        for (name, old) in &current.pools {
+            if !pools.get(name).is_some_and(|p| Arc::ptr_eq(p, old)) {
+                old.retire();
+            }
+        }
+        pools
     }
 
     /// The pool serving `event` once it has a connected endpoint. Without activation, or when one
@@ -657,178 +706,6 @@ impl Upstream {
             .map(|head| Answered { head, body: None })
             .ok_or(CallError::NoEndpoint)
     }
-
-    async fn once(
-        &self,
-        conn: &Arc<Conn>,
-        out: &Outgoing,
-        flags: u8,
-        deadline: Instant,
-        times: &mut CallTimes,
-    ) -> Result<Answered, Attempt> {
-        let waited = Instant::now();
-        self.metrics.queued.inc();
-        let waiting = self.metrics.wait(&out.event);
-        let credit = timeout_at(deadline.into(), conn.credits.acquire()).await;
-        drop(waiting);
-        self.metrics.queued.dec();
-        times.credit_wait += waited.elapsed();
-        match credit {
-            Err(_) => return Err(Attempt::Failed(CallError::NoCredit)),
-            Ok(Err(_closed)) => return Err(Attempt::NotSent),
-            // The manager re-grants the credit when it finishes the work, so it is consumed here.
-            Ok(Ok(permit)) => permit.forget(),
-        }
-        let no_reply = flags & FLAG_NO_REPLY != 0;
-        let publish = no_reply.then(|| conn::Published {
-            event: out.event.clone(),
-            ce_id: out.ce_id.clone(),
-        });
-        let slot = conn.register(publish).ok_or(Attempt::NotSent)?;
-        let mut guard = CancelOnDrop {
-            conn,
-            id: slot.id,
-            // A published event belongs to the manager once written: nothing to cancel.
-            armed: !no_reply,
-        };
-        // A body to stream goes to a manager that speaks streams; one that does not (an older
-        // version) gets it whole in the head, when it fits a frame.
-        let mut payload = out.payload.clone();
-        let mut streamed = None;
-        let mut flags = flags;
-        if let Some(up) = &out.upload {
-            match conn.peer_window() {
-                Some(window) => {
-                    streamed = Some((up, window));
-                    flags |= switchyard_protocol::stream::FLAG_MORE;
-                }
-                None => {
-                    let Some(body) = up.take() else {
-                        return Err(Attempt::Failed(CallError::Lost));
-                    };
-                    let max = up.limit.min(MAX_PAYLOAD - 4096);
-                    match timeout_at(deadline.into(), upload::read_whole(body, max)).await {
-                        Err(_) => return Err(Attempt::Failed(CallError::Timeout)),
-                        Ok(Ok(whole)) => payload = whole,
-                        Ok(Err(upload::UploadError::TooLarge(_))) if max < up.limit => {
-                            return Err(Attempt::Failed(CallError::PeerTakesNoStreams { max }));
-                        }
-                        Ok(Err(upload::UploadError::TooLarge(_))) => {
-                            return Err(Attempt::Failed(CallError::OverLimit { limit: up.limit }));
-                        }
-                        Ok(Err(_)) => return Err(Attempt::Failed(CallError::Lost)),
-                    }
-                }
-            }
-        }
-        let remaining = deadline.saturating_duration_since(Instant::now());
-        let frame = Frame::Request(Request {
-            headers: out.headers.clone(),
-            id: slot.id,
-            flags,
-            // The publisher's deadline only bounds getting the event out; the manager then delivers
-            // under its own attempt timeout and retries.
-            deadline_ms: if no_reply {
-                0
-            } else {
-                u32::try_from(remaining.as_millis())
-                    .unwrap_or(u32::MAX)
-                    .max(1)
-            },
-            event: out.event.to_string(),
-            ce_id: out.ce_id.clone(),
-            traceparent: out.traceparent.clone(),
-            tracestate: out.tracestate.clone(),
-            content_type: out
-                .content_type
-                .clone()
-                .unwrap_or_else(|| crate::edge::JSON.to_owned()),
-            payload,
-        });
-        // Opened before the head is queued, so a WINDOW answering it finds it.
-        let window = streamed.map(|(_, w)| conn.open_upload(slot.id, w));
-        times.sent = Some(Instant::now());
-        match timeout_at(deadline.into(), conn.send(frame)).await {
-            Err(_) => return Err(Attempt::Failed(CallError::Timeout)),
-            Ok(Err(conn::Closed)) => {
-                guard.armed = false;
-                return Err(Attempt::NotSent);
-            }
-            Ok(Ok(())) => {}
-        }
-        let answer = match (streamed, window) {
-            (Some((up, _)), Some(window)) => {
-                let Some(body) = up.take() else {
-                    return Err(Attempt::Failed(CallError::Lost));
-                };
-                let pumped = upload::pump(conn, slot.id, body, &window, up.limit);
-                // Boxed: this rare path's future is most of `once`'s size, and every request's
-                // future (the listener's, the dispatch's) holds room for it and is moved with it.
-                let answer = Box::pin(timeout_at(deadline.into(), async {
-                    tokio::pin!(pumped);
-                    let mut reply = slot.reply;
-                    let mut pumping = true;
-                    loop {
-                        tokio::select! {
-                            r = &mut reply => return Ok(r),
-                            p = &mut pumped, if pumping => {
-                                pumping = false;
-                                p?;
-                            }
-                        }
-                    }
-                }))
-                .await;
-                match answer {
-                    Err(elapsed) => {
-                        conn.close_upload(slot.id, None);
-                        Err(elapsed)
-                    }
-                    Ok(Ok(r)) => {
-                        // Answered: whatever is left of the body is not wanted.
-                        conn.close_upload(slot.id, None);
-                        Ok(r)
-                    }
-                    Ok(Err(e)) => {
-                        let code = switchyard_protocol::stream::code::CANCEL;
-                        conn.close_upload(slot.id, Some(code));
-                        return Err(Attempt::Failed(match e {
-                            upload::UploadError::TooLarge(_) => {
-                                CallError::OverLimit { limit: up.limit }
-                            }
-                            _ => CallError::Lost,
-                        }));
-                    }
-                }
-            }
-            _ => timeout_at(deadline.into(), slot.reply).await,
-        };
-        match answer {
-            Err(_) => Err(Attempt::Failed(CallError::Timeout)),
-            Ok(Ok(Ok(resp))) => {
-                guard.armed = false;
-                times.received = Some(Instant::now());
-                if no_reply && resp.head.from_mesh && resp.head.status == 503 {
-                    return Err(Attempt::Refused(resp.head));
-                }
-                Ok(resp)
-            }
-            Ok(Ok(Err(lost))) => {
-                guard.armed = false;
-                // A publish not acknowledged was not taken: another endpoint may take it (with
-                // the same ce-id, so a pod that took it and died makes a duplicate, not a loss).
-                if lost.written && !no_reply {
-                    Err(Attempt::Failed(CallError::Lost))
-                } else {
-                    Err(Attempt::NotSent)
-                }
-            }
-            Ok(Err(_)) => {
-                guard.armed = false;
-                Err(Attempt::Failed(CallError::Lost))
-            }
-        }
-    }
 }
 
 /// Whether `out` fits in a REQUEST frame the managers accept. Small events always do (their string
@@ -865,22 +742,6 @@ struct HeldGauge<'a>(&'a Metrics);
 impl Drop for HeldGauge<'_> {
     fn drop(&mut self) {
         self.0.held.dec();
-    }
-}
-
-/// Sends CANCEL when a request is abandoned: its deadline passed or the client went away (the
-/// listener drops the request future).
-struct CancelOnDrop<'a> {
-    conn: &'a Conn,
-    id: u64,
-    armed: bool,
-}
-
-impl Drop for CancelOnDrop<'_> {
-    fn drop(&mut self) {
-        if self.armed {
-            self.conn.cancel(self.id);
-        }
     }
 }
 

@@ -191,47 +191,13 @@ pub fn plan(table: &RoutingTable) -> Plan {
             ));
             continue;
         }
-        let may_push = out.pushable.entry(route.manager.clone()).or_default();
-        if sub.is_none() {
-            may_push.insert(route.event_type.clone());
-        }
-        for event in &route.push {
-            match EventType::check(event) {
-                Ok(()) => {
-                    may_push.insert(event.clone());
-                }
-                Err(e) => out
-                    .rejected
-                    .push(format!("Manager {}: a push type {e}", route.manager)),
-            }
-        }
+        add_pushable(&mut out, route, sub.is_none());
         let pool_name = if route.pool.is_empty() {
             route.manager.clone()
         } else {
             route.pool.clone()
         };
-        let pool = out
-            .pools
-            .entry(pool_name.clone())
-            .or_insert_with(|| PoolPlan {
-                manager: route.manager.clone(),
-                addrs: BTreeSet::new(),
-            });
-        for ep in &route.endpoints {
-            if ep.address.parse::<SocketAddr>().is_err() {
-                out.rejected.push(format!(
-                    "endpoint {:?} of event type {}: not an ip:port",
-                    ep.address, route.event_type
-                ));
-            } else if pool.addrs.len() >= MAX_ENDPOINTS && !pool.addrs.contains(&ep.address) {
-                out.rejected.push(format!(
-                    "endpoint {} of pool {pool_name}: more than {MAX_ENDPOINTS} endpoints",
-                    ep.address
-                ));
-            } else {
-                pool.addrs.insert(ep.address.clone());
-            }
-        }
+        add_endpoints(&mut out, route, &pool_name);
         if let Some(mut spec) = sub {
             spec.durable = durable;
             out.subscribers
@@ -245,6 +211,52 @@ pub fn plan(table: &RoutingTable) -> Plan {
         }
     }
     out
+}
+
+/// The types `route`'s Manager may push: the route's own (unless it is a subscriber's) and those
+/// it lists in `push`.
+fn add_pushable(out: &mut Plan, route: &Route, handled: bool) {
+    let may_push = out.pushable.entry(route.manager.clone()).or_default();
+    if handled {
+        may_push.insert(route.event_type.clone());
+    }
+    for event in &route.push {
+        match EventType::check(event) {
+            Ok(()) => {
+                may_push.insert(event.clone());
+            }
+            Err(e) => out
+                .rejected
+                .push(format!("Manager {}: a push type {e}", route.manager)),
+        }
+    }
+}
+
+/// `route`'s endpoints into its pool `pool_name` (up to [`MAX_ENDPOINTS`] a pool); the others
+/// are rejected with the reason.
+fn add_endpoints(out: &mut Plan, route: &Route, pool_name: &str) {
+    let pool = out
+        .pools
+        .entry(pool_name.to_owned())
+        .or_insert_with(|| PoolPlan {
+            manager: route.manager.clone(),
+            addrs: BTreeSet::new(),
+        });
+    for ep in &route.endpoints {
+        if ep.address.parse::<SocketAddr>().is_err() {
+            out.rejected.push(format!(
+                "endpoint {:?} of event type {}: not an ip:port",
+                ep.address, route.event_type
+            ));
+        } else if pool.addrs.len() >= MAX_ENDPOINTS && !pool.addrs.contains(&ep.address) {
+            out.rejected.push(format!(
+                "endpoint {} of pool {pool_name}: more than {MAX_ENDPOINTS} endpoints",
+                ep.address
+            ));
+        } else {
+            pool.addrs.insert(ep.address.clone());
+        }
+    }
 }
 
 /// A subscriber's route as the sidecar holds it, or why it cannot be used.

@@ -21,7 +21,7 @@ use crate::metrics::EventLabel;
 use crate::middleware::{Denial, Grant};
 use crate::otel::produce::Session;
 use crate::otel::request::{Remote, RequestTrace};
-use crate::routes::ws::WsRoute;
+use crate::routes::ws::{WsRoute, WsRoutes};
 use crate::shutdown::DRAIN_LIMIT;
 use crate::traceparent;
 use crate::upstream::Outgoing;
@@ -147,6 +147,13 @@ fn lapse_reason(d: &Denial) -> String {
 /// Counts the connection in `switchyard_ws_connections` while it lives.
 struct Open(Arc<crate::metrics::Metrics>);
 
+impl Open {
+    fn count(metrics: &Arc<crate::metrics::Metrics>) -> Open {
+        metrics.ws.connections.inc();
+        Open(metrics.clone())
+    }
+}
+
 impl Drop for Open {
     fn drop(&mut self) {
         self.0.ws.connections.dec();
@@ -161,13 +168,41 @@ struct Subs {
     events: HashMap<u64, String>,
 }
 
-impl Drop for Subs {
-    fn drop(&mut self) {
+impl Subs {
+    /// A new subscription's id, its event type noted.
+    fn take(&mut self, event: String) -> u64 {
+        let sub = self.next;
+        self.next += 1;
+        self.events.insert(sub, event);
+        sub
+    }
+
+    /// Removes every subscription from the hub: no more pushes.
+    fn end(&mut self) {
         for (id, event) in self.events.drain() {
             self.hub.remove(self.conn, &event, id);
         }
     }
+
+    /// A new connection's (empty) subscriptions in `hub`.
+    fn new(hub: Arc<Hub>) -> Subs {
+        Subs {
+            hub,
+            conn: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
+            next: 1,
+            events: HashMap::new(),
+        }
+    }
 }
+
+impl Drop for Subs {
+    fn drop(&mut self) {
+        self.end();
+    }
+}
+
+/// The read half of a session's WebSocket.
+type WsStream = futures::stream::SplitStream<WebSocketStream<TokioIo<Upgraded>>>;
 
 /// The session's trace context each message is sent with.
 struct SessionContext {
@@ -190,202 +225,321 @@ pub(super) async fn run(
     let Some(ws) = edge.ws.as_ref() else { return };
     let max = ws.routes.max_message;
     let hard = hard_limit(max);
-    let config = WebSocketConfig::default()
-        .read_buffer_size(READ_BUFFER)
-        .max_message_size(Some(hard))
-        .max_frame_size(Some(hard));
-    let stream =
-        WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await;
-    edge.metrics.ws.connections.inc();
-    let _open = Open(edge.metrics.clone());
-    let session = edge.otel.as_ref().map(|o| {
-        let remote = Remote {
-            traceparent: traceparent.as_deref(),
-            tracestate: &tracestate,
-        };
-        Session::start(o, remote, &ws.routes.path)
-    });
-    let context = SessionContext {
-        span: session.as_ref().map(Session::span_context),
-        tracestate: Arc::from(tracestate),
-    };
-    let mut messages = 0u64;
+    let stream = accept(upgraded, hard).await;
+    let _open = Open::count(&edge.metrics);
+    let (session, context) = trace(&edge, &ws.routes.path, traceparent.as_deref(), tracestate);
     let (sink, mut stream) = stream.split();
     let (tx, rx) = mpsc::channel(MAX_IN_FLIGHT + PUSH_ROOM);
     let gone = CancellationToken::new();
     let writer = tokio::spawn(write_loop(sink, rx, gone.clone()));
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
-    let mut subs = Subs {
-        hub: ws.hub.clone(),
-        conn: NEXT_CONN.fetch_add(1, Ordering::Relaxed),
-        next: 1,
-        events: HashMap::new(),
+    let mut client = Client {
+        subs: Subs::new(ws.hub.clone()),
+        auth: Auth::new(grant),
+        tx,
+        gone,
+        context,
+        messages: 0,
+        last_seen: Instant::now(),
     };
-    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
-    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut last_seen = Instant::now();
-    let mut auth = Auth::new(grant);
     // Made once for the session, not twice per message: each registers with its token.
     let drained = ws.drain.cancelled();
-    tokio::pin!(drained);
-    let cut = gone.cancelled();
-    tokio::pin!(cut);
+    let cut = client.gone.clone().cancelled_owned();
+    tokio::pin!(drained, cut);
+    let mut waits = Waits {
+        drained,
+        cut,
+        ping: ping_timer(),
+    };
     // Commands between arrival and their reply, polled in this task rather than spawned: a task
     // each copied the large dispatch future at its spawn and again at its end (about a tenth of
     // the router's CPU on small messages).
     let mut calls = FuturesUnordered::new();
 
     let end = loop {
-        let permit = tokio::select! {
-            biased;
-            _ = &mut drained => break End::Drain,
-            _ = &mut cut => break End::Gone,
-            d = &mut auth.lapse => break End::Lapsed(d),
-            _ = ping.tick() => {
-                if !keepalive(&tx, last_seen) { break End::Gone }
-                continue;
-            }
-            Some(()) = calls.next(), if !calls.is_empty() => continue,
-            p = slots.clone().acquire_owned() => match p {
-                Ok(p) => p,
-                Err(_) => break End::Gone,
-            },
+        let acquire = slots.clone().acquire_owned();
+        let permit = match waits.wake(&mut client, &mut calls, acquire).await {
+            Wake::Got(Ok(p)) => p,
+            Wake::Got(Err(_)) => break End::Gone,
+            Wake::Again => continue,
+            Wake::Ended(end) => break end,
         };
-        let next = tokio::select! {
-            biased;
-            _ = &mut drained => break End::Drain,
-            _ = &mut cut => break End::Gone,
-            d = &mut auth.lapse => break End::Lapsed(d),
-            _ = ping.tick() => {
-                if !keepalive(&tx, last_seen) { break End::Gone }
-                continue;
-            }
-            // The permit goes back and is taken again on the next turn.
-            Some(()) = calls.next(), if !calls.is_empty() => continue,
-            m = stream.next() => m,
+        // On `Again` the permit goes back and is taken again on the next turn.
+        let next = match waits.wake(&mut client, &mut calls, stream.next()).await {
+            Wake::Got(m) => m,
+            Wake::Again => continue,
+            Wake::Ended(end) => break end,
         };
-        last_seen = Instant::now();
-        match next {
-            Some(Ok(Message::Close(_))) => break End::ClientClosed,
-            None => break End::Gone,
-            Some(Err(WsError::Capacity(e))) => {
-                tracing::debug!(error = %e, "WebSocket message over the limit");
-                edge.metrics.ws.message(incoming::INVALID, 413);
-                break End::TooBig;
-            }
-            Some(Err(e)) => {
-                tracing::debug!(error = %e, "WebSocket connection failed");
-                break End::Gone;
-            }
-            Some(Ok(Message::Text(text))) if text.len() > max => {
-                let status = 413;
-                edge.metrics.ws.message(incoming::INVALID, status);
-                let detail = format!(
-                    "the message is {} bytes, over the limit of {max}; it was not parsed, so this reply has no id",
-                    text.len()
-                );
-                let timing = Clock::new(last_seen).stages().header_value();
-                queue(
-                    &tx,
-                    outgoing::refusal(&Value::Null, &Answer::refusal(status, detail), &timing),
-                    permit,
-                );
-            }
-            Some(Ok(Message::Text(text))) => {
-                messages += 1;
-                if let Some(call) = on_text(
-                    &edge, &text, &tx, &gone, &mut subs, &mut auth, permit, last_seen, &context,
-                ) {
-                    calls.push(call);
-                }
-            }
-            Some(Ok(Message::Binary(_))) => {
-                let status = 415;
-                edge.metrics.ws.message(incoming::INVALID, status);
-                let text = outgoing::refusal(
-                    &Value::Null,
-                    &Answer::refusal(status, "binary messages are not accepted; send JSON text"),
-                    &Clock::new(last_seen).stages().header_value(),
-                );
-                queue(&tx, text, permit);
-            }
-            // Pings are answered by the protocol layer; pongs only prove the client is alive.
-            Some(Ok(_)) => {}
+        client.last_seen = Instant::now();
+        match client.on_message(&edge, next, permit, max) {
+            Ok(Some(call)) => calls.push(call),
+            Ok(None) => {}
+            Err(end) => break end,
         }
     };
 
     // No more pushes: the hub lets go of this outbox.
-    drop(subs);
+    client.subs.end();
     if !matches!(end, End::Drain | End::TooBig) {
         // Their replies are not awaited: dropping the commands cancels their work (the router
         // sends CANCEL to the manager).
         calls.clear();
     }
-    match &end {
-        End::Gone => gone.cancel(),
-        End::Lapsed(d) => {
-            edge.metrics.sessions.lapse("websocket", d.reason);
-            tracing::debug!(
-                reason = d.reason,
-                "WebSocket session closed: its credential lapsed"
-            );
-            let frame = CloseFrame {
-                code: CloseCode::Policy,
-                reason: lapse_reason(d).into(),
-            };
-            // Cut now: the commands in flight are cancelled below, their replies not awaited.
-            let _ = tokio::time::timeout(CLOSE_GRACE, tx.send(Message::Close(Some(frame)))).await;
-            let _ = tokio::time::timeout(CLOSE_GRACE, async {
-                while let Some(Ok(m)) = stream.next().await {
-                    if matches!(m, Message::Close(_)) {
-                        break;
-                    }
+    client
+        .close(&end, &edge, &slots, &mut calls, &mut stream, hard)
+        .await;
+    drop(client.tx);
+    client.gone.cancel();
+    let _ = writer.await;
+    if let Some(s) = session {
+        s.finish(client.messages, end.name());
+    }
+}
+
+/// What a session keeps between messages.
+struct Client {
+    tx: Outbox,
+    /// Fired when the client is gone: the commands in flight stop.
+    gone: CancellationToken,
+    subs: Subs,
+    auth: Auth,
+    context: SessionContext,
+    /// Text messages read.
+    messages: u64,
+    /// When the client was last heard from.
+    last_seen: Instant,
+}
+
+impl Client {
+    /// One message read (or how the connection ended): refused, a reply queued, or a command to
+    /// run until its reply is queued.
+    fn on_message(
+        &mut self,
+        edge: &Arc<Edge>,
+        next: Option<Result<Message, WsError>>,
+        permit: OwnedSemaphorePermit,
+        max: usize,
+    ) -> Result<Option<impl Future<Output = ()> + Send + use<>>, End> {
+        let at = self.last_seen;
+        match received(next, edge)? {
+            Message::Text(text) if text.len() > max => {
+                let detail = format!(
+                    "the message is {} bytes, over the limit of {max}; it was not parsed, so this reply has no id",
+                    text.len()
+                );
+                refuse(edge, &self.tx, 413, detail, at, permit);
+            }
+            Message::Text(text) => {
+                self.messages += 1;
+                let (tx, gone, subs, auth) = (&self.tx, &self.gone, &mut self.subs, &mut self.auth);
+                return Ok(on_text(
+                    edge,
+                    &text,
+                    tx,
+                    gone,
+                    subs,
+                    auth,
+                    permit,
+                    at,
+                    &self.context,
+                ));
+            }
+            Message::Binary(_) => {
+                let detail = "binary messages are not accepted; send JSON text".to_owned();
+                refuse(edge, &self.tx, 415, detail, at, permit);
+            }
+            // Pings are answered by the protocol layer; pongs only prove the client is alive.
+            _ => {}
+        }
+        Ok(None)
+    }
+
+    /// Ends the session as `end` says: cut, or closed with a close frame (after the replies in flight
+    /// when draining or refusing an oversize message), read on so the close is clean.
+    async fn close<F: Future<Output = ()>>(
+        // `&mut`: a shared borrow held across the awaits would need the credential's lapse `Sync`.
+        &mut self,
+        end: &End,
+        edge: &Edge,
+        slots: &Arc<Semaphore>,
+        calls: &mut FuturesUnordered<F>,
+        stream: &mut WsStream,
+        hard: usize,
+    ) {
+        let (tx, gone) = (&self.tx, &self.gone);
+        match end {
+            End::Gone => gone.cancel(),
+            End::Lapsed(d) => {
+                edge.metrics.sessions.lapse("websocket", d.reason);
+                tracing::debug!(
+                    reason = d.reason,
+                    "WebSocket session closed: its credential lapsed"
+                );
+                let frame = CloseFrame {
+                    code: CloseCode::Policy,
+                    reason: lapse_reason(d).into(),
+                };
+                // Cut now: the commands in flight are cancelled below, their replies not awaited.
+                let _ =
+                    tokio::time::timeout(CLOSE_GRACE, tx.send(Message::Close(Some(frame)))).await;
+                read_until_close(stream).await;
+            }
+            End::ClientClosed => {
+                gone.cancel();
+                // Reading on lets the protocol layer send the close reply it queued.
+                let _ = tokio::time::timeout(CLOSE_GRACE, stream.next()).await;
+            }
+            End::Drain | End::TooBig => {
+                let frame = match end {
+                    End::Drain => CloseFrame {
+                        code: CloseCode::Away,
+                        reason: "the router is draining; reconnect".into(),
+                    },
+                    _ => CloseFrame {
+                        code: CloseCode::Size,
+                        reason: format!("message larger than {hard} bytes").into(),
+                    },
+                };
+                let too_big = matches!(end, End::TooBig);
+                close_after_replies(slots, calls, tx, gone, frame).await;
+                calls.clear();
+                if too_big {
+                    // The rest of the oversize message is unread: closing the socket now would reset
+                    // it and the client could lose the close frame. Give it time to read it first.
+                    tokio::time::sleep(CLOSE_GRACE).await;
+                } else {
+                    // Read until the client's close frame (or a short grace) so the close is clean.
+                    read_until_close(stream).await;
                 }
-            })
-            .await;
-        }
-        End::ClientClosed => {
-            gone.cancel();
-            // Reading on lets the protocol layer send the close reply it queued.
-            let _ = tokio::time::timeout(CLOSE_GRACE, stream.next()).await;
-        }
-        End::Drain | End::TooBig => {
-            let frame = match end {
-                End::Drain => CloseFrame {
-                    code: CloseCode::Away,
-                    reason: "the router is draining; reconnect".into(),
-                },
-                _ => CloseFrame {
-                    code: CloseCode::Size,
-                    reason: format!("message larger than {hard} bytes").into(),
-                },
-            };
-            let too_big = matches!(end, End::TooBig);
-            close_after_replies(&slots, &mut calls, &tx, &gone, frame).await;
-            calls.clear();
-            if too_big {
-                // The rest of the oversize message is unread: closing the socket now would reset
-                // it and the client could lose the close frame. Give it time to read it first.
-                tokio::time::sleep(CLOSE_GRACE).await;
-            } else {
-                // Read until the client's close frame (or a short grace) so the close is clean.
-                let _ = tokio::time::timeout(CLOSE_GRACE, async {
-                    while let Some(Ok(m)) = stream.next().await {
-                        if matches!(m, Message::Close(_)) {
-                            break;
-                        }
-                    }
-                })
-                .await;
             }
         }
     }
-    drop(tx);
-    gone.cancel();
-    let _ = writer.await;
-    if let Some(s) = session {
-        s.finish(messages, end.name());
+}
+
+/// What woke the session's loop while it waited for something.
+enum Wake<T> {
+    /// The session ends.
+    Ended(End),
+    /// A ping went out or a command finished: wait again.
+    Again,
+    /// What it waited for.
+    Got(T),
+}
+
+/// What the session's loop watches whatever else it waits for, first and in this order.
+struct Waits<'p, 'd> {
+    drained: Pin<&'p mut tokio_util::sync::WaitForCancellationFuture<'d>>,
+    cut: Pin<&'p mut tokio_util::sync::WaitForCancellationFutureOwned>,
+    ping: tokio::time::Interval,
+}
+
+impl Waits<'_, '_> {
+    /// Waits for `want`, unless the router drains, the client goes, the credential lapses, a ping
+    /// is due, or one of `calls` finishes first.
+    async fn wake<T, F: Future<Output = ()>>(
+        &mut self,
+        client: &mut Client,
+        calls: &mut FuturesUnordered<F>,
+        want: impl Future<Output = T>,
+    ) -> Wake<T> {
+        let (lapse, tx, last_seen) = (&mut client.auth.lapse, &client.tx, client.last_seen);
+        tokio::select! {
+            biased;
+            _ = &mut self.drained => Wake::Ended(End::Drain),
+            _ = &mut self.cut => Wake::Ended(End::Gone),
+            d = lapse => Wake::Ended(End::Lapsed(d)),
+            _ = self.ping.tick() => match keepalive(tx, last_seen) {
+                true => Wake::Again,
+                false => Wake::Ended(End::Gone),
+            },
+            Some(()) = calls.next(), if !calls.is_empty() => Wake::Again,
+            t = want => Wake::Got(t),
+        }
     }
+}
+
+/// The keepalive timer: a ping every [`PING_EVERY`], the first one period after the start.
+fn ping_timer() -> tokio::time::Interval {
+    let mut ping = tokio::time::interval_at(tokio::time::Instant::now() + PING_EVERY, PING_EVERY);
+    ping.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    ping
+}
+
+/// The session's span (traced only) and the context its messages are sent with, from the upgrade
+/// request's `traceparent` and `tracestate`.
+fn trace(
+    edge: &Edge,
+    path: &str,
+    traceparent: Option<&[u8]>,
+    tracestate: String,
+) -> (Option<Session>, SessionContext) {
+    let session = edge.otel.as_ref().map(|o| {
+        let remote = Remote {
+            traceparent,
+            tracestate: &tracestate,
+        };
+        Session::start(o, remote, path)
+    });
+    let context = SessionContext {
+        span: session.as_ref().map(Session::span_context),
+        tracestate: Arc::from(tracestate),
+    };
+    (session, context)
+}
+
+/// The upgraded connection as a WebSocket, its messages and frames bounded by `hard`.
+async fn accept(upgraded: Upgraded, hard: usize) -> WebSocketStream<TokioIo<Upgraded>> {
+    let config = WebSocketConfig::default()
+        .read_buffer_size(READ_BUFFER)
+        .max_message_size(Some(hard))
+        .max_frame_size(Some(hard));
+    WebSocketStream::from_raw_socket(TokioIo::new(upgraded), Role::Server, Some(config)).await
+}
+
+/// The message read, or how the session ends: the client closed, went away, failed, or sent a
+/// message over the hard limit.
+fn received(next: Option<Result<Message, WsError>>, edge: &Edge) -> Result<Message, End> {
+    match next {
+        Some(Ok(Message::Close(_))) => Err(End::ClientClosed),
+        None => Err(End::Gone),
+        Some(Err(WsError::Capacity(e))) => {
+            tracing::debug!(error = %e, "WebSocket message over the limit");
+            edge.metrics.ws.message(incoming::INVALID, 413);
+            Err(End::TooBig)
+        }
+        Some(Err(e)) => {
+            tracing::debug!(error = %e, "WebSocket connection failed");
+            Err(End::Gone)
+        }
+        Some(Ok(m)) => Ok(m),
+    }
+}
+
+/// Refuses a message that was not parsed: the reply has no id.
+fn refuse(
+    edge: &Edge,
+    tx: &Outbox,
+    status: u16,
+    detail: String,
+    arrived: Instant,
+    permit: OwnedSemaphorePermit,
+) {
+    edge.metrics.ws.message(incoming::INVALID, status);
+    let timing = Clock::new(arrived).stages().header_value();
+    let text = outgoing::refusal(&Value::Null, &Answer::refusal(status, detail), &timing);
+    queue(tx, text, permit);
+}
+
+/// Reads until the client's close frame, or for a short grace, so the close is clean.
+async fn read_until_close(stream: &mut WsStream) {
+    let _ = tokio::time::timeout(CLOSE_GRACE, async {
+        while let Some(Ok(m)) = stream.next().await {
+            if matches!(m, Message::Close(_)) {
+                break;
+            }
+        }
+    })
+    .await;
 }
 
 /// Sends a ping; false when the client has been silent too long.
@@ -485,28 +639,11 @@ fn on_text(
             });
         }
         Ok(Command::Subscribe { event, filter }) => {
-            let claims = auth.grant.as_ref().and_then(Grant::claims);
-            let allowed = match &ws.routes.subscribe {
-                None => Ok(()),
-                Some(policy) => policy.decide(&event, claims),
-            };
-            if let Err(detail) = allowed {
-                (
-                    403,
-                    outgoing::refusal(&id, &Answer::refusal(403, detail), &timing()),
-                )
-            } else if subs.events.len() >= MAX_SUBSCRIPTIONS {
-                let detail = format!(
-                    "this connection already has {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe first"
-                );
-                (
-                    400,
-                    outgoing::refusal(&id, &Answer::refusal(400, detail), &timing()),
-                )
+            if let Err((status, detail)) = may_subscribe(&ws.routes, subs, auth, &event) {
+                let refusal = Answer::refusal(status, detail);
+                (status, outgoing::refusal(&id, &refusal, &timing()))
             } else {
-                let sub = subs.next;
-                subs.next += 1;
-                subs.events.insert(sub, event.clone());
+                let sub = subs.take(event.clone());
                 // The reply is queued first so that it comes before the subscription's pushes.
                 queue(tx, outgoing::subscription(&id, sub, &timing()), permit);
                 let s = Subscription::new(subs.conn, sub, event, filter, tx.clone());
@@ -536,6 +673,29 @@ fn on_text(
     edge.metrics.ws.message(parsed.label, status);
     queue(tx, reply, permit);
     None
+}
+
+/// Whether the connection may subscribe to `event`: its credential's claims as the route's
+/// subscribe rules ask, under [`MAX_SUBSCRIPTIONS`]; else the refusal's status and why.
+fn may_subscribe(
+    routes: &WsRoutes,
+    subs: &Subs,
+    auth: &Auth,
+    event: &str,
+) -> Result<(), (u16, String)> {
+    let claims = auth.grant.as_ref().and_then(Grant::claims);
+    if let Some(policy) = &routes.subscribe {
+        policy
+            .decide(event, claims)
+            .map_err(|detail| (403, detail))?;
+    }
+    if subs.events.len() >= MAX_SUBSCRIPTIONS {
+        let detail = format!(
+            "this connection already has {MAX_SUBSCRIPTIONS} subscriptions; unsubscribe first"
+        );
+        return Err((400, detail));
+    }
+    Ok(())
 }
 
 /// Carries the session on with a new token: checked by the gate that admitted the session, for

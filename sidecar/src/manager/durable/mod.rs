@@ -109,6 +109,8 @@ enum Mode {
     Idle,
 }
 
+/// One consumer's lane, until `drain`: open the consumer → loop { take room, bytes and slots →
+/// pull → start each event's delivery } → reopen on a failure, with backoff.
 async fn lane(
     store: Arc<Store>,
     worker: Arc<Worker>,
@@ -125,15 +127,7 @@ async fn lane(
     let mut mode = Mode::Busy;
     let mut need = Need::new(worker.bytes().total());
     while !drain.is_cancelled() {
-        let opened = beside(&mut deliveries, async {
-            let consumer = store
-                .consumer(&own.manager, own.limits, &plan)
-                .await
-                .map_err(|e| e.to_string())?;
-            let context = store.context().await.map_err(|e| e.to_string())?;
-            Ok::<_, String>((consumer, context))
-        })
-        .await;
+        let opened = beside(&mut deliveries, open(&store, &own, &plan)).await;
         let (consumer, context) = match opened {
             Ok(c) => c,
             Err(e) => {
@@ -151,125 +145,174 @@ async fn lane(
         let from = Start {
             made: SystemTime::from(consumer.cached_info().created),
         };
+        let start = |msg, slot, bytes| handle(&worker, &plan, from, msg, slot, bytes);
+        let mut puller = Puller {
+            worker: &worker,
+            plan: &plan,
+            consumer: &consumer,
+            context: &context,
+            drain: &drain,
+            need: &mut need,
+            failures: &mut failures,
+        };
         while !drain.is_cancelled() {
             // Room in the lane first: a partition has one event out at a time.
             while deliveries.len() >= width {
                 deliveries.next().await;
             }
             let room = width - deliveries.len();
-            let step = match mode {
-                Mode::Busy => {
-                    // The least bytes first, then slots, each in turn with every other waiter of
-                    // the pod; then as many more bytes as are free, up to the least per slot;
-                    // then only as many events as slots and bytes.
-                    let least = need.least();
-                    let Some(mut reserved) =
-                        reserve(&mut deliveries, &worker, least, least, &drain).await
-                    else {
-                        break;
-                    };
-                    let first = beside(&mut deliveries, async {
-                        tokio::select! {
-                            s = worker.slot() => s,
-                            _ = drain.cancelled() => None,
-                        }
-                    })
-                    .await;
-                    let Some(first) = first else { break };
-                    let mut slots = vec![first];
-                    while slots.len() < room {
-                        match worker.try_slot() {
-                            Some(s) => slots.push(s),
-                            None => break,
-                        }
-                    }
-                    worker
-                        .bytes()
-                        .top_up(&mut reserved, slots.len().saturating_mul(least));
-                    let held = reserved.bytes();
-                    let (asked, max_bytes) = need.request(held, slots.len());
-                    slots.truncate(asked);
-                    let pull = beside(
-                        &mut deliveries,
-                        Pull::start(&consumer, &context, (asked, max_bytes), None),
-                    )
-                    .await;
-                    let mut pull = match pull {
-                        Ok(p) => p,
-                        Err(e) => {
-                            drop(slots);
-                            failures = failures.saturating_add(1);
-                            tracing::debug!(consumer = %plan.name, error = %e, "pull failed; reopening");
-                            pause(&mut deliveries, failures, &drain).await;
-                            break;
-                        }
-                    };
-                    failures = 0;
-                    let (mut got, mut largest) = (0, 0);
-                    while let Some(msg) = beside(&mut deliveries, pull.next()).await {
-                        got += 1;
-                        let bytes = pay(&worker, &mut reserved, &msg);
-                        largest = largest.max(bytes.bytes());
-                        deliveries.push(handle(&worker, &plan, from, msg, slots.pop(), bytes));
-                    }
-                    need.after(got, largest, pull.over_bytes(), held);
-                    // The slots and bytes no event came for go back now.
-                    drop((slots, reserved));
-                    if got == asked || pull.over_bytes() {
-                        Mode::Busy
-                    } else {
-                        Mode::Idle
-                    }
-                }
-                Mode::Idle => {
-                    let Some(reserved) =
-                        reserve(&mut deliveries, &worker, need.least(), 0, &drain).await
-                    else {
-                        break;
-                    };
-                    let held = reserved.bytes();
-                    let (_, max_bytes) = need.request(held, 1);
-                    match idle(&mut deliveries, &consumer, &context, max_bytes, &drain).await {
-                        Ok((msgs, over)) => {
-                            failures = 0;
-                            let mut reserved = reserved;
-                            let started = !msgs.is_empty();
-                            let mut largest = 0;
-                            for msg in msgs {
-                                let bytes = pay(&worker, &mut reserved, &msg);
-                                largest = largest.max(bytes.bytes());
-                                // A slot if one is free; else it waits for one with progress acks.
-                                deliveries.push(handle(
-                                    &worker,
-                                    &plan,
-                                    from,
-                                    msg,
-                                    worker.try_slot(),
-                                    bytes,
-                                ));
-                            }
-                            need.after(usize::from(started), largest, over, held);
-                            // An event that did not fit waits there for a larger reservation.
-                            if started || over {
-                                Mode::Busy
-                            } else {
-                                Mode::Idle
-                            }
-                        }
-                        Err(e) => {
-                            failures = failures.saturating_add(1);
-                            tracing::debug!(consumer = %plan.name, error = %e, "pull failed; reopening");
-                            pause(&mut deliveries, failures, &drain).await;
-                            break;
-                        }
-                    }
-                }
+            let next = match mode {
+                Mode::Busy => puller.busy(&mut deliveries, &start, room).await,
+                Mode::Idle => puller.idle(&mut deliveries, &start).await,
             };
-            mode = step;
+            // `None`: drained, or the pull failed and the consumer is opened again.
+            let Some(next) = next else { break };
+            mode = next;
         }
     }
     // Nothing pulled is left unstarted; every attempt runs to its end and is settled.
     while deliveries.next().await.is_some() {}
+}
+
+/// The lane's consumer and the JetStream context its acknowledgements go through.
+async fn open(
+    store: &Store,
+    own: &OwnStream,
+    plan: &ConsumerPlan,
+) -> Result<(PullConsumer, jetstream::Context), String> {
+    let consumer = store
+        .consumer(&own.manager, own.limits, plan)
+        .await
+        .map_err(|e| e.to_string())?;
+    let context = store.context().await.map_err(|e| e.to_string())?;
+    Ok((consumer, context))
+}
+
+/// A lane's pulls from its open consumer.
+struct Puller<'a> {
+    worker: &'a Worker,
+    plan: &'a ConsumerPlan,
+    consumer: &'a PullConsumer,
+    context: &'a jetstream::Context,
+    drain: &'a CancellationToken,
+    need: &'a mut Need,
+    /// Failures in a row (0 once a pull succeeds): the backoff before reopening.
+    failures: &'a mut u32,
+}
+
+impl Puller<'_> {
+    /// A busy lane's pull: the least bytes first, then slots, each in turn with every other waiter
+    /// of the pod; then as many more bytes as are free, up to the least per slot; then only as
+    /// many events as slots and bytes. Each event's delivery starts as it comes. The lane's mode
+    /// next, or `None` to reopen (or on drain).
+    async fn busy<D: Future<Output = ()>>(
+        &mut self,
+        deliveries: &mut FuturesUnordered<D>,
+        start: &impl Fn(Message, Option<OwnedSemaphorePermit>, Held) -> D,
+        room: usize,
+    ) -> Option<Mode> {
+        let (worker, drain) = (self.worker, self.drain);
+        let least = self.need.least();
+        let mut reserved = reserve(deliveries, worker, least, least, drain).await?;
+        let first = beside(deliveries, async {
+            tokio::select! {
+                s = worker.slot() => s,
+                _ = drain.cancelled() => None,
+            }
+        })
+        .await?;
+        let mut slots = vec![first];
+        while slots.len() < room {
+            match worker.try_slot() {
+                Some(s) => slots.push(s),
+                None => break,
+            }
+        }
+        worker
+            .bytes()
+            .top_up(&mut reserved, slots.len().saturating_mul(least));
+        let held = reserved.bytes();
+        let (asked, max_bytes) = self.need.request(held, slots.len());
+        slots.truncate(asked);
+        let pull = Pull::start(self.consumer, self.context, (asked, max_bytes), None);
+        let mut pull = match beside(deliveries, pull).await {
+            Ok(p) => p,
+            Err(e) => {
+                drop(slots);
+                let failures = self.failed(&e);
+                pause(deliveries, failures, self.drain).await;
+                return None;
+            }
+        };
+        *self.failures = 0;
+        let (mut got, mut largest) = (0, 0);
+        while let Some(msg) = beside(deliveries, pull.next()).await {
+            got += 1;
+            let bytes = pay(worker, &mut reserved, &msg);
+            largest = largest.max(bytes.bytes());
+            deliveries.push(start(msg, slots.pop(), bytes));
+        }
+        self.need.after(got, largest, pull.over_bytes(), held);
+        // The slots and bytes no event came for go back now.
+        drop((slots, reserved));
+        Some(match got == asked || pull.over_bytes() {
+            true => Mode::Busy,
+            false => Mode::Idle,
+        })
+    }
+
+    /// An idle lane's wait on the server for one event, without a slot. The lane's mode next, or
+    /// `None` to reopen (or on drain).
+    async fn idle<D: Future<Output = ()>>(
+        &mut self,
+        deliveries: &mut FuturesUnordered<D>,
+        start: &impl Fn(Message, Option<OwnedSemaphorePermit>, Held) -> D,
+    ) -> Option<Mode> {
+        let worker = self.worker;
+        let least = self.need.least();
+        let mut reserved = reserve(deliveries, worker, least, 0, self.drain).await?;
+        let held = reserved.bytes();
+        let (_, max_bytes) = self.need.request(held, 1);
+        let (msgs, over) = match idle(
+            deliveries,
+            self.consumer,
+            self.context,
+            max_bytes,
+            self.drain,
+        )
+        .await
+        {
+            Ok(got) => got,
+            Err(e) => {
+                let failures = self.failed(&e);
+                pause(deliveries, failures, self.drain).await;
+                return None;
+            }
+        };
+        *self.failures = 0;
+        let started = !msgs.is_empty();
+        let mut largest = 0;
+        for msg in msgs {
+            let bytes = pay(worker, &mut reserved, &msg);
+            largest = largest.max(bytes.bytes());
+            // A slot if one is free; else it waits for one with progress acks.
+            deliveries.push(start(msg, worker.try_slot(), bytes));
+        }
+        self.need.after(usize::from(started), largest, over, held);
+        // An event that did not fit waits there for a larger reservation.
+        Some(match started || over {
+            true => Mode::Busy,
+            false => Mode::Idle,
+        })
+    }
+
+    /// A pull failed: counted and logged; returns the failures in a row, for the backoff before
+    /// the consumer is opened again.
+    fn failed(&mut self, e: &dyn std::fmt::Display) -> u32 {
+        *self.failures = self.failures.saturating_add(1);
+        tracing::debug!(consumer = %self.plan.name, error = %e, "pull failed; reopening");
+        *self.failures
+    }
 }
 
 /// Bytes from the pod's budget for a pull: at least `least` (waited for, in turn), up to `most`
@@ -464,6 +507,37 @@ fn event_of<'a>(plan: &'a ConsumerPlan, headers: Option<&'a HeaderMap>) -> Optio
     .then_some(named)
 }
 
+/// The event type `msg` is delivered as, with its slot back; `None` (the slot let go first) when
+/// it is not delivered: stored before its subscription's `startFrom` (acked), or naming no event
+/// type its subscription covers (terminated).
+async fn to_deliver(
+    plan: &ConsumerPlan,
+    from: Start,
+    msg: &Message,
+    info: Option<&jetstream::message::Info<'_>>,
+    slot: Option<OwnedSemaphorePermit>,
+) -> Option<(String, Option<OwnedSemaphorePermit>)> {
+    if let (Some(start), Some(i)) = (plan.start, info)
+        && start.skips(SystemTime::from(i.published), from.made)
+    {
+        drop(slot);
+        tracing::debug!(consumer = %plan.name, "stored before the subscription's startFrom; skipped");
+        if let Err(e) = msg.ack().await {
+            tracing::debug!(error = %e, "ack of a skipped event not sent; it comes again and is skipped again");
+        }
+        return None;
+    }
+    let Some(event) = event_of(plan, msg.headers.as_ref()) else {
+        drop(slot);
+        tracing::warn!(consumer = %plan.name, "a stored copy names no event type its subscription covers; dropped");
+        if let Err(e) = msg.ack_with(AckKind::Term).await {
+            tracing::debug!(error = %e, "termination not sent");
+        }
+        return None;
+    };
+    Some((event.to_owned(), slot))
+}
+
 /// Delivers one pulled event on `slot` (or on the first slot free, when it came without one),
 /// holding its `_bytes` of the pod's budget, and settles it with the server. A subscription's copy stored before where it starts is acked
 /// undelivered, as is one that names no type its pattern covers (logged: it cannot be delivered,
@@ -482,25 +556,9 @@ async fn handle(
         .and_then(|i| u64::try_from(i.delivered).ok())
         .unwrap_or(1)
         .max(1);
-    if let (Some(start), Some(i)) = (plan.start, info.as_ref())
-        && start.skips(SystemTime::from(i.published), from.made)
-    {
-        drop(slot);
-        tracing::debug!(consumer = %plan.name, "stored before the subscription's startFrom; skipped");
-        if let Err(e) = msg.ack().await {
-            tracing::debug!(error = %e, "ack of a skipped event not sent; it comes again and is skipped again");
-        }
-        return;
-    }
-    let Some(event) = event_of(plan, msg.headers.as_ref()) else {
-        drop(slot);
-        tracing::warn!(consumer = %plan.name, "a stored copy names no event type its subscription covers; dropped");
-        if let Err(e) = msg.ack_with(AckKind::Term).await {
-            tracing::debug!(error = %e, "termination not sent");
-        }
+    let Some((event, slot)) = to_deliver(plan, from, &msg, info.as_ref(), slot).await else {
         return;
     };
-    let event = event.to_owned();
     let event = event.as_str();
     if delivered > 1 {
         worker.redelivered(event);

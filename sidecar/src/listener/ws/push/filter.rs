@@ -165,6 +165,17 @@ fn parse_condition(f: &Value) -> Result<Condition, String> {
     let Some(value) = obj.get("value") else {
         return Err(".value is required".to_owned());
     };
+    check_value(op, value)?;
+    Ok(Condition {
+        path,
+        op,
+        value: value.clone(),
+    })
+}
+
+/// Whether `value` fits `op`: a scalar to compare with, 1 to [`MAX_IN_VALUES`] scalars for
+/// `in`, a number or a string to order by; else what is wrong, as a suffix of its `filters[i]`.
+fn check_value(op: Op, value: &Value) -> Result<(), String> {
     match op {
         Op::Eq | Op::Ne if !is_scalar(value) => {
             return Err(format!(
@@ -204,11 +215,7 @@ fn parse_condition(f: &Value) -> Result<Condition, String> {
         }
         _ => {}
     }
-    Ok(Condition {
-        path,
-        op,
-        value: value.clone(),
-    })
+    Ok(())
 }
 
 fn op_name(op: Op) -> &'static str {
