@@ -19,6 +19,29 @@ pub const BACKLOG_READ: &str = "BacklogRead";
 /// issuer their sidecars' certificates rest on are valid, expire within 30 days, or have expired.
 pub const MESH_TRUST: &str = "MeshTrust";
 
+/// The status conditions of a Router or a Manager (none before its first status), for code written
+/// once for both: the operator's condition writers and `switchyard check`.
+pub trait HasConditions {
+    /// Its conditions.
+    fn conditions(&self) -> &[Condition];
+}
+
+impl HasConditions for crate::Router {
+    fn conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .map_or(&[], |s| s.conditions.as_slice())
+    }
+}
+
+impl HasConditions for crate::Manager {
+    fn conditions(&self) -> &[Condition] {
+        self.status
+            .as_ref()
+            .map_or(&[], |s| s.conditions.as_slice())
+    }
+}
+
 /// Observed state of a Router.
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]

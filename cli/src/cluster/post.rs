@@ -13,7 +13,7 @@ use kube::api::{Api, ListParams};
 use kube::{Client, CustomResourceExt, Resource, ResourceExt};
 use std::collections::BTreeMap;
 use std::time::{Duration, SystemTime};
-use switchyard_crds::status::{DEGRADED, READY};
+use switchyard_crds::status::{DEGRADED, HasConditions, READY};
 use switchyard_crds::{Manager, Router};
 use switchyard_operator::render::sidecar::CONTAINER as SIDECAR_CONTAINER;
 use switchyard_protocol::labels::NAME as NAME_LABEL;
@@ -561,27 +561,6 @@ where
             .iter()
             .map(|ns| Api::namespaced(client.clone(), ns))
             .collect()
-    }
-}
-
-/// A Router's or Manager's conditions.
-pub trait HasConditions {
-    fn conditions(&self) -> &[Condition];
-}
-
-impl HasConditions for Router {
-    fn conditions(&self) -> &[Condition] {
-        self.status
-            .as_ref()
-            .map_or(&[], |s| s.conditions.as_slice())
-    }
-}
-
-impl HasConditions for Manager {
-    fn conditions(&self) -> &[Condition] {
-        self.status
-            .as_ref()
-            .map_or(&[], |s| s.conditions.as_slice())
     }
 }
 

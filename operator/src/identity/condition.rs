@@ -17,7 +17,7 @@ use std::fmt::Debug;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
-use switchyard_crds::status::MESH_TRUST;
+use switchyard_crds::status::{HasConditions, MESH_TRUST};
 use switchyard_crds::{Manager, Router};
 use switchyard_identity::trust::not_after;
 
@@ -149,28 +149,6 @@ where
         )
         .await?;
     Ok(())
-}
-
-/// The status conditions of a Router or a Manager.
-pub trait HasConditions {
-    /// Its conditions (none before its first status).
-    fn conditions(&self) -> &[Condition];
-}
-
-impl HasConditions for Router {
-    fn conditions(&self) -> &[Condition] {
-        self.status
-            .as_ref()
-            .map_or(&[], |s| s.conditions.as_slice())
-    }
-}
-
-impl HasConditions for Manager {
-    fn conditions(&self) -> &[Condition] {
-        self.status
-            .as_ref()
-            .map_or(&[], |s| s.conditions.as_slice())
-    }
 }
 
 #[cfg(test)]
