@@ -46,8 +46,10 @@ pub fn target(scaling: &Scaling, event: &str) -> Option<Target> {
 }
 
 /// Event types scaled together: all of them with `shared` (one Deployment), each alone with
-/// `perEventType` (one Deployment each).
-pub fn groups(manager: &Manager) -> Vec<Vec<String>> {
+/// `perEventType` (one Deployment each). The tests state the split with it; the loop reads it from
+/// the reports.
+#[cfg(test)]
+fn groups(manager: &Manager) -> Vec<Vec<String>> {
     let events = manager.spec.events.iter().map(|e| e.as_str().to_owned());
     match manager.spec.scaling.split {
         Split::Shared => vec![events.collect()],

@@ -12,7 +12,6 @@
 use super::directory::Directory;
 use super::forward::FORWARDED;
 use super::table::RouterKey;
-use std::net::SocketAddr;
 use switchyard_crds::subscription::pattern_matches;
 use switchyard_identity::incoming::PeerInfo;
 use switchyard_identity::{Kind, Peer};
@@ -46,8 +45,6 @@ pub enum Identity {
 /// The origin of one call.
 #[derive(Clone, Debug)]
 pub struct Caller {
-    /// Remote address of the connection, when the transport knows it.
-    pub peer: Option<SocketAddr>,
     /// Another operator replica says it passed this call on (see `forward`); it is never forwarded
     /// again, and with mesh TLS believed only from an operator's certificate.
     pub forwarded: bool,
@@ -65,7 +62,6 @@ impl Caller {
             (true, None) => Identity::Nobody,
         };
         Caller {
-            peer: request.remote_addr().or(info.map(|i| i.remote)),
             forwarded: request.metadata().get(FORWARDED).is_some(),
             identity,
         }
@@ -432,7 +428,6 @@ mod tests {
 
     fn direct(identity: Identity) -> Caller {
         Caller {
-            peer: None,
             forwarded: false,
             identity,
         }

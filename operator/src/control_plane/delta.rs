@@ -53,16 +53,6 @@ impl TableState {
         self.version
     }
 
-    /// Number of routes.
-    pub fn len(&self) -> usize {
-        self.routes.len()
-    }
-
-    /// Whether the table has no route.
-    pub fn is_empty(&self) -> bool {
-        self.routes.is_empty()
-    }
-
     /// Applies `changes`; entries equal to what is held are dropped. Bumps the version and returns
     /// true when anything was left.
     pub fn apply(&mut self, changes: Changes) -> bool {
@@ -94,8 +84,9 @@ impl TableState {
         true
     }
 
-    /// The whole table.
-    pub fn full(&self) -> RoutingTable {
+    /// The whole table (the tests compare it with the deltas joined).
+    #[cfg(test)]
+    pub(crate) fn full(&self) -> RoutingTable {
         self.whole().into_table()
     }
 

@@ -536,8 +536,9 @@ impl Index {
         out
     }
 
-    /// Every Router's whole table (for tests and diagnostics).
-    pub fn tables(&self) -> BTreeMap<RouterKey, Vec<Route>> {
+    /// Every Router's whole table, for the tests that hold it to `table::all_tables`.
+    #[cfg(test)]
+    pub(crate) fn tables(&self) -> BTreeMap<RouterKey, Vec<Route>> {
         self.dests
             .iter()
             .map(|(k, dests)| {

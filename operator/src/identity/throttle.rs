@@ -155,13 +155,15 @@ impl ReviewCache {
         self.entries.insert(key, (pod, until));
     }
 
-    /// Tokens kept.
-    pub fn len(&self) -> usize {
+    /// Tokens kept (the tests count them).
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// Whether none is kept.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 }
