@@ -2,6 +2,10 @@
 //! observe → validate → build → apply → status. Only observe, apply and status touch the API server;
 //! `validate` and `build` are pure and unit-tested from YAML fixtures.
 
+// `pub` only on what lib.rs makes public: everything else is `pub(crate)`, so rustc reports dead
+// code and a reader sees the crate's surface here.
+#![warn(unreachable_pub)]
+
 mod admin;
 mod apply;
 mod autoscale;
@@ -15,19 +19,20 @@ mod error;
 mod identity;
 mod leader;
 mod metrics;
-pub mod nats_access;
-pub mod render;
 mod scope;
 mod settings;
 mod telemetry;
-pub mod validate;
 mod wiring;
 
-// Public modules: the pure build step (validate, then render) that `switchyard up` and
-// `switchyard check` share with the operator, and the JetStream access the NATS test checks.
+// Public modules (their own public items are only what these users name): the pure build step
+// (validate, then render) that `switchyard up`/`check` share with the operator and the fixture
+// tests call, with its error; and the JetStream access Secret the NATS test builds.
+pub mod nats_access;
+pub mod render;
+pub mod validate;
+pub use error::{Error, Result};
 
 // The binary: its flags, its logs, and the operator it runs.
-pub use error::{Error, Result};
 pub use settings::Settings;
 pub use telemetry::init as init_telemetry;
 pub use wiring::run;
@@ -43,7 +48,7 @@ pub use autoscale::scaler::{Backlog, Scaler};
 pub use control_plane::load::LoadBook;
 
 /// Field manager of every server-side apply, and the `managed-by` label value.
-pub const FIELD_MANAGER: &str = "switchyard-operator";
+pub(crate) const FIELD_MANAGER: &str = "switchyard-operator";
 
 /// Waiting on observable conditions in tests.
 #[cfg(test)]
@@ -51,7 +56,7 @@ pub(crate) mod test_util {
     use std::time::Duration;
 
     /// Waits (at most ten seconds, then panics) until `ready` holds.
-    pub async fn until(ready: impl Fn() -> bool) {
+    pub(crate) async fn until(ready: impl Fn() -> bool) {
         let waited = tokio::time::timeout(Duration::from_secs(10), async {
             while !ready() {
                 tokio::time::sleep(Duration::from_millis(10)).await;

@@ -12,7 +12,7 @@ pub(crate) use from_scratch::all_tables;
 
 /// A Router by namespace and name.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub struct RouterKey {
+pub(crate) struct RouterKey {
     /// Namespace of the Router.
     pub namespace: String,
     /// Name of the Router.
@@ -20,7 +20,7 @@ pub struct RouterKey {
 }
 
 /// A subscription as a route carries it.
-pub fn subscription_wire(s: &switchyard_crds::subscription::Subscription) -> Subscription {
+pub(crate) fn subscription_wire(s: &switchyard_crds::subscription::Subscription) -> Subscription {
     Subscription {
         event: s.event.clone(),
         observe: s.observe.iter().map(|o| o.as_str().to_owned()).collect(),
