@@ -18,9 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 use switchyard_crds::Manager;
-use switchyard_operator::autoscale::scaler::{Backlog, Scaler};
-use switchyard_operator::autoscale::{STALE_AFTER, observe};
-use switchyard_operator::control_plane::load::LoadBook;
+use switchyard_operator::{Backlog, LoadBook, STALE_AFTER, Scaler, aggregate};
 use switchyard_protocol::control::v1::{EventLoad, LoadReport};
 
 fn arg(name: &str, default: usize) -> usize {
@@ -150,7 +148,7 @@ fn main() {
             let managers = managers.clone();
             let fresh = book.fresh(now, STALE_AFTER);
             let t1 = Instant::now();
-            let samples = observe::aggregate(fresh.iter().map(|r| &**r));
+            let samples = aggregate(fresh.iter().map(|r| &**r));
             let t2 = Instant::now();
             let changes = scaler.decide(&managers, &samples, &backlog, now_ms);
             let t3 = Instant::now();

@@ -13,7 +13,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Shared admin state.
 #[derive(Clone)]
-pub struct Admin {
+pub(crate) struct Admin {
     /// Metrics to expose.
     pub metrics: Arc<Metrics>,
     /// False until the API server was reached once, and again while shutting down.
@@ -21,7 +21,7 @@ pub struct Admin {
 }
 
 /// The admin routes.
-pub fn router(admin: Admin) -> Router {
+pub(crate) fn router(admin: Admin) -> Router {
     Router::new()
         .route("/metrics", get(metrics))
         .with_state(admin.clone())
@@ -29,7 +29,7 @@ pub fn router(admin: Admin) -> Router {
 }
 
 /// The probe routes.
-pub fn probes(admin: Admin) -> Router {
+pub(crate) fn probes(admin: Admin) -> Router {
     Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))

@@ -11,7 +11,7 @@ use std::fmt::Debug;
 
 /// Server-side applies `obj` (forcing ownership of the fields we set) and returns the stored object.
 /// Applying an unchanged object is a no-op on the server: its resourceVersion stays.
-pub async fn apply<K>(client: &Client, obj: &K) -> Result<K>
+pub(crate) async fn apply<K>(client: &Client, obj: &K) -> Result<K>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + Clone
@@ -44,7 +44,7 @@ where
 
 /// Deletes the objects of kind `K` that match `selector`, are controlled by `owner_uid`, and are not
 /// named in `keep`. Returns the names deleted.
-pub async fn prune<K>(
+pub(crate) async fn prune<K>(
     client: &Client,
     ns: &str,
     selector: &str,
@@ -82,7 +82,7 @@ where
 }
 
 /// Deletes `ns/name` of kind `K` in the background; one already gone counts as deleted.
-pub async fn delete<K>(client: &Client, ns: &str, name: &str) -> Result<()>
+pub(crate) async fn delete<K>(client: &Client, ns: &str, name: &str) -> Result<()>
 where
     K: Resource<Scope = NamespaceResourceScope, DynamicType = ()>
         + Clone

@@ -6,7 +6,7 @@ use switchyard_crds::status::{DEGRADED, PROGRESSING, READY};
 
 /// Rollout state of one Deployment, read from its status.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Rollout {
+pub(crate) struct Rollout {
     /// spec.replicas.
     pub desired: i32,
     /// status.replicas.
@@ -23,7 +23,7 @@ pub struct Rollout {
 
 impl Rollout {
     /// Facts of a Deployment as returned by the API server.
-    pub fn of(d: &Deployment) -> Self {
+    pub(crate) fn of(d: &Deployment) -> Self {
         let status = d.status.clone().unwrap_or_default();
         let generation = d.metadata.generation.unwrap_or(0);
         Rollout {
@@ -37,7 +37,7 @@ impl Rollout {
     }
 
     /// Every desired pod runs the latest template and is available, and no old pod is left.
-    pub fn complete(&self) -> bool {
+    pub(crate) fn complete(&self) -> bool {
         self.observed
             && self.updated >= self.desired
             && self.available >= self.desired
@@ -45,7 +45,7 @@ impl Rollout {
     }
 
     /// Sum of several Deployments' facts; complete only if each is.
-    pub fn total(all: &[Rollout]) -> (Rollout, bool) {
+    pub(crate) fn total(all: &[Rollout]) -> (Rollout, bool) {
         let sum = all.iter().fold(
             Rollout {
                 observed: true,
@@ -66,7 +66,7 @@ impl Rollout {
 
 /// Why a resource cannot be fully served.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Problem {
+pub(crate) struct Problem {
     /// CamelCase reason, e.g. `InvalidSpec`, `RouterNotFound`.
     pub reason: &'static str,
     /// What is wrong, naming the field, and what to do.
@@ -77,7 +77,7 @@ pub struct Problem {
 
 /// The three conditions for `generation`, keeping lastTransitionTime of any condition whose status
 /// did not change, so an unchanged world writes an unchanged status.
-pub fn compute(
+pub(crate) fn compute(
     generation: Option<i64>,
     rollout: Option<(Rollout, bool)>,
     problem: Option<&Problem>,
@@ -145,7 +145,7 @@ pub fn compute(
 
 /// What the status of both resources shares.
 #[derive(Clone, Debug, PartialEq)]
-pub struct Summary {
+pub(crate) struct Summary {
     /// Ready, Progressing, Degraded.
     pub conditions: Vec<Condition>,
     /// Pods across the children.
@@ -156,7 +156,7 @@ pub struct Summary {
 
 /// Conditions and pod counts. Without a rollout (the spec could not be applied) the last known counts
 /// stay, since the children from the last good spec still serve.
-pub fn summarize(
+pub(crate) fn summarize(
     generation: Option<i64>,
     rollout: Option<(Rollout, bool)>,
     problem: Option<&Problem>,
@@ -179,7 +179,7 @@ pub fn summarize(
 /// Says on a Degraded=False condition why something that would otherwise degrade does not (a
 /// namespace's leave, say): `reason` and `message` replace `AsExpected`. A Degraded=True condition
 /// keeps its problem, which is what needs reading first.
-pub fn not_degraded_because(conditions: &mut [Condition], reason: &str, message: String) {
+pub(crate) fn not_degraded_because(conditions: &mut [Condition], reason: &str, message: String) {
     for c in conditions
         .iter_mut()
         .filter(|c| c.type_ == DEGRADED && c.status == "False")
@@ -349,7 +349,7 @@ mod tests {
 /// JetStream server, which rendering refuses): True when its streams are replicated on a quorum
 /// (3 or more) and reached over TLS; False naming each risk otherwise, so a user who pointed
 /// `jetstream.url` at one plaintext server sees what a 202 then promises.
-pub fn durability(
+pub(crate) fn durability(
     durable_types: usize,
     jetstream: Option<&switchyard_protocol::durable::JetStreamConfig>,
     existing: &[Condition],

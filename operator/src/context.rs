@@ -8,7 +8,7 @@ use kube::runtime::events::{Recorder, Reporter};
 use std::sync::Arc;
 
 /// What a reconcile needs besides the object.
-pub struct Context {
+pub(crate) struct Context {
     /// API client.
     pub client: Client,
     /// Emits Kubernetes Events.
@@ -25,7 +25,7 @@ pub struct Context {
 
 impl Context {
     /// A context for the given client, reporting events as `identity`.
-    pub fn new(
+    pub(crate) fn new(
         client: Client,
         metrics: Arc<Metrics>,
         render: crate::render::RenderSettings,
@@ -47,7 +47,7 @@ impl Context {
     }
 
     /// At most `at_once` Deployments change their sidecar image at a time.
-    pub fn with_rollouts_at_once(mut self, at_once: u16) -> Self {
+    pub(crate) fn with_rollouts_at_once(mut self, at_once: u16) -> Self {
         self.rollouts = SidecarRollouts::new(at_once);
         self
     }

@@ -12,14 +12,14 @@ use std::time::Duration;
 
 /// Labels of per-controller series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ControllerLabels {
+pub(crate) struct ControllerLabels {
     /// `router` or `manager`.
     pub controller: &'static str,
 }
 
 /// Labels of failure series.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FailureLabels {
+pub(crate) struct FailureLabels {
     /// `router` or `manager`.
     pub controller: &'static str,
     /// Pipeline step that failed, from [`crate::Error::metric_label`].
@@ -70,7 +70,7 @@ struct BacklogGauges {
 
 /// Labels of the durable backlog gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BacklogLabels {
+pub(crate) struct BacklogLabels {
     /// The Manager's namespace.
     pub namespace: String,
     /// The Manager.
@@ -91,49 +91,49 @@ struct TrustGauges {
 
 /// Labels of the build info gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct VersionLabels {
+pub(crate) struct VersionLabels {
     /// The operator's version (its crate version).
     pub version: &'static str,
 }
 
 /// Labels of the leaves gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct IssuerLabels {
+pub(crate) struct IssuerLabels {
     /// `current` (signed by the issuer that signs now) or `previous`.
     pub issuer: &'static str,
 }
 
 /// Labels of the rotations counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ChangeLabels {
+pub(crate) struct ChangeLabels {
     /// `anchors`, `staged` (a new issuer announced), `switched` (a new issuer signs).
     pub change: &'static str,
 }
 
 /// Labels of the backlog read counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ResultLabels {
+pub(crate) struct ResultLabels {
     /// `ok`, `timeout` or `error` (backlog reads); `reviewed` or `cached` (token reviews).
     pub result: &'static str,
 }
 
 /// Labels of the certificates counter and of the forwarding counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct KindLabels {
+pub(crate) struct KindLabels {
     /// Certificates: `router`, `manager` or `operator`; forwards: `report` or `activation`.
     pub kind: &'static str,
 }
 
 /// Labels of refusal counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
+pub(crate) struct ReasonLabels {
     /// Why, as a fixed word (`token`, `owner`, `spoofed`, `oversized`, ...).
     pub reason: &'static str,
 }
 
 /// Labels of the connection refusal counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ListenerLabels {
+pub(crate) struct ListenerLabels {
     /// `control_plane`, `identity`, `admin` or `probes`.
     pub listener: &'static str,
     /// `connections`, `peer_connections`, `handshake` or `idle`.
@@ -142,7 +142,7 @@ pub struct ListenerLabels {
 
 /// Labels of the scaling decision counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ScaleLabels {
+pub(crate) struct ScaleLabels {
     /// `up` or `down`.
     pub direction: &'static str,
     /// `panic` or `stable`.

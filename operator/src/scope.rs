@@ -129,7 +129,7 @@ fn check_name(name: &str) -> Result<(), String> {
 
 /// A read view over one reflector store per target (see the module doc).
 #[derive(Clone)]
-pub struct Stores<K: Resource<DynamicType = ()> + 'static>
+pub(crate) struct Stores<K: Resource<DynamicType = ()> + 'static>
 where
     K::DynamicType: Eq + Hash + Clone,
 {
@@ -141,17 +141,17 @@ where
     K: Resource<DynamicType = ()> + Clone + 'static,
 {
     /// The view over these stores.
-    pub fn new(stores: Vec<(Target, Store<K>)>) -> Self {
+    pub(crate) fn new(stores: Vec<(Target, Store<K>)>) -> Self {
         Stores { stores }
     }
 
     /// Every cached object of every store.
-    pub fn state(&self) -> Vec<Arc<K>> {
+    pub(crate) fn state(&self) -> Vec<Arc<K>> {
         self.stores.iter().flat_map(|(_, s)| s.state()).collect()
     }
 
     /// The cached object `obj`, from the store of its namespace.
-    pub fn get(&self, obj: &ObjectRef<K>) -> Option<Arc<K>> {
+    pub(crate) fn get(&self, obj: &ObjectRef<K>) -> Option<Arc<K>> {
         let ns = obj.namespace.as_deref().unwrap_or_default();
         self.stores
             .iter()
@@ -160,7 +160,7 @@ where
     }
 
     /// Waits until every store has been listed once; an error once one is dropped unlisted.
-    pub async fn wait_until_ready(
+    pub(crate) async fn wait_until_ready(
         &self,
     ) -> Result<(), kube::runtime::reflector::store::WriterDropped> {
         for (_, s) in &self.stores {

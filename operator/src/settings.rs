@@ -226,7 +226,7 @@ fn lifetime(text: &str) -> Result<Duration, String> {
 }
 
 /// Checks a control-plane URL: `https` with a host under mesh TLS, `http` without.
-pub fn check_control_plane_url(url: &str, mesh_tls: bool) -> Result<(), String> {
+pub(crate) fn check_control_plane_url(url: &str, mesh_tls: bool) -> Result<(), String> {
     let uri: axum::http::Uri = url
         .parse()
         .map_err(|e| format!("--control-plane-url {url:?} is not a URL: {e}"))?;

@@ -14,7 +14,7 @@ use tracing_subscriber::filter::Targets;
 use tracing_subscriber::{EnvFilter, Layer as _, fmt, prelude::*};
 
 /// The variable that turns span export on (and names the collector).
-pub const ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+pub(crate) const ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 
 /// Span export, flushed by [`Tracing::shutdown`].
 pub struct Tracing(SdkTracerProvider);
@@ -34,7 +34,7 @@ impl Tracing {
 /// The operator's resource, per the semantic conventions: `service.name` (`OTEL_SERVICE_NAME`, else
 /// `switchyard-operator`), `k8s.namespace.name` and `k8s.pod.name` from the downward API, and
 /// `service.instance.id` (`identity`, the Lease holder name: the pod name in a cluster). Pure.
-pub fn resource_attributes(
+pub(crate) fn resource_attributes(
     env: impl Fn(&str) -> Option<String>,
     identity: &str,
 ) -> (String, Vec<KeyValue>) {

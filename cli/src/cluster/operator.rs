@@ -80,7 +80,7 @@ pub fn from_deployment(d: &Deployment, ready_pods: Vec<String>) -> Option<Operat
             .to_owned(),
         mesh_tls: on("--mesh-tls"),
         ca_secret: flag(&args, "--ca-secret")
-            .unwrap_or(switchyard_operator::identity::ca_secret::DEFAULT_SECRET)
+            .unwrap_or(switchyard_operator::DEFAULT_SECRET)
             .to_owned(),
     })
 }

@@ -153,7 +153,7 @@ pub fn page() -> String {
         &sidecar.encode(),
     );
     out.push_str("\n## Operator\n\n");
-    let operator = switchyard_operator::metrics::Metrics::default();
+    let operator = switchyard_operator::Metrics::default();
     table(
         &mut out,
         &format!("{:?}", operator.registry()),

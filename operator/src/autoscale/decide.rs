@@ -26,7 +26,7 @@ const MAX_RECENT: usize = 3600;
 
 /// What a target counts.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Metric {
+pub(crate) enum Metric {
     /// Events in flight per pod.
     InFlight,
     /// Arrivals per second per pod.
@@ -35,7 +35,7 @@ pub enum Metric {
 
 impl Metric {
     /// The figure of `s` this metric counts.
-    pub fn of(self, s: &Sample) -> f64 {
+    pub(crate) fn of(self, s: &Sample) -> f64 {
         match self {
             Metric::InFlight => s.in_flight,
             Metric::Rate => s.rate,
@@ -43,7 +43,7 @@ impl Metric {
     }
 
     /// How the figure is named in reasons.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Metric::InFlight => "in flight",
             Metric::Rate => "rate",
@@ -53,7 +53,7 @@ impl Metric {
 
 /// The load each pod should carry for one event type.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Target {
+pub(crate) struct Target {
     /// What is counted.
     pub metric: Metric,
     /// How much of it one pod should carry (positive).
@@ -62,7 +62,7 @@ pub struct Target {
 
 /// Bounds and windows of one Manager (or one event type's Deployment with `perEventType`).
 #[derive(Clone, Debug, PartialEq)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// Fewest pods.
     pub min: u32,
     /// Most pods.
@@ -79,7 +79,7 @@ pub struct Policy {
 
 /// The averaged load of one event type.
 #[derive(Clone, Debug, PartialEq)]
-pub struct TypeLoad<'a> {
+pub(crate) struct TypeLoad<'a> {
     /// Event type.
     pub event: &'a str,
     /// Its target.
@@ -96,7 +96,7 @@ pub struct TypeLoad<'a> {
 
 /// What the autoscaler remembers between decisions of one scaled object.
 #[derive(Clone, Debug, Default)]
-pub struct State {
+pub(crate) struct State {
     /// When the panic condition was last true; None when not in panic mode.
     panic_since: Option<u64>,
     /// Recent recommendations (time, pods), oldest first.
@@ -130,7 +130,7 @@ fn pods_for(value: f64, per_pod: f64) -> u32 {
 }
 
 /// Decides the pods for `loads` (empty: no reports, hold) when `current` pods are asked for now.
-pub fn decide(
+pub(crate) fn decide(
     policy: &Policy,
     loads: &[TypeLoad<'_>],
     current: u32,
@@ -258,7 +258,7 @@ pub fn decide(
 /// pod is asked for. None when pods are already asked for (they will take the requests) or the
 /// bounds allow none. The recommendation is remembered, so the stabilization window keeps the pod
 /// while the held requests reach it and show up in the load reports.
-pub fn activate(
+pub(crate) fn activate(
     policy: &Policy,
     current: u32,
     state: &mut State,

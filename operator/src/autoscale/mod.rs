@@ -7,11 +7,11 @@
 //! `observe`, `window`, `plan`, `decide` and `scaler` (the state between ticks) are pure; this
 //! module is the shell that does the I/O.
 
-pub mod decide;
-pub mod observe;
-pub mod plan;
-pub mod scaler;
-pub mod window;
+pub(crate) mod decide;
+pub(crate) mod observe;
+pub(crate) mod plan;
+pub(crate) mod scaler;
+pub(crate) mod window;
 
 use crate::backlog::Backlogs;
 use crate::context::Context;
@@ -32,7 +32,7 @@ use switchyard_crds::Manager;
 use switchyard_crds::manager::Split;
 
 /// How often decisions are taken (the sidecars report at the same pace).
-pub const TICK: Duration = Duration::from_secs(1);
+pub(crate) const TICK: Duration = Duration::from_secs(1);
 /// A pod whose latest report is older than this no longer counts: it stopped reporting.
 pub const STALE_AFTER: Duration = Duration::from_secs(3);
 /// Activations older than this are ignored: a router holding requests repeats its call each second.
@@ -42,7 +42,7 @@ const STATUS_WRITERS: usize = 16;
 
 /// Runs the autoscaler until `shutdown` resolves, reading the Managers from the shared cache and,
 /// with JetStream configured, the durable Managers' backlogs from `backlogs`.
-pub async fn run(
+pub(crate) async fn run(
     ctx: Arc<Context>,
     loads: Arc<LoadBook>,
     backlogs: Option<Arc<Backlogs>>,

@@ -11,14 +11,14 @@ use std::collections::HashMap;
 use switchyard_protocol::control::v1::LoadReport;
 
 /// Namespace and event type, borrowed from the reports (a tick over 10,000 reports builds no key).
-pub type Key<'a> = (&'a str, &'a str);
+pub(crate) type Key<'a> = (&'a str, &'a str);
 /// Namespace, owning Manager and event type (or subscription pattern), borrowed from the reports.
-pub type OwnedKey<'a> = (&'a str, &'a str, &'a str);
+pub(crate) type OwnedKey<'a> = (&'a str, &'a str, &'a str);
 
 /// The hash of the tick's maps: their keys are short strings looked up 10,000 times a tick, where
 /// SipHash was most of the aggregation. Seeded per process; the keys are namespaces and event types
 /// the control plane already checked against the reporting pod's owner.
-pub type Hash = foldhash::fast::RandomState;
+pub(crate) type Hash = foldhash::fast::RandomState;
 
 /// The larger of two roles' figures: both roles see the same events.
 fn merged(router: &Sample, manager: &Sample) -> Sample {
@@ -128,7 +128,7 @@ pub fn aggregate<'a>(reports: impl IntoIterator<Item = &'a LoadReport>) -> Sampl
 /// Larger, not added: the deliveries under way are both acknowledgements pending in the backlog
 /// and in flight in the manager sidecars' reports, as router and manager reports overlap. A backlog
 /// alone (no pod reporting, e.g. at zero replicas) is a sample too.
-pub fn with_backlog(reported: Option<Sample>, backlog: Option<u64>) -> Option<Sample> {
+pub(crate) fn with_backlog(reported: Option<Sample>, backlog: Option<u64>) -> Option<Sample> {
     if reported.is_none() && backlog.is_none() {
         return None;
     }

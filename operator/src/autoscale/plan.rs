@@ -13,7 +13,7 @@ fn ms(d: &switchyard_crds::common::Duration) -> u64 {
 }
 
 /// The policy of `scaling` (negative bounds count as 0).
-pub fn policy(scaling: &Scaling) -> Policy {
+pub(crate) fn policy(scaling: &Scaling) -> Policy {
     Policy {
         min: u32::try_from(scaling.min_replicas).unwrap_or(0),
         max: u32::try_from(scaling.max_replicas).unwrap_or(0),
@@ -25,12 +25,12 @@ pub fn policy(scaling: &Scaling) -> Policy {
 }
 
 /// The longest a Manager's windows look back, ms: how long its samples are kept.
-pub fn keep_ms(p: &Policy) -> u64 {
+pub(crate) fn keep_ms(p: &Policy) -> u64 {
     p.stable_ms.max(p.panic_ms).max(p.stabilization_ms)
 }
 
 /// The target of `event`, None when the spec has none (the CRD's rules require one when enabled).
-pub fn target(scaling: &Scaling, event: &str) -> Option<Target> {
+pub(crate) fn target(scaling: &Scaling, event: &str) -> Option<Target> {
     let t = scaling.targets.get(event)?;
     match (t.target_in_flight, t.target_rate) {
         (Some(n), _) if n > 0 => Some(Target {
@@ -46,8 +46,10 @@ pub fn target(scaling: &Scaling, event: &str) -> Option<Target> {
 }
 
 /// Event types scaled together: all of them with `shared` (one Deployment), each alone with
-/// `perEventType` (one Deployment each).
-pub fn groups(manager: &Manager) -> Vec<Vec<String>> {
+/// `perEventType` (one Deployment each). The tests state the split with it; the loop reads it from
+/// the reports.
+#[cfg(test)]
+fn groups(manager: &Manager) -> Vec<Vec<String>> {
     let events = manager.spec.events.iter().map(|e| e.as_str().to_owned());
     match manager.spec.scaling.split {
         Split::Shared => vec![events.collect()],
@@ -58,7 +60,7 @@ pub fn groups(manager: &Manager) -> Vec<Vec<String>> {
 /// Pods currently asked for the group whose first event type is `first`: the Manager's replicas
 /// with `shared`; with `perEventType` the replicas the autoscaler last recorded for that event
 /// type, else the Manager's replicas.
-pub fn current(manager: &Manager, first: Option<&str>) -> u32 {
+pub(crate) fn current(manager: &Manager, first: Option<&str>) -> u32 {
     let spec = u32::try_from(manager.spec.replicas).unwrap_or(0);
     if manager.spec.scaling.split == Split::Shared {
         return spec;
@@ -70,7 +72,7 @@ pub fn current(manager: &Manager, first: Option<&str>) -> u32 {
 }
 
 /// The event types of each group of [`groups`], borrowed (the tick's form: nothing allocated).
-pub fn each_group(manager: &Manager) -> impl Iterator<Item = &[switchyard_crds::EventType]> {
+pub(crate) fn each_group(manager: &Manager) -> impl Iterator<Item = &[switchyard_crds::EventType]> {
     let events = manager.spec.events.as_slice();
     let shared = manager.spec.scaling.split == Split::Shared;
     let (whole, each) = if shared {
@@ -89,7 +91,7 @@ pub fn each_group(manager: &Manager) -> impl Iterator<Item = &[switchyard_crds::
 /// group: with `shared` the Manager's one Deployment; with `perEventType` the Deployment of its
 /// first event type (a subscriber's route reaches every pod of the Manager, so that Deployment is
 /// sized to carry the subscriptions alone, and the other Deployments' pods add to it).
-pub fn subscriptions(manager: &Manager) -> impl Iterator<Item = &str> {
+pub(crate) fn subscriptions(manager: &Manager) -> impl Iterator<Item = &str> {
     let handled = manager.spec.events.as_slice();
     manager
         .spec
@@ -101,7 +103,7 @@ pub fn subscriptions(manager: &Manager) -> impl Iterator<Item = &str> {
 
 /// Whether `key` (a group's event types joined by ',', as the autoscaler names a group) names
 /// the group `events`.
-pub fn is_group(key: &str, events: &[switchyard_crds::EventType]) -> bool {
+pub(crate) fn is_group(key: &str, events: &[switchyard_crds::EventType]) -> bool {
     key.split(',').eq(events.iter().map(|e| e.as_str()))
 }
 
@@ -109,7 +111,7 @@ pub fn is_group(key: &str, events: &[switchyard_crds::EventType]) -> bool {
 /// first group). A handler's activation (no Manager named) wakes the group that handles the type;
 /// a subscriber's wakes the named Manager's group that handles it, else its first group, which
 /// carries the subscriptions (see [`subscriptions`]). The namespace is the caller's to match.
-pub fn wakes(
+pub(crate) fn wakes(
     manager: &Manager,
     events: &[switchyard_crds::EventType],
     first: bool,

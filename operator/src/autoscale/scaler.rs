@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 use switchyard_crds::{EventType, Manager};
 
 /// Load figures in status are refreshed this often when nothing else changes.
-pub const STATUS_EVERY: Duration = Duration::from_secs(5);
+pub(crate) const STATUS_EVERY: Duration = Duration::from_secs(5);
 /// How long a written replica count is trusted over a cache that has not caught up yet, ms.
 const WRITE_SETTLE_MS: u64 = 10_000;
 

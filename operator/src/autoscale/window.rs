@@ -4,7 +4,7 @@
 use std::collections::VecDeque;
 
 /// Most samples kept: one per second for an hour, whatever window a spec asks for.
-pub const MAX_SAMPLES: usize = 3600;
+pub(crate) const MAX_SAMPLES: usize = 3600;
 
 /// The load of one event type at one moment, summed over the pods that reported it.
 #[derive(Clone, Copy, Debug, Default, PartialEq)]
@@ -23,13 +23,13 @@ pub struct Sample {
 
 /// Samples over time, oldest first.
 #[derive(Clone, Debug, Default)]
-pub struct Window {
+pub(crate) struct Window {
     samples: VecDeque<(u64, Sample)>,
 }
 
 impl Window {
     /// Adds the sample taken at `now_ms` and forgets samples older than `keep_ms`.
-    pub fn push(&mut self, now_ms: u64, sample: Sample, keep_ms: u64) {
+    pub(crate) fn push(&mut self, now_ms: u64, sample: Sample, keep_ms: u64) {
         self.samples.push_back((now_ms, sample));
         let oldest = now_ms.saturating_sub(keep_ms);
         while self
@@ -42,7 +42,7 @@ impl Window {
     }
 
     /// The mean of the samples taken in the last `span_ms` before `now_ms`; None without samples.
-    pub fn average(&self, now_ms: u64, span_ms: u64) -> Option<Sample> {
+    pub(crate) fn average(&self, now_ms: u64, span_ms: u64) -> Option<Sample> {
         let since = now_ms.saturating_sub(span_ms);
         let mut n = 0u32;
         let mut sum = Sample::default();
@@ -63,7 +63,7 @@ impl Window {
 
     /// The sample taken at `now_ms`, if this tick took one (an older one is not news: the pods
     /// that reported it may have stopped).
-    pub fn taken_at(&self, now_ms: u64) -> Option<Sample> {
+    pub(crate) fn taken_at(&self, now_ms: u64) -> Option<Sample> {
         self.samples
             .back()
             .filter(|(t, _)| *t == now_ms)

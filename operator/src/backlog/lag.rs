@@ -12,7 +12,7 @@ use switchyard_protocol::durable::ConsumerPlan;
 
 /// What JetStream said of one planned consumer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Reading {
+pub(crate) enum Reading {
     /// The consumer exists.
     Consumer {
         /// Stored events it has not delivered yet.
@@ -28,7 +28,7 @@ pub enum Reading {
 
 /// The backlog of each event type of `plans`, given the `readings` of each plan (same order) and,
 /// for missing consumers, the `stored` messages per subject of the stream.
-pub fn per_event(
+pub(crate) fn per_event(
     plans: &[ConsumerPlan],
     readings: &[Reading],
     stored: &HashMap<String, u64>,
@@ -50,7 +50,7 @@ pub fn per_event(
 }
 
 /// Whether `readings` need the stream's per-subject counts (some consumer is missing).
-pub fn needs_subjects(readings: &[Reading]) -> bool {
+pub(crate) fn needs_subjects(readings: &[Reading]) -> bool {
     readings.contains(&Reading::NoConsumer)
 }
 

@@ -15,8 +15,8 @@
 //!
 //! `lag` is pure; `read` does the JetStream calls; this module is the loop.
 
-pub mod lag;
-pub mod read;
+pub(crate) mod lag;
+pub(crate) mod read;
 
 use crate::context::Context;
 use crate::scope::Stores;
@@ -33,7 +33,7 @@ use switchyard_crds::status::BACKLOG_READ;
 
 /// Field manager of the `BacklogRead` condition: apart from the controller's and the
 /// autoscaler's, so server-side apply keeps each writer's fields.
-pub const FIELD_MANAGER: &str = "switchyard-backlog";
+pub(crate) const FIELD_MANAGER: &str = "switchyard-backlog";
 /// Managers read at once.
 const READERS: usize = 8;
 /// Time to open the connection to a server.
@@ -41,7 +41,7 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Where and how often backlogs are read.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// NATS URL(s), comma-separated.
     pub url: String,
     /// Time between reads of a Manager.
@@ -54,7 +54,7 @@ pub struct Settings {
 }
 
 /// Namespace, Manager, event type.
-pub type Key = (String, String, String);
+pub(crate) type Key = (String, String, String);
 
 /// (namespace, Manager) -> when read, figures per event type.
 type Latest = HashMap<(String, String), (Instant, BTreeMap<String, u64>)>;
@@ -64,14 +64,14 @@ type Outcome = (Arc<Manager>, String, String, Result<(), String>);
 
 /// The latest backlog figures per Manager, shared with the autoscaler.
 #[derive(Debug)]
-pub struct Backlogs {
+pub(crate) struct Backlogs {
     max_age: Duration,
     latest: Mutex<Latest>,
 }
 
 impl Backlogs {
     /// A book whose figures count for three read intervals.
-    pub fn new(interval: Duration) -> Backlogs {
+    pub(crate) fn new(interval: Duration) -> Backlogs {
         Backlogs {
             max_age: interval * 3,
             latest: Mutex::default(),
@@ -88,7 +88,7 @@ impl Backlogs {
     }
 
     /// The figures read within the last three intervals before `now`.
-    pub fn fresh(&self, now: Instant) -> HashMap<Key, u64> {
+    pub(crate) fn fresh(&self, now: Instant) -> HashMap<Key, u64> {
         let mut out = HashMap::new();
         for ((ns, name), (at, figures)) in self.lock().iter() {
             if now.saturating_duration_since(*at) > self.max_age {
@@ -107,19 +107,19 @@ impl Backlogs {
 }
 
 /// Whether the autoscaler reads `m`'s backlog: it scales and has durable types or subscriptions.
-pub fn is_read(m: &Manager) -> bool {
+pub(crate) fn is_read(m: &Manager) -> bool {
     m.spec.scaling.enabled && m.spec.consumes_durably()
 }
 
 /// Whether `m`'s status carries the `BacklogRead` condition.
-pub fn carries_condition(m: &Manager) -> bool {
+pub(crate) fn carries_condition(m: &Manager) -> bool {
     m.status
         .as_ref()
         .is_some_and(|s| s.conditions.iter().any(|c| c.type_ == BACKLOG_READ))
 }
 
 /// Reads the backlogs of the scaled durable Managers every `settings.interval` until `shutdown`.
-pub async fn run(
+pub(crate) async fn run(
     ctx: Arc<Context>,
     book: Arc<Backlogs>,
     reader: Stores<Manager>,
@@ -264,7 +264,7 @@ async fn connect(
 }
 
 /// The `BacklogRead` condition of `m` for `(ok, message)` (pure).
-pub fn condition(m: &Manager, ok: bool, message: &str, now: Time) -> Condition {
+pub(crate) fn condition(m: &Manager, ok: bool, message: &str, now: Time) -> Condition {
     let status = if ok { "True" } else { "False" };
     let last = m
         .status

@@ -10,7 +10,7 @@ use switchyard_protocol::durable::{self as plan, ConsumerPlan};
 
 /// Why a backlog could not be read.
 #[derive(Debug, thiserror::Error)]
-pub enum ReadError {
+pub(crate) enum ReadError {
     /// A consumer's info was refused or did not come.
     #[error("consumer `{consumer}` of stream `{stream}`: {message}")]
     Consumer {
@@ -36,7 +36,7 @@ pub enum ReadError {
 
 impl ReadError {
     /// The metric label of this failure.
-    pub fn metric_label(&self) -> &'static str {
+    pub(crate) fn metric_label(&self) -> &'static str {
         match self {
             ReadError::Timeout(_) => "timeout",
             _ => "error",
@@ -48,7 +48,7 @@ impl ReadError {
 /// subscriptions from (names and subjects as they create them, from the one plan in
 /// `switchyard_protocol::durable`); a subscription's backlog counts under its pattern, as its
 /// load does.
-pub fn plans(namespace: &str, name: &str, m: &Manager) -> Vec<ConsumerPlan> {
+pub(crate) fn plans(namespace: &str, name: &str, m: &Manager) -> Vec<ConsumerPlan> {
     let events: Vec<String> = m
         .spec
         .durable_events()
@@ -83,7 +83,7 @@ pub fn plans(namespace: &str, name: &str, m: &Manager) -> Vec<ConsumerPlan> {
 }
 
 /// Reads the backlog of each event type of `plans` in Manager `manager`'s stream.
-pub async fn backlog(
+pub(crate) async fn backlog(
     js: &jetstream::Context,
     namespace: &str,
     manager: &str,

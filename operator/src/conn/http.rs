@@ -18,7 +18,7 @@ const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
 /// Serves `app` on `listener` forever; `on_refused` hears every connection refused at accept
 /// (`connections`, `peer_connections`) and closed idle (`idle`).
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     app: axum::Router,
     limiter: Arc<ConnLimiter>,

@@ -9,10 +9,10 @@ use tokio::sync::watch;
 
 /// Counts one connection's requests in progress.
 #[derive(Clone)]
-pub struct Activity(watch::Sender<usize>);
+pub(crate) struct Activity(watch::Sender<usize>);
 
 /// One request in progress; dropping it ends it.
-pub struct Busy(watch::Sender<usize>);
+pub(crate) struct Busy(watch::Sender<usize>);
 
 impl Drop for Busy {
     fn drop(&mut self) {
@@ -28,13 +28,13 @@ impl Default for Activity {
 
 impl Activity {
     /// A request begins.
-    pub fn begin(&self) -> Busy {
+    pub(crate) fn begin(&self) -> Busy {
         self.0.send_modify(|n| *n += 1);
         Busy(self.0.clone())
     }
 
     /// Resolves once the connection has had no request in progress for `idle` at a stretch.
-    pub async fn idle_for(&self, idle: Duration) {
+    pub(crate) async fn idle_for(&self, idle: Duration) {
         let mut rx = self.0.subscribe();
         loop {
             if *rx.borrow_and_update() == 0 {
@@ -50,7 +50,7 @@ impl Activity {
 }
 
 /// `body` holding `busy` until it is dropped.
-pub fn hold<B>(
+pub(crate) fn hold<B>(
     body: B,
     busy: Busy,
 ) -> impl hyper::body::Body<Data = B::Data, Error = B::Error> + Send + 'static

@@ -2,8 +2,8 @@
 //! admitted at accept), an idle timeout (`idle`: a connection with no request in progress is
 //! closed), and the plain HTTP accept loop of the admin and probe servers (`http`).
 
-pub mod http;
-pub mod idle;
+pub(crate) mod http;
+pub(crate) mod idle;
 
 use std::time::Duration;
 use switchyard_identity::limit::Limits;
@@ -12,7 +12,7 @@ use switchyard_identity::limit::Limits;
 /// pod one or two), so the global cap is far above any mesh the operator serves
 /// (docs/performance-log.md measures 500 router streams and 1,000 Managers), and the per-peer cap far
 /// above what one pod opens, while one pod cannot hold more than a small share.
-pub const CONTROL_PLANE: Limits = Limits {
+pub(crate) const CONTROL_PLANE: Limits = Limits {
     max_connections: 8192,
     max_per_peer: 64,
     handshake_timeout: Duration::from_secs(5),
@@ -21,7 +21,7 @@ pub const CONTROL_PLANE: Limits = Limits {
 
 /// The Identity listener: a sidecar certifies once at start and then at two thirds of its
 /// certificate's life; a connection does one call.
-pub const IDENTITY: Limits = Limits {
+pub(crate) const IDENTITY: Limits = Limits {
     max_connections: 1024,
     max_per_peer: 16,
     handshake_timeout: Duration::from_secs(5),
@@ -29,7 +29,7 @@ pub const IDENTITY: Limits = Limits {
 };
 
 /// The admin server (`/metrics`): Prometheus scrapes with one or two connections.
-pub const ADMIN: Limits = Limits {
+pub(crate) const ADMIN: Limits = Limits {
     max_connections: 64,
     max_per_peer: 8,
     handshake_timeout: Duration::from_secs(5),
@@ -37,7 +37,7 @@ pub const ADMIN: Limits = Limits {
 };
 
 /// The probe server (`/healthz`, `/readyz`): the kubelet, from the node's address.
-pub const PROBES: Limits = Limits {
+pub(crate) const PROBES: Limits = Limits {
     max_connections: 32,
     max_per_peer: 8,
     handshake_timeout: Duration::from_secs(5),

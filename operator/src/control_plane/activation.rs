@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::Notify;
 
 /// Most (namespace, event type) pairs remembered; further activations are refused rather than grow.
-pub const MAX_KEYS: usize = 10_000;
+pub(crate) const MAX_KEYS: usize = 10_000;
 
 /// One pending activation.
 #[derive(Clone, Debug, PartialEq, Eq)]

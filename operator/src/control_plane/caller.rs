@@ -12,7 +12,6 @@
 use super::directory::Directory;
 use super::forward::FORWARDED;
 use super::table::RouterKey;
-use std::net::SocketAddr;
 use switchyard_crds::subscription::pattern_matches;
 use switchyard_identity::incoming::PeerInfo;
 use switchyard_identity::{Kind, Peer};
@@ -20,21 +19,21 @@ use switchyard_protocol::control::v1::{ActivateRequest, LoadReport, WatchRoutesR
 use tonic::{Code, Request, Status};
 
 /// Largest control-plane message decoded (a load report of 64 event types is about 6 KiB).
-pub const MAX_MESSAGE: usize = 64 * 1024;
+pub(crate) const MAX_MESSAGE: usize = 64 * 1024;
 /// Most event types in one load report.
-pub const MAX_EVENTS: usize = 256;
+pub(crate) const MAX_EVENTS: usize = 256;
 /// Largest arrival rate believed, per second and event type.
-pub const MAX_RATE: f64 = 10_000_000.0;
+pub(crate) const MAX_RATE: f64 = 10_000_000.0;
 /// Largest latency believed, in milliseconds (a day).
-pub const MAX_LATENCY_MS: f64 = 86_400_000.0;
+pub(crate) const MAX_LATENCY_MS: f64 = 86_400_000.0;
 /// Largest in-flight or queued count believed.
-pub const MAX_COUNT: u32 = 1_000_000;
+pub(crate) const MAX_COUNT: u32 = 1_000_000;
 /// Longest report window, in milliseconds.
-pub const MAX_WINDOW_MS: u32 = 60_000;
+pub(crate) const MAX_WINDOW_MS: u32 = 60_000;
 
 /// Who the client of a call is.
 #[derive(Clone, Debug)]
-pub enum Identity {
+pub(crate) enum Identity {
     /// Mesh TLS is off: callers are not known, and not checked.
     Anyone,
     /// Mesh TLS is on and the client sent no certificate (only Certify may be called so).
@@ -45,9 +44,7 @@ pub enum Identity {
 
 /// The origin of one call.
 #[derive(Clone, Debug)]
-pub struct Caller {
-    /// Remote address of the connection, when the transport knows it.
-    pub peer: Option<SocketAddr>,
+pub(crate) struct Caller {
     /// Another operator replica says it passed this call on (see `forward`); it is never forwarded
     /// again, and with mesh TLS believed only from an operator's certificate.
     pub forwarded: bool,
@@ -57,7 +54,7 @@ pub struct Caller {
 
 impl Caller {
     /// The caller of `request`; with `mesh`, known by its client certificate.
-    pub fn of<T>(request: &Request<T>, mesh: bool) -> Caller {
+    pub(crate) fn of<T>(request: &Request<T>, mesh: bool) -> Caller {
         let info = request.extensions().get::<PeerInfo>();
         let identity = match (mesh, info.and_then(|i| i.peer.clone())) {
             (false, _) => Identity::Anyone,
@@ -65,14 +62,13 @@ impl Caller {
             (true, None) => Identity::Nobody,
         };
         Caller {
-            peer: request.remote_addr().or(info.map(|i| i.remote)),
             forwarded: request.metadata().get(FORWARDED).is_some(),
             identity,
         }
     }
 
     /// For logs: the identity, or what stands for it.
-    pub fn shown(&self) -> String {
+    pub(crate) fn shown(&self) -> String {
         match &self.identity {
             Identity::Workload(p) => p.id.uri(),
             Identity::Nobody => "a client without a certificate".into(),
@@ -83,7 +79,7 @@ impl Caller {
 
 /// A refused call: the gRPC code, a metric label and what is wrong.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Refusal {
+pub(crate) struct Refusal {
     /// The status code.
     pub code: Code,
     /// Metric label: `unauthenticated`, `not_allowed`, `spoofed`, `bounds`, `unknown_event`,
@@ -103,7 +99,7 @@ impl Refusal {
     }
 
     /// As a gRPC status.
-    pub fn status(&self) -> Status {
+    pub(crate) fn status(&self) -> Status {
         Status::new(self.code, self.message.clone())
     }
 }
@@ -153,7 +149,11 @@ fn own_pod(peer: &Peer, pod: &str) -> Result<(), Refusal> {
 }
 
 /// Whether `caller` may follow the table of Router `req.namespace/req.router`.
-pub fn watch(caller: &Caller, req: &WatchRoutesRequest, dir: &Directory) -> Result<(), Refusal> {
+pub(crate) fn watch(
+    caller: &Caller,
+    req: &WatchRoutesRequest,
+    dir: &Directory,
+) -> Result<(), Refusal> {
     let Some(peer) = workload(caller)? else {
         return Ok(());
     };
@@ -188,7 +188,11 @@ pub fn watch(caller: &Caller, req: &WatchRoutesRequest, dir: &Directory) -> Resu
 /// type it routes (its requests, and the observer copies of them), or a sidecar of one of the
 /// Router's Managers (its app's publishes and dead letters, which need not be the Router's routes).
 /// Naming a subscribing Manager (`req.manager`), the Manager must be the Router's and take the type.
-pub fn activate(caller: &Caller, req: &ActivateRequest, dir: &Directory) -> Result<(), Refusal> {
+pub(crate) fn activate(
+    caller: &Caller,
+    req: &ActivateRequest,
+    dir: &Directory,
+) -> Result<(), Refusal> {
     let mut from_manager = false;
     if let Some(peer) = workload(caller)? {
         let id = &peer.id;
@@ -277,7 +281,7 @@ fn subscribed(req: &ActivateRequest, dir: &Directory) -> Result<(), Refusal> {
 
 /// What a checked report lost.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Checked {
+pub(crate) struct Checked {
     /// Entries dropped because their owner has no such event type.
     pub unknown_events: usize,
 }
@@ -292,7 +296,7 @@ fn in_range(value: f64, max: f64) -> bool {
 
 /// Checks a load report from `caller` and drops its entries for event types the owner does not
 /// have. A report for another pod, or with a figure out of bounds, is refused whole.
-pub fn report(
+pub(crate) fn report(
     caller: &Caller,
     report: &mut LoadReport,
     dir: &Directory,
@@ -387,7 +391,7 @@ pub fn report(
 }
 
 /// The refusal of a message over [`MAX_MESSAGE`] (tonic's decoder refuses it with OUT_OF_RANGE).
-pub fn oversized(status: &Status) -> Option<Refusal> {
+pub(crate) fn oversized(status: &Status) -> Option<Refusal> {
     (status.code() == Code::OutOfRange && status.message().contains("too large")).then(|| {
         Refusal::new(
             Code::OutOfRange,
@@ -432,7 +436,6 @@ mod tests {
 
     fn direct(identity: Identity) -> Caller {
         Caller {
-            peer: None,
             forwarded: false,
             identity,
         }

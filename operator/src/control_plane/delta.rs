@@ -13,18 +13,18 @@ use std::sync::Arc;
 use switchyard_protocol::control::v1::{Route, RoutingTable};
 
 /// Changes remembered for composing deltas; a watcher further behind gets the whole table.
-pub const LOG: usize = 256;
+pub(crate) const LOG: usize = 256;
 
 /// Most bytes of routes in one part of a whole table (a part holds at least one route), for
 /// watchers that take whole tables in parts.
-pub const PART_BYTES: usize = 16 * 1024;
+pub(crate) const PART_BYTES: usize = 16 * 1024;
 
 /// A route's new value (`Some`) or its removal (`None`), by event type.
-pub type Changes = BTreeMap<String, Option<Route>>;
+pub(crate) type Changes = BTreeMap<String, Option<Route>>;
 
 /// The table of one Router at its current version, and the recent changes.
 #[derive(Debug, Clone)]
-pub struct TableState {
+pub(crate) struct TableState {
     router: String,
     namespace: String,
     version: u64,
@@ -35,7 +35,7 @@ pub struct TableState {
 
 impl TableState {
     /// The table at version 1 with `routes`.
-    pub fn new(router: String, namespace: String, routes: Vec<Route>) -> TableState {
+    pub(crate) fn new(router: String, namespace: String, routes: Vec<Route>) -> TableState {
         TableState {
             router,
             namespace,
@@ -49,23 +49,13 @@ impl TableState {
     }
 
     /// Current version.
-    pub fn version(&self) -> u64 {
+    pub(crate) fn version(&self) -> u64 {
         self.version
-    }
-
-    /// Number of routes.
-    pub fn len(&self) -> usize {
-        self.routes.len()
-    }
-
-    /// Whether the table has no route.
-    pub fn is_empty(&self) -> bool {
-        self.routes.is_empty()
     }
 
     /// Applies `changes`; entries equal to what is held are dropped. Bumps the version and returns
     /// true when anything was left.
-    pub fn apply(&mut self, changes: Changes) -> bool {
+    pub(crate) fn apply(&mut self, changes: Changes) -> bool {
         let mut touched = Vec::new();
         for (event, route) in changes {
             match route {
@@ -94,13 +84,14 @@ impl TableState {
         true
     }
 
-    /// The whole table.
-    pub fn full(&self) -> RoutingTable {
+    /// The whole table (the tests compare it with the deltas joined).
+    #[cfg(test)]
+    pub(crate) fn full(&self) -> RoutingTable {
         self.whole().into_table()
     }
 
     /// The whole table as parts to send one after the other (see [`Whole`]).
-    pub fn whole(&self) -> Whole {
+    pub(crate) fn whole(&self) -> Whole {
         Whole {
             version: self.version,
             router: self.router.clone(),
@@ -112,7 +103,7 @@ impl TableState {
 
     /// What a watcher holding version `base` needs (None: a whole table), or nothing when it is up
     /// to date. `deltas` false: always the whole table.
-    pub fn since(&self, base: Option<u64>, deltas: bool) -> Option<RoutingTable> {
+    pub(crate) fn since(&self, base: Option<u64>, deltas: bool) -> Option<RoutingTable> {
         match self.next_for(base, deltas, usize::MAX)? {
             Next::Delta(d) => Some(d),
             Next::Whole(w) => Some(w.into_table()),
@@ -122,7 +113,12 @@ impl TableState {
     /// [`TableState::since`] for a watcher that takes whole tables in parts: a whole table comes
     /// as a [`Whole`] to send part by part, and so does a delta that would be larger than
     /// `max_delta` bytes (a watcher far behind), so no message is much larger than a part.
-    pub fn next_for(&self, base: Option<u64>, deltas: bool, max_delta: usize) -> Option<Next> {
+    pub(crate) fn next_for(
+        &self,
+        base: Option<u64>,
+        deltas: bool,
+        max_delta: usize,
+    ) -> Option<Next> {
         let Some(base) = base else {
             return Some(Next::Whole(self.whole()));
         };
@@ -172,7 +168,7 @@ impl TableState {
 
 /// What a watcher is sent next.
 #[derive(Debug)]
-pub enum Next {
+pub(crate) enum Next {
     /// One message: the routes changed since the watcher's version.
     Delta(RoutingTable),
     /// The whole table, as one message or in parts.
@@ -183,7 +179,7 @@ pub enum Next {
 /// a part's routes are copied only when it is sent, so a watcher being sent a table holds at most
 /// one part's worth of bytes of its own.
 #[derive(Debug, Clone)]
-pub struct Whole {
+pub(crate) struct Whole {
     version: u64,
     router: String,
     namespace: String,
@@ -193,13 +189,13 @@ pub struct Whole {
 
 impl Whole {
     /// The version of the table.
-    pub fn version(&self) -> u64 {
+    pub(crate) fn version(&self) -> u64 {
         self.version
     }
 
     /// The next part: routes in order while they fit in `max_bytes` (always at least one), with
     /// `more` set when routes are left. A table without routes is one empty part.
-    pub fn next_part(&mut self, max_bytes: usize) -> RoutingTable {
+    pub(crate) fn next_part(&mut self, max_bytes: usize) -> RoutingTable {
         let mut routes = Vec::new();
         let mut bytes = 0usize;
         while let Some(r) = self.routes.get(self.next) {
@@ -223,7 +219,7 @@ impl Whole {
     }
 
     /// The whole table as one message.
-    pub fn into_table(mut self) -> RoutingTable {
+    pub(crate) fn into_table(mut self) -> RoutingTable {
         self.next_part(usize::MAX)
     }
 }

@@ -10,7 +10,7 @@ use switchyard_crds::{Manager, Router};
 
 /// A Manager as the control plane sees it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct ManagerEntry {
+pub(crate) struct ManagerEntry {
     /// The Router it names (same namespace).
     pub router: String,
     /// Its event types.
@@ -21,14 +21,14 @@ pub struct ManagerEntry {
 
 impl ManagerEntry {
     /// Whether its pods report load under `key`: a type it handles or a subscription's event.
-    pub fn reports(&self, key: &str) -> bool {
+    pub(crate) fn reports(&self, key: &str) -> bool {
         self.events.contains(key) || self.subscribed.contains(key)
     }
 }
 
 /// The mesh's Routers and Managers.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct Directory {
+pub(crate) struct Directory {
     /// Event types of each Router's routes.
     pub routers: HashMap<RouterKey, BTreeSet<String>>,
     /// Each Manager, by namespace and name.
@@ -37,7 +37,7 @@ pub struct Directory {
 
 impl Directory {
     /// The directory of `routers` and `managers` (objects without a namespace are skipped).
-    pub fn build(routers: &[&Router], managers: &[&Manager]) -> Directory {
+    pub(crate) fn build(routers: &[&Router], managers: &[&Manager]) -> Directory {
         let mut dir = Directory::default();
         for r in routers {
             let Some(namespace) = r.namespace() else {
@@ -89,18 +89,18 @@ impl Directory {
 
 /// The current directory, replaced whole by the observer and read by every call.
 #[derive(Default)]
-pub struct Current {
+pub(crate) struct Current {
     inner: RwLock<Arc<Directory>>,
 }
 
 impl Current {
     /// The directory now.
-    pub fn get(&self) -> Arc<Directory> {
+    pub(crate) fn get(&self) -> Arc<Directory> {
         self.inner.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Replaces it.
-    pub fn set(&self, dir: Directory) {
+    pub(crate) fn set(&self, dir: Directory) {
         *self.inner.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(dir);
     }
 }

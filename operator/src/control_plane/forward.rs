@@ -25,7 +25,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::{Channel, Endpoint};
 
 /// gRPC metadata key marking a call one replica forwarded to another.
-pub const FORWARDED: &str = "x-switchyard-forwarded";
+pub(crate) const FORWARDED: &str = "x-switchyard-forwarded";
 /// Reports waiting to be forwarded; beyond this they are dropped.
 const QUEUE: usize = 1024;
 /// Longest wait for connecting to the leader.
@@ -37,7 +37,7 @@ const RETRY: Duration = Duration::from_millis(500);
 
 /// Why a forward failed.
 #[derive(Debug, thiserror::Error)]
-pub enum ForwardError {
+pub(crate) enum ForwardError {
     /// No leader known, or it published no URL.
     #[error("no leader known to forward to; retry shortly")]
     NoLeader,
@@ -55,7 +55,7 @@ pub enum ForwardError {
 }
 
 /// Passes load reports and activations on to the leader.
-pub struct Forwarder {
+pub(crate) struct Forwarder {
     reports: mpsc::Sender<LoadReport>,
     view: Arc<LeaderView>,
     metrics: Arc<Metrics>,
@@ -67,7 +67,7 @@ pub struct Forwarder {
 impl Forwarder {
     /// A forwarder following `view`, dialing through `tls` when given; its background task stops
     /// when the returned forwarder and every clone of its queue are dropped.
-    pub fn start(
+    pub(crate) fn start(
         view: Arc<LeaderView>,
         metrics: Arc<Metrics>,
         tls: Option<MeshConnector>,
@@ -84,14 +84,14 @@ impl Forwarder {
     }
 
     /// Queues `report` for the leader; dropped (and counted) when the queue is full.
-    pub fn report(&self, report: LoadReport) {
+    pub(crate) fn report(&self, report: LoadReport) {
         if self.reports.try_send(report).is_err() {
             self.metrics.forward_dropped();
         }
     }
 
     /// Forwards an activation to the leader and waits for its answer.
-    pub async fn activate(&self, request: ActivateRequest) -> Result<(), ForwardError> {
+    pub(crate) async fn activate(&self, request: ActivateRequest) -> Result<(), ForwardError> {
         let Leader::Other { url: Some(url), .. } = self.view.get() else {
             return Err(ForwardError::NoLeader);
         };

@@ -13,7 +13,7 @@ use tokio::sync::watch;
 
 /// Why a subscription was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SubscribeError {
+pub(crate) enum SubscribeError {
     /// The caches have not been listed once yet, so "no such Router" could be wrong.
     #[error("the control plane has not synced its caches yet; retry shortly")]
     NotSynced,
@@ -32,7 +32,7 @@ pub enum SubscribeError {
 
 /// What happens to one Router's table.
 #[derive(Debug, Clone, PartialEq)]
-pub enum RouterChange {
+pub(crate) enum RouterChange {
     /// Routes set or removed (a new Router's table starts with them).
     Routes(Changes),
     /// The Router is gone: its watchers' streams end.
@@ -53,7 +53,7 @@ fn lock(state: &State) -> std::sync::MutexGuard<'_, TableState> {
 
 /// Every Router's current table.
 #[derive(Default)]
-pub struct Hub {
+pub(crate) struct Hub {
     routers: Mutex<HashMap<RouterKey, Channel>>,
     synced: AtomicBool,
     closed: AtomicBool,
@@ -66,7 +66,7 @@ impl Hub {
 
     /// Applies `changes`; each Router whose table changed gets the next version and wakes its
     /// watchers. Returns how many tables changed.
-    pub fn publish(&self, changes: BTreeMap<RouterKey, RouterChange>) -> usize {
+    pub(crate) fn publish(&self, changes: BTreeMap<RouterKey, RouterChange>) -> usize {
         if self.closed.load(Ordering::Acquire) {
             return 0;
         }
@@ -113,18 +113,18 @@ impl Hub {
 
     /// Marks the first complete view of the cluster as published: from now on "no such Router" is
     /// an answer.
-    pub fn mark_synced(&self) {
+    pub(crate) fn mark_synced(&self) {
         self.synced.store(true, Ordering::Release);
     }
 
     /// Whether the first complete view of the cluster has been published.
-    pub fn is_synced(&self) -> bool {
+    pub(crate) fn is_synced(&self) -> bool {
         self.synced.load(Ordering::Acquire)
     }
 
     /// A watcher of the Router's table; `deltas` false sends whole tables only, `parts` true sends
     /// whole tables in parts of about [`PART_BYTES`].
-    pub fn subscribe(
+    pub(crate) fn subscribe(
         &self,
         key: &RouterKey,
         deltas: bool,
@@ -152,7 +152,7 @@ impl Hub {
     }
 
     /// Ends every stream and refuses new ones, so a graceful server shutdown does not wait on them.
-    pub fn close(&self) {
+    pub(crate) fn close(&self) {
         self.closed.store(true, Ordering::Release);
         self.routers().clear();
     }
@@ -160,7 +160,7 @@ impl Hub {
 
 /// One watcher: what it was sent last, the whole table it is being sent part by part, and the
 /// signal of new versions.
-pub struct Subscription {
+pub(crate) struct Subscription {
     state: State,
     rx: watch::Receiver<u64>,
     sent: Option<u64>,
@@ -172,7 +172,7 @@ pub struct Subscription {
 impl Subscription {
     /// The next message: the whole table first, then what changed since the last one sent, built
     /// from the state as it is now. None once the Router is gone or the hub closed.
-    pub async fn next(&mut self) -> Option<RoutingTable> {
+    pub(crate) async fn next(&mut self) -> Option<RoutingTable> {
         loop {
             if let Some(m) = self.ready() {
                 return Some(m);
@@ -182,7 +182,7 @@ impl Subscription {
     }
 
     /// The message that would be sent now, without waiting (None: up to date).
-    pub fn ready(&mut self) -> Option<RoutingTable> {
+    pub(crate) fn ready(&mut self) -> Option<RoutingTable> {
         if let Some(whole) = self.sending.as_mut() {
             let part = whole.next_part(PART_BYTES);
             if !part.more {

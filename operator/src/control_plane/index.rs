@@ -22,7 +22,7 @@ use switchyard_protocol::control::v1::{Endpoint, Route, Subscription};
 use switchyard_protocol::durable::DurableRoute;
 
 /// Namespace and name of an object.
-pub type ObjKey = (String, String);
+pub(crate) type ObjKey = (String, String);
 
 /// Labels a destination selects on; the index keeps only these of each pod.
 const SELECTOR_LABELS: [&str; 4] = [meta::NAME, meta::INSTANCE, meta::MANAGER, meta::EVENT_TYPE];
@@ -120,7 +120,7 @@ struct Pool {
 
 /// The incremental routing tables.
 #[derive(Default)]
-pub struct Index {
+pub(crate) struct Index {
     routers: HashSet<RouterKey>,
     managers: HashMap<ObjKey, Arc<Manager>>,
     managers_of: HashMap<RouterKey, BTreeSet<String>>,
@@ -176,7 +176,7 @@ fn routing_spec(m: &Manager) -> RoutingSpec<'_> {
 
 impl Index {
     /// A Router was created or changed.
-    pub fn apply_router(&mut self, r: &Router) {
+    pub(crate) fn apply_router(&mut self, r: &Router) {
         let Some(key) = router_key(r) else { return };
         if r.meta().deletion_timestamp.is_some() {
             self.delete_router(&key);
@@ -186,14 +186,14 @@ impl Index {
     }
 
     /// A Router is gone.
-    pub fn delete_router(&mut self, key: &RouterKey) {
+    pub(crate) fn delete_router(&mut self, key: &RouterKey) {
         if self.routers.remove(key) {
             self.recompute(key);
         }
     }
 
     /// A Manager was created or changed.
-    pub fn apply_manager(&mut self, m: Arc<Manager>) {
+    pub(crate) fn apply_manager(&mut self, m: Arc<Manager>) {
         let Some(ns) = m.namespace() else { return };
         let key = (ns, m.name_any());
         if m.meta().deletion_timestamp.is_some() {
@@ -229,7 +229,7 @@ impl Index {
     }
 
     /// A Manager is gone.
-    pub fn delete_manager(&mut self, key: &ObjKey) {
+    pub(crate) fn delete_manager(&mut self, key: &ObjKey) {
         let Some(old) = self.managers.remove(key) else {
             return;
         };
@@ -251,7 +251,7 @@ impl Index {
     }
 
     /// A manager pod was created or changed.
-    pub fn apply_pod(&mut self, pod: &Pod) {
+    pub(crate) fn apply_pod(&mut self, pod: &Pod) {
         let Some(ns) = pod.namespace() else { return };
         let key = (ns, pod.name_any());
         let entry = PodEntry::of(pod);
@@ -283,7 +283,7 @@ impl Index {
     }
 
     /// A manager pod is gone.
-    pub fn delete_pod(&mut self, key: &ObjKey) {
+    pub(crate) fn delete_pod(&mut self, key: &ObjKey) {
         let Some(old) = self.pods.remove(key) else {
             return;
         };
@@ -332,7 +332,7 @@ impl Index {
     }
 
     /// Keeps only the pods `live` says are (after a relist); the rest were deleted while unwatched.
-    pub fn retain_pods(&mut self, mut live: impl FnMut(&ObjKey) -> bool) {
+    pub(crate) fn retain_pods(&mut self, mut live: impl FnMut(&ObjKey) -> bool) {
         let stale: Vec<ObjKey> = self.pods.keys().filter(|k| !live(k)).cloned().collect();
         for k in stale {
             self.delete_pod(&k);
@@ -340,7 +340,7 @@ impl Index {
     }
 
     /// Keeps only the Managers `live` says are (after a relist).
-    pub fn retain_managers(&mut self, mut live: impl FnMut(&ObjKey) -> bool) {
+    pub(crate) fn retain_managers(&mut self, mut live: impl FnMut(&ObjKey) -> bool) {
         let stale: Vec<ObjKey> = self.managers.keys().filter(|k| !live(k)).cloned().collect();
         for k in stale {
             self.delete_manager(&k);
@@ -348,7 +348,7 @@ impl Index {
     }
 
     /// Keeps only the Routers `live` says are (after a relist).
-    pub fn retain_routers(&mut self, mut live: impl FnMut(&RouterKey) -> bool) {
+    pub(crate) fn retain_routers(&mut self, mut live: impl FnMut(&RouterKey) -> bool) {
         let stale: Vec<RouterKey> = self.routers.iter().filter(|k| !live(k)).cloned().collect();
         for k in stale {
             self.delete_router(&k);
@@ -515,7 +515,7 @@ impl Index {
 
     /// What changed since the last call, per Router: the current value of every route touched
     /// (None: removed), or the Router's removal. Work is proportional to the routes touched.
-    pub fn take(&mut self) -> BTreeMap<RouterKey, RouterChange> {
+    pub(crate) fn take(&mut self) -> BTreeMap<RouterKey, RouterChange> {
         let mut out = BTreeMap::new();
         for key in std::mem::take(&mut self.gone) {
             out.insert(key, RouterChange::Removed);
@@ -536,8 +536,9 @@ impl Index {
         out
     }
 
-    /// Every Router's whole table (for tests and diagnostics).
-    pub fn tables(&self) -> BTreeMap<RouterKey, Vec<Route>> {
+    /// Every Router's whole table, for the tests that hold it to `table::all_tables`.
+    #[cfg(test)]
+    pub(crate) fn tables(&self) -> BTreeMap<RouterKey, Vec<Route>> {
         self.dests
             .iter()
             .map(|(k, dests)| {
@@ -548,7 +549,7 @@ impl Index {
     }
 
     /// Routers with a table.
-    pub fn router_count(&self) -> usize {
+    pub(crate) fn router_count(&self) -> usize {
         self.dests.len()
     }
 }

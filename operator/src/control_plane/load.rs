@@ -11,7 +11,7 @@ use switchyard_protocol::control::v1::LoadReport;
 /// Manager and router pods both report, so a mesh of 1,000 Managers × 10 pods is already past
 /// 10,000 (the scale benchmark hit the former limit of 10,000 with its pods alone, and the refused
 /// report stream took 625 pods' load with it). At about 400 bytes a pod, 50,000 are ~20 MB.
-pub const MAX_PODS: usize = 50_000;
+pub(crate) const MAX_PODS: usize = 50_000;
 
 /// Latest report per `namespace/pod`, and the pending activations.
 pub struct LoadBook {

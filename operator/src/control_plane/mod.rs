@@ -18,19 +18,19 @@
 //! not for others, since the handshake ends before the request names its call. Both listeners cap
 //! their connections (`conn`), in all and per source IP, and close idle ones.
 
-pub mod activation;
-pub mod caller;
-pub mod delta;
-pub mod directory;
+pub(crate) mod activation;
+pub(crate) mod caller;
+pub(crate) mod delta;
+pub(crate) mod directory;
 #[cfg(test)]
 mod fixtures;
-pub mod forward;
-pub mod hub;
-pub mod index;
-pub mod load;
-pub mod observe;
-pub mod server;
-pub mod table;
+pub(crate) mod forward;
+pub(crate) mod hub;
+pub(crate) mod index;
+pub(crate) mod load;
+pub(crate) mod observe;
+pub(crate) mod server;
+pub(crate) mod table;
 mod transport;
 
 use crate::leader::view::LeaderView;
@@ -47,7 +47,7 @@ use tokio::net::TcpListener;
 use tonic::service::Routes;
 
 /// What the control plane needs to serve mesh TLS.
-pub struct MeshServing {
+pub(crate) struct MeshServing {
     /// The control plane's TLS: the operator's certificate, client certificates required.
     pub config: rustls::ServerConfig,
     /// The Identity listener's TLS: client certificates optional (a sidecar's first `Certify` has
@@ -65,7 +65,7 @@ pub struct MeshServing {
 /// reports and activations go into `loads` (which the autoscaler reads) while `leader` says this
 /// replica leads, and to the leader otherwise. With `mesh`, over TLS with the Identity service
 /// beside it; without, plain h2c and callers unchecked.
-pub async fn serve(
+pub(crate) async fn serve(
     observer: observe::Observer,
     listener: TcpListener,
     loads: Arc<load::LoadBook>,
@@ -182,4 +182,4 @@ async fn tls_serve(
     transport::serve(incoming, routes, limits.idle_timeout, on_idle, shutdown).await;
 }
 
-pub use hub::Hub;
+pub(crate) use hub::Hub;

@@ -41,7 +41,7 @@ pub(crate) fn strip<K: kube::Resource>(obj: &mut K) {
 
 /// The caches every part of the operator shares.
 #[derive(Clone)]
-pub struct Caches {
+pub(crate) struct Caches {
     /// Every watched Router.
     pub routers: Stores<Router>,
     /// Every watched Manager.
@@ -75,14 +75,14 @@ type Tagged = (usize, Ev);
 type Events = Pin<Box<dyn Stream<Item = Tagged> + Send>>;
 
 /// What is needed to run the watches, built before the caches are handed out.
-pub struct Observer {
+pub(crate) struct Observer {
     caches: Caches,
     targets: Vec<Target>,
     events: Events,
 }
 
 /// Sets up the watches of `scope`; the caches fill once [`Observer::run`] runs.
-pub fn start(client: Client, scope: &Scope) -> Observer {
+pub(crate) fn start(client: Client, scope: &Scope) -> Observer {
     let targets = scope.targets();
     // Only manager pods: the operator does not look at the cluster's other pods.
     let manager_pods =
@@ -138,12 +138,12 @@ pub fn start(client: Client, scope: &Scope) -> Observer {
 
 impl Observer {
     /// The shared caches.
-    pub fn caches(&self) -> Caches {
+    pub(crate) fn caches(&self) -> Caches {
         self.caches.clone()
     }
 
     /// Keeps `hub` and `directory` up to date until the future is dropped.
-    pub async fn run(
+    pub(crate) async fn run(
         mut self,
         hub: Arc<Hub>,
         directory: Arc<directory::Current>,

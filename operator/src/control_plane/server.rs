@@ -24,7 +24,7 @@ use switchyard_protocol::control::v1::{
 use tonic::{Request, Response, Status, Streaming};
 
 /// The control-plane gRPC service.
-pub struct Service {
+pub(crate) struct Service {
     /// Tables to serve.
     pub hub: Arc<Hub>,
     /// Latest load reports.
@@ -84,7 +84,7 @@ impl Drop for Subscriber {
 }
 
 /// A stream of routing tables.
-pub type TableStream = Pin<Box<dyn Stream<Item = Result<RoutingTable, Status>> + Send>>;
+pub(crate) type TableStream = Pin<Box<dyn Stream<Item = Result<RoutingTable, Status>> + Send>>;
 
 /// Field values longer than this are refused: names are DNS labels, far shorter.
 const MAX_NAME: usize = 253;

@@ -28,14 +28,14 @@ use tonic::service::Routes;
 /// What one stream may queue ahead of its reader besides the chunk being sent: one part of a whole
 /// table (`delta::PART_BYTES`). Enough to keep a reader that keeps up busy; a stalled one costs at
 /// most this and a chunk.
-pub const MAX_SEND_BUF: usize = 16 * 1024;
+pub(super) const MAX_SEND_BUF: usize = 16 * 1024;
 /// Pings find sidecars that vanished without closing their stream (node loss, partitions).
-pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
+pub(super) const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
 /// How long a ping may go unanswered before the connection is dropped.
-pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(super) const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long a shutdown waits for connections to finish once every stream was told to end; a
 /// client that stopped reading must not hold the operator's exit.
-pub const DRAIN: Duration = Duration::from_secs(5);
+pub(super) const DRAIN: Duration = Duration::from_secs(5);
 /// Pause after a failed accept (out of file descriptors, say) so the loop does not spin.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(50);
 
@@ -51,13 +51,13 @@ fn builder() -> http2::Builder<TokioExecutor> {
 
 /// One accepted connection: the stream, who is on the other end, and its place under the caps
 /// (`None` when the stream holds it itself, as a TLS connection of `incoming_limited` does).
-pub type Accepted<IO> = (IO, PeerInfo, Option<ConnPermit>);
+pub(super) type Accepted<IO> = (IO, PeerInfo, Option<ConnPermit>);
 
 /// Serves `routes` on every connection `incoming` yields until `shutdown` resolves, closing each
 /// one that has had no request in progress for `idle` (and telling `on_idle`); then takes no
 /// more, lets each connection finish its streams (which `shutdown` must have ended) within
 /// [`DRAIN`], and returns.
-pub async fn serve<I, IO>(
+pub(super) async fn serve<I, IO>(
     incoming: I,
     routes: Routes,
     idle: Duration,
@@ -131,7 +131,7 @@ pub async fn serve<I, IO>(
 
 /// Plain TCP connections of `listener` (mesh TLS off: nobody is known by a certificate), each
 /// admitted under `limiter`'s caps; one over a cap is closed at once and `on_refused` hears why.
-pub fn plain(
+pub(super) fn plain(
     listener: tokio::net::TcpListener,
     limiter: std::sync::Arc<ConnLimiter>,
     on_refused: impl Fn(&'static str) + Send + 'static,

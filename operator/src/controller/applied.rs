@@ -17,10 +17,10 @@ use std::hash::{DefaultHasher, Hash, Hasher};
 use std::time::{Duration, Instant};
 
 /// An unchanged child is applied again after this long anyway.
-pub const REAPPLY_AFTER: Duration = Duration::from_secs(300);
+pub(super) const REAPPLY_AFTER: Duration = Duration::from_secs(300);
 
 /// Kind, namespace and name of a child.
-pub type ChildKey = (String, String, String);
+pub(super) type ChildKey = (String, String, String);
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Entry {
@@ -32,14 +32,14 @@ struct Entry {
 
 /// The last apply of every child, by this replica.
 #[derive(Debug, Default)]
-pub struct Applied {
+pub(super) struct Applied {
     entries: HashMap<ChildKey, Entry>,
     /// When entries too old to count were last dropped (children of deleted owners among them).
     swept: Option<Instant>,
 }
 
 /// Hash of what would be sent (the serialized object).
-pub fn fingerprint(bytes: &[u8]) -> u64 {
+pub(super) fn fingerprint(bytes: &[u8]) -> u64 {
     let mut h = DefaultHasher::new();
     bytes.hash(&mut h);
     h.finish()
@@ -48,7 +48,7 @@ pub fn fingerprint(bytes: &[u8]) -> u64 {
 impl Applied {
     /// Whether `key` must be applied: its content `hash` or its `live` version (`None`: not seen
     /// by the watch, or a kind without one) differs from the last apply, or that apply is too old.
-    pub fn needs_apply(
+    pub(super) fn needs_apply(
         &self,
         key: &ChildKey,
         hash: u64,
@@ -70,7 +70,13 @@ impl Applied {
 
     /// Records an apply of `key` that succeeded, with the version the API server answered. Entries
     /// too old to count are dropped now and then, so the children of deleted owners do not pile up.
-    pub fn record(&mut self, key: ChildKey, hash: u64, version: Option<String>, now: Instant) {
+    pub(super) fn record(
+        &mut self,
+        key: ChildKey,
+        hash: u64,
+        version: Option<String>,
+        now: Instant,
+    ) {
         if self
             .swept
             .is_none_or(|t| now.saturating_duration_since(t) >= REAPPLY_AFTER)
@@ -90,7 +96,7 @@ impl Applied {
     }
 
     /// Forgets `key` (its apply failed): the next reconcile applies it.
-    pub fn forget(&mut self, key: &ChildKey) {
+    pub(super) fn forget(&mut self, key: &ChildKey) {
         self.entries.remove(key);
     }
 }

@@ -6,7 +6,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
 use kube::runtime::events::{Event, EventType};
 
 /// Publishes one event; a failure to publish is logged, never fails the reconcile.
-pub async fn publish(
+pub(crate) async fn publish(
     ctx: &Context,
     obj: &ObjectReference,
     type_: EventType,
@@ -28,7 +28,7 @@ pub async fn publish(
 
 /// Events for what changed between the old and the new status: a new generation applied, and each
 /// condition whose status flipped.
-pub async fn on_status_change(
+pub(crate) async fn on_status_change(
     ctx: &Context,
     obj: &ObjectReference,
     old_generation: Option<i64>,

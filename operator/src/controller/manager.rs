@@ -37,7 +37,7 @@ struct Shared {
 }
 
 /// Runs the Manager controller of `target` until `shutdown` resolves.
-pub async fn run(
+pub(crate) async fn run(
     ctx: Arc<Context>,
     target: &Target,
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,

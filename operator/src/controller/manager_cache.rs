@@ -16,13 +16,16 @@ use tokio::sync::watch;
 /// A read view of the cache: one store per watched target (see [`crate::scope`]), each with its
 /// own readiness.
 #[derive(Clone)]
-pub struct ManagerCache {
+pub(super) struct ManagerCache {
     stores: Vec<(Target, Store<Manager>, watch::Receiver<bool>)>,
 }
 
 impl ManagerCache {
     /// The cache of the Managers in `scope` and the stream that fills it (poll it until shutdown).
-    pub fn start(client: Client, scope: &Scope) -> (ManagerCache, impl Stream<Item = ()> + Send) {
+    pub(super) fn start(
+        client: Client,
+        scope: &Scope,
+    ) -> (ManagerCache, impl Stream<Item = ()> + Send) {
         let mut stores = Vec::new();
         let mut fills = Vec::new();
         for target in scope.targets() {
@@ -52,7 +55,7 @@ impl ManagerCache {
     /// rendered config must not change with it). Waits for the first complete list: a config rendered
     /// from a half-filled cache would drop routes and roll the router pods. `None` once the cache
     /// is gone (the operator stops).
-    pub async fn of_router(&self, namespace: &str, router: &str) -> Option<Vec<Manager>> {
+    pub(super) async fn of_router(&self, namespace: &str, router: &str) -> Option<Vec<Manager>> {
         // A Router is only reconciled in a watched namespace, so its store is there.
         let (_, store, ready) = self.stores.iter().find(|(t, _, _)| t.holds(namespace))?;
         let mut ready = ready.clone();

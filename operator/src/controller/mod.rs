@@ -2,12 +2,12 @@
 //! (owned-object watch config, timing, error policy, status writes) lives here.
 
 mod applied;
-pub mod events;
-pub mod manager;
+pub(crate) mod events;
+pub(crate) mod manager;
 mod manager_cache;
 mod owned;
-pub mod router;
-pub mod sidecar_rollout;
+pub(crate) mod router;
+pub(crate) mod sidecar_rollout;
 mod spec_changes;
 
 use crate::context::Context;
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 /// its objects from one reflector store, and one store can be fed by one watcher only (see
 /// [`crate::scope`]), so a single controller cannot watch a list of namespaces. Each namespace's
 /// controllers then have their own queue; a reconcile only ever touches its own namespace.
-pub async fn run(
+pub(crate) async fn run(
     ctx: Arc<Context>,
     shutdown: impl Future<Output = ()> + Send + Sync + Clone + 'static,
 ) {
@@ -58,13 +58,13 @@ pub async fn run(
 
 /// Field manager of the autoscaler's status fields (desired replicas, load figures): apart from the
 /// controllers' so server-side apply merges the two writers' fields instead of one erasing the other.
-pub const AUTOSCALER_FIELD_MANAGER: &str = "switchyard-autoscaler";
+pub(crate) const AUTOSCALER_FIELD_MANAGER: &str = "switchyard-autoscaler";
 
 /// Reconciles one controller runs at once. kube's default is no limit, and at start-up every object
 /// is due: 1,000 Managers reconciled together held their rendered children, requests and answers at
 /// the same moment, the peak of the operator's memory (docs/performance-log.md, "The control plane at
 /// scale"). Each takes a few API round trips, so 16 still clear a thousand in seconds.
-pub const RECONCILES_AT_ONCE: u16 = 16;
+pub(crate) const RECONCILES_AT_ONCE: u16 = 16;
 
 /// The controllers' settings.
 fn reconciles() -> kube::runtime::controller::Config {

@@ -19,20 +19,20 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 /// A slot held longer than this is given back (the Deployment default `progressDeadlineSeconds`).
-pub const STUCK_AFTER: Duration = Duration::from_secs(600);
+pub(crate) const STUCK_AFTER: Duration = Duration::from_secs(600);
 
 /// Deployments changing their sidecar image at a time unless the operator is told otherwise.
-pub const DEFAULT_ROLLOUTS_AT_ONCE: u16 = 2;
+pub(crate) const DEFAULT_ROLLOUTS_AT_ONCE: u16 = 2;
 
 /// How soon a workload waiting for its turn is looked at again.
-pub const RETRY_AFTER: Duration = Duration::from_secs(5);
+pub(crate) const RETRY_AFTER: Duration = Duration::from_secs(5);
 
 /// Namespace, kind label and name of a Deployment.
-pub type WorkloadKey = (String, &'static str, String);
+pub(crate) type WorkloadKey = (String, &'static str, String);
 
 /// Which sidecar image a Deployment is applied with.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Turn {
+pub(crate) enum Turn {
     /// The rendered (new) image: no change, a new workload, or its turn came.
     Rendered,
     /// Keep the image it runs; try again after [`RETRY_AFTER`].
@@ -41,14 +41,14 @@ pub enum Turn {
 
 /// The sidecar image changes in progress, by workload, and when each started.
 #[derive(Debug)]
-pub struct SidecarRollouts {
+pub(crate) struct SidecarRollouts {
     at_once: usize,
     started: Mutex<HashMap<WorkloadKey, Instant>>,
 }
 
 impl SidecarRollouts {
     /// At most `at_once` (at least one) workloads change their sidecar image at a time.
-    pub fn new(at_once: u16) -> Self {
+    pub(crate) fn new(at_once: u16) -> Self {
         SidecarRollouts {
             at_once: usize::from(at_once.max(1)),
             started: Mutex::new(HashMap::new()),
@@ -58,7 +58,7 @@ impl SidecarRollouts {
     /// The image `key` is applied with, given the sidecar image its live Deployment runs
     /// (`running`, `None`: no Deployment yet, or one from before the image was recorded) and the
     /// one rendered now.
-    pub fn turn(
+    pub(crate) fn turn(
         &self,
         key: &WorkloadKey,
         running: Option<&str>,
@@ -81,7 +81,7 @@ impl SidecarRollouts {
 
     /// After an apply: `key`'s Deployment runs `running` and its rollout is `complete` or not. A
     /// workload done rolling the `rendered` image gives its slot back.
-    pub fn observe(
+    pub(crate) fn observe(
         &self,
         key: &WorkloadKey,
         running: Option<&str>,
@@ -95,7 +95,7 @@ impl SidecarRollouts {
 
     /// Paces `deployment`, rendered with the sidecar image `rendered`, whose live Deployment runs
     /// `running`: when it must wait, its template keeps the running image. Returns whether it waits.
-    pub fn pace(
+    pub(crate) fn pace(
         &self,
         key: &WorkloadKey,
         running: Option<&str>,
@@ -118,7 +118,7 @@ impl SidecarRollouts {
     }
 
     /// After the apply of a paced Deployment, as the API server returned it.
-    pub fn applied(&self, key: &WorkloadKey, stored: &Deployment, rendered: &str) {
+    pub(crate) fn applied(&self, key: &WorkloadKey, stored: &Deployment, rendered: &str) {
         let running = sidecar::running_image(stored);
         self.observe(
             key,
@@ -128,8 +128,9 @@ impl SidecarRollouts {
         );
     }
 
-    /// Workloads changing their sidecar image now.
-    pub fn in_progress(&self) -> usize {
+    /// Workloads changing their sidecar image now (the tests count them).
+    #[cfg(test)]
+    fn in_progress(&self) -> usize {
         self.lock().len()
     }
 

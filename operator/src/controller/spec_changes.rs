@@ -12,7 +12,7 @@ use std::collections::HashMap;
 
 /// What was last seen of each Manager: its generation and whether it was being deleted.
 #[derive(Default)]
-pub struct SpecChanges {
+pub(super) struct SpecChanges {
     seen: HashMap<Key, Seen>,
     /// During a relist, what was seen before it: objects not listed again are forgotten at its end.
     before: Option<HashMap<Key, Seen>>,
@@ -23,7 +23,7 @@ type Seen = (Option<i64>, bool);
 
 impl SpecChanges {
     /// The objects of `event` that may change what their Router renders.
-    pub fn admit<K: kube::Resource>(&mut self, event: Event<K>) -> Vec<K> {
+    pub(super) fn admit<K: kube::Resource>(&mut self, event: Event<K>) -> Vec<K> {
         match event {
             Event::Init => {
                 self.before = Some(std::mem::take(&mut self.seen));

@@ -18,7 +18,7 @@ pub const DEFAULT_SECRET: &str = "switchyard-ca";
 
 /// Why the CA cannot be had.
 #[derive(Debug, thiserror::Error)]
-pub enum CaSecretError {
+pub(crate) enum CaSecretError {
     /// The API call failed.
     #[error("CA Secret {namespace}/{name}: {source}")]
     Api {
@@ -60,7 +60,7 @@ fn text(secret: &Secret, key: &str) -> Option<String> {
 }
 
 /// The CA in `secret` (`namespace/name`, for messages).
-pub fn ca_of(secret: &Secret, namespace: &str, name: &str) -> Result<Ca, CaSecretError> {
+pub(crate) fn ca_of(secret: &Secret, namespace: &str, name: &str) -> Result<Ca, CaSecretError> {
     let bad = |why: String| CaSecretError::Content {
         namespace: namespace.to_owned(),
         name: name.to_owned(),
@@ -74,7 +74,7 @@ pub fn ca_of(secret: &Secret, namespace: &str, name: &str) -> Result<Ca, CaSecre
 
 /// Loads the CA from Secret `namespace/name`; when `given` is false and it does not exist, makes
 /// a root for `trust_domain` and stores it there first.
-pub async fn load_or_create(
+pub(crate) async fn load_or_create(
     client: &Client,
     namespace: &str,
     name: &str,
@@ -149,7 +149,7 @@ fn made(namespace: &str, name: &str, data: BTreeMap<String, ByteString>) -> Secr
 
 /// Writes back a deleted Secret the operator made, with `data` as it last held it (the CA every
 /// replica signs with): a conflict means another replica did so first.
-pub async fn restore(
+pub(crate) async fn restore(
     client: &Client,
     namespace: &str,
     name: &str,

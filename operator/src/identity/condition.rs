@@ -22,14 +22,14 @@ use switchyard_crds::{Manager, Router};
 use switchyard_identity::trust::not_after;
 
 /// Field manager of the condition, apart from the controller's (server-side apply keeps both).
-pub const FIELD_MANAGER: &str = "switchyard-trust";
+pub(crate) const FIELD_MANAGER: &str = "switchyard-trust";
 /// Time between looks (a CA change shows within it; expiries are days away).
 const EVERY: Duration = Duration::from_secs(30);
 /// Objects written at once after a change.
 const WRITERS: usize = 8;
 
 /// Keeps the condition of every Router and Manager current until `shutdown`.
-pub async fn run(
+pub(crate) async fn run(
     client: kube::Client,
     identity: Arc<MeshIdentity>,
     routers: Stores<Router>,
@@ -109,7 +109,12 @@ fn current<'a>(conditions: &'a [Condition], v: &Verdict) -> Option<&'a Condition
 }
 
 /// The condition for `v`, keeping the stored transition time while the status holds (pure).
-pub fn condition(old: &[Condition], v: &Verdict, generation: Option<i64>, now: &Time) -> Condition {
+pub(crate) fn condition(
+    old: &[Condition],
+    v: &Verdict,
+    generation: Option<i64>,
+    now: &Time,
+) -> Condition {
     let since = old
         .iter()
         .find(|c| c.type_ == MESH_TRUST && c.status == v.status)

@@ -9,11 +9,11 @@ use std::time::{Duration, SystemTime};
 use switchyard_identity::trust::epoch_seconds;
 
 /// How long before an end the condition turns False (as `switchyard check` warns).
-pub const WARN_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
+pub(crate) const WARN_BEFORE: Duration = Duration::from_secs(30 * 24 * 3600);
 
 /// The condition's status, reason and message.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Verdict {
+pub(crate) struct Verdict {
     /// `True` or `False`.
     pub status: &'static str,
     /// `Valid`, `ExpiresSoon` or `Expired`.
@@ -24,7 +24,7 @@ pub struct Verdict {
 
 /// The verdict on `anchors` (the ends of the trust anchors in the bundle) and `issuer` (the end
 /// of the signing issuer) at `now`; None when neither end is known.
-pub fn verdict(
+pub(crate) fn verdict(
     anchors: &[SystemTime],
     issuer: Option<SystemTime>,
     now: SystemTime,

@@ -10,11 +10,11 @@ use switchyard_identity::Subject;
 
 /// Most pods tracked; past it, expired entries are dropped first and then new pods are not
 /// tracked (the metric undercounts, it never grows without bound).
-pub const MAX_LEAVES: usize = 100_000;
+pub(crate) const MAX_LEAVES: usize = 100_000;
 
 /// A summary of the leaves in use at one time.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Leaves {
+pub(crate) struct Leaves {
     /// End of validity of the oldest one, if any.
     pub oldest_expiry: Option<SystemTime>,
     /// Signed by the issuer that signs now.
@@ -25,13 +25,18 @@ pub struct Leaves {
 
 /// The latest certificate of each pod: its end of validity and its issuer.
 #[derive(Default)]
-pub struct LeafBook {
+pub(crate) struct LeafBook {
     latest: Mutex<HashMap<(String, String), (SystemTime, CertificateDer<'static>)>>,
 }
 
 impl LeafBook {
     /// Records a certificate for `subject`, signed by `signer`, valid until `not_after`.
-    pub fn issued(&self, subject: &Subject, not_after: SystemTime, signer: &CertificateDer<'_>) {
+    pub(crate) fn issued(
+        &self,
+        subject: &Subject,
+        not_after: SystemTime,
+        signer: &CertificateDer<'_>,
+    ) {
         let Ok(mut map) = self.latest.lock() else {
             return;
         };
@@ -47,7 +52,7 @@ impl LeafBook {
     }
 
     /// The leaves valid at `now` (expired ones are dropped), counted against `signer`.
-    pub fn summary(&self, signer: &CertificateDer<'_>, now: SystemTime) -> Leaves {
+    pub(crate) fn summary(&self, signer: &CertificateDer<'_>, now: SystemTime) -> Leaves {
         let Ok(mut map) = self.latest.lock() else {
             return Leaves::default();
         };

@@ -9,14 +9,14 @@
 //! `ca_secret` the CA's storage, `rotation` the watch of it, `leaves` the certificates in use,
 //! `expiry` what the `MeshTrust` condition says and `condition` its writer.
 
-pub mod ca_secret;
-pub mod condition;
-pub mod expiry;
-pub mod leaves;
-pub mod owner;
-pub mod review;
-pub mod rotation;
-pub mod throttle;
+pub(crate) mod ca_secret;
+pub(crate) mod condition;
+pub(crate) mod expiry;
+pub(crate) mod leaves;
+pub(crate) mod owner;
+pub(crate) mod review;
+pub(crate) mod rotation;
+pub(crate) mod throttle;
 
 use crate::metrics::Metrics;
 use std::sync::Arc;
@@ -28,7 +28,7 @@ use switchyard_identity::tls::{self, ClientAuth, Expect, TlsError};
 use switchyard_identity::{Authority, Ca, CertStore, Kind, SpiffeId, Subject};
 
 /// Name of the operator in its own identity, `spiffe://<td>/ns/<namespace>/operator/switchyard`.
-pub const OPERATOR_NAME: &str = "switchyard";
+pub(crate) const OPERATOR_NAME: &str = "switchyard";
 
 /// A refusal of a certificate request.
 pub(crate) fn service_refusal(
@@ -70,7 +70,7 @@ impl Observer for ServiceObserver {
 
 /// Why identity cannot start.
 #[derive(Debug, thiserror::Error)]
-pub enum IdentityError {
+pub(crate) enum IdentityError {
     /// The CA Secret.
     #[error(transparent)]
     Ca(#[from] ca_secret::CaSecretError),
@@ -87,7 +87,7 @@ pub enum IdentityError {
 
 /// Where the CA is and what certificates say.
 #[derive(Clone, Debug)]
-pub struct IdentitySettings {
+pub(crate) struct IdentitySettings {
     /// Trust domain of every identity.
     pub trust_domain: String,
     /// The CA Secret's name, and whether the user gave it (then it is never made here).
@@ -103,7 +103,7 @@ pub struct IdentitySettings {
 }
 
 /// The operator's identity state.
-pub struct MeshIdentity {
+pub(crate) struct MeshIdentity {
     /// The CA that signs, the operator's own certificate and the trust its TLS checks.
     pub issuing: Arc<Issuing>,
     /// Settings.
@@ -114,7 +114,7 @@ pub struct MeshIdentity {
 
 impl MeshIdentity {
     /// Loads (or makes) the CA and certifies the operator itself.
-    pub async fn start(
+    pub(crate) async fn start(
         client: &kube::Client,
         settings: IdentitySettings,
     ) -> Result<Arc<MeshIdentity>, IdentityError> {
@@ -149,17 +149,17 @@ impl MeshIdentity {
     }
 
     /// The CA that signs now.
-    pub fn ca(&self) -> Arc<Ca> {
+    pub(crate) fn ca(&self) -> Arc<Ca> {
         self.issuing.authority.ca()
     }
 
     /// The operator's own certificate, served by the control plane.
-    pub fn store(&self) -> &Arc<CertStore> {
+    pub(crate) fn store(&self) -> &Arc<CertStore> {
         &self.issuing.store
     }
 
     /// Renews the operator's own certificate at two thirds of what is left, forever.
-    pub async fn renew_forever(self: Arc<Self>) {
+    pub(crate) async fn renew_forever(self: Arc<Self>) {
         loop {
             let not_after = self
                 .store()
@@ -182,24 +182,24 @@ impl MeshIdentity {
     }
 
     /// The operator's own identity (its NATS user's name, among others).
-    pub fn operator_id(&self) -> &SpiffeId {
+    pub(crate) fn operator_id(&self) -> &SpiffeId {
         &self.issuing.subject().id
     }
 
     /// A client config for the JetStream servers: the operator's certificate shown, the server
     /// checked to be the one the mesh CA certified as JetStream.
-    pub fn jetstream_client(&self) -> Result<rustls::ClientConfig, TlsError> {
+    pub(crate) fn jetstream_client(&self) -> Result<rustls::ClientConfig, TlsError> {
         tls::jetstream_client_config(self.store().clone(), self.issuing.trust.clone())
     }
 
     /// The roots the mesh trusts now, PEM (rendered into every sidecar's config map).
-    pub fn trust_pem(&self) -> String {
+    pub(crate) fn trust_pem(&self) -> String {
         switchyard_identity::pem::certs(&self.issuing.authority.trust().anchors)
     }
 
     /// The control plane's TLS: the operator's certificate; client certificates required and
     /// checked against the CA (a client without one fails the handshake).
-    pub fn server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
+    pub(crate) fn server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
         tls::server_config(
             self.store().clone(),
             self.issuing.trust.clone(),
@@ -210,7 +210,7 @@ impl MeshIdentity {
 
     /// The Identity listener's TLS: the operator's certificate; client certificates optional (a
     /// sidecar asking for its first certificate has none), checked against the CA when sent.
-    pub fn identity_server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
+    pub(crate) fn identity_server_config(&self) -> Result<rustls::ServerConfig, TlsError> {
         tls::server_config(
             self.store().clone(),
             self.issuing.trust.clone(),
@@ -221,7 +221,7 @@ impl MeshIdentity {
 
     /// How a standby dials the leader's control plane: this replica's certificate presented, the
     /// other end checked to be the operator.
-    pub fn forward_connector(&self) -> Result<MeshConnector, TlsError> {
+    pub(crate) fn forward_connector(&self) -> Result<MeshConnector, TlsError> {
         let config = tls::client_config(
             Some(self.store().clone()),
             self.issuing.trust.clone(),
@@ -231,7 +231,7 @@ impl MeshIdentity {
     }
 
     /// The Identity service, reviewing tokens with `client`.
-    pub fn service(
+    pub(crate) fn service(
         &self,
         client: kube::Client,
         metrics: Arc<Metrics>,

@@ -14,13 +14,13 @@ use switchyard_identity::service::Refusal;
 use tonic::Code;
 
 /// `extra` keys the API server sets on a pod-bound ServiceAccount token.
-pub const POD_NAME_KEY: &str = "authentication.kubernetes.io/pod-name";
+pub(crate) const POD_NAME_KEY: &str = "authentication.kubernetes.io/pod-name";
 /// The bound pod's uid.
-pub const POD_UID_KEY: &str = "authentication.kubernetes.io/pod-uid";
+pub(crate) const POD_UID_KEY: &str = "authentication.kubernetes.io/pod-uid";
 
 /// The pod a token is bound to.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct BoundPod {
+pub(crate) struct BoundPod {
     /// Its namespace (the ServiceAccount's).
     pub namespace: String,
     /// Its ServiceAccount.
@@ -36,7 +36,7 @@ fn denied(code: Code, reason: &'static str, message: impl Into<String>) -> Refus
 }
 
 /// The pod a TokenReview's `status` proves, for a token of `audience`.
-pub fn bound_pod(status: &TokenReviewStatus, audience: &str) -> Result<BoundPod, Refusal> {
+pub(crate) fn bound_pod(status: &TokenReviewStatus, audience: &str) -> Result<BoundPod, Refusal> {
     if status.authenticated != Some(true) {
         let why = status
             .error
@@ -101,7 +101,7 @@ pub fn bound_pod(status: &TokenReviewStatus, audience: &str) -> Result<BoundPod,
 }
 
 /// The controller owner of an object.
-pub fn controller(meta: &ObjectMeta) -> Option<&OwnerReference> {
+pub(crate) fn controller(meta: &ObjectMeta) -> Option<&OwnerReference> {
     meta.owner_references
         .iter()
         .flatten()
@@ -109,7 +109,10 @@ pub fn controller(meta: &ObjectMeta) -> Option<&OwnerReference> {
 }
 
 /// Checks a pod found by name is the one the token is bound to; returns its controller.
-pub fn pod_owner<'a>(bound: &BoundPod, pod: &'a ObjectMeta) -> Result<&'a OwnerReference, Refusal> {
+pub(crate) fn pod_owner<'a>(
+    bound: &BoundPod,
+    pod: &'a ObjectMeta,
+) -> Result<&'a OwnerReference, Refusal> {
     if pod.uid.as_deref() != Some(bound.uid.as_str()) {
         return Err(denied(
             Code::PermissionDenied,
@@ -141,7 +144,7 @@ pub fn pod_owner<'a>(bound: &BoundPod, pod: &'a ObjectMeta) -> Result<&'a OwnerR
 }
 
 /// The next controller in the chain, which must be of `kind` (`Deployment`).
-pub fn owner_of_kind<'a>(
+pub(crate) fn owner_of_kind<'a>(
     what: &str,
     meta: &'a ObjectMeta,
     kind: &str,
@@ -164,7 +167,10 @@ pub fn owner_of_kind<'a>(
 }
 
 /// The workload a Deployment's controller names: a Router or Manager of this operator's group.
-pub fn workload(deployment: &str, meta: &ObjectMeta) -> Result<(Kind, String, String), Refusal> {
+pub(crate) fn workload(
+    deployment: &str,
+    meta: &ObjectMeta,
+) -> Result<(Kind, String, String), Refusal> {
     let owner = controller(meta).ok_or_else(|| {
         denied(
             Code::PermissionDenied,
@@ -193,7 +199,7 @@ pub fn workload(deployment: &str, meta: &ObjectMeta) -> Result<(Kind, String, St
 /// pod or ReplicaSet could name the operator's as its owner; carrying the selector's labels,
 /// `switchyard.dev/router` or `switchyard.dev/manager` among them, is what the policy keeps to the
 /// Deployment and ReplicaSet controllers.
-pub fn carries_selector(
+pub(crate) fn carries_selector(
     what: &str,
     labels: Option<&BTreeMap<String, String>>,
     deployment: &str,
@@ -229,7 +235,11 @@ pub fn carries_selector(
 /// Checks the token's ServiceAccount is the one the workload's pods run as (`expected`, its own
 /// unless its template names another): ownerReferences can be forged by whoever may create pods or
 /// Deployments, while the operator sets the ServiceAccount of every pod it makes.
-pub fn service_account(bound: &BoundPod, workload: &str, expected: &str) -> Result<(), Refusal> {
+pub(crate) fn service_account(
+    bound: &BoundPod,
+    workload: &str,
+    expected: &str,
+) -> Result<(), Refusal> {
     if bound.service_account == expected {
         return Ok(());
     }

@@ -26,7 +26,7 @@ use switchyard_identity::{Kind, SpiffeId, Subject, TOKEN_AUDIENCE};
 use tonic::Code;
 
 /// Reviews tokens with the API server.
-pub struct KubeAuthenticator {
+pub(crate) struct KubeAuthenticator {
     /// The operator's client (RBAC: create tokenreviews; get pods, replicasets, deployments,
     /// routers, managers).
     pub client: Client,
@@ -42,7 +42,7 @@ pub struct KubeAuthenticator {
 }
 
 /// The limits and the cache, shared by every call.
-pub struct Throttle {
+pub(crate) struct Throttle {
     peers: Mutex<RateLimiter<IpAddr>>,
     accounts: Mutex<RateLimiter<(String, String)>>,
     reviews: Mutex<ReviewCache>,

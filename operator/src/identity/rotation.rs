@@ -24,7 +24,7 @@ use switchyard_identity::trust::{epoch_seconds, not_after};
 const TICK: Duration = Duration::from_secs(1);
 
 /// Follows the CA Secret until `shutdown`.
-pub async fn run(
+pub(crate) async fn run(
     client: kube::Client,
     identity: Arc<MeshIdentity>,
     metrics: Arc<Metrics>,

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 /// A bucket's size and refill.
 #[derive(Clone, Copy, Debug)]
-pub struct Rate {
+pub(crate) struct Rate {
     /// Requests allowed at once.
     pub burst: f64,
     /// Requests per second refilled.
@@ -21,22 +21,22 @@ pub struct Rate {
 
 /// Per source IP: one pod certifies at start and then at two thirds of its certificate's life;
 /// this leaves room for its retries and no more.
-pub const PER_PEER: Rate = Rate {
+pub(crate) const PER_PEER: Rate = Rate {
     burst: 10.0,
     per_second: 0.5,
 };
 
 /// Per ServiceAccount (every pod of a namespace, when its workloads share one): a scale-up of a
 /// hundred pods at once passes, a loop of requests does not.
-pub const PER_SERVICE_ACCOUNT: Rate = Rate {
+pub(crate) const PER_SERVICE_ACCOUNT: Rate = Rate {
     burst: 100.0,
     per_second: 10.0,
 };
 
 /// Callers tracked at once; past it the one seen least recently is forgotten.
-pub const MAX_CALLERS: usize = 4096;
+pub(crate) const MAX_CALLERS: usize = 4096;
 /// Reviewed tokens kept at once.
-pub const MAX_REVIEWS: usize = 10_000;
+pub(crate) const MAX_REVIEWS: usize = 10_000;
 
 struct Bucket {
     tokens: f64,
@@ -44,7 +44,7 @@ struct Bucket {
 }
 
 /// A token bucket per key.
-pub struct RateLimiter<K> {
+pub(crate) struct RateLimiter<K> {
     rate: Rate,
     max_keys: usize,
     buckets: HashMap<K, Bucket>,
@@ -52,7 +52,7 @@ pub struct RateLimiter<K> {
 
 impl<K: Hash + Eq + Clone> RateLimiter<K> {
     /// Every key starts with a full bucket.
-    pub fn new(rate: Rate, max_keys: usize) -> Self {
+    pub(crate) fn new(rate: Rate, max_keys: usize) -> Self {
         RateLimiter {
             rate,
             max_keys,
@@ -61,7 +61,7 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
     }
 
     /// Takes one request of `key`'s at `now`; `Err` holds how long until one is allowed.
-    pub fn take(&mut self, key: &K, now: Instant) -> Result<(), Duration> {
+    pub(crate) fn take(&mut self, key: &K, now: Instant) -> Result<(), Duration> {
         if !self.buckets.contains_key(key) && self.buckets.len() >= self.max_keys {
             // The least recently seen is the one a forgotten bucket matters least for.
             if let Some(oldest) = self
@@ -91,13 +91,13 @@ impl<K: Hash + Eq + Clone> RateLimiter<K> {
 }
 
 /// A token's key in the cache: its SHA-256 (the token itself is never kept).
-pub fn token_key(token: &str) -> [u8; 32] {
+pub(crate) fn token_key(token: &str) -> [u8; 32] {
     Sha256::digest(token.as_bytes()).into()
 }
 
 /// The `exp` claim of a JWT, unverified: read only after the API server accepted the token, to
 /// know how long its review holds.
-pub fn token_expiry(token: &str) -> Option<SystemTime> {
+pub(crate) fn token_expiry(token: &str) -> Option<SystemTime> {
     let payload = token.split('.').nth(1)?;
     let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
         .decode(payload.trim_end_matches('='))
@@ -108,14 +108,14 @@ pub fn token_expiry(token: &str) -> Option<SystemTime> {
 }
 
 /// Reviewed tokens and the pods they proved, until each token's expiry.
-pub struct ReviewCache {
+pub(crate) struct ReviewCache {
     max: usize,
     entries: HashMap<[u8; 32], (BoundPod, SystemTime)>,
 }
 
 impl ReviewCache {
     /// An empty cache of at most `max` tokens.
-    pub fn new(max: usize) -> Self {
+    pub(crate) fn new(max: usize) -> Self {
         ReviewCache {
             max,
             entries: HashMap::new(),
@@ -123,7 +123,7 @@ impl ReviewCache {
     }
 
     /// The pod `key`'s token proved, while the token has not expired.
-    pub fn get(&mut self, key: &[u8; 32], now: SystemTime) -> Option<BoundPod> {
+    pub(crate) fn get(&mut self, key: &[u8; 32], now: SystemTime) -> Option<BoundPod> {
         match self.entries.get(key) {
             Some((pod, until)) if *until > now => Some(pod.clone()),
             Some(_) => {
@@ -136,7 +136,7 @@ impl ReviewCache {
 
     /// Keeps what `key`'s token proved until `until`. When full, expired entries go first, then
     /// the one expiring soonest.
-    pub fn put(&mut self, key: [u8; 32], pod: BoundPod, until: SystemTime, now: SystemTime) {
+    pub(crate) fn put(&mut self, key: [u8; 32], pod: BoundPod, until: SystemTime, now: SystemTime) {
         if until <= now {
             return;
         }
@@ -155,13 +155,15 @@ impl ReviewCache {
         self.entries.insert(key, (pod, until));
     }
 
-    /// Tokens kept.
-    pub fn len(&self) -> usize {
+    /// Tokens kept (the tests count them).
+    #[cfg(test)]
+    fn len(&self) -> usize {
         self.entries.len()
     }
 
     /// Whether none is kept.
-    pub fn is_empty(&self) -> bool {
+    #[cfg(test)]
+    fn is_empty(&self) -> bool {
         self.entries.is_empty()
     }
 }

@@ -15,7 +15,7 @@ use tokio::time::Instant;
 
 /// How long claims last and how often they are renewed (client-go's defaults: 15 s, 10 s, 2 s).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timing {
+pub(crate) struct Timing {
     /// How long a holder's claim lasts, as judged by the others.
     pub duration: Duration,
     /// How long the holder keeps leading without a successful renewal; shorter than `duration`.
@@ -36,7 +36,7 @@ impl Default for Timing {
 
 /// What to do with the Lease as it stands.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Nobody holds it, or the holder's claim expired: take it.
     Acquire,
     /// We hold it: renew.
@@ -72,13 +72,13 @@ impl Record {
 
 /// The last Lease record seen and when this replica first saw it (its own clock).
 #[derive(Clone, Debug, Default)]
-pub struct Observer {
+pub(crate) struct Observer {
     last: Option<(Record, Instant)>,
 }
 
 impl Observer {
     /// Notes the record read at `now`; the clock restarts only when the record changed.
-    pub fn observe(&mut self, spec: Option<&LeaseSpec>, now: Instant) {
+    pub(crate) fn observe(&mut self, spec: Option<&LeaseSpec>, now: Instant) {
         let Some(spec) = spec else {
             self.last = None;
             return;
@@ -90,7 +90,7 @@ impl Observer {
     }
 
     /// Decides for `me` at `now`, from what was observed.
-    pub fn decide(&self, me: &str, now: Instant) -> Decision {
+    pub(crate) fn decide(&self, me: &str, now: Instant) -> Decision {
         let Some((record, seen)) = &self.last else {
             return Decision::Acquire;
         };
@@ -115,7 +115,11 @@ impl Observer {
 
 /// How long the holder may still wait for a renewal: the rest of `renew_deadline` since the last
 /// successful renewal was sent. None when it is spent and the holder must step down.
-pub fn renew_budget(last_renewed: Instant, timing: &Timing, now: Instant) -> Option<Duration> {
+pub(crate) fn renew_budget(
+    last_renewed: Instant,
+    timing: &Timing,
+    now: Instant,
+) -> Option<Duration> {
     let deadline = last_renewed + timing.renew_deadline;
     let left = deadline.saturating_duration_since(now);
     (!left.is_zero()).then_some(left)
@@ -123,7 +127,12 @@ pub fn renew_budget(last_renewed: Instant, timing: &Timing, now: Instant) -> Opt
 
 /// The Lease spec after `me` acquires or renews it at wall-clock `now` (written for others to see;
 /// they compare it only for change).
-pub fn claimed(old: Option<&LeaseSpec>, me: &str, timing: &Timing, now: Timestamp) -> LeaseSpec {
+pub(crate) fn claimed(
+    old: Option<&LeaseSpec>,
+    me: &str,
+    timing: &Timing,
+    now: Timestamp,
+) -> LeaseSpec {
     let renewing = old.and_then(|s| s.holder_identity.as_deref()) == Some(me);
     let transitions = old.and_then(|s| s.lease_transitions).unwrap_or(0);
     LeaseSpec {

@@ -7,9 +7,9 @@
 //! against a [`store::LeaseStore`], with every call bounded in time, so a hung API call can neither
 //! keep a stale leader leading nor stall a candidate.
 
-pub mod decide;
-pub mod store;
-pub mod view;
+pub(crate) mod decide;
+pub(crate) mod store;
+pub(crate) mod view;
 
 use crate::metrics::Metrics;
 use decide::{Decision, Observer, Timing};
@@ -23,13 +23,13 @@ use tokio::time::{Instant, timeout};
 use view::{Leader, LeaderView};
 
 /// Annotation on the Lease holding the leader's control-plane URL.
-pub const URL_ANNOTATION: &str = "switchyard.dev/control-plane-url";
+pub(crate) const URL_ANNOTATION: &str = "switchyard.dev/control-plane-url";
 /// Longest wait for giving the Lease up at shutdown.
 const RELEASE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Lease settings.
 #[derive(Clone, Debug)]
-pub struct LeaseConfig {
+pub(crate) struct LeaseConfig {
     /// Lease name.
     pub name: String,
     /// Lease namespace.
@@ -44,7 +44,7 @@ pub struct LeaseConfig {
 
 impl LeaseConfig {
     /// client-go's default timing (15 s lease, 10 s renew deadline, 2 s retry), no URL.
-    pub fn new(name: String, namespace: String, identity: String) -> Self {
+    pub(crate) fn new(name: String, namespace: String, identity: String) -> Self {
         LeaseConfig {
             name,
             namespace,
@@ -120,7 +120,7 @@ async fn round<S: LeaseStore>(
 
 /// Waits until we hold the Lease, keeping `view` on whoever leads meanwhile. Returns when the
 /// winning write was sent: the start of our claim.
-pub async fn acquire<S: LeaseStore>(
+pub(crate) async fn acquire<S: LeaseStore>(
     store: &S,
     cfg: &LeaseConfig,
     metrics: &Metrics,
@@ -160,7 +160,7 @@ pub async fn acquire<S: LeaseStore>(
 /// Renews the Lease claimed at `since` until it cannot: returns when leadership is lost. Each
 /// renewal may only take what is left of the renew deadline, so a hung call ends the leadership
 /// before any other replica may judge the claim expired.
-pub async fn hold<S: LeaseStore>(
+pub(crate) async fn hold<S: LeaseStore>(
     store: &S,
     cfg: &LeaseConfig,
     metrics: &Metrics,
@@ -195,7 +195,7 @@ pub async fn hold<S: LeaseStore>(
 }
 
 /// Gives the Lease up on shutdown, so a standby takes over at once instead of after expiry.
-pub async fn release<S: LeaseStore>(store: &S, cfg: &LeaseConfig) {
+pub(crate) async fn release<S: LeaseStore>(store: &S, cfg: &LeaseConfig) {
     let give_up = async {
         let Some(mut lease) = store.get().await? else {
             return Ok(());

@@ -5,7 +5,7 @@ use kube::api::{Api, PostParams};
 use std::future::Future;
 
 /// Read and conditionally write one Lease.
-pub trait LeaseStore: Send + Sync {
+pub(crate) trait LeaseStore: Send + Sync {
     /// The Lease, None when it does not exist.
     fn get(&self) -> impl Future<Output = Result<Option<Lease>, kube::Error>> + Send;
     /// Creates (`create`) or replaces the Lease; the resourceVersion inside makes a replace
@@ -18,7 +18,7 @@ pub trait LeaseStore: Send + Sync {
 }
 
 /// The Lease `name` through the API server.
-pub struct KubeLease {
+pub(crate) struct KubeLease {
     /// Lease API of its namespace.
     pub api: Api<Lease>,
     /// Lease name.

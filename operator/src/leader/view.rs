@@ -5,7 +5,7 @@ use tokio::sync::watch;
 
 /// The leader as last seen.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Leader {
+pub(crate) enum Leader {
     /// Not known yet (or the last holder gave the Lease up and nobody took it yet).
     Unknown,
     /// This replica leads (or leader election is off).
@@ -20,7 +20,7 @@ pub enum Leader {
 }
 
 /// Shared view of the leader, updated by the election loop.
-pub struct LeaderView(watch::Sender<Leader>);
+pub(crate) struct LeaderView(watch::Sender<Leader>);
 
 impl Default for LeaderView {
     fn default() -> Self {
@@ -30,12 +30,12 @@ impl Default for LeaderView {
 
 impl LeaderView {
     /// A view that says this replica leads (leader election off).
-    pub fn me() -> Self {
+    pub(crate) fn me() -> Self {
         LeaderView(watch::Sender::new(Leader::Me))
     }
 
     /// Records who leads; wakes watchers only on a change.
-    pub fn set(&self, leader: Leader) {
+    pub(crate) fn set(&self, leader: Leader) {
         self.0.send_if_modified(|cur| {
             if *cur == leader {
                 return false;
@@ -46,17 +46,17 @@ impl LeaderView {
     }
 
     /// The leader now.
-    pub fn get(&self) -> Leader {
+    pub(crate) fn get(&self) -> Leader {
         self.0.borrow().clone()
     }
 
     /// Whether this replica leads now.
-    pub fn is_me(&self) -> bool {
+    pub(crate) fn is_me(&self) -> bool {
         *self.0.borrow() == Leader::Me
     }
 
     /// A receiver that sees each change.
-    pub fn watch(&self) -> watch::Receiver<Leader> {
+    pub(crate) fn watch(&self) -> watch::Receiver<Leader> {
         self.0.subscribe()
     }
 }

@@ -10,7 +10,7 @@
 mod secret;
 mod users;
 
-pub use secret::{ACCESS_KEY, CERT_KEY, KEY_KEY, SERVER_NAME, ServerCert, TRUST_KEY, issue};
+pub use secret::{ACCESS_KEY, CERT_KEY, KEY_KEY, ServerCert, TRUST_KEY, issue};
 pub use users::{Users, users};
 
 use crate::identity::MeshIdentity;
@@ -30,7 +30,7 @@ const EVERY: Duration = Duration::from_secs(1);
 /// Keeps Secret `name` in the operator's namespace current until `shutdown`: on the leader only,
 /// since every write of a new certificate re-keys the servers. The certificate names the servers'
 /// route hosts `server_names` besides their SPIFFE identity.
-pub async fn run(
+pub(crate) async fn run(
     client: kube::Client,
     identity: Arc<MeshIdentity>,
     managers: Stores<Manager>,

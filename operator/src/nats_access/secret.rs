@@ -27,7 +27,7 @@ const TRUST: &str = "switchyard.dev/trust";
 /// Which DNS names it carries: a changed list of servers means a new certificate at once.
 const NAMES: &str = "switchyard.dev/server-names";
 /// Name of the servers in their identity, `spiffe://<td>/ns/<namespace>/jetstream/nats`.
-pub const SERVER_NAME: &str = "nats";
+pub(crate) const SERVER_NAME: &str = "nats";
 
 /// The servers' certificate and when to renew it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -69,7 +69,7 @@ pub fn issue(
 
 /// The certificate kept in `existing` when it was issued under `trust` for `names` and is not due
 /// at `now`.
-pub fn reusable(
+pub(super) fn reusable(
     existing: &Secret,
     trust: &str,
     names: &[String],
@@ -100,7 +100,13 @@ pub fn reusable(
 }
 
 /// The Secret `namespace/name` holding `cert`, the `trust` bundle and the `access` block.
-pub fn secret(namespace: &str, name: &str, cert: &ServerCert, trust: &str, access: &str) -> Secret {
+pub(super) fn secret(
+    namespace: &str,
+    name: &str,
+    cert: &ServerCert,
+    trust: &str,
+    access: &str,
+) -> Secret {
     let renew_at = cert
         .renew_at
         .duration_since(UNIX_EPOCH)

@@ -10,12 +10,12 @@ use switchyard_protocol::config::{APP_SOCKET_DIR, APP_SOCKET_PATH};
 use switchyard_protocol::env;
 
 /// Name of the socket's volume; reserved in Manager templates.
-pub const APP_SOCKET_VOLUME: &str = "switchyard-app-socket";
+pub(crate) const APP_SOCKET_VOLUME: &str = "switchyard-app-socket";
 
 /// Adds the socket's volume to `pod` and its mount and path to `sidecar` and to every container
 /// of `pod`. A path the template set for `SWITCHYARD_APP_SOCKET` is replaced: the sidecar only
 /// knows this one.
-pub fn apply(pod: &mut PodSpec, sidecar: &mut Container) {
+pub(crate) fn apply(pod: &mut PodSpec, sidecar: &mut Container) {
     pod.volumes.get_or_insert_with(Vec::new).push(Volume {
         name: APP_SOCKET_VOLUME.into(),
         empty_dir: Some(EmptyDirVolumeSource::default()),

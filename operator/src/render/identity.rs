@@ -15,7 +15,7 @@ use switchyard_protocol::env;
 /// Name of the token volume; reserved in Manager templates.
 pub const TOKEN_VOLUME: &str = "switchyard-identity";
 /// Lifetime of the projected token; the kubelet rotates it at 80 %.
-pub const TOKEN_SECONDS: i64 = 3600;
+pub(crate) const TOKEN_SECONDS: i64 = 3600;
 
 /// What the operator's mesh TLS gives every sidecar.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -40,7 +40,7 @@ impl TrustBundle {
     }
 
     /// The PEM now.
-    pub fn pem(&self) -> String {
+    pub(crate) fn pem(&self) -> String {
         (self.0)()
     }
 }
@@ -67,13 +67,13 @@ impl std::fmt::Debug for TrustBundle {
 }
 
 /// Makes `pod` mount no default ServiceAccount token unless its template asks for one.
-pub fn no_default_token(pod: &mut PodSpec) {
+pub(crate) fn no_default_token(pod: &mut PodSpec) {
     pod.automount_service_account_token.get_or_insert(false);
 }
 
 /// Adds the token volume to `pod`, and its mount and the identity environment to `sidecar`, when
 /// mesh TLS is on.
-pub fn apply(settings: &RenderSettings, pod: &mut PodSpec, sidecar: &mut Container) {
+pub(crate) fn apply(settings: &RenderSettings, pod: &mut PodSpec, sidecar: &mut Container) {
     let Some(mesh) = &settings.mesh else {
         return;
     };
@@ -110,7 +110,7 @@ pub fn apply(settings: &RenderSettings, pod: &mut PodSpec, sidecar: &mut Contain
 }
 
 /// The trust bundle entry of a sidecar ConfigMap, when mesh TLS is on.
-pub fn trust_entry(settings: &RenderSettings) -> Option<(String, String)> {
+pub(crate) fn trust_entry(settings: &RenderSettings) -> Option<(String, String)> {
     settings.mesh.as_ref().map(|m| {
         (
             switchyard_identity::TRUST_FILE.to_owned(),

@@ -20,9 +20,9 @@ use switchyard_protocol::durable::JetStreamConfig;
 use switchyard_protocol::ports;
 
 /// Environment variable telling a manager pod's sidecar which event types its Deployment serves.
-pub use switchyard_protocol::env::EVENT_TYPES as EVENT_TYPES_ENV;
+pub(crate) use switchyard_protocol::env::EVENT_TYPES as EVENT_TYPES_ENV;
 /// Environment variable telling the app where the sidecar's local API is.
-pub use switchyard_protocol::env::LOCAL_API as LOCAL_API_ENV;
+pub(crate) use switchyard_protocol::env::LOCAL_API as LOCAL_API_ENV;
 
 /// The desired children of one Manager.
 #[derive(Clone, Debug, PartialEq)]
@@ -99,7 +99,7 @@ pub fn render_config(
 
 /// Replicas of the Deployment serving `events`: the Manager's, except with `perEventType` scaling,
 /// where each type's Deployment takes the replicas the autoscaler recorded for it in status.
-pub fn replicas_of(manager: &Manager, events: &[EventType]) -> i32 {
+pub(crate) fn replicas_of(manager: &Manager, events: &[EventType]) -> i32 {
     let spec = &manager.spec;
     if !spec.scaling.enabled || spec.scaling.split != Split::PerEventType {
         return spec.replicas;
@@ -112,7 +112,7 @@ pub fn replicas_of(manager: &Manager, events: &[EventType]) -> i32 {
 
 /// The replicas the autoscaler recorded in status for one event type's Deployment
 /// (`perEventType`), if it recorded any.
-pub fn recorded_replicas(manager: &Manager, event: &str) -> Option<i32> {
+pub(crate) fn recorded_replicas(manager: &Manager, event: &str) -> Option<i32> {
     manager
         .status
         .as_ref()?

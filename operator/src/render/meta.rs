@@ -11,10 +11,10 @@ pub use switchyard_protocol::labels::{
 
 /// Longest Router or Manager name: children append at most `-manager-config` (15 chars) and Service
 /// names must stay DNS-1035 labels of at most 63 characters.
-pub const MAX_NAME_LEN: usize = 47;
+pub(crate) const MAX_NAME_LEN: usize = 47;
 
 /// Selector labels of a component's pods: stable for the life of the resource.
-pub fn selector(kind_label: &str, name: &str) -> BTreeMap<String, String> {
+pub(crate) fn selector(kind_label: &str, name: &str) -> BTreeMap<String, String> {
     let component = if kind_label == ROUTER {
         "switchyard-router"
     } else {
@@ -28,14 +28,14 @@ pub fn selector(kind_label: &str, name: &str) -> BTreeMap<String, String> {
 }
 
 /// All labels of a child: the selector plus `managed-by`.
-pub fn labels(kind_label: &str, name: &str) -> BTreeMap<String, String> {
+pub(crate) fn labels(kind_label: &str, name: &str) -> BTreeMap<String, String> {
     let mut l = selector(kind_label, name);
     l.insert(MANAGED_BY.to_owned(), crate::FIELD_MANAGER.to_owned());
     l
 }
 
 /// Metadata of a child object, owned by `owner`.
-pub fn child_meta<K: Resource<DynamicType = ()>>(
+pub(crate) fn child_meta<K: Resource<DynamicType = ()>>(
     owner: &K,
     name: String,
     labels: BTreeMap<String, String>,
@@ -56,7 +56,9 @@ pub fn child_meta<K: Resource<DynamicType = ()>>(
 }
 
 /// A controller owner reference with blockOwnerDeletion, so foreground deletion waits for children.
-pub fn owner_ref<K: Resource<DynamicType = ()>>(owner: &K) -> Result<OwnerReference, crate::Error> {
+pub(crate) fn owner_ref<K: Resource<DynamicType = ()>>(
+    owner: &K,
+) -> Result<OwnerReference, crate::Error> {
     let mut r = owner
         .controller_owner_ref(&())
         .ok_or(crate::Error::MissingMetadata("uid"))?;
@@ -71,7 +73,7 @@ pub fn hash(text: &str) -> String {
 }
 
 /// Renders a label map as a selector string (`a=b,c=d`), as the scale subresource wants it.
-pub fn selector_string(labels: &BTreeMap<String, String>) -> String {
+pub(crate) fn selector_string(labels: &BTreeMap<String, String>) -> String {
     labels
         .iter()
         .map(|(k, v)| format!("{k}={v}"))

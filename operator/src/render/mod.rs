@@ -1,19 +1,20 @@
 //! Pure builders: from a custom resource (plus observed facts) to the desired child objects.
-//! No I/O here; everything is unit-tested from YAML fixtures.
+//! No I/O here; everything is unit-tested from YAML fixtures. The public submodules are what
+//! `switchyard up`/`check` and the fixture tests call; the rest serve them.
 
-pub mod app_socket;
+pub(crate) mod app_socket;
 pub mod identity;
 pub mod manager;
 pub mod meta;
-pub mod names;
-pub mod network_policy;
-pub mod pod_security;
+pub(crate) mod names;
+pub(crate) mod network_policy;
+pub(crate) mod pod_security;
 pub mod router;
-pub mod router_service;
+pub(crate) mod router_service;
 pub mod secrets;
-pub mod service_account;
+pub(crate) mod service_account;
 pub mod sidecar;
-pub mod stop_order;
+pub(crate) mod stop_order;
 
 /// Inputs of the build step that come from the operator's settings, not from the resource.
 #[derive(Clone, Debug)]

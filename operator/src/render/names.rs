@@ -6,26 +6,26 @@
 use switchyard_crds::EventType;
 
 /// Name of the router Deployment and Service.
-pub fn router_workload(router: &str) -> String {
+pub(crate) fn router_workload(router: &str) -> String {
     format!("{router}-router")
 }
 
 /// Name of the router's ConfigMap.
-pub fn router_config_map(router: &str) -> String {
+pub(crate) fn router_config_map(router: &str) -> String {
     format!("{router}-router-config")
 }
 
 /// Name of the Manager's Service (and of its Deployment with `split: shared`).
-pub fn manager_service(manager: &str) -> String {
+pub(crate) fn manager_service(manager: &str) -> String {
     format!("{manager}-manager")
 }
 
 /// Name of the Manager's ConfigMap.
-pub fn manager_config_map(manager: &str) -> String {
+pub(crate) fn manager_config_map(manager: &str) -> String {
     format!("{manager}-manager-config")
 }
 
 /// Name of the Deployment serving one event type with `split: perEventType`.
-pub fn manager_per_type(manager: &str, event: &EventType) -> String {
+pub(crate) fn manager_per_type(manager: &str, event: &EventType) -> String {
     format!("{manager}-{}", event.dns_fragment())
 }

@@ -24,7 +24,7 @@ const NAMESPACE_NAME: &str = "kubernetes.io/metadata.name";
 
 /// Whether `router` (the Router itself, or a Manager's Router; absent counts as the default)
 /// wants generated policies.
-pub fn enabled(router: Option<&Router>) -> bool {
+pub(crate) fn enabled(router: Option<&Router>) -> bool {
     router.is_none_or(|r| r.spec.network_policy.enabled)
 }
 
@@ -64,7 +64,10 @@ fn policy(
 }
 
 /// The policy of a Router's pods: `serving` (the edge ports), admin and probes, from anywhere.
-pub fn router(router: &Router, serving: &[(&str, i32)]) -> Result<Option<NetworkPolicy>, Error> {
+pub(crate) fn router(
+    router: &Router,
+    serving: &[(&str, i32)],
+) -> Result<Option<NetworkPolicy>, Error> {
     if !enabled(Some(router)) {
         return Ok(None);
     }
@@ -130,7 +133,10 @@ fn frame_peers(
 
 /// The policy of a Manager's pods (every Deployment of it): the frame port only from the allowed
 /// workloads' pods, every other port open. `None` when its Router turns policies off.
-pub fn manager(manager: &Manager, router: Option<&Router>) -> Result<Option<NetworkPolicy>, Error> {
+pub(crate) fn manager(
+    manager: &Manager,
+    router: Option<&Router>,
+) -> Result<Option<NetworkPolicy>, Error> {
     if !enabled(router) {
         return Ok(None);
     }

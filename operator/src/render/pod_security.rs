@@ -8,7 +8,7 @@ use k8s_openapi::api::core::v1::{
 
 /// Fills the pod-level securityContext (`runAsNonRoot`, seccomp `RuntimeDefault`) and, on every
 /// container and init container, `allowPrivilegeEscalation: false` and `capabilities.drop: [ALL]`.
-pub fn restrict(pod: &mut PodSpec) {
+pub(crate) fn restrict(pod: &mut PodSpec) {
     let sc = pod
         .security_context
         .get_or_insert_with(PodSecurityContext::default);

@@ -60,7 +60,7 @@ fn sidecar_spec(router: &Router) -> switchyard_crds::RouterSpec {
 
 /// Where each event type goes, from the Managers that name a Router (the first by name wins a
 /// contested type). Borrows the Managers: the control plane calls it from its shared cache.
-pub fn destinations<'a>(
+pub(crate) fn destinations<'a>(
     managers: impl IntoIterator<Item = &'a Manager>,
 ) -> BTreeMap<switchyard_crds::EventType, Destination> {
     let mut sorted: Vec<&Manager> = managers.into_iter().collect();
@@ -93,7 +93,7 @@ pub fn destinations<'a>(
 
 /// How publishers store events for Manager `m`'s stream: its ordering key and stream limits, the
 /// same for its handled types and its durable subscriptions.
-pub fn durable_route(m: &Manager) -> DurableRoute {
+pub(crate) fn durable_route(m: &Manager) -> DurableRoute {
     DurableRoute {
         ordering_key: m.spec.workers.ordering_key.clone(),
         duplicate_window_ms: m.spec.durable.duplicate_window_ms(),
@@ -104,7 +104,7 @@ pub fn durable_route(m: &Manager) -> DurableRoute {
 /// Who observes what, from the Managers that name a Router: one entry per subscription, keyed by
 /// [`config::subscriber_key`], each sending to all pods of its Manager, or, for a durable
 /// subscription, storing a copy in its Manager's stream (the route's `durable`).
-pub fn subscribers<'a>(
+pub(crate) fn subscribers<'a>(
     managers: impl IntoIterator<Item = &'a Manager>,
 ) -> BTreeMap<String, Subscriber> {
     let mut out = BTreeMap::new();

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use switchyard_crds::Router;
 
 /// The Service named `name` selecting `selector`, with one port per `(name, port)` listener.
-pub fn build(
+pub(crate) fn build(
     router: &Router,
     name: String,
     labels: BTreeMap<String, String>,

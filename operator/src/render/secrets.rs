@@ -28,7 +28,7 @@ pub fn referenced(spec: &RouterSpec) -> BTreeSet<String> {
 
 /// One volume and one read-only mount per referenced Secret. Volume names are by position in the
 /// sorted list, so they stay valid DNS labels whatever the Secret is called.
-pub fn volumes(spec: &RouterSpec) -> (Vec<Volume>, Vec<VolumeMount>) {
+pub(crate) fn volumes(spec: &RouterSpec) -> (Vec<Volume>, Vec<VolumeMount>) {
     referenced(spec)
         .into_iter()
         .enumerate()

@@ -11,7 +11,7 @@ use switchyard_crds::{Manager, Router};
 
 /// Name of a workload's own ServiceAccount: `<name>-router` or `<name>-manager` (a Router and a
 /// Manager of one name never share it; within [`meta::MAX_NAME_LEN`] like every child).
-pub fn own_name(kind_label: &str, name: &str) -> String {
+pub(crate) fn own_name(kind_label: &str, name: &str) -> String {
     if kind_label == ROUTER {
         format!("{name}-router")
     } else {
@@ -21,7 +21,7 @@ pub fn own_name(kind_label: &str, name: &str) -> String {
 
 /// The ServiceAccount a Manager's pods run as: the one its template names (validation refuses any
 /// but its own unless the namespace's label allows it), else its own.
-pub fn of_manager(manager: &Manager) -> String {
+pub(crate) fn of_manager(manager: &Manager) -> String {
     let named = manager.spec.template.spec.as_ref().and_then(|p| {
         [&p.service_account_name, &p.service_account]
             .into_iter()
@@ -33,7 +33,7 @@ pub fn of_manager(manager: &Manager) -> String {
 }
 
 /// The ServiceAccount a Router's pods run as: `spec.podTemplate.serviceAccountName`, else its own.
-pub fn of_router(router: &Router) -> String {
+pub(crate) fn of_router(router: &Router) -> String {
     router
         .spec
         .pod_template
@@ -45,7 +45,7 @@ pub fn of_router(router: &Router) -> String {
 
 /// The workload's own ServiceAccount, owned by `owner`: no API token mounted by default (a pod
 /// that needs one says so in its template).
-pub fn build<K: kube::Resource<DynamicType = ()>>(
+pub(crate) fn build<K: kube::Resource<DynamicType = ()>>(
     owner: &K,
     kind_label: &str,
 ) -> Result<ServiceAccount, Error> {
@@ -67,7 +67,7 @@ pub fn build<K: kube::Resource<DynamicType = ()>>(
 
 /// Runs `pod` as `service_account` (the deprecated `serviceAccount` alias cleared, so the two
 /// cannot disagree).
-pub fn run_as(pod: &mut PodSpec, service_account: String) {
+pub(crate) fn run_as(pod: &mut PodSpec, service_account: String) {
     pod.service_account_name = Some(service_account);
     pod.service_account = None;
 }

@@ -16,19 +16,19 @@ use switchyard_protocol::{config, env, ports};
 /// Name of the sidecar container; reserved in Manager templates.
 pub const CONTAINER: &str = "switchyard-sidecar";
 /// Name of the config volume; reserved in Manager templates.
-pub const CONFIG_VOLUME: &str = "switchyard-config";
+pub(crate) const CONFIG_VOLUME: &str = "switchyard-config";
 /// Name of the sidecar's probe port.
-pub const PROBE_PORT: &str = "probes";
+pub(crate) const PROBE_PORT: &str = "probes";
 /// Annotation of a mesh Deployment naming the sidecar image its pod template runs. The operator's
 /// caches keep Deployments without their pod templates; this is how they still know it.
-pub const IMAGE_ANNOTATION: &str = "switchyard.dev/sidecar-image";
+pub(crate) const IMAGE_ANNOTATION: &str = "switchyard.dev/sidecar-image";
 
 /// Environment variable carrying the control-plane URL (the sidecar's `--control-plane`).
 pub use switchyard_protocol::env::CONTROL_PLANE as CONTROL_PLANE_ENV;
 
 /// Role of a sidecar.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Role {
+pub(crate) enum Role {
     /// Edge: listener, broker, router.
     Router,
     /// Inbound delivery and workers next to the app.
@@ -46,7 +46,7 @@ impl Role {
 
 /// The sidecar container. `ports` are the role's serving ports (name, port); the admin and probe
 /// ports are added. The kubelet probes the probe port, which serves nothing else.
-pub fn container(
+pub(crate) fn container(
     settings: &RenderSettings,
     role: Role,
     ports: &[(&str, i32)],
@@ -137,7 +137,7 @@ pub fn container(
 }
 
 /// The volume that mounts the rendered config.
-pub fn config_volume(config_map: &str) -> Volume {
+pub(crate) fn config_volume(config_map: &str) -> Volume {
     Volume {
         name: CONFIG_VOLUME.into(),
         config_map: Some(ConfigMapVolumeSource {
@@ -179,7 +179,7 @@ fn default_resources() -> ResourceRequirements {
 
 /// Sets the sidecar image of `deployment`'s pod template (the sidecar container, wherever the
 /// template has it) and records it in [`IMAGE_ANNOTATION`].
-pub fn stamp_image(deployment: &mut Deployment, image: &str) {
+pub(crate) fn stamp_image(deployment: &mut Deployment, image: &str) {
     deployment
         .metadata
         .annotations
@@ -202,7 +202,7 @@ pub fn stamp_image(deployment: &mut Deployment, image: &str) {
 }
 
 /// The sidecar image a Deployment's annotation records (`None`: made before the annotation was).
-pub fn stamped_image(meta: &ObjectMeta) -> Option<&str> {
+pub(crate) fn stamped_image(meta: &ObjectMeta) -> Option<&str> {
     meta.annotations
         .as_ref()
         .and_then(|a| a.get(IMAGE_ANNOTATION))
@@ -211,7 +211,7 @@ pub fn stamped_image(meta: &ObjectMeta) -> Option<&str> {
 
 /// The sidecar image `deployment` runs: its annotation, or for one made before the annotation
 /// existed (by an older operator), its pod template's sidecar container.
-pub fn running_image(deployment: &Deployment) -> Option<String> {
+pub(crate) fn running_image(deployment: &Deployment) -> Option<String> {
     if let Some(image) = stamped_image(&deployment.metadata) {
         return Some(image.to_owned());
     }

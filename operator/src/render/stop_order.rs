@@ -30,47 +30,47 @@ use switchyard_protocol::{env, ports};
 
 /// Where the sidecar image has its binary (`deploy/sidecar.Dockerfile`). A path, not a name: the
 /// kubelet's exec does not search a PATH in every runtime.
-pub const SIDECAR_BINARY: &str = "/usr/local/bin/switchyard-sidecar";
+pub(crate) const SIDECAR_BINARY: &str = "/usr/local/bin/switchyard-sidecar";
 
 /// The sidecar's endpoint that waits for its drain (`sidecar::admin`), the app's preStop hook.
-pub const DRAINED_PATH: &str = "/drained";
+pub(crate) const DRAINED_PATH: &str = "/drained";
 
 /// The sidecars' drain limit (`sidecar::shutdown::DRAIN_LIMIT`), in seconds.
-pub const SIDECAR_DRAIN_LIMIT_SECONDS: i64 = 30;
+pub(crate) const SIDECAR_DRAIN_LIMIT_SECONDS: i64 = 30;
 
 /// How long `/drained` waits for the drain to begin (`sidecar::admin::drain_hook::START_WINDOW`):
 /// the sidecar's exec hook starts it a moment after the app's httpGet has arrived.
-pub const DRAINED_START_WINDOW_SECONDS: i64 = 5;
+pub(crate) const DRAINED_START_WINDOW_SECONDS: i64 = 5;
 
 /// How long past the drain limit the drain's waiters allow it (`drain_hook::FINISH_WAIT`).
-pub const DRAIN_ANSWER_MARGIN_SECONDS: i64 = 2;
+pub(crate) const DRAIN_ANSWER_MARGIN_SECONDS: i64 = 2;
 
 /// The longest the app's hook waits: for the drain to begin, then for it to end.
-pub const APP_HOOK_MAX_SECONDS: i64 =
+pub(crate) const APP_HOOK_MAX_SECONDS: i64 =
     DRAINED_START_WINDOW_SECONDS + SIDECAR_DRAIN_LIMIT_SECONDS + DRAIN_ANSWER_MARGIN_SECONDS;
 
 /// The app's and the sidecar's own stop, after the drain.
-pub const OWN_STOP_SECONDS: i64 = 15;
+pub(crate) const OWN_STOP_SECONDS: i64 = 15;
 
 /// Grace period of manager pods whose template sets none: the longest the app's hook waits plus
 /// both containers' own stop. A pod whose drain is quick stops as quickly: this only bounds a
 /// stop that hangs.
-pub const TERMINATION_GRACE_SECONDS: i64 = APP_HOOK_MAX_SECONDS + OWN_STOP_SECONDS;
+pub(crate) const TERMINATION_GRACE_SECONDS: i64 = APP_HOOK_MAX_SECONDS + OWN_STOP_SECONDS;
 
 /// How long a router pod keeps serving after it starts terminating, before its sidecar gets SIGTERM
 /// and stops accepting. The endpoints controller marks a terminating pod unready at once, but
 /// kube-proxy, load balancers and clients that watch endpoints drop it only once that news reaches
 /// them; until then new connections still arrive, and a closed listener would refuse them (seen as
 /// "connection refused" during every rollout). Istio's `terminationDrainDuration` is 5 s too.
-pub const ROUTER_STOP_DELAY_SECONDS: i64 = 5;
+pub(crate) const ROUTER_STOP_DELAY_SECONDS: i64 = 5;
 
 /// Grace period of router pods: the delay, then the drain limit and the sidecar's own stop.
-pub const ROUTER_TERMINATION_GRACE_SECONDS: i64 =
+pub(crate) const ROUTER_TERMINATION_GRACE_SECONDS: i64 =
     ROUTER_STOP_DELAY_SECONDS + SIDECAR_DRAIN_LIMIT_SECONDS + OWN_STOP_SECONDS;
 
 /// The router sidecar's preStop hook: the kubelet's own sleep (no binary or shell in the image
 /// needed) for [`ROUTER_STOP_DELAY_SECONDS`], serving all the while; the drain starts at SIGTERM.
-pub fn delay_router_stop(side: &mut Container) {
+pub(crate) fn delay_router_stop(side: &mut Container) {
     side.lifecycle
         .get_or_insert_with(Lifecycle::default)
         .pre_stop = Some(LifecycleHandler {
@@ -89,7 +89,7 @@ const SIGNAL_WAIT_MARGIN_SECONDS: i64 = 15;
 /// `/drained` hook on every app container without a preStop hook of its own (a user's hook is
 /// kept), and the drain hook and SIGTERM wait on the sidecar (an init container named
 /// [`SIDECAR`](super::sidecar::CONTAINER)).
-pub fn wait_for_sidecar_drain(pod: &mut PodSpec) {
+pub(crate) fn wait_for_sidecar_drain(pod: &mut PodSpec) {
     let grace = *pod
         .termination_grace_period_seconds
         .get_or_insert(TERMINATION_GRACE_SECONDS);
@@ -110,7 +110,7 @@ pub fn wait_for_sidecar_drain(pod: &mut PodSpec) {
 /// The app's preStop hook: `GET /drained` on the sidecar's admin port, from the node. By port
 /// number: a named port would be looked up in the app container's own ports. (A grace period of
 /// 0 needs no special case: the kubelet runs no hook then.)
-pub fn app_hook() -> LifecycleHandler {
+pub(crate) fn app_hook() -> LifecycleHandler {
     LifecycleHandler {
         http_get: Some(HTTPGetAction {
             path: Some(DRAINED_PATH.into()),

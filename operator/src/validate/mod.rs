@@ -33,7 +33,7 @@ impl fmt::Display for FieldError {
 }
 
 /// Joins problems into one status message.
-pub fn summary(errors: &[FieldError]) -> String {
+pub(crate) fn summary(errors: &[FieldError]) -> String {
     errors
         .iter()
         .map(ToString::to_string)

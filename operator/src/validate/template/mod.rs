@@ -33,7 +33,7 @@ pub enum TemplatePolicy {
 
 impl TemplatePolicy {
     /// The policy given by a namespace's labels: only the exact value `"true"` lifts the checks.
-    pub fn of_labels(labels: Option<&BTreeMap<String, String>>) -> Self {
+    pub(crate) fn of_labels(labels: Option<&BTreeMap<String, String>>) -> Self {
         match labels.and_then(|l| l.get(ALLOW_PRIVILEGED_LABEL)) {
             Some(v) if v == "true" => TemplatePolicy::Privileged,
             _ => TemplatePolicy::Restricted,
@@ -60,7 +60,7 @@ fn containers(pod: &PodSpec) -> impl Iterator<Item = (String, &Container)> {
 }
 
 /// What no namespace label allows: a template reaching the token that proves the mesh identity.
-pub fn identity_theft(template: &PodTemplateSpec) -> Vec<FieldError> {
+pub(crate) fn identity_theft(template: &PodTemplateSpec) -> Vec<FieldError> {
     let Some(pod) = template.spec.as_ref() else {
         return Vec::new();
     };
@@ -100,7 +100,7 @@ pub fn identity_theft(template: &PodTemplateSpec) -> Vec<FieldError> {
 /// Escalations of the template, whatever the namespace allows: refused under
 /// [`TemplatePolicy::Restricted`], reported as allowed under [`TemplatePolicy::Privileged`].
 /// `manager` is the Manager's name: its own ServiceAccount is no escalation.
-pub fn escalations(manager: &str, template: &PodTemplateSpec) -> Vec<FieldError> {
+pub(crate) fn escalations(manager: &str, template: &PodTemplateSpec) -> Vec<FieldError> {
     let Some(pod) = template.spec.as_ref() else {
         return Vec::new();
     };
@@ -113,11 +113,11 @@ pub fn escalations(manager: &str, template: &PodTemplateSpec) -> Vec<FieldError>
 }
 
 /// Reason of the Degraded=False condition of a Manager whose template escalates by the label's leave.
-pub const ALLOWED_REASON: &str = "PrivilegedTemplateAllowed";
+pub(crate) const ALLOWED_REASON: &str = "PrivilegedTemplateAllowed";
 
 /// What a Manager's status says of `escalations` its namespace's label allowed; `None` when there
 /// are none.
-pub fn allowed_by_label(escalations: &[FieldError]) -> Option<String> {
+pub(crate) fn allowed_by_label(escalations: &[FieldError]) -> Option<String> {
     if escalations.is_empty() {
         return None;
     }
