@@ -274,7 +274,8 @@ impl Store {
                     .custom_inbox_prefix(&self.inbox_prefix)
                     .connection_timeout(CONNECT_TIMEOUT)
                     .request_timeout(Some(REQUEST_TIMEOUT))
-                    .retry_on_initial_connect();
+                    .retry_on_initial_connect()
+                    .event_callback(|event| async move { log_connection_event(&event) });
                 if let Some(tls) = &self.tls {
                     // Used whenever the server requires TLS; every reconnect shows the
                     // certificate installed then (the resolver reads the renewed one).
@@ -567,6 +568,31 @@ async fn same_event(
         dedupe::Replay::Conflict => Err(DurableError::KeyReused {
             key: key.to_owned(),
         }),
+    }
+}
+
+/// Logs what the NATS client reports of its connection: a lost server and the reconnection, and
+/// what it dropped or was refused, which otherwise only show as events arriving late.
+fn log_connection_event(event: &async_nats::Event) {
+    use async_nats::Event;
+    match event {
+        Event::Connected => tracing::info!("connected to a JetStream server"),
+        Event::Disconnected => {
+            tracing::warn!("lost the JetStream server connection; reconnecting")
+        }
+        Event::SlowConsumer(sid) => tracing::warn!(
+            subscription = sid,
+            "a JetStream subscription fell behind and the client dropped its messages; the server redelivers them after AckWait"
+        ),
+        Event::ServerError(e) => {
+            tracing::warn!(error = %e, "the JetStream server reported an error")
+        }
+        Event::ClientError(e) => {
+            tracing::warn!(error = %e, "the JetStream client reported an error")
+        }
+        Event::LameDuckMode | Event::Draining | Event::Closed => {
+            tracing::info!(%event, "JetStream connection")
+        }
     }
 }
 

@@ -253,6 +253,7 @@ impl Puller<'_> {
             deliveries.push(start(msg, slots.pop(), bytes));
         }
         self.need.after(got, largest, pull.over_bytes(), held);
+        tracing::trace!(consumer = %self.plan.name, asked, got, "busy pull over");
         // The slots and bytes no event came for go back now.
         drop((slots, reserved));
         Some(match got == asked || pull.over_bytes() {
@@ -290,6 +291,7 @@ impl Puller<'_> {
             }
         };
         *self.failures = 0;
+        tracing::trace!(consumer = %self.plan.name, got = msgs.len(), "idle pull over");
         let started = !msgs.is_empty();
         let mut largest = 0;
         for msg in msgs {

@@ -89,6 +89,9 @@ impl Pull {
         while self.left > 0 {
             let Ok(Some(message)) = tokio::time::timeout_at(self.until, self.sub.next()).await
             else {
+                // The server's own end (a status) never came: the request, or its answer, was
+                // lost on the way (a server or route gone meanwhile).
+                tracing::debug!(left = self.left, "pull request unanswered by its deadline");
                 self.left = 0;
                 break;
             };
