@@ -31,8 +31,16 @@ const CONCURRENCY: usize = 128;
 /// How long a killed app stays down before its supervisor (the kubelet, here the test) restarts it:
 /// well within the receiver's retry budget (20 attempts, backoff up to 500 ms).
 const APP_DOWN: Duration = Duration::from_millis(300);
-/// Time every 202 gets to show up at the app once publishing is over.
+/// Time every 202 gets to show up at the app once publishing is over (in memory).
 const SETTLE: Duration = Duration::from_secs(90);
+/// A durable backlog drains at the pace of the receiver, and the stream's replication goes through
+/// the test's route relays: on two loaded cores, in a debug build, a few hundred events a second,
+/// so 20,000 take longer than [`SETTLE`]. The wait is on progress instead: acknowledged events still
+/// missing once the app has received nothing new for this long are lost (a redelivery comes
+/// within AckWait, 4 s here, and a reopened pull within 5 s)...
+const STALLED: Duration = Duration::from_secs(30);
+/// ...and within this bound in any case.
+const DRAIN_MAX: Duration = Duration::from_secs(300);
 
 /// The receiving Manager: `orders`, delivered durably or not, retried long enough to outlast an app
 /// restart.
@@ -75,6 +83,7 @@ struct Sidecar {
     ports: Option<ManagerPorts>,
     proc: Option<Proc>,
     lives: usize,
+    env: &'static [(&'static str, &'static str)],
 }
 
 impl Sidecar {
@@ -86,6 +95,7 @@ impl Sidecar {
             ports: None,
             proc: None,
             lives: 0,
+            env: &[],
         }
     }
 
@@ -95,8 +105,8 @@ impl Sidecar {
         let dir = self.dir.join(format!("life{}", self.lives));
         std::fs::create_dir_all(&dir).unwrap();
         let mut p = match self.ports {
-            None => spawn_manager(&dir, &self.cfg, &[]),
-            Some(ports) => spawn_manager_at(&dir, &self.cfg, ports, &[]),
+            None => spawn_manager(&dir, &self.cfg, self.env),
+            Some(ports) => spawn_manager_at(&dir, &self.cfg, ports, self.env),
         };
         let bound = manager_ready(&mut p).await;
         assert!(self.ports.is_none_or(|was| was == bound), "{bound:?}");
@@ -137,6 +147,21 @@ impl Sidecar {
 
     fn log(&self) -> Vec<Value> {
         self.proc.as_ref().map(Proc::log_lines).unwrap_or_default()
+    }
+
+    /// The log lines of every life so far.
+    fn all_logs(&self) -> Vec<Value> {
+        (1..=self.lives)
+            .flat_map(|life| {
+                let text = std::fs::read_to_string(
+                    self.dir.join(format!("life{life}")).join("manager.log"),
+                )
+                .unwrap_or_default();
+                text.lines()
+                    .filter_map(|l| serde_json::from_str(l).ok())
+                    .collect::<Vec<Value>>()
+            })
+            .collect()
     }
 }
 
@@ -221,6 +246,84 @@ async fn restart_after(app: &TestApp, down: Duration) {
     app.listen().await;
 }
 
+/// Waits until the app has seen every event acknowledged with a 202, as long as deliveries keep
+/// coming; returns the deliveries by ce-id. Panics with why, should they stop with some missing.
+async fn every_delivery(
+    app: &TestApp,
+    told: &Told,
+    (receiver, sender): (&Sidecar, &Sidecar),
+    client: &Http,
+    servers: &[NatsServer],
+) -> HashMap<String, usize> {
+    let start = Instant::now();
+    let mut unseen = Unseen::of(&told.accepted);
+    let mut progress = (0, Instant::now());
+    loop {
+        if unseen.update(app) {
+            eprintln!(
+                "[durable] every 202 delivered {:?} after the last answer",
+                start.elapsed()
+            );
+            return delivered(app);
+        }
+        if unseen.scanned > progress.0 {
+            progress = (unseen.scanned, Instant::now());
+        }
+        if progress.1.elapsed() > STALLED || start.elapsed() > DRAIN_MAX {
+            let seen = delivered(app);
+            let why = undelivered(told, &seen, receiver, sender, client, servers).await;
+            panic!(
+                "202 but not delivered: nothing new for {:?}, {:?} after the last answer ({} deliveries in all): {why}{}",
+                progress.1.elapsed(),
+                start.elapsed(),
+                unseen.scanned,
+                pace(app, start)
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// The app's deliveries per 5 s, counted from `start` (negative: before it).
+fn pace(app: &TestApp, start: Instant) -> String {
+    let mut per5s: BTreeMap<i64, usize> = BTreeMap::new();
+    for e in app.state.events.lock().unwrap().iter() {
+        let secs = match e.at.checked_duration_since(start) {
+            Some(after) => after.as_secs() as i64,
+            None => -((start - e.at).as_secs() as i64) - 1,
+        };
+        *per5s.entry(secs.div_euclid(5) * 5).or_default() += 1;
+    }
+    format!("deliveries per 5 s from the last answer: {per5s:?}\n")
+}
+
+/// The acknowledged ce-ids the app has not seen yet. Each update reads only the events that came
+/// since the last: a scan of every event per poll holds the app's event list long enough, in a
+/// debug build on two busy cores, to slow the app it waits for to a crawl.
+struct Unseen {
+    left: HashSet<String>,
+    scanned: usize,
+}
+
+impl Unseen {
+    fn of(accepted: &HashSet<String>) -> Unseen {
+        Unseen {
+            left: accepted.clone(),
+            scanned: 0,
+        }
+    }
+
+    /// Reads what the app received since the last call; whether every one has come.
+    fn update(&mut self, app: &TestApp) -> bool {
+        let events = app.state.events.lock().unwrap();
+        for e in &events[self.scanned..] {
+            self.left.remove(e.header("ce-id"));
+        }
+        self.scanned = events.len();
+        self.left.is_empty()
+    }
+}
+
 /// Deliveries the app saw, by ce-id.
 fn delivered(app: &TestApp) -> HashMap<String, usize> {
     let mut by_id = HashMap::new();
@@ -268,6 +371,96 @@ fn print(mode: &str, c: &Counts) {
     );
 }
 
+/// Why acknowledged events are still missing: how many, which (their numbers say in which phase
+/// they were published), what every life of the receiver and the sender logged about them and
+/// its warnings, and what the JetStream servers still running say of the consumers.
+async fn undelivered(
+    told: &Told,
+    seen: &HashMap<String, usize>,
+    receiver: &Sidecar,
+    sender: &Sidecar,
+    client: &Http,
+    servers: &[NatsServer],
+) -> String {
+    let mut missing: Vec<&String> = told
+        .accepted
+        .iter()
+        .filter(|id| !seen.contains_key(*id))
+        .collect();
+    missing.sort_by_key(|id| id.rsplit('-').next().and_then(|n| n.parse::<usize>().ok()));
+    let mut out = format!(
+        "{} of {} missing, the first: {:?}\n",
+        missing.len(),
+        told.accepted.len(),
+        missing.iter().take(20).collect::<Vec<_>>()
+    );
+    for (who, lines) in [
+        ("receiver", receiver.all_logs()),
+        ("sender", sender.all_logs()),
+    ] {
+        let about: Vec<&Value> = lines
+            .iter()
+            .filter(|l| {
+                l["fields"]["ce_id"]
+                    .as_str()
+                    .is_some_and(|id| missing.iter().any(|m| m.as_str() == id))
+            })
+            .take(10)
+            .collect();
+        let mut warnings: BTreeMap<String, usize> = BTreeMap::new();
+        for l in lines.iter().filter(|l| l["level"] != "INFO") {
+            let m = l["fields"]["message"].as_str().unwrap_or("?").to_owned();
+            *warnings.entry(m).or_default() += 1;
+        }
+        out += &format!("the {who} said of them: {about:#?}\nits warnings: {warnings:#?}\n");
+    }
+    let metrics = client
+        .get(&format!(
+            "http://127.0.0.1:{}/metrics",
+            receiver.ports().admin
+        ))
+        .await
+        .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+        .unwrap_or_else(|e| e.to_string());
+    let gauges: Vec<&str> = metrics
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter(|l| {
+            [
+                "in_flight",
+                "queued",
+                "admission_budget",
+                "held_requests",
+                "redeliveries",
+                "retries",
+                "dead_letter",
+                "shed",
+            ]
+            .iter()
+            .any(|m| l.contains(m))
+        })
+        .collect();
+    out += &format!("the receiver's figures: {gauges:#?}\n");
+    let last = receiver.log();
+    let tail: Vec<String> = last[last.len().saturating_sub(40)..]
+        .iter()
+        .map(|l| l.to_string())
+        .collect();
+    out += &format!("the receiver's last lines: {tail:#?}\n");
+    for s in servers.iter().filter(|s| s.running()) {
+        let jsz = client
+            .get(&format!(
+                "http://127.0.0.1:{}/jsz?consumers=true",
+                s.monitor
+            ))
+            .await
+            .map(|r| String::from_utf8_lossy(&r.body).into_owned())
+            .unwrap_or_else(|e| e.to_string());
+        out += &format!("server {} /jsz: {jsz}\n", s.port);
+    }
+    out
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn durable_mode_loses_nothing_acknowledged_through_three_crashes() {
     let dir = tempfile::tempdir().unwrap();
@@ -280,6 +473,11 @@ async fn durable_mode_loses_nothing_acknowledged_through_three_crashes() {
         "handlers",
         &receiver_config(app.port, Some(&url), 64, 16),
     );
+    // What its durable lanes did, should an event not arrive.
+    receiver.env = &[(
+        "RUST_LOG",
+        "info,switchyard_sidecar::manager::durable=debug",
+    )];
     receiver.start().await;
     let no_app = ClosedPort::new();
     let mut sender = Sidecar::new(
@@ -319,14 +517,7 @@ async fn durable_mode_loses_nothing_acknowledged_through_three_crashes() {
     servers[0].kill();
     p.until(PUBLISHES).await;
     let told = p.finish().await;
-    let settled = poll(SETTLE, "every 202 delivered", || async {
-        let seen = delivered(&app);
-        told.accepted
-            .iter()
-            .all(|id| seen.contains_key(id))
-            .then_some(seen)
-    })
-    .await;
+    let settled = every_delivery(&app, &told, (&receiver, &sender), &client, &servers).await;
     let c = count(&told, PUBLISHES, &settled);
     print("durable", &c);
     assert!(told.other.is_empty(), "only 202 or 503: {:?}", told.other);

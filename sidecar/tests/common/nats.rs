@@ -31,6 +31,11 @@ pub struct NatsServer {
 }
 
 impl NatsServer {
+    /// Whether it has not been killed.
+    pub fn running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// Like kill -9.
     pub fn kill(&mut self) {
         if let Some(mut c) = self.child.take() {
