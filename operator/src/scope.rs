@@ -35,7 +35,7 @@ pub enum Target {
 impl Scope {
     /// Parses `--watch-namespaces`: comma-separated namespace names, blanks around them ignored;
     /// empty means every namespace.
-    pub fn parse(text: &str) -> Result<Scope, String> {
+    pub fn parse(text: &str) -> Result<Scope, NotANamespace> {
         let mut names = BTreeSet::new();
         for name in text.split(',').map(str::trim).filter(|n| !n.is_empty()) {
             check_name(name)?;
@@ -109,9 +109,16 @@ impl Target {
     }
 }
 
+/// A `--watch-namespaces` entry that is not a namespace name.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "{0:?} is not a namespace name (lower-case letters, digits and '-', at most 63, not starting or ending with '-')"
+)]
+pub struct NotANamespace(String);
+
 /// A namespace name is a DNS label (RFC 1123): what the API server would refuse anyway, refused at
 /// start with the name in the message.
-fn check_name(name: &str) -> Result<(), String> {
+fn check_name(name: &str) -> Result<(), NotANamespace> {
     let ok = name.len() <= 63
         && name
             .bytes()
@@ -121,9 +128,7 @@ fn check_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "{name:?} is not a namespace name (lower-case letters, digits and '-', at most 63, not starting or ending with '-')"
-        ))
+        Err(NotANamespace(name.to_owned()))
     }
 }
 
@@ -191,7 +196,7 @@ mod tests {
             Ok(set(&["team-a", "team-b"]))
         );
         let e = Scope::parse("team-a,Team_B").expect_err("not a DNS label");
-        assert!(e.contains("\"Team_B\""), "{e}");
+        assert!(e.to_string().contains("\"Team_B\""), "{e}");
         assert!(Scope::parse("-a").is_err());
         assert!(Scope::parse(&"a".repeat(64)).is_err());
         assert!(Scope::parse("a/b").is_err());

@@ -225,37 +225,78 @@ fn lifetime(text: &str) -> Result<Duration, String> {
     Ok(d)
 }
 
-/// Checks a control-plane URL: `https` with a host under mesh TLS, `http` without.
-pub(crate) fn check_control_plane_url(url: &str, mesh_tls: bool) -> Result<(), String> {
-    let uri: axum::http::Uri = url
-        .parse()
-        .map_err(|e| format!("--control-plane-url {url:?} is not a URL: {e}"))?;
+/// A start-up setting the operator refuses, naming the flag.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SettingsError {
+    #[error("{flag} {url:?} is not a URL: {reason}")]
+    NotAUrl {
+        flag: &'static str,
+        url: String,
+        reason: String,
+    },
+    #[error(
+        "{flag} {url:?} must start with https:// (the control plane is TLS only with mesh TLS on; --mesh-tls=false for h2c)"
+    )]
+    NeedsHttps { flag: &'static str, url: String },
+    #[error("{flag} {url:?} must start with http:// with --mesh-tls=false")]
+    NeedsHttp { flag: &'static str, url: String },
+    #[error("{flag} {url:?} has no host")]
+    NoHost { flag: &'static str, url: String },
+    #[error(
+        "mesh TLS is on (--mesh-tls, SWITCHYARD_MESH_TLS) but --control-plane-url (SWITCHYARD_CONTROL_PLANE_URL) is unset: sidecars would have no Identity service to certify against and run on plain TCP; set --control-plane-url to the operator's Service (https://...), or --mesh-tls=false to run the mesh on plain TCP knowingly"
+    )]
+    MeshWithoutControlPlane,
+    #[error(
+        "--jetstream-access-secret needs mesh TLS (--mesh-tls): the JetStream servers' certificate and users come from the mesh CA"
+    )]
+    AccessSecretWithoutMesh,
+    #[error(
+        "the JetStream server {servers} is plaintext (nats://) while the mesh runs mutual TLS: any pod that reaches it could read, publish or delete every namespace's durable events. Use tls:// with a server that takes only mesh certificates (the chart's jetstream.enabled does), or set --jetstream-insecure (the chart's jetstream.insecure) to accept that knowingly"
+    )]
+    PlaintextJetStream { servers: String },
+}
+
+/// The flags whose values are control-plane URLs.
+pub(crate) const CONTROL_PLANE_URL: &str = "--control-plane-url";
+const PEER_URL: &str = "--peer-url";
+const IDENTITY_URL: &str = "--identity-url";
+
+/// Checks a control-plane URL given as `flag`: `https` with a host under mesh TLS, `http` without.
+pub(crate) fn check_control_plane_url(
+    flag: &'static str,
+    url: &str,
+    mesh_tls: bool,
+) -> Result<(), SettingsError> {
+    let uri = parse_url(flag, url)?;
+    let url = url.to_owned();
     match (uri.scheme_str(), mesh_tls) {
         (Some("https"), true) | (Some("http"), false) => {}
-        (_, true) => {
-            return Err(format!(
-                "--control-plane-url {url:?} must start with https:// (the control plane is TLS only with mesh TLS on; --mesh-tls=false for h2c)"
-            ));
-        }
-        (_, false) => {
-            return Err(format!(
-                "--control-plane-url {url:?} must start with http:// with --mesh-tls=false"
-            ));
-        }
+        (_, true) => return Err(SettingsError::NeedsHttps { flag, url }),
+        (_, false) => return Err(SettingsError::NeedsHttp { flag, url }),
     }
     if uri.host().is_none_or(str::is_empty) {
-        return Err(format!("--control-plane-url {url:?} has no host"));
+        return Err(SettingsError::NoHost { flag, url });
     }
     Ok(())
 }
 
-/// `url` with its port replaced by (or set to) `port`.
-fn with_port(url: &str, port: u16) -> Result<String, String> {
-    let uri: axum::http::Uri = url
-        .parse()
-        .map_err(|e| format!("--control-plane-url {url:?} is not a URL: {e}"))?;
+fn parse_url(flag: &'static str, url: &str) -> Result<axum::http::Uri, SettingsError> {
+    url.parse()
+        .map_err(|e: axum::http::uri::InvalidUri| SettingsError::NotAUrl {
+            flag,
+            url: url.to_owned(),
+            reason: e.to_string(),
+        })
+}
+
+/// The control-plane `url` with its port replaced by (or set to) `port`.
+fn with_port(url: &str, port: u16) -> Result<String, SettingsError> {
+    let uri = parse_url(CONTROL_PLANE_URL, url)?;
     let (Some(scheme), Some(authority)) = (uri.scheme_str(), uri.authority()) else {
-        return Err(format!("--control-plane-url {url:?} has no scheme or host"));
+        return Err(SettingsError::NoHost {
+            flag: CONTROL_PLANE_URL,
+            url: url.to_owned(),
+        });
     };
     let host = match authority.port() {
         Some(_) => authority
@@ -271,9 +312,9 @@ impl Settings {
     /// Refuses mesh TLS with nothing for the sidecars to certify against: without a control-plane
     /// URL their pods get no Identity service, and they would run on plain TCP while the operator
     /// says mesh TLS is on. Fail closed, naming the missing setting.
-    pub fn check_mesh(&self) -> Result<(), String> {
+    pub fn check_mesh(&self) -> Result<(), SettingsError> {
         if self.mesh_tls && self.control_plane_url.is_none() {
-            return Err("mesh TLS is on (--mesh-tls, SWITCHYARD_MESH_TLS) but --control-plane-url (SWITCHYARD_CONTROL_PLANE_URL) is unset: sidecars would have no Identity service to certify against and run on plain TCP; set --control-plane-url to the operator's Service (https://...), or --mesh-tls=false to run the mesh on plain TCP knowingly".to_owned());
+            return Err(SettingsError::MeshWithoutControlPlane);
         }
         self.check_jetstream()
     }
@@ -281,9 +322,9 @@ impl Settings {
     /// Refuses durable events in the clear inside a mutual-TLS mesh: a `nats://` server takes any
     /// client, so every pod that reaches it could read or delete every namespace's events. Only
     /// `--jetstream-insecure` accepts it, knowingly; the access Secret needs the mesh's CA.
-    fn check_jetstream(&self) -> Result<(), String> {
+    fn check_jetstream(&self) -> Result<(), SettingsError> {
         if self.jetstream_access_secret.is_some() && !self.mesh_tls {
-            return Err("--jetstream-access-secret needs mesh TLS (--mesh-tls): the JetStream servers' certificate and users come from the mesh CA".to_owned());
+            return Err(SettingsError::AccessSecretWithoutMesh);
         }
         let plain: Vec<&str> = self
             .jetstream_url
@@ -293,19 +334,17 @@ impl Settings {
             .filter(|u| u.starts_with("nats://"))
             .collect();
         if self.mesh_tls && !self.jetstream_insecure && !plain.is_empty() {
-            return Err(format!(
-                "the JetStream server {} is plaintext (nats://) while the mesh runs mutual TLS: any pod that reaches it could read, publish or delete every namespace's durable events. Use tls:// with a server that takes only mesh certificates (the chart's jetstream.enabled does), or set --jetstream-insecure (the chart's jetstream.insecure) to accept that knowingly",
-                plain.join(", ")
-            ));
+            return Err(SettingsError::PlaintextJetStream {
+                servers: plain.join(", "),
+            });
         }
         Ok(())
     }
 
     /// The URL other replicas forward to (see `--peer-url`); None when nothing names a host.
-    pub fn peer_url(&self) -> Result<Option<String>, String> {
+    pub fn peer_url(&self) -> Result<Option<String>, SettingsError> {
         if let Some(url) = &self.peer_url {
-            check_control_plane_url(url, self.mesh_tls)
-                .map_err(|e| e.replace("--control-plane-url", "--peer-url"))?;
+            check_control_plane_url(PEER_URL, url, self.mesh_tls)?;
             return Ok(Some(url.clone()));
         }
         let scheme = if self.mesh_tls { "https" } else { "http" };
@@ -319,13 +358,12 @@ impl Settings {
 
     /// The URL sidecars certify at (mesh TLS on and a control-plane URL given): `--identity-url`,
     /// or the control-plane URL with the Identity port.
-    pub fn identity_url(&self) -> Result<Option<String>, String> {
+    pub fn identity_url(&self) -> Result<Option<String>, SettingsError> {
         if !self.mesh_tls {
             return Ok(None);
         }
         if let Some(url) = &self.identity_url {
-            check_control_plane_url(url, true)
-                .map_err(|e| e.replace("--control-plane-url", "--identity-url"))?;
+            check_control_plane_url(IDENTITY_URL, url, true)?;
             return Ok(Some(url.clone()));
         }
         let Some(cp) = &self.control_plane_url else {
@@ -374,7 +412,7 @@ mod tests {
         let e = base(&["--identity-url=http://id:1"])
             .identity_url()
             .expect_err("plain");
-        assert!(e.contains("--identity-url"), "{e}");
+        assert!(e.to_string().contains("--identity-url"), "{e}");
         assert_eq!(
             with_port("https://[::1]:7443", 7444).expect("v6"),
             "https://[::1]:7444"
@@ -387,15 +425,26 @@ mod tests {
 
     #[test]
     fn control_plane_urls_need_the_scheme_of_the_mode_and_a_host() {
-        assert!(check_control_plane_url("https://switchyard.system.svc:7443", true).is_ok());
-        assert!(check_control_plane_url("http://10.0.0.1:7443", false).is_ok());
-        let e = check_control_plane_url("http://10.0.0.1:7443", true).expect_err("h2c");
-        assert!(e.contains("https://"), "{e}");
-        assert!(check_control_plane_url("https://10.0.0.1:7443", false).is_err());
-        let e = check_control_plane_url("switchyard:7443", false).expect_err("no scheme");
-        assert!(e.contains("http://"), "{e}");
-        assert!(check_control_plane_url("grpc://x:1", true).is_err());
-        assert!(check_control_plane_url("https://", true).is_err());
+        assert!(
+            check_control_plane_url(
+                CONTROL_PLANE_URL,
+                "https://switchyard.system.svc:7443",
+                true
+            )
+            .is_ok()
+        );
+        assert!(check_control_plane_url(CONTROL_PLANE_URL, "http://10.0.0.1:7443", false).is_ok());
+        let e = check_control_plane_url(CONTROL_PLANE_URL, "http://10.0.0.1:7443", true)
+            .expect_err("h2c");
+        assert!(e.to_string().contains("https://"), "{e}");
+        assert!(
+            check_control_plane_url(CONTROL_PLANE_URL, "https://10.0.0.1:7443", false).is_err()
+        );
+        let e = check_control_plane_url(CONTROL_PLANE_URL, "switchyard:7443", false)
+            .expect_err("no scheme");
+        assert!(e.to_string().contains("http://"), "{e}");
+        assert!(check_control_plane_url(CONTROL_PLANE_URL, "grpc://x:1", true).is_err());
+        assert!(check_control_plane_url(CONTROL_PLANE_URL, "https://", true).is_err());
     }
 
     #[test]
@@ -416,8 +465,8 @@ mod tests {
     fn mesh_tls_without_a_control_plane_url_is_refused_naming_it() {
         // Environment variables would fill the fields clap reads; these tests set neither.
         let e = parse(&[]).check_mesh().expect_err("fails closed");
-        assert!(e.contains("--control-plane-url"), "{e}");
-        assert!(e.contains("--mesh-tls=false"), "{e}");
+        assert!(e.to_string().contains("--control-plane-url"), "{e}");
+        assert!(e.to_string().contains("--mesh-tls=false"), "{e}");
         assert!(
             parse(&["--control-plane-url", "https://op.system.svc:7443"])
                 .check_mesh()
@@ -436,10 +485,11 @@ mod tests {
         };
         let e = with(&["--jetstream-url", "tls://a:4222,nats://b:4222"]).expect_err("refused");
         assert!(
-            e.contains("nats://b:4222") && e.contains("--jetstream-insecure"),
+            e.to_string().contains("nats://b:4222")
+                && e.to_string().contains("--jetstream-insecure"),
             "{e}"
         );
-        assert!(!e.contains("tls://a:4222"), "{e}");
+        assert!(!e.to_string().contains("tls://a:4222"), "{e}");
         assert!(with(&["--jetstream-url", "nats://b:4222", "--jetstream-insecure"]).is_ok());
         assert!(with(&["--jetstream-url", "tls://a:4222"]).is_ok());
         assert!(
@@ -450,7 +500,7 @@ mod tests {
         let e = parse(&["--mesh-tls=false", "--jetstream-access-secret", "s"])
             .check_mesh()
             .expect_err("no CA");
-        assert!(e.contains("--mesh-tls"), "{e}");
+        assert!(e.to_string().contains("--mesh-tls"), "{e}");
     }
 
     #[test]
@@ -463,6 +513,7 @@ mod tests {
         assert!(
             s.peer_url()
                 .expect_err("h2c under mesh TLS")
+                .to_string()
                 .contains("https://")
         );
         // Without mesh TLS the replicas talk h2c.
@@ -474,7 +525,12 @@ mod tests {
         let s = parse(&["--peer-url", "http://10.1.2.3:7443"]);
         assert_eq!(s.peer_url(), Ok(Some("http://10.1.2.3:7443".into())));
         let s = parse(&["--peer-url", "10.1.2.3:7443"]);
-        assert!(s.peer_url().expect_err("no scheme").contains("--peer-url"));
+        assert!(
+            s.peer_url()
+                .expect_err("no scheme")
+                .to_string()
+                .contains("--peer-url")
+        );
         let s = parse(&["--pod-ip", "fd00::7", "--control-plane-addr", "[::]:7443"]);
         assert_eq!(s.peer_url(), Ok(Some("http://[fd00::7]:7443".into())));
         let s = parse(&["--control-plane-addr", "127.0.0.1:9000"]);

@@ -23,12 +23,12 @@ use tokio::sync::watch;
 /// Runs the operator until a signal (success) or lost leadership (failure, so the pod restarts as a
 /// fresh candidate).
 pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
-    settings.check_mesh().map_err(anyhow::Error::msg)?;
+    settings.check_mesh()?;
     if let Some(url) = &settings.control_plane_url {
-        settings::check_control_plane_url(url, settings.mesh_tls).map_err(anyhow::Error::msg)?;
+        settings::check_control_plane_url(settings::CONTROL_PLANE_URL, url, settings.mesh_tls)?;
     }
-    let peer_url = settings.peer_url().map_err(anyhow::Error::msg)?;
-    let identity_url = settings.identity_url().map_err(anyhow::Error::msg)?;
+    let peer_url = settings.peer_url()?;
+    let identity_url = settings.identity_url()?;
     if settings.leader_election && peer_url.is_none() {
         tracing::warn!(
             "no --peer-url (nor POD_IP): while this replica leads, standbys cannot forward load reports and activations to it"
