@@ -101,7 +101,7 @@ impl PodEntry {
 }
 
 /// Ready and not being deleted: a terminating pod drains and must not get new work.
-fn is_ready(pod: &Pod) -> bool {
+pub(crate) fn is_ready(pod: &Pod) -> bool {
     pod.meta().deletion_timestamp.is_none()
         && pod
             .status

@@ -2,6 +2,7 @@
 //! computed from scratch, as the index's tests hold the incremental tables to.
 
 use super::{RouterKey, subscription_wire};
+use crate::control_plane::index::is_ready;
 use crate::render::{self, meta};
 use k8s_openapi::api::core::v1::Pod;
 use kube::{Resource, ResourceExt};
@@ -104,16 +105,6 @@ fn route(
 fn selects(selector: &BTreeMap<String, String>, pod: &Pod) -> bool {
     let labels = pod.labels();
     selector.iter().all(|(k, v)| labels.get(k) == Some(v))
-}
-
-/// Ready and not being deleted: a terminating pod drains and must not get new work.
-fn is_ready(pod: &Pod) -> bool {
-    pod.meta().deletion_timestamp.is_none()
-        && pod
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Ready" && c.status == "True"))
 }
 
 #[cfg(test)]
