@@ -12,6 +12,9 @@
 //! `bench`) hold only what those users name.
 
 #![forbid(unsafe_code)]
+// `pub` only on what lib.rs makes public: everything else is `pub(crate)`, so rustc reports dead
+// code and a reader sees the crate's surface here.
+#![warn(unreachable_pub)]
 
 mod admin;
 mod answer;
