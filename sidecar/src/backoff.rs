@@ -4,7 +4,7 @@ use std::time::Duration;
 
 /// Delay before retry number `attempt` (0-based): `base * 2^attempt`, capped at `max`, then jittered
 /// into `[d/2, d]` with `unit` in `[0, 1)` so that peers failing together do not retry together.
-pub fn delay(base: Duration, max: Duration, attempt: u32, unit: f64) -> Duration {
+pub(crate) fn delay(base: Duration, max: Duration, attempt: u32, unit: f64) -> Duration {
     let factor = 2u32.saturating_pow(attempt.min(31));
     let d = base.saturating_mul(factor).min(max);
     let unit = unit.clamp(0.0, 1.0);
@@ -13,7 +13,7 @@ pub fn delay(base: Duration, max: Duration, attempt: u32, unit: f64) -> Duration
 
 /// The failure series of a long-lived stream that reconnects (the control-plane streams): a stream
 /// that lived `stable_after` ends the series, so the next failure waits the shortest delay again.
-pub struct StreamRetry {
+pub(crate) struct StreamRetry {
     base: Duration,
     max: Duration,
     stable_after: Duration,
@@ -21,7 +21,7 @@ pub struct StreamRetry {
 }
 
 /// What to do after a stream ended.
-pub struct Next {
+pub(crate) struct Next {
     /// The first failure of a series: worth a warning; repeats of it are not.
     pub first: bool,
     /// How long to wait before reconnecting.
@@ -30,7 +30,7 @@ pub struct Next {
 
 impl StreamRetry {
     /// The control-plane streams' policy: 200 ms doubling to 10 s; 10 s of life resets it.
-    pub fn control_plane() -> StreamRetry {
+    pub(crate) fn control_plane() -> StreamRetry {
         StreamRetry {
             base: Duration::from_millis(200),
             max: Duration::from_secs(10),
@@ -40,7 +40,7 @@ impl StreamRetry {
     }
 
     /// Records a stream that lived `lived`; `unit` in `[0, 1)` jitters the wait.
-    pub fn ended(&mut self, lived: Duration, unit: f64) -> Next {
+    pub(crate) fn ended(&mut self, lived: Duration, unit: f64) -> Next {
         self.failures = if lived >= self.stable_after {
             0
         } else {

@@ -10,7 +10,7 @@ const MAX_FILE: u64 = 4 << 20;
 
 /// Why the config cannot be used. The process exits with status 2.
 #[derive(Debug, thiserror::Error)]
-pub enum ConfigError {
+pub(crate) enum ConfigError {
     /// The file cannot be read.
     #[error("config {file}: cannot read: {source}")]
     Read {
@@ -38,7 +38,7 @@ pub enum ConfigError {
 }
 
 /// Builds a field error for `file`.
-pub fn field_error(
+pub(crate) fn field_error(
     file: &Path,
     field: impl Into<String>,
     message: impl Into<String>,
@@ -118,7 +118,7 @@ fn positive(file: &Path, field: &str, value: i32) -> Result<usize, ConfigError> 
 }
 
 /// A router config, checked.
-pub struct RouterSettings {
+pub(crate) struct RouterSettings {
     /// The config as read.
     pub config: RouterConfig,
     /// HTTP listener port (0: any free port).
@@ -130,12 +130,15 @@ pub struct RouterSettings {
 }
 
 /// Reads and checks a router config.
-pub fn load_router(file: &Path) -> Result<RouterSettings, ConfigError> {
+pub(crate) fn load_router(file: &Path) -> Result<RouterSettings, ConfigError> {
     settle_router(file, read(file)?)
 }
 
 /// Checks a router config read from `file` (named in errors only).
-pub fn settle_router(file: &Path, config: RouterConfig) -> Result<RouterSettings, ConfigError> {
+pub(crate) fn settle_router(
+    file: &Path,
+    config: RouterConfig,
+) -> Result<RouterSettings, ConfigError> {
     let http_port = listen_port(
         file,
         "spec.listeners.http.port",
@@ -181,7 +184,7 @@ fn body_budget(file: &Path, config: &RouterConfig) -> Result<usize, ConfigError>
 }
 
 /// A manager config, checked, with the event types of this pod.
-pub struct ManagerSettings {
+pub(crate) struct ManagerSettings {
     /// The config as read.
     pub config: ManagerConfig,
     /// Event types this pod handles.
@@ -197,12 +200,15 @@ pub struct ManagerSettings {
 }
 
 /// Reads and checks a manager config; `only` is `SWITCHYARD_EVENT_TYPES` when set.
-pub fn load_manager(file: &Path, only: Option<&str>) -> Result<ManagerSettings, ConfigError> {
+pub(crate) fn load_manager(
+    file: &Path,
+    only: Option<&str>,
+) -> Result<ManagerSettings, ConfigError> {
     settle_manager(file, read(file)?, only)
 }
 
 /// Checks a manager config read from `file` (named in errors only); `only` as for [`load_manager`].
-pub fn settle_manager(
+pub(crate) fn settle_manager(
     file: &Path,
     config: ManagerConfig,
     only: Option<&str>,

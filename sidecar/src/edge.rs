@@ -11,9 +11,9 @@ use serde_json::{Map, Value};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Rejection {
     /// HTTP status.
-    pub status: u16,
+    pub(crate) status: u16,
     /// Problem detail.
-    pub detail: String,
+    pub(crate) detail: String,
 }
 
 impl Rejection {
@@ -28,11 +28,11 @@ impl Rejection {
 /// The client's retry key: an `Idempotency-Key` header becomes the event's CloudEvents id, so a
 /// client's retries of one request carry one ce-id and are deduplicated where events are kept
 /// (durable delivery) and by apps that deduplicate by ce-id.
-pub const IDEMPOTENCY_KEY: &str = "idempotency-key";
+pub(crate) const IDEMPOTENCY_KEY: &str = "idempotency-key";
 
 /// The `Idempotency-Key` header's value as a ce-id: 1 to 255 visible ASCII characters (the bounds
 /// of a frame's ce-id field and of the local API's `ce-id`). Absent is `None`.
-pub fn idempotency_key(value: Option<&[u8]>) -> Result<Option<String>, Rejection> {
+pub(crate) fn idempotency_key(value: Option<&[u8]>) -> Result<Option<String>, Rejection> {
     match value {
         None => Ok(None),
         Some(v) if !v.is_empty() && v.len() <= 255 && v.iter().all(u8::is_ascii_graphic) => {
@@ -46,10 +46,10 @@ pub fn idempotency_key(value: Option<&[u8]>) -> Result<Option<String>, Rejection
 }
 
 /// Media type of every event payload built here.
-pub const JSON: &str = "application/json";
+pub(crate) const JSON: &str = "application/json";
 
 /// `application/json` or `application/<something>+json`, parameters allowed.
-pub fn is_json_media_type(value: &str) -> bool {
+pub(crate) fn is_json_media_type(value: &str) -> bool {
     let essence = value
         .split(';')
         .next()
@@ -63,12 +63,12 @@ pub fn is_json_media_type(value: &str) -> bool {
 /// Whether a body route passes any body as it came (binary, `text/*`, multipart, ...): one with no
 /// schema to check and no path parameters to merge into a JSON object. Its JSON bodies are still
 /// checked for syntax (a JSON media type promises JSON).
-pub fn takes_any_body(route: &HttpRoute, path_params: &Map<String, Value>) -> bool {
+pub(crate) fn takes_any_body(route: &HttpRoute, path_params: &Map<String, Value>) -> bool {
     route.schema.is_none() && path_params.is_empty()
 }
 
 /// Checks the `content-type` of a body route: missing or JSON is fine for an empty body, JSON otherwise.
-pub fn check_content_type(
+pub(crate) fn check_content_type(
     content_type: Option<&str>,
     body_len_hint: Option<u64>,
 ) -> Result<(), Rejection> {
@@ -87,7 +87,7 @@ pub fn check_content_type(
 }
 
 /// Parses the body as JSON; a syntax error names the line and column.
-pub fn parse_json(body: &[u8]) -> Result<Value, Rejection> {
+pub(crate) fn parse_json(body: &[u8]) -> Result<Value, Rejection> {
     serde_json::from_slice(body).map_err(|e| {
         Rejection::new(
             400,
@@ -103,7 +103,7 @@ pub fn parse_json(body: &[u8]) -> Result<Value, Rejection> {
 
 /// Checks JSON syntax without building a value: the path of body routes with no schema and no path
 /// parameters, whose body is forwarded byte for byte.
-pub fn check_syntax(body: &[u8]) -> Result<(), Rejection> {
+pub(crate) fn check_syntax(body: &[u8]) -> Result<(), Rejection> {
     serde_json::from_slice::<serde::de::IgnoredAny>(body)
         .map(|_| ())
         .map_err(|e| {
@@ -129,7 +129,10 @@ fn strip_position(e: &serde_json::Error) -> String {
 }
 
 /// Checks the body against the route's schema; the first violation is reported with its field path.
-pub fn check_schema(validator: &jsonschema::Validator, body: &Value) -> Result<(), Rejection> {
+pub(crate) fn check_schema(
+    validator: &jsonschema::Validator,
+    body: &Value,
+) -> Result<(), Rejection> {
     let Some(err) = validator.iter_errors(body).next() else {
         return Ok(());
     };
@@ -150,7 +153,7 @@ pub fn check_schema(validator: &jsonschema::Validator, body: &Value) -> Result<(
 
 /// The event payload of a body route: the body bytes as sent when the route has no path parameters
 /// (no re-serialization); otherwise the body object with the path parameters set on it (they win).
-pub fn body_payload(
+pub(crate) fn body_payload(
     route: &HttpRoute,
     raw: Bytes,
     parsed: Option<Value>,

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 /// What the reloader watches and whom it signals.
 #[derive(Clone, Debug)]
-pub struct Settings {
+pub(crate) struct Settings {
     /// The mounted Secret's folder.
     pub watch: PathBuf,
     /// nats-server's `pid_file`.
@@ -36,7 +36,7 @@ enum ReloadError {
 }
 
 /// Watches until SIGTERM; exit 0 then.
-pub async fn run(settings: &Settings) -> ExitCode {
+pub(crate) async fn run(settings: &Settings) -> ExitCode {
     tracing::info!(watch = %settings.watch.display(), pid_file = %settings.pid_file.display(), "reloading nats-server when its mounted files change");
     let mut done: Option<[u8; 32]> = None;
     let mut tick = tokio::time::interval(settings.every);

@@ -9,14 +9,14 @@ use switchyard_crds::router::ParamType;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BadParam {
     /// Parameter name.
-    pub name: String,
+    pub(crate) name: String,
     /// What was expected, for the problem detail.
-    pub expected: &'static str,
+    pub(crate) expected: &'static str,
 }
 
 /// Decodes `%XX` escapes (and `+` as space when `plus_is_space`, as in query strings).
 /// `None` when an escape is malformed or the result is not UTF-8.
-pub fn percent_decode(raw: &str, plus_is_space: bool) -> Option<String> {
+pub(crate) fn percent_decode(raw: &str, plus_is_space: bool) -> Option<String> {
     if !raw
         .bytes()
         .any(|b| b == b'%' || (plus_is_space && b == b'+'))
@@ -57,7 +57,7 @@ fn hex_val(b: u8) -> Option<u8> {
 }
 
 /// Parses one decoded value as `ty`.
-pub fn typed(name: &str, value: &str, ty: ParamType) -> Result<Value, BadParam> {
+pub(crate) fn typed(name: &str, value: &str, ty: ParamType) -> Result<Value, BadParam> {
     let bad = |expected| BadParam {
         name: name.to_owned(),
         expected,
@@ -106,7 +106,7 @@ fn is_uuid(v: &str) -> bool {
 
 /// Adds the query string's parameters to `out`, typed where `types` declares them, strings otherwise.
 /// Names already in `out` (path parameters) win. At most `max` parameters are taken.
-pub fn add_query(
+pub(crate) fn add_query(
     query: &str,
     types: &dyn Fn(&str) -> Option<ParamType>,
     out: &mut Map<String, Value>,

@@ -3,10 +3,10 @@
 use bytes::Bytes;
 
 /// Media type of a problem body.
-pub const CONTENT_TYPE: &str = "application/problem+json";
+pub(crate) const CONTENT_TYPE: &str = "application/problem+json";
 
 /// A problem body `{"type":"about:blank","title":..,"status":..,"detail":..}` as bytes.
-pub fn body(status: u16, title: &str, detail: &str) -> Bytes {
+pub(crate) fn body(status: u16, title: &str, detail: &str) -> Bytes {
     let v = serde_json::json!({
         "type": "about:blank",
         "title": title,
@@ -18,7 +18,7 @@ pub fn body(status: u16, title: &str, detail: &str) -> Bytes {
 }
 
 /// The standard reason phrase for a status, used as the problem title.
-pub fn title(status: u16) -> &'static str {
+pub(crate) fn title(status: u16) -> &'static str {
     http::StatusCode::from_u16(status)
         .ok()
         .and_then(|s| s.canonical_reason())

@@ -4,7 +4,7 @@ use tracing_subscriber::EnvFilter;
 
 /// Log output format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum LogFormat {
+pub(crate) enum LogFormat {
     /// One JSON object per line.
     Json,
     /// Human-readable text.
@@ -12,7 +12,7 @@ pub enum LogFormat {
 }
 
 /// Installs the global subscriber; `RUST_LOG` overrides the default `info` level.
-pub fn init(format: LogFormat) {
+pub(crate) fn init(format: LogFormat) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)

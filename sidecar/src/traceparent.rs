@@ -2,15 +2,15 @@
 //! with it the client's `tracestate` (`switchyard_protocol::tracestate`), when the traceparent is kept.
 
 /// The header name.
-pub const HEADER: &str = "traceparent";
+pub(crate) const HEADER: &str = "traceparent";
 
 /// The `tracestate` header name.
-pub const TRACESTATE: &str = switchyard_protocol::tracestate::HEADER;
+pub(crate) const TRACESTATE: &str = switchyard_protocol::tracestate::HEADER;
 
 /// The client's `tracestate` (its header lines `lines`) to carry with its `traceparent`: dropped
 /// when that traceparent is not kept, as W3C says (a tracestate belongs to the trace it came with),
 /// and when it is invalid.
-pub fn tracestate<'a>(
+pub(crate) fn tracestate<'a>(
     traceparent: Option<&[u8]>,
     lines: impl IntoIterator<Item = &'a [u8]>,
 ) -> String {
@@ -21,7 +21,7 @@ pub fn tracestate<'a>(
 }
 
 /// [`tracestate`] of the `tracestate` lines in `headers`.
-pub fn tracestate_in(traceparent: Option<&[u8]>, headers: &http::HeaderMap) -> String {
+pub(crate) fn tracestate_in(traceparent: Option<&[u8]>, headers: &http::HeaderMap) -> String {
     tracestate(
         traceparent,
         headers
@@ -32,7 +32,7 @@ pub fn tracestate_in(traceparent: Option<&[u8]>, headers: &http::HeaderMap) -> S
 }
 
 /// [`tracestate`] of the `tracestate` entries in gRPC metadata `meta`.
-pub fn tracestate_in_meta(
+pub(crate) fn tracestate_in_meta(
     traceparent: Option<&[u8]>,
     meta: &tonic::metadata::MetadataMap,
 ) -> String {
@@ -43,7 +43,7 @@ pub fn tracestate_in_meta(
 }
 
 /// Returns the client's traceparent when it is well formed, otherwise a new sampled root one.
-pub fn extract_or_new(value: Option<&[u8]>) -> String {
+pub(crate) fn extract_or_new(value: Option<&[u8]>) -> String {
     match value.and_then(|v| std::str::from_utf8(v).ok()) {
         Some(v) if is_valid(v.trim()) => v.trim().to_owned(),
         _ => new_root(),
@@ -51,7 +51,7 @@ pub fn extract_or_new(value: Option<&[u8]>) -> String {
 }
 
 /// A fresh `00-<trace id>-<span id>-01`.
-pub fn new_root() -> String {
+pub(crate) fn new_root() -> String {
     let trace = loop {
         let t = fastrand::u128(..);
         if t != 0 {
@@ -69,7 +69,7 @@ pub fn new_root() -> String {
 }
 
 /// Version 00 layout, lowercase hex, non-zero ids.
-pub fn is_valid(v: &str) -> bool {
+pub(crate) fn is_valid(v: &str) -> bool {
     let parts: Vec<&str> = v.split('-').collect();
     let [version, trace, span, flags] = parts.as_slice() else {
         return false;

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 /// Why the drain hook failed.
 #[derive(Debug, thiserror::Error)]
-pub enum DrainCallError {
+pub(crate) enum DrainCallError {
     /// No connection to the admin port, or the exchange broke.
     #[error("GET /drain on {addr}: {detail}")]
     Exchange {
@@ -41,7 +41,7 @@ pub enum DrainCallError {
 }
 
 /// Asks the sidecar at `addr` to drain and waits until it says the drain is over.
-pub async fn call(addr: SocketAddr) -> Result<(), DrainCallError> {
+pub(crate) async fn call(addr: SocketAddr) -> Result<(), DrainCallError> {
     // A little more than the endpoint's own bound, so that its answer is what ends this.
     let limit = super::drain_hook::FINISH_WAIT + Duration::from_secs(3);
     tokio::time::timeout(limit, exchange(addr))

@@ -20,14 +20,14 @@ use tokio_util::sync::CancellationToken;
 /// node. The cost is paid only where no drain comes at all: a stop whose sidecar hook failed waits
 /// this long, and a stranger's `/drained` holds one connection (under the admin port's caps) for
 /// this long.
-pub const START_WINDOW: Duration = Duration::from_secs(5);
+pub(super) const START_WINDOW: Duration = Duration::from_secs(5);
 
 /// How long past the drain limit a drain's waiters wait before answering that it did not finish:
 /// the drain ends itself at the limit, so its end, not this, is what answers them.
 const ANSWER_MARGIN: Duration = Duration::from_secs(2);
 
 /// The longest a drain is awaited once it has started.
-pub const FINISH_WAIT: Duration =
+pub(super) const FINISH_WAIT: Duration =
     Duration::from_secs(crate::shutdown::DRAIN_LIMIT.as_secs() + ANSWER_MARGIN.as_secs());
 
 /// How a wait for the drain ended.
@@ -44,7 +44,7 @@ pub(super) enum Waited {
 /// The manager's drain, shared by the role (which runs it) and the admin port (which starts and
 /// awaits it).
 #[derive(Clone, Debug, Default)]
-pub struct DrainHook {
+pub(crate) struct DrainHook {
     /// `/drain` was asked for.
     asked: CancellationToken,
     /// A drain began, whatever started it (`/drain` or a signal).
@@ -55,17 +55,17 @@ pub struct DrainHook {
 
 impl DrainHook {
     /// Resolves once `/drain` was asked for.
-    pub async fn requested(&self) {
+    pub(crate) async fn requested(&self) {
         self.asked.cancelled().await;
     }
 
     /// Marks the drain as begun, by `/drain` or by a signal: `/drained` now waits for its end.
-    pub fn begin(&self) {
+    pub(crate) fn begin(&self) {
         self.began.cancel();
     }
 
     /// Marks the drain as over: waiting `/drain` and `/drained` requests answer.
-    pub fn finish(&self) {
+    pub(crate) fn finish(&self) {
         self.began.cancel();
         self.done.cancel();
     }

@@ -24,21 +24,21 @@ mod drain_hook;
 mod gate;
 mod tap;
 
-pub use drain_call::{DrainCallError, call as call_drain};
-pub use drain_hook::DrainHook;
+pub(crate) use drain_call::{DrainCallError, call as call_drain};
+pub(crate) use drain_hook::DrainHook;
 
 /// Readiness: true once the listeners are bound, false again when a drain starts.
 #[derive(Clone, Default)]
-pub struct Readiness(Arc<AtomicBool>);
+pub(crate) struct Readiness(Arc<AtomicBool>);
 
 impl Readiness {
     /// Marks the process ready or not.
-    pub fn set(&self, ready: bool) {
+    pub(crate) fn set(&self, ready: bool) {
         self.0.store(ready, Ordering::Release);
     }
 
     /// Whether it is ready.
-    pub fn get(&self) -> bool {
+    pub(crate) fn get(&self) -> bool {
         self.0.load(Ordering::Acquire)
     }
 }
@@ -46,7 +46,7 @@ impl Readiness {
 /// Serves the kubelet's probes on `listener` forever: `/healthz` (200 while the process runs) and
 /// `/readyz` (200 while ready). A port of their own, started before anything else, so probes
 /// answer while the certificate is fetched and however busy or flooded the serving ports are.
-pub async fn serve_probes(listener: TcpListener, metrics: Arc<Metrics>, ready: Readiness) {
+pub(crate) async fn serve_probes(listener: TcpListener, metrics: Arc<Metrics>, ready: Readiness) {
     conns::serve(listener, conns::PROBES, &metrics, move |req, _peer| {
         let (status, body): (StatusCode, &'static [u8]) = match req.uri().path() {
             "/healthz" => (StatusCode::OK, b"ok\n"),
@@ -62,7 +62,7 @@ pub async fn serve_probes(listener: TcpListener, metrics: Arc<Metrics>, ready: R
 /// Serves admin requests on `listener` forever: `/healthz`, `/readyz`, `/metrics`, `GET /routes`
 /// showing `upstream`'s routing table, and `GET /tap` streaming `taps`. Runs until the process
 /// exits, so probes see the drain.
-pub async fn serve_router(
+pub(crate) async fn serve_router(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: Readiness,
@@ -74,7 +74,7 @@ pub async fn serve_router(
 
 /// As [`serve_router`], plus `GET /drain` (loopback clients only) starting and awaiting the
 /// manager's drain, and `/drained` (anyone) awaiting it.
-pub async fn serve_manager(
+pub(crate) async fn serve_manager(
     listener: TcpListener,
     metrics: Arc<Metrics>,
     ready: Readiness,

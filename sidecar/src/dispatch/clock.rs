@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 
 /// Timestamps of one request's stages.
 #[derive(Debug)]
-pub struct Clock {
+pub(crate) struct Clock {
     /// When the request arrived.
     pub start: Instant,
     /// When the edge checks ended.
@@ -28,7 +28,7 @@ pub struct Clock {
 
 impl Clock {
     /// A clock for a request that arrived at `start` and is traced by `trace` (when tracing is on).
-    pub fn traced(start: Instant, trace: Option<RequestTrace>) -> Clock {
+    pub(crate) fn traced(start: Instant, trace: Option<RequestTrace>) -> Clock {
         Clock {
             trace,
             ..Clock::new(start)
@@ -36,7 +36,7 @@ impl Clock {
     }
 
     /// A clock for a request that arrived at `start`.
-    pub fn new(start: Instant) -> Clock {
+    pub(crate) fn new(start: Instant) -> Clock {
         Clock {
             start,
             checked: None,
@@ -50,7 +50,7 @@ impl Clock {
     }
 
     /// Stage durations up to now; `listener` is the remainder, so the stages add up to the total.
-    pub fn stages(&self) -> StageTimes {
+    pub(crate) fn stages(&self) -> StageTimes {
         let end = Instant::now();
         let total = end - self.start;
         let mut t = StageTimes {

@@ -16,7 +16,7 @@ const UNLIMITED_TOTAL: usize = 1 << 20;
 
 /// What the listeners enforce.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Resolved {
+pub(crate) struct Resolved {
     /// Total and per-client caps.
     pub caps: Caps,
     /// Each connection's timers.
@@ -26,7 +26,7 @@ pub struct Resolved {
 }
 
 /// The connection metrics of `listener` (`http`, `grpc`).
-pub fn meters(metrics: &Metrics, listener: &'static str) -> Meters {
+pub(crate) fn meters(metrics: &Metrics, listener: &'static str) -> Meters {
     let c = &metrics.conns;
     Meters::new(
         c.open(listener),
@@ -37,7 +37,7 @@ pub fn meters(metrics: &Metrics, listener: &'static str) -> Meters {
 }
 
 /// Resolves `c` for a process whose soft open-file limit is `fd_limit` (`None`: unlimited).
-pub fn resolve(
+pub(crate) fn resolve(
     c: &Connections,
     fd_limit: Option<u64>,
     file: &Path,

@@ -22,19 +22,19 @@ use tokio_rustls::TlsAcceptor;
 const FIELD: &str = "spec.listeners.tls.secretName";
 
 /// ALPN protocols of the HTTP listener (HTTP/2 preferred) and of the gRPC one (HTTP/2 only).
-pub const HTTP_ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
+pub(crate) const HTTP_ALPN: &[&[u8]] = &[b"h2", b"http/1.1"];
 /// ALPN protocols of the gRPC listener.
-pub const GRPC_ALPN: &[&[u8]] = &[b"h2"];
+pub(crate) const GRPC_ALPN: &[&[u8]] = &[b"h2"];
 
 /// The edge's certificate chain and key, shared by both listeners and swapped at a reload.
 #[derive(Debug)]
-pub struct EdgeCert {
+pub(crate) struct EdgeCert {
     current: ArcSwap<CertifiedKey>,
     provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
 /// The chain and key of a `tls.crt` and a `tls.key`, checked to fit each other, or why not.
-pub fn certified_key(
+pub(crate) fn certified_key(
     crt: &[u8],
     key: &[u8],
     provider: &rustls::crypto::CryptoProvider,
@@ -53,7 +53,7 @@ pub fn certified_key(
 
 impl EdgeCert {
     /// Reads `tls.crt` and `tls.key` of Secret `secret_name` and registers them for reloads.
-    pub fn read(
+    pub(crate) fn read(
         secrets: &Secrets,
         secret_name: &str,
         reloads: &mut Reloads,
@@ -84,14 +84,14 @@ impl EdgeCert {
     }
 
     /// Swaps in a new pair, or says why it cannot serve (the old pair stays).
-    pub fn reload(&self, crt: &[u8], key: &[u8]) -> Result<(), String> {
+    pub(crate) fn reload(&self, crt: &[u8], key: &[u8]) -> Result<(), String> {
         let pair = certified_key(crt, key, &self.provider)?;
         self.current.store(Arc::new(pair));
         Ok(())
     }
 
     /// An acceptor offering `alpn`, serving whatever pair is current at each handshake.
-    pub fn acceptor(
+    pub(crate) fn acceptor(
         self: &Arc<Self>,
         secrets: &Secrets,
         alpn: &[&[u8]],

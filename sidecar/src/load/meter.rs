@@ -7,16 +7,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// Upper bounds of the latency buckets in microseconds: 100 us × 2.5^i, the same spacing as the
 /// `switchyard_request_duration_seconds` histogram; the last bucket takes the rest.
-pub const BOUNDS_US: [u64; 15] = [
+pub(crate) const BOUNDS_US: [u64; 15] = [
     100, 250, 625, 1_563, 3_906, 9_766, 24_414, 61_035, 152_588, 381_470, 953_674, 2_384_186,
     5_960_464, 14_901_161, 37_252_903,
 ];
 /// Buckets: one per bound plus one for everything slower.
-pub const BUCKETS: usize = BOUNDS_US.len() + 1;
+pub(crate) const BUCKETS: usize = BOUNDS_US.len() + 1;
 
 /// Counters of one event type.
 #[derive(Default)]
-pub struct EventMeter {
+pub(crate) struct EventMeter {
     arrivals: AtomicU64,
     completions: AtomicU64,
     in_flight: AtomicU64,
@@ -27,7 +27,7 @@ pub struct EventMeter {
 
 /// A copy of one event type's counters at one moment.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Counts {
+pub(crate) struct Counts {
     /// Events that arrived, since start.
     pub arrivals: u64,
     /// Events answered (any status), since start.
@@ -43,7 +43,7 @@ pub struct Counts {
 }
 
 /// The bucket of a latency.
-pub fn bucket_of(seconds: f64) -> usize {
+pub(crate) fn bucket_of(seconds: f64) -> usize {
     let us = seconds * 1e6;
     BOUNDS_US
         .iter()
@@ -52,12 +52,12 @@ pub fn bucket_of(seconds: f64) -> usize {
 }
 
 /// Counters of every event type this sidecar handles.
-pub struct LoadMeters {
+pub(crate) struct LoadMeters {
     by_event: HashMap<Arc<str>, Arc<EventMeter>>,
 }
 
 /// Held while an event is underway; leaving (answered, refused or cancelled) ends its in-flight count.
-pub struct Underway(Option<Arc<EventMeter>>);
+pub(crate) struct Underway(Option<Arc<EventMeter>>);
 
 impl Drop for Underway {
     fn drop(&mut self) {
@@ -68,7 +68,7 @@ impl Drop for Underway {
 }
 
 /// Held while an event waits (see [`Counts::queued`]).
-pub struct Waiting(Option<Arc<EventMeter>>);
+pub(crate) struct Waiting(Option<Arc<EventMeter>>);
 
 impl Drop for Waiting {
     fn drop(&mut self) {
@@ -80,7 +80,7 @@ impl Drop for Waiting {
 
 impl LoadMeters {
     /// Counters for `events` (duplicates are merged).
-    pub fn new(events: impl IntoIterator<Item = Arc<str>>) -> LoadMeters {
+    pub(crate) fn new(events: impl IntoIterator<Item = Arc<str>>) -> LoadMeters {
         LoadMeters {
             by_event: events
                 .into_iter()
@@ -90,7 +90,7 @@ impl LoadMeters {
     }
 
     /// Counts an arrival; the guard keeps it in flight. Unknown types are not counted.
-    pub fn arrive(&self, event: &str) -> Underway {
+    pub(crate) fn arrive(&self, event: &str) -> Underway {
         let meter = self.by_event.get(event).cloned();
         if let Some(m) = &meter {
             m.arrivals.fetch_add(1, Ordering::Relaxed);
@@ -100,7 +100,7 @@ impl LoadMeters {
     }
 
     /// Counts an event as waiting until the guard drops. Unknown types are not counted.
-    pub fn wait(&self, event: &str) -> Waiting {
+    pub(crate) fn wait(&self, event: &str) -> Waiting {
         let meter = self.by_event.get(event).cloned();
         if let Some(m) = &meter {
             m.queued.fetch_add(1, Ordering::Relaxed);
@@ -109,7 +109,7 @@ impl LoadMeters {
     }
 
     /// Counts an answer with its status and latency.
-    pub fn finish(&self, event: &str, status: u16, seconds: f64) {
+    pub(crate) fn finish(&self, event: &str, status: u16, seconds: f64) {
         if let Some(m) = self.by_event.get(event) {
             m.completions.fetch_add(1, Ordering::Relaxed);
             m.latency[bucket_of(seconds)].fetch_add(1, Ordering::Relaxed);
@@ -120,14 +120,14 @@ impl LoadMeters {
     }
 
     /// Counts an event shed before it was answered through [`LoadMeters::finish`].
-    pub fn shed(&self, event: &str) {
+    pub(crate) fn shed(&self, event: &str) {
         if let Some(m) = self.by_event.get(event) {
             m.shed.fetch_add(1, Ordering::Relaxed);
         }
     }
 
     /// The counters of every event type, sorted by event type.
-    pub fn snapshot(&self) -> Vec<(Arc<str>, Counts)> {
+    pub(crate) fn snapshot(&self) -> Vec<(Arc<str>, Counts)> {
         let mut out: Vec<_> = self
             .by_event
             .iter()

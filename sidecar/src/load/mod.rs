@@ -2,8 +2,8 @@
 //! (`meter`), turned into a report once a second (`report`, pure) and pushed to the control plane
 //! (`push`). Nothing is counted unless `--control-plane` is set.
 
-pub mod meter;
-pub mod push;
-pub mod report;
+pub(crate) mod meter;
+pub(crate) mod push;
+pub(crate) mod report;
 
-pub use meter::{LoadMeters, Underway, Waiting};
+pub(crate) use meter::{LoadMeters, Underway, Waiting};

@@ -15,7 +15,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 
 /// How often a report is taken.
-pub const PERIOD: Duration = Duration::from_secs(1);
+pub(crate) const PERIOD: Duration = Duration::from_secs(1);
 /// Reports waiting for the transport; a stalled stream drops new reports rather than grow.
 const BACKLOG: usize = 4;
 
@@ -27,7 +27,7 @@ fn now_ms() -> u64 {
 
 /// Reports `meters` to the control plane at `url` forever, over the channels `dial` opens (plain
 /// or mesh TLS: the caller decides; the task is dropped at shutdown).
-pub async fn run<D, F>(url: String, dial: D, meters: Arc<LoadMeters>, who: Reporter)
+pub(crate) async fn run<D, F>(url: String, dial: D, meters: Arc<LoadMeters>, who: Reporter)
 where
     D: Fn() -> F,
     F: Future<Output = Result<Channel, tonic::transport::Error>>,

@@ -6,7 +6,7 @@ use switchyard_protocol::control::v1::{EventLoad, LoadReport};
 
 /// Who reports: fixed for the life of the process.
 #[derive(Clone, Debug)]
-pub struct Reporter {
+pub(crate) struct Reporter {
     /// Pod name.
     pub pod: String,
     /// Namespace.
@@ -19,7 +19,7 @@ pub struct Reporter {
 
 /// The `q` quantile (0..1) in milliseconds of the latencies counted in `buckets`, interpolated
 /// linearly inside the bucket like Prometheus' `histogram_quantile`; 0 when nothing was counted.
-pub fn quantile_ms(buckets: &[u64; BUCKETS], q: f64) -> f64 {
+pub(crate) fn quantile_ms(buckets: &[u64; BUCKETS], q: f64) -> f64 {
     let total: u64 = buckets.iter().sum();
     if total == 0 {
         return 0.0;
@@ -45,7 +45,7 @@ pub fn quantile_ms(buckets: &[u64; BUCKETS], q: f64) -> f64 {
 }
 
 /// The load of one event type between two snapshots `window_ms` apart.
-pub fn event_load(event: &str, before: &Counts, now: &Counts, window_ms: u32) -> EventLoad {
+pub(crate) fn event_load(event: &str, before: &Counts, now: &Counts, window_ms: u32) -> EventLoad {
     let secs = f64::from(window_ms.max(1)) / 1000.0;
     let mut latency = [0u64; BUCKETS];
     for (i, slot) in latency.iter_mut().enumerate() {
@@ -64,7 +64,7 @@ pub fn event_load(event: &str, before: &Counts, now: &Counts, window_ms: u32) ->
 }
 
 /// One report from the previous and current snapshots (both sorted by event type).
-pub fn build(
+pub(crate) fn build(
     who: &Reporter,
     before: &[(Arc<str>, Counts)],
     now: &[(Arc<str>, Counts)],

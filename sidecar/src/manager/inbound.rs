@@ -102,7 +102,7 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The pod's workers, its credit bank, each connection's write queue (to send grants), and who
 /// may connect.
-pub struct Inbound {
+pub(crate) struct Inbound {
     worker: Arc<Worker>,
     bank: CreditBank,
     outlets: Mutex<HashMap<ConnId, mpsc::Sender<Frame>>>,
@@ -193,7 +193,7 @@ impl Inbound {
 }
 
 /// Accepts router connections until `drain` fires; each connection then drains on its own.
-pub async fn serve(
+pub(crate) async fn serve(
     listener: TcpListener,
     inbound: Arc<Inbound>,
     routers: Arc<Routers>,

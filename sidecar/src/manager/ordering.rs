@@ -9,7 +9,7 @@ use tokio::sync::oneshot;
 
 /// What [`KeyedQueue::enter`] decided.
 #[derive(Debug, PartialEq, Eq)]
-pub enum Enter<T> {
+pub(super) enum Enter<T> {
     /// The key's lane was idle: run now (the lane is busy until [`KeyedQueue::leave`]).
     Run,
     /// Another event of the key runs: queued behind it.
@@ -20,7 +20,7 @@ pub enum Enter<T> {
 
 /// Lanes by key: a lane exists while one item of its key runs; it holds the items waiting behind it.
 #[derive(Debug)]
-pub struct KeyedQueue<T> {
+pub(super) struct KeyedQueue<T> {
     lanes: HashMap<String, VecDeque<T>>,
     queued: usize,
     capacity: usize,
@@ -28,7 +28,7 @@ pub struct KeyedQueue<T> {
 
 impl<T> KeyedQueue<T> {
     /// An empty queue holding at most `capacity` waiting items over all keys.
-    pub fn new(capacity: usize) -> KeyedQueue<T> {
+    pub(super) fn new(capacity: usize) -> KeyedQueue<T> {
         KeyedQueue {
             lanes: HashMap::new(),
             queued: 0,
@@ -37,7 +37,7 @@ impl<T> KeyedQueue<T> {
     }
 
     /// An item of `key` arrives.
-    pub fn enter(&mut self, key: &str, item: T) -> Enter<T> {
+    pub(super) fn enter(&mut self, key: &str, item: T) -> Enter<T> {
         match self.lanes.get_mut(key) {
             None => {
                 self.lanes.insert(key.to_owned(), VecDeque::new());
@@ -54,7 +54,7 @@ impl<T> KeyedQueue<T> {
 
     /// The running item of `key` finished: the next one of that key to run, if any (the lane stays
     /// busy with it); otherwise the lane closes.
-    pub fn leave(&mut self, key: &str) -> Option<T> {
+    pub(super) fn leave(&mut self, key: &str) -> Option<T> {
         let lane = self.lanes.get_mut(key)?;
         match lane.pop_front() {
             Some(next) => {
@@ -83,22 +83,22 @@ impl<T> KeyedQueue<T> {
 
 /// The ordering key of a JSON payload: the value at `pointer` (a string as is, other values as JSON
 /// text). `None` (no ordering) when the payload is not JSON or has no such field, or it is null.
-pub fn key_of(payload: &[u8], pointer: &str) -> Option<String> {
+pub(super) fn key_of(payload: &[u8], pointer: &str) -> Option<String> {
     switchyard_protocol::durable::ordering_key(payload, pointer)
 }
 
 /// The queue is at capacity.
 #[derive(Debug, PartialEq, Eq)]
-pub struct Full;
+pub(super) struct Full;
 
 /// Shared lanes of one manager sidecar.
-pub struct Lanes {
+pub(super) struct Lanes {
     queue: Mutex<KeyedQueue<oneshot::Sender<()>>>,
 }
 
 impl Lanes {
     /// Lanes holding at most `capacity` waiting events.
-    pub fn new(capacity: usize) -> Arc<Lanes> {
+    pub(super) fn new(capacity: usize) -> Arc<Lanes> {
         Arc::new(Lanes {
             queue: Mutex::new(KeyedQueue::new(capacity)),
         })
@@ -109,7 +109,7 @@ impl Lanes {
     }
 
     /// Takes a place in `key`'s lane. Must be called in arrival order (the connection's reader does).
-    pub fn enter(self: &Arc<Self>, key: String) -> Result<Turn, Full> {
+    pub(super) fn enter(self: &Arc<Self>, key: String) -> Result<Turn, Full> {
         let (tx, rx) = oneshot::channel();
         let wait = match self.lock().enter(&key, tx) {
             Enter::Run => None,
@@ -141,7 +141,7 @@ impl Lanes {
 }
 
 /// A place in a lane; dropping it lets the next event of the key run.
-pub struct Turn {
+pub(crate) struct Turn {
     lanes: Arc<Lanes>,
     key: String,
     wait: Option<oneshot::Receiver<()>>,
@@ -149,7 +149,7 @@ pub struct Turn {
 
 impl Turn {
     /// Resolves when the events of the same key that arrived earlier are done.
-    pub async fn ready(&mut self) {
+    pub(crate) async fn ready(&mut self) {
         if let Some(rx) = self.wait.as_mut() {
             // The sender is only dropped without sending when the lanes themselves are gone.
             let _ = rx.await;

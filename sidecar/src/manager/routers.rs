@@ -11,13 +11,13 @@ type Outlet = (mpsc::Sender<Frame>, bool);
 
 /// Registry of inbound router connections: their write queues, by connection number.
 #[derive(Default)]
-pub struct Routers {
+pub(crate) struct Routers {
     next: AtomicU64,
     conns: Mutex<HashMap<u64, Outlet>>,
 }
 
 /// Removes a connection from the registry when it ends.
-pub struct Registered<'a> {
+pub(crate) struct Registered<'a> {
     routers: &'a Routers,
     id: u64,
 }
@@ -34,7 +34,11 @@ impl Routers {
     }
 
     /// Adds a connection's write queue until the guard drops; `reads_tracestate` from its HELLO.
-    pub fn register(&self, tx: mpsc::Sender<Frame>, reads_tracestate: bool) -> Registered<'_> {
+    pub(crate) fn register(
+        &self,
+        tx: mpsc::Sender<Frame>,
+        reads_tracestate: bool,
+    ) -> Registered<'_> {
         let id = self.next.fetch_add(1, Ordering::Relaxed);
         self.lock().insert(id, (tx, reads_tracestate));
         Registered { routers: self, id }
@@ -49,7 +53,7 @@ impl Routers {
     /// Queues `push` on every connection whose write queue has room; returns how many took it.
     /// A full queue is skipped rather than waited on: pushes are best effort, answers come first.
     /// A router that does not read a tracestate gets the push without it, in the encoding it reads.
-    pub fn push(&self, push: &Push) -> usize {
+    pub(crate) fn push(&self, push: &Push) -> usize {
         let conns: Vec<Outlet> = self.lock().values().cloned().collect();
         conns
             .iter()

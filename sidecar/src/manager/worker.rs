@@ -26,7 +26,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, SemaphorePermit};
 use tokio_util::sync::CancellationToken;
 
 /// Delivery settings, checked.
-pub struct Settings {
+pub(crate) struct Settings {
     /// Concurrent deliveries.
     pub max_in_flight: usize,
     /// Events waiting for a worker.
@@ -83,13 +83,13 @@ struct Bodies {
 
 /// A delivered event's answer: its head (the whole answer, unless it streams) and the app's unread
 /// body when it streams.
-pub type Handled = (
+pub(crate) type Handled = (
     Response,
     Option<crate::manager::delivery::app_body::AppBody>,
 );
 
 /// An event's place in the ordering lanes, taken in arrival order by the connection's reader.
-pub enum Place {
+pub(crate) enum Place {
     /// No ordering key configured, or the event has no key value.
     Unordered,
     /// Its turn in the lane of its key.
@@ -99,7 +99,7 @@ pub enum Place {
 }
 
 /// An event admitted to this pod's queue by [`Worker::admit`]; [`Worker::handle`] delivers it.
-pub struct Admission {
+pub(crate) struct Admission {
     place: Place,
     label: EventLabel,
     _underway: Option<crate::load::Underway>,
@@ -109,7 +109,7 @@ pub struct Admission {
 }
 
 /// The worker pool of one manager sidecar.
-pub struct Worker {
+pub(crate) struct Worker {
     settings: Settings,
     ordering: Option<KeyOrder>,
     dead_letter: Option<DeadLetter>,
@@ -172,7 +172,7 @@ fn micros(d: Duration) -> u32 {
 
 impl Worker {
     /// A worker pool.
-    pub fn new(
+    pub(crate) fn new(
         settings: Settings,
         events: &[String],
         delivery: Delivery,
@@ -204,21 +204,21 @@ impl Worker {
 
     /// Offers every delivered event to `taps`, naming `source` as the app's `ce-source` when the
     /// event carries none.
-    pub fn with_taps(mut self, taps: Arc<Taps>, source: &str) -> Worker {
+    pub(crate) fn with_taps(mut self, taps: Arc<Taps>, source: &str) -> Worker {
         self.taps = taps;
         source.clone_into(&mut self.source);
         self
     }
 
     /// Records spans of every event (inbound, queue wait, delivery) when `otel` is set.
-    pub fn with_tracing(mut self, otel: Option<Arc<Otel>>) -> Worker {
+    pub(crate) fn with_tracing(mut self, otel: Option<Arc<Otel>>) -> Worker {
         self.otel = otel;
         self
     }
 
     /// Admits the events `patterns` (the Manager's subscriptions: types, `prefix.*` or `*`) cover,
     /// beside the handled types; they are counted under their pattern.
-    pub fn with_subscriptions(mut self, patterns: &[String]) -> Worker {
+    pub(crate) fn with_subscriptions(mut self, patterns: &[String]) -> Worker {
         self.subscribed = patterns
             .iter()
             .map(|p| (p.clone(), EventLabel(Arc::from(p.as_str()))))
@@ -237,7 +237,7 @@ impl Worker {
     }
 
     /// Delivers events with the same value at JSON pointer `pointer` one at a time, in arrival order.
-    pub fn with_ordering_key(mut self, pointer: String) -> Worker {
+    pub(crate) fn with_ordering_key(mut self, pointer: String) -> Worker {
         let bound = self.settings.queue_capacity + self.settings.max_in_flight;
         self.ordering = Some(KeyOrder {
             pointer,
@@ -278,7 +278,7 @@ impl Worker {
 
     /// What this pod admits at once, over all its senders: the queue plus the events being
     /// delivered. The credits granted over all connections add up to this (`credit.rs`).
-    pub fn capacity(&self) -> usize {
+    pub(crate) fn capacity(&self) -> usize {
         self.settings.queue_capacity + self.settings.max_in_flight
     }
 
@@ -287,7 +287,7 @@ impl Worker {
     /// the answer to send: 503 when the queue, the ordering lanes or the pod's byte budget are full,
     /// 502 for an event type this pod does not handle. `streamed`: its body follows in DATA frames,
     /// of which the pod holds one window at a time.
-    pub fn admit(&self, ev: &Request, streamed: bool) -> Result<Admission, Response> {
+    pub(crate) fn admit(&self, ev: &Request, streamed: bool) -> Result<Admission, Response> {
         let Some(label) = self.label_of(&ev.event) else {
             let detail = format!("this Manager pod does not handle event type {:?}", ev.event);
             return Err(problem_response(ev.id, 502, &detail));
@@ -331,7 +331,7 @@ impl Worker {
 
     /// Delivers one admitted event; `None` when it was cancelled. With `streams` (the router takes
     /// streamed answers) an app's streamed answer comes back as the head and its unread body.
-    pub async fn handle(
+    pub(crate) async fn handle(
         &self,
         ev: Request,
         admission: Admission,

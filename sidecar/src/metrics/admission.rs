@@ -6,10 +6,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// Label pairs of these metrics (fixed strings only).
-pub type Pairs = Vec<(&'static str, &'static str)>;
+pub(crate) type Pairs = Vec<(&'static str, &'static str)>;
 
 /// Admission metrics.
-pub struct AdmissionMetrics {
+pub(crate) struct AdmissionMetrics {
     /// `switchyard_admission_refused_total{reason}`: events a manager pod refused with 503 at
     /// admission (`bytes`: its byte budget was full; `queue`: its event bound; `lanes`: the
     /// ordering lanes).
@@ -22,7 +22,7 @@ pub struct AdmissionMetrics {
 
 impl AdmissionMetrics {
     /// Registers the admission metrics in `registry`.
-    pub fn register(registry: &mut Registry) -> AdmissionMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> AdmissionMetrics {
         let m = AdmissionMetrics {
             refused: Family::default(),
             budget: Family::default(),
@@ -41,7 +41,7 @@ impl AdmissionMetrics {
     }
 
     /// Sets the budget `which` to `bytes`.
-    pub fn set_budget(&self, which: &'static str, bytes: u64) {
+    pub(crate) fn set_budget(&self, which: &'static str, bytes: u64) {
         self.budget
             .get_or_create(&vec![("budget", which)])
             .set(i64::try_from(bytes).unwrap_or(i64::MAX));

@@ -9,14 +9,14 @@ use prometheus_client::registry::Registry;
 
 /// Labels keyed by listener only.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ListenerLabels {
+pub(crate) struct ListenerLabels {
     /// `http`, `grpc`, `local-api`, `admin` or `probes`.
     pub listener: &'static str,
 }
 
 /// Labels of the refusal and close counters.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ReasonLabels {
+pub(crate) struct ReasonLabels {
     /// `http`, `grpc`, `local-api`, `admin` or `probes`.
     pub listener: &'static str,
     /// Which cap refused, or which timer ended the connection.
@@ -24,7 +24,7 @@ pub struct ReasonLabels {
 }
 
 /// The connection metric families.
-pub struct ConnMetrics {
+pub(crate) struct ConnMetrics {
     open: Family<ListenerLabels, Gauge>,
     refused: Family<ReasonLabels, Counter>,
     closed: Family<ReasonLabels, Counter>,
@@ -33,7 +33,7 @@ pub struct ConnMetrics {
 
 impl ConnMetrics {
     /// Registers the connection metrics in `registry`.
-    pub fn register(registry: &mut Registry) -> ConnMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> ConnMetrics {
         let m = ConnMetrics {
             open: Family::default(),
             refused: Family::default(),
@@ -64,28 +64,28 @@ impl ConnMetrics {
     }
 
     /// `switchyard_connections{listener}`.
-    pub fn open(&self, listener: &'static str) -> Gauge {
+    pub(crate) fn open(&self, listener: &'static str) -> Gauge {
         self.open
             .get_or_create(&ListenerLabels { listener })
             .clone()
     }
 
     /// `switchyard_accept_errors_total{listener}`.
-    pub fn accept_errors(&self, listener: &'static str) -> Counter {
+    pub(crate) fn accept_errors(&self, listener: &'static str) -> Counter {
         self.accept_errors
             .get_or_create(&ListenerLabels { listener })
             .clone()
     }
 
     /// `switchyard_connections_refused_total{listener,reason}`.
-    pub fn refused(&self, listener: &'static str, reason: &'static str) -> Counter {
+    pub(crate) fn refused(&self, listener: &'static str, reason: &'static str) -> Counter {
         self.refused
             .get_or_create(&ReasonLabels { listener, reason })
             .clone()
     }
 
     /// `switchyard_connections_closed_total{listener,reason}`.
-    pub fn closed(&self, listener: &'static str, reason: &'static str) -> Counter {
+    pub(crate) fn closed(&self, listener: &'static str, reason: &'static str) -> Counter {
         self.closed
             .get_or_create(&ReasonLabels { listener, reason })
             .clone()

@@ -12,7 +12,7 @@ type Pairs = Vec<(&'static str, &'static str)>;
 
 /// Durable publish metrics, one histogram per stage of a publish.
 #[derive(Clone)]
-pub struct DurableMetrics {
+pub(crate) struct DurableMetrics {
     /// `switchyard_durable_publish_seconds{stage="sent"}`: from the publish's start until the NATS
     /// client took the message (the stream ensured, the connection open, the message queued).
     pub sent: Histogram,
@@ -37,7 +37,7 @@ fn new_histogram() -> Histogram {
 
 impl DurableMetrics {
     /// Registers the durable publish metrics in `registry`.
-    pub fn register(registry: &mut Registry) -> DurableMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> DurableMetrics {
         let stages =
             Family::<Pairs, Histogram>::new_with_constructor(new_histogram as fn() -> Histogram);
         registry.register(

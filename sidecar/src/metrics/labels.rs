@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 /// An event-type label that shares the route table's string instead of allocating per request.
 #[derive(Clone, Debug, Hash, PartialEq, Eq)]
-pub struct EventLabel(pub Arc<str>);
+pub(crate) struct EventLabel(pub Arc<str>);
 
 impl EncodeLabelValue for EventLabel {
     fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
@@ -25,7 +25,7 @@ pub enum Role {
 
 impl Role {
     /// The role's name: `router` or `manager`.
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             Role::Router => "router",
             Role::Manager => "manager",
@@ -35,7 +35,7 @@ impl Role {
 
 /// Labels of the request counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RequestLabels {
+pub(crate) struct RequestLabels {
     /// Event type (`unmatched` for requests that matched no route).
     pub event: EventLabel,
     /// HTTP status answered.
@@ -44,14 +44,14 @@ pub struct RequestLabels {
 
 /// Labels keyed by event type only.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct EventLabels {
+pub(crate) struct EventLabels {
     /// Event type.
     pub event: EventLabel,
 }
 
 /// Labels of the dispatch failure counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct FailureLabels {
+pub(crate) struct FailureLabels {
     /// Event type.
     pub event: EventLabel,
     /// Why no app answer came, as `answer::Failure::name` words it (`shed`, `no_manager`,
@@ -61,14 +61,14 @@ pub struct FailureLabels {
 
 /// Labels of the build info gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct BuildLabels {
+pub(crate) struct BuildLabels {
     /// The sidecar's version (its crate version).
     pub version: &'static str,
 }
 
 /// Labels of the middleware rejection counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct RejectLabels {
+pub(crate) struct RejectLabels {
     /// Middleware that refused (`cors`, `jwt`, `apiKey`, `rateLimit`).
     pub middleware: &'static str,
     /// Why, e.g. `expired`, `missing`, `exhausted`.
@@ -77,7 +77,7 @@ pub struct RejectLabels {
 
 /// Labels of the admin port's refusal counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct AdminRefusedLabels {
+pub(crate) struct AdminRefusedLabels {
     /// The path asked for (`/drain`, `/routes`).
     pub path: &'static str,
     /// `not_loopback` (403) or `method` (405).
@@ -86,7 +86,7 @@ pub struct AdminRefusedLabels {
 
 /// Labels of the local API counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct LocalApiLabels {
+pub(crate) struct LocalApiLabels {
     /// `publish`, `request` or `push`.
     pub op: &'static str,
     /// HTTP status answered (for gRPC, the HTTP status of the same case).
@@ -95,7 +95,7 @@ pub struct LocalApiLabels {
 
 /// Labels of the observer-copy counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ObserverLabels {
+pub(crate) struct ObserverLabels {
     /// The subscription's route key, `<event>@<manager>`.
     pub subscription: EventLabel,
     /// `request` or `response`.
@@ -107,7 +107,7 @@ pub struct ObserverLabels {
 
 /// Labels of the subscription info gauge.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct SubscriptionLabels {
+pub(crate) struct SubscriptionLabels {
     /// The subscription's route key, `<event>@<manager>` (as the observer-copy counter names it).
     pub subscription: EventLabel,
     /// Its event as written (a pattern stays a pattern): the `event` label its deliveries are

@@ -6,10 +6,10 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::registry::Registry;
 
 /// Label pairs of these metrics (fixed strings only: never a peer's address or name).
-pub type Pairs = Vec<(&'static str, &'static str)>;
+pub(crate) type Pairs = Vec<(&'static str, &'static str)>;
 
 /// Mesh TLS metrics.
-pub struct MeshMetrics {
+pub(crate) struct MeshMetrics {
     /// `switchyard_mesh_handshakes_total{side,result}`: TLS handshakes of frame connections; one
     /// per connection, and connections live per pod pair, not per request.
     pub handshakes: Family<Pairs, Counter>,
@@ -29,7 +29,7 @@ pub struct MeshMetrics {
 
 impl MeshMetrics {
     /// Registers the mesh metrics in `registry`.
-    pub fn register(registry: &mut Registry) -> MeshMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> MeshMetrics {
         let m = MeshMetrics {
             handshakes: Family::default(),
             not_after: Gauge::default(),
@@ -66,7 +66,7 @@ impl MeshMetrics {
     }
 
     /// Counts one refused connection.
-    pub fn refuse(&self, reason: &'static str) {
+    pub(crate) fn refuse(&self, reason: &'static str) {
         self.refused.get_or_create(&vec![("reason", reason)]).inc();
     }
 }

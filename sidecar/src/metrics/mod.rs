@@ -37,69 +37,69 @@ pub struct Metrics {
     /// The registry encoded at `/metrics`.
     pub registry: Registry,
     /// `switchyard_requests_total{role,event,status}`.
-    pub requests: Family<RequestLabels, Counter>,
+    pub(crate) requests: Family<RequestLabels, Counter>,
     /// `switchyard_request_duration_seconds{role,event}`.
-    pub duration: Family<EventLabels, Histogram>,
+    pub(crate) duration: Family<EventLabels, Histogram>,
     /// `switchyard_dispatch_failures_total{role,event,reason}`: events a sidecar answered for
     /// because its handler app's answer did not come (shed, no Manager, no endpoint, deadline, ...).
-    pub failures: Family<FailureLabels, Counter>,
+    pub(crate) failures: Family<FailureLabels, Counter>,
     /// `switchyard_in_flight`: router: requests waiting for a reply; manager: deliveries running.
-    pub in_flight: Gauge,
+    pub(crate) in_flight: Gauge,
     /// `switchyard_queued`: router: requests waiting for credit; manager: events waiting for a worker.
-    pub queued: Gauge,
+    pub(crate) queued: Gauge,
     /// `switchyard_held_requests`: router: requests held for an event type with no ready endpoint
     /// while the operator is asked to scale it up.
-    pub held: Gauge,
+    pub(crate) held: Gauge,
     /// `switchyard_shed_total`: requests refused with 503 because a bound was reached.
-    pub shed: Counter,
+    pub(crate) shed: Counter,
     /// `switchyard_retries_total{event}`: delivery retries (manager).
-    pub retries: Family<EventLabels, Counter>,
+    pub(crate) retries: Family<EventLabels, Counter>,
     /// `switchyard_durable_redeliveries_total{event}`: durable events this pod received with a
     /// delivery count above 1 (a failed attempt, or one the server took back; 0 while nothing failed).
-    pub durable_redeliveries: Family<EventLabels, Counter>,
+    pub(crate) durable_redeliveries: Family<EventLabels, Counter>,
     /// `switchyard_dead_letter_unrouted_total{event}`: events whose delivery failed for good with a
     /// dead-letter type set, and whose dead-letter publish failed too.
-    pub dead_letter_unrouted: Family<EventLabels, Counter>,
+    pub(crate) dead_letter_unrouted: Family<EventLabels, Counter>,
     /// WebSocket connections, messages and pushes (router).
-    pub ws: ws::WsMetrics,
+    pub(crate) ws: ws::WsMetrics,
     /// Mesh TLS: handshakes, the certificate, refused peers.
-    pub mesh: mesh::MeshMetrics,
+    pub(crate) mesh: mesh::MeshMetrics,
     /// A manager pod's admission: refusals and byte budgets.
-    pub admission: admission::AdmissionMetrics,
+    pub(crate) admission: admission::AdmissionMetrics,
     /// Durable publishes: the time of each stage (manager).
-    pub durable: durable::DurableMetrics,
+    pub(crate) durable: durable::DurableMetrics,
     /// Key material reloads and sessions ended by a lapsed credential (router).
-    pub sessions: sessions::SessionMetrics,
+    pub(crate) sessions: sessions::SessionMetrics,
     /// Client connections: open, refused, ended by their timers.
-    pub conns: conns::ConnMetrics,
+    pub(crate) conns: conns::ConnMetrics,
     /// `switchyard_middleware_rejections_total{middleware,reason}`: requests refused at the edge.
-    pub rejections: Family<RejectLabels, Counter>,
+    pub(crate) rejections: Family<RejectLabels, Counter>,
     /// `switchyard_admin_refused_total{path,reason}`: admin requests refused: a loopback-only path
     /// asked from outside the pod, or a wrong method.
-    pub admin_refused: Family<AdminRefusedLabels, Counter>,
+    pub(crate) admin_refused: Family<AdminRefusedLabels, Counter>,
     /// `switchyard_dead_letter_published_total{event}`: events whose delivery failed for good,
     /// published to the dead-letter type (manager).
-    pub dead_letter_published: Family<EventLabels, Counter>,
+    pub(crate) dead_letter_published: Family<EventLabels, Counter>,
     /// `switchyard_published_unconfirmed_total{event}`: publishes a manager admitted (their app
     /// was answered 202) whose connection ended before the manager reported them done: lost if that
     /// pod died, since in-memory delivery keeps no copy (the sender counts them; the pod cannot).
-    pub published_unconfirmed: Family<EventLabels, Counter>,
+    pub(crate) published_unconfirmed: Family<EventLabels, Counter>,
     /// `switchyard_local_api_requests_total{op,status}`: the app's calls to the local API (manager).
-    pub local_api: Family<LocalApiLabels, Counter>,
+    pub(crate) local_api: Family<LocalApiLabels, Counter>,
     /// `switchyard_observer_copies_total{subscription,copy,outcome}`: copies of requests and
     /// answers sent beside the handler's path to `requests`/`responses` subscribers.
-    pub observer_copies: Family<ObserverLabels, Counter>,
+    pub(crate) observer_copies: Family<ObserverLabels, Counter>,
     /// `switchyard_subscription_info{subscription,event}`: 1 per subscription of this manager pod
     /// whose deliveries are counted under their own `event` label (not a handled type's), so
     /// `switchyard top` can tell a subscription's deliveries from a handled type's.
-    pub subscriptions: Family<SubscriptionLabels, Gauge>,
+    pub(crate) subscriptions: Family<SubscriptionLabels, Gauge>,
     /// `switchyard_control_plane_tables_total`: routing tables received from the operator (router).
-    pub control_plane_tables: Counter,
+    pub(crate) control_plane_tables: Counter,
     /// `switchyard_control_plane_connected`: 1 while the routing-table stream is open (router).
-    pub control_plane_connected: Gauge,
+    pub(crate) control_plane_connected: Gauge,
     /// Per-event-type load counters for the control plane's reports; set once at start-up, and
     /// only when a control plane is configured (otherwise the request path skips them).
-    pub load: OnceLock<Arc<LoadMeters>>,
+    pub(crate) load: OnceLock<Arc<LoadMeters>>,
 }
 
 impl Metrics {
@@ -283,7 +283,7 @@ impl Metrics {
     }
 
     /// Counts one answered request and its duration.
-    pub fn observe(&self, event: &EventLabel, status: u16, seconds: f64) {
+    pub(crate) fn observe(&self, event: &EventLabel, status: u16, seconds: f64) {
         self.requests
             .get_or_create(&RequestLabels {
                 event: event.clone(),
@@ -301,13 +301,13 @@ impl Metrics {
     }
 
     /// Counts an event's arrival for the load reports; the guard keeps it in flight.
-    pub fn arrive(&self, event: &str) -> Option<Underway> {
+    pub(crate) fn arrive(&self, event: &str) -> Option<Underway> {
         self.load.get().map(|l| l.arrive(event))
     }
 
     /// Counts an event as waiting (held, waiting for credit or for a worker) in the load reports
     /// until the guard drops.
-    pub fn wait(&self, event: &str) -> Option<crate::load::Waiting> {
+    pub(crate) fn wait(&self, event: &str) -> Option<crate::load::Waiting> {
         self.load.get().map(|l| l.wait(event))
     }
 
@@ -322,7 +322,7 @@ impl Metrics {
     }
 
     /// Counts an event shed before it was answered through [`Metrics::observe`].
-    pub fn shed_event(&self, event: &EventLabel) {
+    pub(crate) fn shed_event(&self, event: &EventLabel) {
         self.shed.inc();
         if let Some(l) = self.load.get() {
             l.shed(&event.0);
@@ -330,7 +330,7 @@ impl Metrics {
     }
 
     /// Counts one event a manager pod refused at admission, by `reason`.
-    pub fn refuse_admission(&self, reason: &'static str) {
+    pub(crate) fn refuse_admission(&self, reason: &'static str) {
         self.admission
             .refused
             .get_or_create(&vec![("reason", reason)])
@@ -338,7 +338,7 @@ impl Metrics {
     }
 
     /// Counts one request refused by middleware.
-    pub fn rejected(&self, middleware: &'static str, reason: &'static str) {
+    pub(crate) fn rejected(&self, middleware: &'static str, reason: &'static str) {
         self.rejections
             .get_or_create(&RejectLabels { middleware, reason })
             .inc();

@@ -6,7 +6,7 @@ use prometheus_client::metrics::family::Family;
 use prometheus_client::registry::Registry;
 
 /// Reloads and lapsed sessions.
-pub struct SessionMetrics {
+pub(crate) struct SessionMetrics {
     /// `switchyard_secret_reloads_total{secret,result}`: key material reloaded from its mounted
     /// files, by Secret name (never its contents) and result (`ok`; `error`: the old stays).
     pub reloads: Family<Vec<(&'static str, String)>, Counter>,
@@ -17,7 +17,7 @@ pub struct SessionMetrics {
 
 impl SessionMetrics {
     /// Registers the metrics in `registry`.
-    pub fn register(registry: &mut Registry) -> SessionMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> SessionMetrics {
         let m = SessionMetrics {
             reloads: Family::default(),
             lapsed: Family::default(),
@@ -36,7 +36,7 @@ impl SessionMetrics {
     }
 
     /// Counts one session ended by its lapsed credential.
-    pub fn lapse(&self, protocol: &'static str, reason: &'static str) {
+    pub(crate) fn lapse(&self, protocol: &'static str, reason: &'static str) {
         self.lapsed
             .get_or_create(&vec![("protocol", protocol), ("reason", reason)])
             .inc();

@@ -9,7 +9,7 @@ use prometheus_client::registry::Registry;
 
 /// Labels of the message counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct CommandLabels {
+pub(crate) struct CommandLabels {
     /// A configured command, `subscribe`, `unsubscribe`, or `invalid` (no usable command).
     pub command: EventLabel,
     /// HTTP-style status of the reply.
@@ -18,13 +18,13 @@ pub struct CommandLabels {
 
 /// Labels of the refused-push counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
-pub struct ManagerLabels {
+pub(crate) struct ManagerLabels {
     /// The Manager whose pods sent it.
     pub manager: EventLabel,
 }
 
 /// WebSocket connections, messages and pushes.
-pub struct WsMetrics {
+pub(crate) struct WsMetrics {
     /// `switchyard_ws_connections`: open WebSocket connections.
     pub connections: Gauge,
     /// `switchyard_ws_messages_total{command,status}`: client messages answered.
@@ -42,7 +42,7 @@ pub struct WsMetrics {
 
 impl WsMetrics {
     /// Registers the WebSocket metrics in `registry`.
-    pub fn register(registry: &mut Registry) -> WsMetrics {
+    pub(crate) fn register(registry: &mut Registry) -> WsMetrics {
         let m = WsMetrics {
             connections: Gauge::default(),
             messages: Family::default(),
@@ -85,7 +85,7 @@ impl WsMetrics {
     }
 
     /// Counts one answered message.
-    pub fn message(&self, command: &str, status: u16) {
+    pub(crate) fn message(&self, command: &str, status: u16) {
         self.messages
             .get_or_create(&CommandLabels {
                 command: EventLabel(command.into()),

@@ -14,7 +14,7 @@ use switchyard_crds::router::ApiKey;
 use tokio::sync::watch;
 
 /// The API-key gate.
-pub struct ApiKeyGate {
+pub(super) struct ApiKeyGate {
     header: HeaderName,
     keys: ArcSwap<Vec<Box<[u8]>>>,
     challenge: HeaderValue,
@@ -34,7 +34,7 @@ fn keys_of(text: &[u8]) -> Result<Vec<Box<[u8]>>, String> {
 impl ApiKeyGate {
     /// Reads the keys and registers their file for reloads; `field` is the spec path of the
     /// `apiKey` entry, for errors.
-    pub fn build(
+    pub(super) fn build(
         spec: &ApiKey,
         secrets: &Secrets,
         field: &str,
@@ -77,7 +77,7 @@ impl ApiKeyGate {
     }
 
     /// Installs the keys of a new key file, or says why not (the old keys stay).
-    pub fn reload(&self, text: &[u8]) -> Result<(), String> {
+    pub(super) fn reload(&self, text: &[u8]) -> Result<(), String> {
         self.keys.store(Arc::new(keys_of(text)?));
         self.changes.send_modify(|n| *n += 1);
         Ok(())
@@ -96,7 +96,7 @@ impl ApiKeyGate {
 }
 
 /// Keys from a Secret value: one per line, surrounding whitespace and blank lines ignored.
-pub fn parse_keys(text: &[u8]) -> Vec<Box<[u8]>> {
+pub(super) fn parse_keys(text: &[u8]) -> Vec<Box<[u8]>> {
     text.split(|b| *b == b'\n')
         .map(|l| trim_end(l.trim_ascii_start()))
         .filter(|l| !l.is_empty())
@@ -106,7 +106,7 @@ pub fn parse_keys(text: &[u8]) -> Vec<Box<[u8]>> {
 
 /// Whether `given` is one of `keys`, in time that does not depend on where a key differs; every
 /// key is compared, so which key matched does not show either.
-pub fn matches(keys: &[Box<[u8]>], given: &[u8]) -> bool {
+pub(super) fn matches(keys: &[Box<[u8]>], given: &[u8]) -> bool {
     keys.iter()
         .fold(subtle::Choice::from(0), |acc, k| {
             acc | k.as_ref().ct_eq(given)

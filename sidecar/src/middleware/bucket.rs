@@ -4,7 +4,7 @@ use std::time::{Duration, Instant};
 
 /// Refill rate and size of every bucket of one limiter.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Rate {
+pub(super) struct Rate {
     /// Tokens added per second.
     pub per_second: f64,
     /// Most tokens a bucket holds (the largest burst).
@@ -13,14 +13,14 @@ pub struct Rate {
 
 /// One client's bucket.
 #[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Bucket {
+pub(super) struct Bucket {
     tokens: f64,
     at: Instant,
 }
 
 impl Bucket {
     /// A full bucket, as a new client gets.
-    pub fn full(rate: Rate, now: Instant) -> Bucket {
+    pub(super) fn full(rate: Rate, now: Instant) -> Bucket {
         Bucket {
             tokens: rate.burst,
             at: now,
@@ -28,7 +28,7 @@ impl Bucket {
     }
 
     /// Takes one token, or says how long until one is there.
-    pub fn take(&mut self, rate: Rate, now: Instant) -> Result<(), Duration> {
+    pub(super) fn take(&mut self, rate: Rate, now: Instant) -> Result<(), Duration> {
         // A clock that went backwards (it cannot with Instant, but be safe) adds nothing.
         let elapsed = now.saturating_duration_since(self.at).as_secs_f64();
         self.tokens = (self.tokens + elapsed * rate.per_second).min(rate.burst);
@@ -45,7 +45,7 @@ impl Bucket {
 }
 
 /// `Retry-After` in whole seconds for a wait: rounded up, at least 1.
-pub fn retry_after_secs(wait: Duration) -> u64 {
+pub(super) fn retry_after_secs(wait: Duration) -> u64 {
     let secs = wait.as_secs() + u64::from(wait.subsec_nanos() > 0);
     secs.max(1)
 }

@@ -12,7 +12,7 @@ use switchyard_crds::router::{Cors, HttpMethod, RouterSpec};
 
 /// The compiled policy.
 #[derive(Debug)]
-pub struct Policy {
+pub(crate) struct Policy {
     any_origin: bool,
     origins: Vec<String>,
     methods: Vec<HttpMethod>,
@@ -23,7 +23,7 @@ pub struct Policy {
 
 /// What to do with a request.
 #[derive(Debug, PartialEq)]
-pub enum Decision {
+pub(crate) enum Decision {
     /// Not a CORS request (no `Origin`): pass it on untouched.
     Pass,
     /// A cross-origin request: pass it on, then add these headers to the answer.
@@ -50,7 +50,7 @@ pub(crate) enum CorsError {
 
 impl Policy {
     /// Compiles the policy; allowed methods default to every method of the spec's HTTP routes.
-    pub fn build(spec: &Cors, router: &RouterSpec) -> Result<Policy, CorsError> {
+    pub(crate) fn build(spec: &Cors, router: &RouterSpec) -> Result<Policy, CorsError> {
         if spec.allow_origins.is_empty() {
             return Err(CorsError::NoOrigins);
         }
@@ -98,7 +98,7 @@ impl Policy {
     }
 
     /// Decides what to do with a request.
-    pub fn decide(&self, method: &Method, headers: &HeaderMap) -> Decision {
+    pub(crate) fn decide(&self, method: &Method, headers: &HeaderMap) -> Decision {
         let Some(origin) = headers.get(ORIGIN) else {
             return Decision::Pass;
         };

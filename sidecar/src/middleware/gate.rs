@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use tokio::sync::watch;
 
 /// What a gate sees of a request.
-pub struct Head<'a> {
+pub(crate) struct Head<'a> {
     /// Request headers.
     pub headers: &'a HeaderMap,
     /// The client's address (the TCP peer).
@@ -20,7 +20,7 @@ pub struct Head<'a> {
 
 /// A refused request: which middleware, why (a metric label), and what the client is told.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Denial {
+pub(crate) struct Denial {
     /// Middleware name (metric label).
     pub middleware: &'static str,
     /// Short reason (metric label).
@@ -49,7 +49,7 @@ impl Denial {
 
 /// What the JWT gate verified of a token.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Token {
+pub(crate) struct Token {
     /// Its claims.
     pub claims: Map<String, Value>,
     /// When it stops being accepted: `exp` plus the leeway.
@@ -57,7 +57,7 @@ pub struct Token {
 }
 
 /// A check on the request head that admits or refuses it.
-pub trait Gate: Send + Sync {
+pub(crate) trait Gate: Send + Sync {
     /// Admits the request (with the token it carried, for the JWT gate), or says why not.
     fn check(&self, head: &Head<'_>) -> Result<Option<Token>, Denial>;
 

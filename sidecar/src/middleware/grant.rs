@@ -15,7 +15,7 @@ use std::time::SystemTime;
 
 /// An admitted credential: the gate that checked it and the header value it checked.
 #[derive(Clone)]
-pub struct Grant {
+pub(crate) struct Grant {
     gate: Arc<dyn Gate>,
     header: HeaderName,
     value: HeaderValue,
@@ -49,12 +49,12 @@ impl Grant {
     }
 
     /// The token's claims (JWT auth).
-    pub fn claims(&self) -> Option<&Map<String, Value>> {
+    pub(crate) fn claims(&self) -> Option<&Map<String, Value>> {
         self.token.as_ref().map(|t| &t.claims)
     }
 
     /// When the token stops being accepted (JWT auth).
-    pub fn expires(&self) -> Option<SystemTime> {
+    pub(crate) fn expires(&self) -> Option<SystemTime> {
         self.token.as_ref().map(|t| t.expires)
     }
 
@@ -72,7 +72,7 @@ impl Grant {
 
     /// The grant of a new credential value in the same header (an in-band token refresh),
     /// checked by the same gate.
-    pub fn renew(&self, value: HeaderValue) -> Result<Grant, Denial> {
+    pub(crate) fn renew(&self, value: HeaderValue) -> Result<Grant, Denial> {
         let mut headers = HeaderMap::with_capacity(1);
         headers.insert(self.header.clone(), value);
         let head = Head {
@@ -86,7 +86,7 @@ impl Grant {
     /// Resolves, with the refusal the client is told, once the credential lapses: at the
     /// token's expiry, or at a key reload after which the gate no longer admits it. Never
     /// resolves for a credential that cannot lapse.
-    pub async fn lapsed(&self) -> Denial {
+    pub(crate) async fn lapsed(&self) -> Denial {
         let mut changes = self.gate.changes();
         // The wall clock says when; the monotonic timer waits. A deadline past what the timer
         // can hold never comes.

@@ -18,7 +18,7 @@ use switchyard_crds::router::{Jwt, JwtAlgorithm, MAX_JWT_LEEWAY};
 use tokio::sync::watch;
 
 /// The JWT gate.
-pub struct JwtGate {
+pub(super) struct JwtGate {
     algorithm: JwtAlgorithm,
     key: ArcSwap<DecodingKey>,
     validation: Validation,
@@ -29,7 +29,7 @@ pub struct JwtGate {
 }
 
 /// The key of `algorithm` in a key file's bytes, or why it is not one.
-pub fn parse_key(algorithm: JwtAlgorithm, raw: &[u8]) -> Result<DecodingKey, String> {
+pub(super) fn parse_key(algorithm: JwtAlgorithm, raw: &[u8]) -> Result<DecodingKey, String> {
     match algorithm {
         JwtAlgorithm::HS256 => {
             let secret = trim_end(raw);
@@ -47,7 +47,7 @@ pub fn parse_key(algorithm: JwtAlgorithm, raw: &[u8]) -> Result<DecodingKey, Str
 impl JwtGate {
     /// Reads the key and registers its file for reloads; `field` is the spec path of the `jwt`
     /// entry, for errors.
-    pub fn build(
+    pub(super) fn build(
         spec: &Jwt,
         secrets: &Secrets,
         field: &str,
@@ -103,7 +103,7 @@ impl JwtGate {
     }
 
     /// Installs a new key from its file's bytes, or says why it is not one (the old key stays).
-    pub fn reload(&self, raw: &[u8]) -> Result<(), String> {
+    pub(super) fn reload(&self, raw: &[u8]) -> Result<(), String> {
         let key = parse_key(self.algorithm, raw)?;
         self.key.store(Arc::new(key));
         self.changes.send_modify(|n| *n += 1);
@@ -113,7 +113,7 @@ impl JwtGate {
 
 /// The checks: the one algorithm, `exp` required, `nbf` when present, `iss`/`aud` when configured,
 /// `leeway` (whole seconds) on `exp` and `nbf`.
-pub fn validation(
+pub(super) fn validation(
     alg: Algorithm,
     issuer: Option<&str>,
     audience: Option<&str>,
@@ -135,7 +135,7 @@ pub fn validation(
 }
 
 /// The token of an `Authorization: Bearer <token>` value (scheme case-insensitive).
-pub fn bearer(value: &[u8]) -> Option<&str> {
+pub(super) fn bearer(value: &[u8]) -> Option<&str> {
     let s = std::str::from_utf8(value).ok()?;
     let (scheme, token) = s.split_once(' ')?;
     let token = token.trim();
@@ -144,7 +144,7 @@ pub fn bearer(value: &[u8]) -> Option<&str> {
 
 /// When a token whose claims passed validation stops being accepted: `exp` plus the leeway (the
 /// validation required `exp` and checked it is a number).
-pub fn expires(claims: &Map<String, Value>, leeway_secs: u64) -> SystemTime {
+pub(super) fn expires(claims: &Map<String, Value>, leeway_secs: u64) -> SystemTime {
     let exp = match claims.get("exp") {
         Some(Value::Number(n)) => n
             .as_u64()
@@ -156,7 +156,7 @@ pub fn expires(claims: &Map<String, Value>, leeway_secs: u64) -> SystemTime {
 }
 
 /// The metric reason and the client-facing description of a verification error.
-pub fn describe(kind: &ErrorKind) -> (&'static str, String) {
+pub(super) fn describe(kind: &ErrorKind) -> (&'static str, String) {
     match kind {
         ErrorKind::ExpiredSignature => ("expired", "the token has expired".into()),
         ErrorKind::ImmatureSignature => {
@@ -183,7 +183,7 @@ pub fn describe(kind: &ErrorKind) -> (&'static str, String) {
 }
 
 /// The refusal of a token that expired while its session was open.
-pub fn expired() -> Denial {
+pub(super) fn expired() -> Denial {
     let (reason, detail) = describe(&ErrorKind::ExpiredSignature);
     deny(reason, detail)
 }
@@ -206,7 +206,7 @@ pub(super) fn deny(reason: &'static str, detail: String) -> Denial {
 
 impl JwtGate {
     /// Verifies a token; its claims and when it stops being accepted.
-    pub fn verify(&self, token: &str) -> Result<Token, Denial> {
+    pub(super) fn verify(&self, token: &str) -> Result<Token, Denial> {
         let key = self.key.load();
         let data = jsonwebtoken::decode::<Map<String, Value>>(token, &key, &self.validation)
             .map_err(|e| {

@@ -24,7 +24,7 @@ use tower::util::BoxCloneSyncService;
 use tower::{Layer, Service, ServiceExt as _};
 
 /// A boxed HTTP service, as the stack is built at run time from the spec.
-pub type HttpService<B> = BoxCloneSyncService<Request<B>, Response<OutBody>, Infallible>;
+pub(super) type HttpService<B> = BoxCloneSyncService<Request<B>, Response<OutBody>, Infallible>;
 
 /// The response a denial gets: problem+json with `WWW-Authenticate` or `Retry-After` as fitting.
 pub(crate) fn denial_response(d: &Denial) -> Response<Full<Bytes>> {
@@ -52,7 +52,7 @@ fn refused<B>(req: &Request<B>, resp: Response<Full<Bytes>>) -> Response<OutBody
 
 /// Wraps one step around a service, for one client connection.
 #[derive(Clone)]
-pub struct MiddlewareLayer {
+pub(super) struct MiddlewareLayer {
     step: Step,
     peer: IpAddr,
     metrics: Arc<Metrics>,
@@ -71,7 +71,7 @@ impl<S> Layer<S> for MiddlewareLayer {
 
 /// The service a [`MiddlewareLayer`] makes.
 #[derive(Clone)]
-pub struct MiddlewareService<S> {
+pub(super) struct MiddlewareService<S> {
     layer: MiddlewareLayer,
     inner: S,
 }
@@ -179,12 +179,17 @@ where
 
 impl Stack {
     /// Whether any step applies to HTTP.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.steps.is_empty()
     }
 
     /// `inner` wrapped in every step, the first spec entry outermost, for a client at `peer`.
-    pub fn wrap<S, B>(&self, inner: S, peer: IpAddr, metrics: &Arc<Metrics>) -> HttpService<B>
+    pub(crate) fn wrap<S, B>(
+        &self,
+        inner: S,
+        peer: IpAddr,
+        metrics: &Arc<Metrics>,
+    ) -> HttpService<B>
     where
         S: Service<Request<B>, Response = Response<OutBody>, Error = Infallible>
             + Clone

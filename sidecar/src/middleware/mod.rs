@@ -31,7 +31,7 @@ use switchyard_crds::router::RouterSpec;
 
 /// One configured middleware step.
 #[derive(Clone)]
-pub enum Step {
+pub(crate) enum Step {
     /// CORS: answers preflights, decorates responses.
     Cors(Arc<cors::Policy>),
     /// Auth or rate limit.
@@ -40,7 +40,7 @@ pub enum Step {
 
 /// The configured steps, in spec order.
 #[derive(Clone, Default)]
-pub struct Stack {
+pub(crate) struct Stack {
     /// Every step, for HTTP.
     pub steps: Vec<Step>,
     /// The gates only, for gRPC (CORS means nothing there).
@@ -52,7 +52,7 @@ pub struct Stack {
 impl Stack {
     /// Builds the steps of `spec.middleware`, reading keys through `secrets`; their files are
     /// added to `reloads`.
-    pub fn build(
+    pub(crate) fn build(
         spec: &RouterSpec,
         secrets: &Secrets,
         reloads: &mut Reloads,
@@ -108,7 +108,11 @@ impl Stack {
 
     /// Runs the gates in order (gRPC); the first refusal is counted and returned. Admitted, the
     /// credential's grant when an auth gate checked one.
-    pub fn admit(&self, head: &Head<'_>, metrics: &Metrics) -> Result<Option<Grant>, Denial> {
+    pub(crate) fn admit(
+        &self,
+        head: &Head<'_>,
+        metrics: &Metrics,
+    ) -> Result<Option<Grant>, Denial> {
         let mut grant = None;
         for g in &self.gates {
             match g.check(head) {
@@ -128,7 +132,10 @@ impl Stack {
 
     /// Work the gates need done before they decide on a request (see [`Gate::prepare`]), all of
     /// it together; `None` when there is none.
-    pub fn prepare(&self, head: &Head<'_>) -> Option<futures::future::BoxFuture<'static, ()>> {
+    pub(crate) fn prepare(
+        &self,
+        head: &Head<'_>,
+    ) -> Option<futures::future::BoxFuture<'static, ()>> {
         let waits: Vec<_> = self.gates.iter().filter_map(|g| g.prepare(head)).collect();
         if waits.is_empty() {
             return None;
@@ -139,7 +146,7 @@ impl Stack {
     }
 
     /// Whether an auth gate checks JWTs (subscribe rules with scopes or claims need one).
-    pub fn has_jwt(&self) -> bool {
+    pub(crate) fn has_jwt(&self) -> bool {
         self.jwt
     }
 }

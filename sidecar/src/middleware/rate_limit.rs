@@ -30,7 +30,7 @@ enum Key {
 }
 
 /// The rate-limit gate.
-pub struct Limiter {
+pub(crate) struct Limiter {
     rate: Rate,
     header: Option<HeaderName>,
     hasher: RandomState,
@@ -39,7 +39,7 @@ pub struct Limiter {
 
 impl Limiter {
     /// Builds the limiter; errors name the sub-field (e.g. `.header`) and the problem.
-    pub fn build(spec: &RateLimit) -> Result<Limiter, (&'static str, String)> {
+    pub(crate) fn build(spec: &RateLimit) -> Result<Limiter, (&'static str, String)> {
         if spec.requests_per_second < 1 {
             return Err((".requestsPerSecond", "must be at least 1".into()));
         }

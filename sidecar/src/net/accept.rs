@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 
 /// A client connection: plain TCP, or TLS over it when the listener has TLS (boxed: a TLS
 /// session's state is large, and every plain connection would carry its room).
-pub type Io = Either<TcpStream, Box<TlsStream<TcpStream>>>;
+pub(crate) type Io = Either<TcpStream, Box<TlsStream<TcpStream>>>;
 
 /// Longest a client has to finish the TLS handshake (the first-byte timeout, when shorter, wins).
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
@@ -34,7 +34,7 @@ const ACCEPT_BACKOFF: (Duration, Duration) = (Duration::from_millis(5), Duration
 
 /// What a listener's connections live under.
 #[derive(Clone)]
-pub struct Policy {
+pub(crate) struct Policy {
     /// The caps, shared by every listener of the process that counts against them.
     pub tracker: Arc<Tracker>,
     /// Each connection's timers; `max_age` is jittered per connection.
@@ -48,7 +48,7 @@ pub struct Policy {
 /// the idle and first-byte timers: `net::conn::tracked::track`), then lets open ones finish (up to
 /// the drain limit). With `tls`, each handshake runs on the connection's own task, so a slow client
 /// never holds the loop. `what` names the listener in logs.
-pub async fn accept_loop<C, F>(
+pub(crate) async fn accept_loop<C, F>(
     listener: TcpListener,
     drain: CancellationToken,
     what: &'static str,

@@ -11,7 +11,7 @@ use opentelemetry_sdk::propagation::TraceContextPropagator;
 
 /// A context whose remote parent is `traceparent` when it is valid, with `tracestate` (a value the
 /// mesh carries, see `crate::traceparent::tracestate`), or an empty one (a new root).
-pub fn remote_parent(traceparent: Option<&[u8]>, tracestate: &str) -> Context {
+pub(crate) fn remote_parent(traceparent: Option<&[u8]>, tracestate: &str) -> Context {
     let Some(value) = traceparent
         .and_then(|v| std::str::from_utf8(v).ok())
         .map(str::trim)
@@ -22,14 +22,14 @@ pub fn remote_parent(traceparent: Option<&[u8]>, tracestate: &str) -> Context {
 }
 
 /// The `traceparent` value of the span in `cx`.
-pub fn traceparent_of(cx: &Context) -> String {
+pub(crate) fn traceparent_of(cx: &Context) -> String {
     let mut out = Out(String::new());
     TraceContextPropagator::new().inject_context(cx, &mut out);
     out.0
 }
 
 /// The trace id of the span in `cx` as a number (for `Server-Timing`).
-pub fn trace_id_of(cx: &Context) -> u128 {
+pub(crate) fn trace_id_of(cx: &Context) -> u128 {
     u128::from_be_bytes(cx.span().span_context().trace_id().to_bytes())
 }
 

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 /// Spans admitted and not yet handed to the exporter.
 #[derive(Debug)]
-pub struct Queue {
+pub(crate) struct Queue {
     waiting: AtomicUsize,
     limit: usize,
     dropped: Counter,
@@ -27,7 +27,7 @@ pub struct Queue {
 
 impl Queue {
     /// A queue of at most `limit` spans counting its drops in `dropped`.
-    pub fn new(limit: usize, dropped: Counter) -> Arc<Queue> {
+    pub(crate) fn new(limit: usize, dropped: Counter) -> Arc<Queue> {
         Arc::new(Queue {
             waiting: AtomicUsize::new(0),
             limit: limit.max(1),
@@ -61,14 +61,14 @@ impl Queue {
 
 /// A span processor that admits spans into `inner` only while the queue has room.
 #[derive(Debug)]
-pub struct Bounded<P> {
+pub(crate) struct Bounded<P> {
     inner: P,
     queue: Arc<Queue>,
 }
 
 impl<P> Bounded<P> {
     /// Wraps `inner` (a batch processor whose queue holds at least `queue`'s limit).
-    pub fn new(inner: P, queue: Arc<Queue>) -> Self {
+    pub(crate) fn new(inner: P, queue: Arc<Queue>) -> Self {
         Bounded { inner, queue }
     }
 }
@@ -99,14 +99,14 @@ impl<P: SpanProcessor> SpanProcessor for Bounded<P> {
 
 /// An exporter that frees the queue places of each batch it is given.
 #[derive(Debug)]
-pub struct Draining<E> {
+pub(crate) struct Draining<E> {
     inner: E,
     queue: Arc<Queue>,
 }
 
 impl<E> Draining<E> {
     /// Wraps `inner`, releasing places of `queue`.
-    pub fn new(inner: E, queue: Arc<Queue>) -> Self {
+    pub(crate) fn new(inner: E, queue: Arc<Queue>) -> Self {
         Draining { inner, queue }
     }
 }

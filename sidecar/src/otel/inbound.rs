@@ -12,7 +12,7 @@ use opentelemetry_semantic_conventions::attribute as attr;
 
 /// The open spans of one traced event.
 #[derive(Debug)]
-pub struct InboundTrace {
+pub(crate) struct InboundTrace {
     tracer: SdkTracer,
     inbound: Context,
     queue: Option<Context>,
@@ -22,7 +22,7 @@ pub struct InboundTrace {
 
 impl InboundTrace {
     /// Opens the inbound span of event `event` (`ce_id`) sent with `traceparent` and `tracestate`.
-    pub fn start(
+    pub(crate) fn start(
         otel: &Otel,
         event: &str,
         ce_id: &str,
@@ -59,7 +59,7 @@ impl InboundTrace {
     }
 
     /// The event starts waiting for a worker.
-    pub fn queue_start(&mut self, event: &str) {
+    pub(crate) fn queue_start(&mut self, event: &str) {
         self.queue = Some(self.child(
             format!("queue {event}"),
             SpanKind::Internal,
@@ -68,7 +68,7 @@ impl InboundTrace {
     }
 
     /// The wait ended: a worker took it, or `why` not.
-    pub fn queue_end(&mut self, why_not: Option<&'static str>) {
+    pub(crate) fn queue_end(&mut self, why_not: Option<&'static str>) {
         if let Some(cx) = self.queue.take() {
             if let Some(why) = why_not {
                 cx.span()
@@ -80,7 +80,12 @@ impl InboundTrace {
     }
 
     /// Opens the delivery span and returns the `traceparent` the app gets.
-    pub fn deliver_start(&mut self, event: &str, ce_id: &str, target: AppTarget<'_>) -> String {
+    pub(crate) fn deliver_start(
+        &mut self,
+        event: &str,
+        ce_id: &str,
+        target: AppTarget<'_>,
+    ) -> String {
         let mut attrs = messaging(event, Some(ce_id));
         attrs.push(KeyValue::new(attr::MESSAGING_OPERATION_NAME, "deliver"));
         match target {
@@ -103,7 +108,7 @@ impl InboundTrace {
     }
 
     /// Attempt `attempt` failed with `reason` and will be retried.
-    pub fn retry(&mut self, attempt: u32, reason: String) {
+    pub(crate) fn retry(&mut self, attempt: u32, reason: String) {
         self.retries += 1;
         if let Some(cx) = &self.deliver {
             cx.span().add_event(
@@ -117,7 +122,7 @@ impl InboundTrace {
     }
 
     /// Ends the delivery span: the app's last status, or why it gave none.
-    pub fn deliver_end(&mut self, outcome: Result<u16, &str>) {
+    pub(crate) fn deliver_end(&mut self, outcome: Result<u16, &str>) {
         let Some(cx) = self.deliver.take() else {
             return;
         };
@@ -147,7 +152,7 @@ impl InboundTrace {
     }
 
     /// Ends the inbound span with the status sent back (`None`: cancelled by the router).
-    pub fn finish(mut self, status: Option<u16>) {
+    pub(crate) fn finish(mut self, status: Option<u16>) {
         self.queue_end(None);
         if let Some(cx) = self.deliver.take() {
             cx.span().end();
@@ -172,7 +177,7 @@ impl InboundTrace {
 
 /// Where the app delivery span points: an HTTP path or the gRPC Handler service.
 #[derive(Clone, Copy, Debug)]
-pub enum AppTarget<'a> {
+pub(crate) enum AppTarget<'a> {
     /// CloudEvents HTTP binary mode to this path.
     Http(&'a str),
     /// `switchyard.v1.Handler/Handle`.

@@ -31,15 +31,15 @@ const FLUSH_LIMIT: Duration = Duration::from_secs(5);
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `messaging.system` of every span here.
-pub const MESSAGING_SYSTEM: &str = "switchyard";
+pub(crate) const MESSAGING_SYSTEM: &str = "switchyard";
 
 /// Which sidecar role exports (the `switchyard.role` resource attribute); defined with the metrics,
 /// whose series both roles record carry it as `role`.
-pub use crate::metrics::Role;
+pub(crate) use crate::metrics::Role;
 
 /// Tracing could not be started.
 #[derive(Debug, thiserror::Error)]
-pub enum OtelError {
+pub(crate) enum OtelError {
     /// The `tracing` block or the OTEL variables are unusable (exit 2).
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -69,7 +69,7 @@ fn random_uuid() -> String {
 
 /// A running exporter and the tracer that feeds it.
 #[derive(Debug)]
-pub struct Otel {
+pub(crate) struct Otel {
     provider: SdkTracerProvider,
     tracer: SdkTracer,
     /// Add `trace;desc=<trace-id>` to `Server-Timing` (the timing middleware's `traceId`).
@@ -79,7 +79,7 @@ pub struct Otel {
 impl Otel {
     /// Starts the OTLP exporter (its connection is made lazily, so a collector that is not up yet
     /// does not stop the sidecar). Must run inside the Tokio runtime, which the exporter uses.
-    pub fn start(
+    pub(crate) fn start(
         settings: &ExportSettings,
         role: Role,
         who: Identity<'_>,
@@ -131,12 +131,12 @@ impl Otel {
     }
 
     /// The tracer spans are made with.
-    pub fn tracer(&self) -> &SdkTracer {
+    pub(crate) fn tracer(&self) -> &SdkTracer {
         &self.tracer
     }
 
     /// Exports what is still buffered and stops the exporter; called once the role has drained.
-    pub async fn shutdown(&self) {
+    pub(crate) async fn shutdown(&self) {
         let provider = self.provider.clone();
         // The SDK's shutdown blocks until the batch thread is done: keep it off the async workers.
         let done =
@@ -151,7 +151,7 @@ impl Otel {
 
 /// Starts export when the config's `tracing` block (at `field` of `file`) or the env asks for it;
 /// `who` is the Router or Manager the sidecar serves.
-pub fn configure(
+pub(crate) fn configure(
     config: Option<&switchyard_crds::router::Tracing>,
     field: &'static str,
     role: Role,

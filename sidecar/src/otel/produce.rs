@@ -12,12 +12,12 @@ use opentelemetry_semantic_conventions::attribute as attr;
 
 /// An open PRODUCER span.
 #[derive(Debug)]
-pub struct Produce(Context);
+pub(crate) struct Produce(Context);
 
 impl Produce {
     /// A `{op} {event}` span, child of `incoming` (the app's or the failed event's `traceparent`),
     /// and the `traceparent` the sent frame carries.
-    pub fn start(
+    pub(crate) fn start(
         otel: &Otel,
         incoming: Remote<'_>,
         op: &'static str,
@@ -40,7 +40,7 @@ impl Produce {
     }
 
     /// Ends the span: the status answered (202 for taken), or why the event was not sent.
-    pub fn finish(self, outcome: Result<u16, &str>) {
+    pub(crate) fn finish(self, outcome: Result<u16, &str>) {
         let span = self.0.span();
         match outcome {
             Ok(status) => span.set_attribute(KeyValue::new(
@@ -58,11 +58,11 @@ impl Produce {
 
 /// The span of a WebSocket session, from the upgrade to the close; each message's span links to it.
 #[derive(Debug)]
-pub struct Session(Context);
+pub(crate) struct Session(Context);
 
 impl Session {
     /// A `WebSocket {path}` SERVER span, child of the upgrade request's `traceparent`.
-    pub fn start(otel: &Otel, incoming: Remote<'_>, path: &str) -> Session {
+    pub(crate) fn start(otel: &Otel, incoming: Remote<'_>, path: &str) -> Session {
         let parent = context::remote_parent(incoming.traceparent, incoming.tracestate);
         let span = otel
             .tracer()
@@ -77,12 +77,12 @@ impl Session {
     }
 
     /// What the messages' spans link to.
-    pub fn span_context(&self) -> SpanContext {
+    pub(crate) fn span_context(&self) -> SpanContext {
         self.0.span().span_context().clone()
     }
 
     /// Ends the session's span with the number of messages it carried and how it closed.
-    pub fn finish(self, messages: u64, close: &'static str) {
+    pub(crate) fn finish(self, messages: u64, close: &'static str) {
         let span = self.0.span();
         span.set_attribute(KeyValue::new(
             "switchyard.websocket.messages",

@@ -16,7 +16,7 @@ const GRPC_SERVICE: &str = "switchyard.v1.Gateway";
 /// The W3C context a front door was given: the raw `traceparent` and the `tracestate` the mesh
 /// carries with it (`crate::traceparent::tracestate`, empty when none).
 #[derive(Clone, Copy, Debug)]
-pub struct Remote<'a> {
+pub(crate) struct Remote<'a> {
     /// The `traceparent` header or metadata value, if any.
     pub traceparent: Option<&'a [u8]>,
     /// The checked `tracestate`.
@@ -25,7 +25,7 @@ pub struct Remote<'a> {
 
 impl Remote<'_> {
     /// No context: a new root.
-    pub const NONE: Remote<'static> = Remote {
+    pub(crate) const NONE: Remote<'static> = Remote {
         traceparent: None,
         tracestate: "",
     };
@@ -33,7 +33,7 @@ impl Remote<'_> {
 
 /// The open spans of one traced request.
 #[derive(Debug)]
-pub struct RequestTrace {
+pub(crate) struct RequestTrace {
     tracer: SdkTracer,
     listener: Context,
     broker: Option<Context>,
@@ -71,7 +71,7 @@ impl RequestTrace {
     }
 
     /// The listener span of an HTTP request; named `{method}` until its route is known.
-    pub fn http(otel: &Otel, incoming: Remote<'_>, method: &str, path: &str) -> Self {
+    pub(crate) fn http(otel: &Otel, incoming: Remote<'_>, method: &str, path: &str) -> Self {
         let attrs = vec![
             KeyValue::new(attr::HTTP_REQUEST_METHOD, method.to_owned()),
             KeyValue::new(attr::URL_PATH, path.to_owned()),
@@ -80,7 +80,7 @@ impl RequestTrace {
     }
 
     /// The listener span of one gRPC message (`Call`, or one message of a `Connect` stream).
-    pub fn grpc(otel: &Otel, incoming: Remote<'_>, rpc: &'static str, method: &str) -> Self {
+    pub(crate) fn grpc(otel: &Otel, incoming: Remote<'_>, rpc: &'static str, method: &str) -> Self {
         let full = format!("{GRPC_SERVICE}/{rpc}");
         let attrs = vec![
             KeyValue::new(attr::RPC_SYSTEM_NAME, "grpc"),
@@ -92,7 +92,7 @@ impl RequestTrace {
 
     /// The listener span of one WebSocket message: each message is a trace of its own (a session
     /// may last hours, too long for one trace), linked to its session's span.
-    pub fn websocket(
+    pub(crate) fn websocket(
         otel: &Otel,
         session: Option<&SpanContext>,
         path: &str,
@@ -111,7 +111,7 @@ impl RequestTrace {
     }
 
     /// The local API's span of an app's `request` (child of the app's `traceparent`).
-    pub fn local_request(otel: &Otel, incoming: Remote<'_>, event: &str) -> Self {
+    pub(crate) fn local_request(otel: &Otel, incoming: Remote<'_>, event: &str) -> Self {
         let mut attrs = messaging(event, None);
         attrs.push(KeyValue::new(attr::MESSAGING_OPERATION_TYPE, "send"));
         attrs.push(KeyValue::new(attr::MESSAGING_OPERATION_NAME, "request"));
@@ -119,7 +119,7 @@ impl RequestTrace {
     }
 
     /// The request matched an HTTP route (`template`) or gRPC route mapping it to `event`.
-    pub fn matched(&self, http_template: Option<(&str, &str)>, event: &str) {
+    pub(crate) fn matched(&self, http_template: Option<(&str, &str)>, event: &str) {
         let span = self.listener.span();
         if let Some((method, template)) = http_template {
             span.update_name(format!("{method} {template}"));
@@ -132,12 +132,12 @@ impl RequestTrace {
     }
 
     /// The trace id, when `Server-Timing` should show it.
-    pub fn timing_trace_id(&self) -> Option<u128> {
+    pub(crate) fn timing_trace_id(&self) -> Option<u128> {
         self.in_timing.then(|| context::trace_id_of(&self.listener))
     }
 
     /// Opens the broker span (admission, endpoint choice, the call), child of the listener span.
-    pub fn broker_start(&mut self, event: &str, at: SystemTime) {
+    pub(crate) fn broker_start(&mut self, event: &str, at: SystemTime) {
         let span = self
             .tracer
             .span_builder(format!("broker {event}"))
@@ -149,7 +149,7 @@ impl RequestTrace {
     }
 
     /// Opens the CLIENT span of the hop to a manager and returns its `traceparent` for the frame.
-    pub fn send_start(&mut self, event: &str, ce_id: &str) -> String {
+    pub(crate) fn send_start(&mut self, event: &str, ce_id: &str) -> String {
         let parent = self.broker.as_ref().unwrap_or(&self.listener);
         let mut attrs = messaging(event, Some(ce_id));
         attrs.push(KeyValue::new(attr::MESSAGING_OPERATION_TYPE, "send"));
@@ -167,7 +167,7 @@ impl RequestTrace {
     }
 
     /// Ends the send and broker spans: the manager's answer status, or why there was none.
-    pub fn routed(&mut self, outcome: Result<u16, &'static str>) {
+    pub(crate) fn routed(&mut self, outcome: Result<u16, &'static str>) {
         for cx in [self.send.take(), self.broker.take()].into_iter().flatten() {
             let span = cx.span();
             match outcome {
@@ -185,7 +185,7 @@ impl RequestTrace {
     }
 
     /// Ends the HTTP listener span with the response status; 5xx is an error.
-    pub fn finish_http(self, status: u16) {
+    pub(crate) fn finish_http(self, status: u16) {
         let span = self.listener.span();
         span.set_attribute(KeyValue::new(
             attr::HTTP_RESPONSE_STATUS_CODE,
@@ -199,7 +199,7 @@ impl RequestTrace {
     }
 
     /// Ends a WebSocket or local-API span with the reply's status; 5xx is an error.
-    pub fn finish_status(self, status: u16) {
+    pub(crate) fn finish_status(self, status: u16) {
         let span = self.listener.span();
         span.set_attribute(KeyValue::new(
             "switchyard.response.status",
@@ -214,7 +214,7 @@ impl RequestTrace {
 
     /// Ends a gRPC listener span with the gRPC code name (`OK`, `UNAVAILABLE`, ...) and the app's
     /// status when it answered; server-side error codes are errors.
-    pub fn finish_grpc(self, code: &'static str, app_status: Option<u16>, message: &str) {
+    pub(crate) fn finish_grpc(self, code: &'static str, app_status: Option<u16>, message: &str) {
         let span = self.listener.span();
         span.set_attribute(KeyValue::new(attr::RPC_RESPONSE_STATUS_CODE, code));
         if let Some(s) = app_status {

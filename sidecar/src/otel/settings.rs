@@ -11,11 +11,11 @@ use opentelemetry_semantic_conventions::attribute::{
 use switchyard_crds::router::Tracing;
 
 /// The env variable that points every sidecar at a collector, whatever the config says.
-pub const ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
+pub(crate) const ENDPOINT_ENV: &str = "OTEL_EXPORTER_OTLP_ENDPOINT";
 
 /// Checked export settings.
 #[derive(Clone, Debug, PartialEq)]
-pub struct ExportSettings {
+pub(crate) struct ExportSettings {
     /// OTLP/gRPC endpoint, `http://host:port` or `https://...`.
     pub endpoint: String,
     /// Fraction of root traces sampled, 0 to 1.
@@ -24,7 +24,7 @@ pub struct ExportSettings {
 
 /// A tracing setting that cannot be used; `field` names the config field at fault.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Invalid {
+pub(crate) struct Invalid {
     /// Config field (or env variable) at fault.
     pub field: &'static str,
     /// What is wrong and how to fix it.
@@ -33,7 +33,7 @@ pub struct Invalid {
 
 /// Export settings from the config's `tracing` block (at `field`) and the env; `None` is tracing off.
 /// The env endpoint wins over the config's, and alone turns tracing on (sampling everything).
-pub fn resolve(
+pub(crate) fn resolve(
     config: Option<&Tracing>,
     field: &'static str,
     env: impl Fn(&str) -> Option<String>,
@@ -68,17 +68,17 @@ pub fn resolve(
 }
 
 /// The SDK's variable bounding the export queue (spans past it are dropped and counted).
-pub const QUEUE_SIZE_ENV: &str = "OTEL_BSP_MAX_QUEUE_SIZE";
+pub(crate) const QUEUE_SIZE_ENV: &str = "OTEL_BSP_MAX_QUEUE_SIZE";
 /// The SDK's default queue bound.
-pub const DEFAULT_QUEUE_SIZE: usize = 2048;
+pub(crate) const DEFAULT_QUEUE_SIZE: usize = 2048;
 /// The SDK's variable naming the service; it wins over the Router or Manager name.
-pub const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
+pub(crate) const SERVICE_NAME_ENV: &str = "OTEL_SERVICE_NAME";
 /// The sidecar's container name in the pods the operator renders (part of `service.instance.id`).
-pub const CONTAINER: &str = "switchyard-sidecar";
+pub(crate) const CONTAINER: &str = "switchyard-sidecar";
 
 /// The export queue's bound: `OTEL_BSP_MAX_QUEUE_SIZE` when it is a positive number, else the SDK's
 /// default (as the SDK itself reads it).
-pub fn queue_limit(env: impl Fn(&str) -> Option<String>) -> usize {
+pub(crate) fn queue_limit(env: impl Fn(&str) -> Option<String>) -> usize {
     env(QUEUE_SIZE_ENV)
         .and_then(|v| v.trim().parse::<usize>().ok())
         .filter(|&n| n > 0)
@@ -87,7 +87,7 @@ pub fn queue_limit(env: impl Fn(&str) -> Option<String>) -> usize {
 
 /// Who exports: the Router's or Manager's name and namespace (from the config).
 #[derive(Clone, Copy, Debug)]
-pub struct Identity<'a> {
+pub(crate) struct Identity<'a> {
     /// Router or Manager name: the `service.name`.
     pub name: &'a str,
     /// Its namespace: `k8s.namespace.name` when the pod's env does not say.
@@ -99,7 +99,7 @@ pub struct Identity<'a> {
 /// config's namespace), `k8s.pod.name` (`POD_NAME`, when set) and `service.instance.id`
 /// (`<namespace>.<pod>.<container>` in a pod, as the conventions suggest for Kubernetes; else
 /// `fallback_instance`, a random UUID per process).
-pub fn resource_attributes(
+pub(crate) fn resource_attributes(
     who: Identity<'_>,
     env: impl Fn(&str) -> Option<String>,
     fallback_instance: impl FnOnce() -> String,

@@ -10,7 +10,7 @@ use std::net::SocketAddr;
 
 /// How a role run ended badly.
 #[derive(Debug, thiserror::Error)]
-pub enum RunError {
+pub(crate) enum RunError {
     /// The config is unusable (exit 2).
     #[error(transparent)]
     Config(#[from] ConfigError),
@@ -66,7 +66,7 @@ pub enum RunError {
 impl RunError {
     /// The exit status: 2 for a config the user must fix, 3 for a drain no SIGTERM followed, 1 for
     /// other start-up failures.
-    pub fn exit_code(&self) -> u8 {
+    pub(crate) fn exit_code(&self) -> u8 {
         match self {
             RunError::Config(_) | RunError::Identity(_) | RunError::Memory(_) => 2,
             RunError::DrainNotFollowed(_) => 3,

@@ -12,7 +12,7 @@ use switchyard_crds::router::RouterSpec;
 pub(crate) const DEFAULT_MAX_MESSAGE: usize = 4 << 20;
 
 /// A compiled gRPC route.
-pub struct GrpcRoute {
+pub(crate) struct GrpcRoute {
     /// The `method` of `Call`/`Connect` messages.
     pub method: String,
     /// Event type the message becomes.
@@ -24,7 +24,7 @@ pub struct GrpcRoute {
 }
 
 /// The gRPC routes of a Router spec, by method.
-pub struct GrpcRoutes {
+pub(crate) struct GrpcRoutes {
     by_method: HashMap<String, GrpcRoute>,
     /// Largest message accepted or sent.
     pub max_message: usize,
@@ -32,7 +32,7 @@ pub struct GrpcRoutes {
 
 impl GrpcRoutes {
     /// Compiles the gRPC routes; when two routes name the same method, the first one wins.
-    pub fn build(spec: &RouterSpec) -> Result<GrpcRoutes, RouteError> {
+    pub(crate) fn build(spec: &RouterSpec) -> Result<GrpcRoutes, RouteError> {
         let default_timeout: Duration = spec.broker.response_timeout.into();
         let mut by_method = HashMap::new();
         for (i, r) in spec.routes.iter().enumerate() {
@@ -61,12 +61,12 @@ impl GrpcRoutes {
     }
 
     /// The route of `method`.
-    pub fn get(&self, method: &str) -> Option<&GrpcRoute> {
+    pub(crate) fn get(&self, method: &str) -> Option<&GrpcRoute> {
         self.by_method.get(method)
     }
 
     /// The routes, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = &GrpcRoute> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &GrpcRoute> {
         self.by_method.values()
     }
 }

@@ -14,16 +14,16 @@ use switchyard_crds::router::{HttpMethod, ParamType, RouterSpec};
 use switchyard_protocol::path_template;
 
 /// Default largest request body when no `bodyLimit` middleware is set.
-pub const DEFAULT_BODY_LIMIT: usize = 1 << 20;
+pub(crate) const DEFAULT_BODY_LIMIT: usize = 1 << 20;
 /// Most path segments a request may have before it is 404 without a table walk: as many as a
 /// template may have.
 const MAX_SEGMENTS: usize = path_template::MAX_SEGMENTS;
 /// Most query parameters taken into a GET event.
-pub const MAX_QUERY_PARAMS: usize = 64;
+pub(crate) const MAX_QUERY_PARAMS: usize = 64;
 
 /// One piece of a path template.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Segment {
+pub(crate) enum Segment {
     /// Must equal the request segment.
     Literal(String),
     /// Captures one non-empty segment, typed.
@@ -38,24 +38,24 @@ pub enum Segment {
 /// A compiled HTTP route.
 pub struct HttpRoute {
     /// Method matched.
-    pub method: HttpMethod,
+    pub(crate) method: HttpMethod,
     /// Template as written, for logs.
-    pub template: String,
+    pub(crate) template: String,
     /// The template split into segments.
-    pub segments: Vec<Segment>,
+    pub(crate) segments: Vec<Segment>,
     /// Event type the request becomes.
     pub event: Arc<str>,
     /// Reply deadline of this route.
-    pub timeout: Duration,
+    pub(crate) timeout: Duration,
     /// Body schema, compiled.
-    pub schema: Option<Arc<jsonschema::Validator>>,
+    pub(crate) schema: Option<Arc<jsonschema::Validator>>,
     /// Declared parameter types, also applied to query parameters.
-    pub param_types: BTreeMap<String, ParamType>,
+    pub(crate) param_types: BTreeMap<String, ParamType>,
 }
 
 impl HttpRoute {
     /// Whether requests on this route carry a JSON body (POST, PUT, PATCH).
-    pub fn has_body(&self) -> bool {
+    pub(crate) fn has_body(&self) -> bool {
         matches!(
             self.method,
             HttpMethod::Post | HttpMethod::Put | HttpMethod::Patch
@@ -63,7 +63,7 @@ impl HttpRoute {
     }
 
     /// Type of a parameter name, for query parameters.
-    pub fn param_type(&self, name: &str) -> Option<ParamType> {
+    pub(crate) fn param_type(&self, name: &str) -> Option<ParamType> {
         self.param_types.get(name).copied()
     }
 }
@@ -89,10 +89,10 @@ pub enum Lookup<'a> {
 pub struct RouteTable {
     routes: Vec<HttpRoute>,
     /// Largest accepted body (`bodyLimit.maxBytes`): what a streamed body may reach.
-    pub body_limit: usize,
+    pub(crate) body_limit: usize,
     /// Largest body read whole (schema or path-parameter routes, JSON bodies, small bodies): the
     /// limit capped at what one event carries. Only these hold their size of the byte budget.
-    pub whole_limit: usize,
+    pub(crate) whole_limit: usize,
 }
 
 impl RouteTable {
@@ -141,7 +141,7 @@ impl RouteTable {
     }
 
     /// The routes, in order.
-    pub fn routes(&self) -> &[HttpRoute] {
+    pub(crate) fn routes(&self) -> &[HttpRoute] {
         &self.routes
     }
 

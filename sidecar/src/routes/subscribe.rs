@@ -60,7 +60,7 @@ struct Rule {
 
 /// The compiled rules of the WebSocket endpoint.
 #[derive(Debug, Clone)]
-pub struct SubscribePolicy {
+pub(crate) struct SubscribePolicy {
     rules: Vec<Rule>,
 }
 
@@ -74,7 +74,7 @@ const MAX_TEXT: usize = 256;
 
 impl SubscribePolicy {
     /// Compiles `rules` (the spec's `listeners.websocket.subscribe`); errors name the field.
-    pub fn build(rules: &[SubscribeRule]) -> Result<SubscribePolicy, RouteError> {
+    pub(crate) fn build(rules: &[SubscribeRule]) -> Result<SubscribePolicy, RouteError> {
         let at = |i: usize, sub: &str| format!("spec.listeners.websocket.subscribe[{i}]{sub}");
         if rules.len() > MAX_RULES {
             return Err(RouteError {
@@ -153,7 +153,7 @@ impl SubscribePolicy {
     }
 
     /// Whether any rule asks something of the token (and so needs JWT auth).
-    pub fn needs_token(&self) -> bool {
+    pub(crate) fn needs_token(&self) -> bool {
         self.rules
             .iter()
             .any(|r| !r.scopes.is_empty() || !r.claims.is_empty())
@@ -161,7 +161,11 @@ impl SubscribePolicy {
 
     /// Allows a subscription to `event` for a session with `claims` (`None`: no token), or says
     /// why not.
-    pub fn decide(&self, event: &str, claims: Option<&Map<String, Value>>) -> Result<(), String> {
+    pub(crate) fn decide(
+        &self,
+        event: &str,
+        claims: Option<&Map<String, Value>>,
+    ) -> Result<(), String> {
         let Some(rule) = self
             .rules
             .iter()

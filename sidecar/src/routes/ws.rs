@@ -12,12 +12,12 @@ use std::time::Duration;
 use switchyard_crds::router::RouterSpec;
 
 /// Commands the listener answers itself.
-pub const BUILT_IN: [&str; 2] = ["subscribe", "unsubscribe"];
+pub(crate) const BUILT_IN: [&str; 2] = ["subscribe", "unsubscribe"];
 /// The built-in command that gives a session a new token (with JWT auth).
-pub const REFRESH: &str = "refresh";
+pub(crate) const REFRESH: &str = "refresh";
 
 /// A compiled WebSocket route.
-pub struct WsRoute {
+pub(crate) struct WsRoute {
     /// The `command` of messages.
     pub command: String,
     /// Event type the message becomes.
@@ -29,7 +29,7 @@ pub struct WsRoute {
 }
 
 /// The WebSocket endpoint: path, size limit and routes by command.
-pub struct WsRoutes {
+pub(crate) struct WsRoutes {
     /// Path of the upgrade request.
     pub path: String,
     /// Largest accepted message.
@@ -46,7 +46,7 @@ pub struct WsRoutes {
 impl WsRoutes {
     /// Compiles the WebSocket listener and routes; `None` when the spec has no WebSocket listener.
     /// When two routes name the same command, the first one wins.
-    pub fn build(spec: &RouterSpec) -> Result<Option<WsRoutes>, RouteError> {
+    pub(crate) fn build(spec: &RouterSpec) -> Result<Option<WsRoutes>, RouteError> {
         let Some(listener) = &spec.listeners.websocket else {
             return Ok(None);
         };
@@ -112,7 +112,7 @@ impl WsRoutes {
 
     /// Makes `refresh` the built-in token refresh (the Router has JWT auth); false when a route
     /// names that command, which then stays the route's.
-    pub fn enable_refresh(&mut self) -> bool {
+    pub(crate) fn enable_refresh(&mut self) -> bool {
         if self.by_command.contains_key(REFRESH) {
             return false;
         }
@@ -125,17 +125,17 @@ impl WsRoutes {
     }
 
     /// The route of `command`.
-    pub fn get(&self, command: &str) -> Option<&Arc<WsRoute>> {
+    pub(crate) fn get(&self, command: &str) -> Option<&Arc<WsRoute>> {
         self.by_command.get(command)
     }
 
     /// The routes, in no particular order.
-    pub fn iter(&self) -> impl Iterator<Item = &WsRoute> {
+    pub(crate) fn iter(&self) -> impl Iterator<Item = &WsRoute> {
         self.by_command.values().map(|r| &**r)
     }
 
     /// The commands a client may send, e.g. `echo, noop, subscribe, unsubscribe`.
-    pub fn known(&self) -> &str {
+    pub(crate) fn known(&self) -> &str {
         &self.known
     }
 }

@@ -11,13 +11,13 @@ use crate::config::{ConfigError, field_error};
 use std::path::{Path, PathBuf};
 
 /// Default folder the operator mounts Secrets under.
-pub const DEFAULT_DIR: &str = switchyard_protocol::config::SECRETS_DIR;
+pub(crate) const DEFAULT_DIR: &str = switchyard_protocol::config::SECRETS_DIR;
 /// Largest key file read; keys, key lists and PEM chains are far smaller.
 const MAX_FILE: u64 = 1 << 20;
 
 /// Where referenced Secrets are read from, and the config file errors are reported against.
 #[derive(Clone, Debug)]
-pub struct Secrets {
+pub(crate) struct Secrets {
     /// The secrets folder (`--secrets-dir`).
     pub dir: PathBuf,
     /// The config file, named in errors.
@@ -26,7 +26,7 @@ pub struct Secrets {
 
 impl Secrets {
     /// Path of `key` in Secret `name`; rejects names that would leave the folder.
-    pub fn path(&self, name: &str, key: &str) -> Option<PathBuf> {
+    pub(crate) fn path(&self, name: &str, key: &str) -> Option<PathBuf> {
         let safe = |s: &str| {
             !s.is_empty()
                 && s != "."
@@ -38,7 +38,7 @@ impl Secrets {
     }
 
     /// Reads `key` of Secret `name`, referenced by spec field `field`: its path (to watch) and bytes.
-    pub fn file(
+    pub(crate) fn file(
         &self,
         field: &str,
         name: &str,
@@ -95,7 +95,7 @@ pub(crate) fn read_file(path: &Path) -> Result<Vec<u8>, ReadError> {
 }
 
 /// The value without trailing whitespace: a key written with `echo` or an editor ends in a newline.
-pub fn trim_end(bytes: &[u8]) -> &[u8] {
+pub(crate) fn trim_end(bytes: &[u8]) -> &[u8] {
     let end = bytes
         .iter()
         .rposition(|b| !b.is_ascii_whitespace())

@@ -14,12 +14,12 @@ use switchyard_protocol::control::v1::control_plane_client::ControlPlaneClient;
 use tonic::transport::Channel;
 
 /// How often an activation is repeated while requests of its event type are held.
-pub const REPEAT: Duration = Duration::from_secs(1);
+pub(crate) const REPEAT: Duration = Duration::from_secs(1);
 /// Longest wait for one `Activate` answer.
 const CALL_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// Who asks, where, and how long requests are held.
-pub struct Activator {
+pub(crate) struct Activator {
     client: ControlPlaneClient<Channel>,
     router: String,
     namespace: String,
@@ -31,7 +31,7 @@ pub struct Activator {
 impl Activator {
     /// An activator for Router `namespace/router` (pod `pod`) calling the control plane `cp`
     /// (connected on first use), holding requests up to `timeout`.
-    pub fn new(
+    pub(crate) fn new(
         cp: &ControlPlane,
         router: &str,
         namespace: &str,
@@ -49,12 +49,12 @@ impl Activator {
     }
 
     /// The activation timeout (`broker.activationTimeout`).
-    pub fn timeout(&self) -> Duration {
+    pub(crate) fn timeout(&self) -> Duration {
         self.timeout
     }
 
     /// Holds one request for `what`; the first of a series starts the calls.
-    pub fn hold(self: &Arc<Self>, what: &Waiting) -> Held {
+    pub(crate) fn hold(self: &Arc<Self>, what: &Waiting) -> Held {
         let (held, count, first) = self.held.hold(what);
         if first {
             tokio::spawn(self.clone().signal(what.clone(), count));

@@ -5,7 +5,7 @@ use tokio::sync::watch;
 
 /// Shared by the router, its pools and their peers.
 #[derive(Debug)]
-pub struct Changes(watch::Sender<u64>);
+pub(crate) struct Changes(watch::Sender<u64>);
 
 impl Default for Changes {
     fn default() -> Self {
@@ -15,12 +15,12 @@ impl Default for Changes {
 
 impl Changes {
     /// Wakes every waiter.
-    pub fn bump(&self) {
+    pub(crate) fn bump(&self) {
         self.0.send_modify(|n| *n = n.wrapping_add(1));
     }
 
     /// A receiver that sees every bump after this call.
-    pub fn subscribe(&self) -> watch::Receiver<u64> {
+    pub(crate) fn subscribe(&self) -> watch::Receiver<u64> {
         self.0.subscribe()
     }
 }

@@ -26,9 +26,9 @@ use tokio_util::codec::FramedRead;
 use tokio_util::sync::CancellationToken;
 
 /// Heartbeat period.
-pub const PING_EVERY: Duration = Duration::from_secs(5);
+pub(super) const PING_EVERY: Duration = Duration::from_secs(5);
 /// A connection with no frame for this long is dead (told within a third more).
-pub const DEAD_AFTER: Duration = Duration::from_secs(15);
+pub(super) const DEAD_AFTER: Duration = Duration::from_secs(15);
 /// Frames waiting for the writer; credits bound the requests among them, so this only absorbs bursts.
 const WRITE_QUEUE: usize = 1024;
 /// Most credits held at once; a manager granting more is capped rather than trusted.
@@ -38,13 +38,13 @@ const WRITE_BATCH: usize = 64;
 
 /// The connection ended before the request was answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Lost {
+pub(crate) struct Lost {
     /// Whether the request frame reached the socket (then it may have been handled).
     pub written: bool,
 }
 
 /// A manager's answer: its head, and its body when it streams (a head flagged MORE).
-pub struct Answered {
+pub(crate) struct Answered {
     /// The RESPONSE (for a stream: its head; the payload is the body's first chunk).
     pub head: Response,
     /// The rest of a streamed answer.
@@ -89,7 +89,7 @@ enum Kind {
 
 /// A published event whose fate the connection tracks.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Published {
+pub(crate) struct Published {
     /// Event type.
     pub event: Arc<str>,
     /// CloudEvents id.
@@ -113,7 +113,7 @@ struct State {
 pub(crate) struct Closed;
 
 /// A live connection.
-pub struct Conn {
+pub(crate) struct Conn {
     tx: mpsc::Sender<Frame>,
     state: Mutex<State>,
     /// Requests the manager currently allows.
@@ -131,7 +131,7 @@ pub struct Conn {
 }
 
 /// A request slot on a connection.
-pub struct Slot {
+pub(crate) struct Slot {
     /// Request id on this connection.
     pub id: u64,
     /// Resolves with the answer or the loss.
@@ -162,13 +162,13 @@ impl Conn {
     }
 
     /// Whether new requests may use this connection.
-    pub fn is_usable(&self) -> bool {
+    pub(crate) fn is_usable(&self) -> bool {
         self.usable.load(Ordering::Acquire)
     }
 
     /// Reserves an id and a reply slot; `None` when the connection is closing. For a publish the
     /// slot resolves with the manager's acknowledgement.
-    pub fn register(&self, publish: Option<Published>) -> Option<Slot> {
+    pub(crate) fn register(&self, publish: Option<Published>) -> Option<Slot> {
         let mut st = self.state();
         if st.closed || st.draining {
             return None;
@@ -187,12 +187,12 @@ impl Conn {
     }
 
     /// Queues a frame for the writer, waiting for room.
-    pub async fn send(&self, frame: Frame) -> Result<(), Closed> {
+    pub(crate) async fn send(&self, frame: Frame) -> Result<(), Closed> {
         self.tx.send(frame).await.map_err(|_| Closed)
     }
 
     /// Gives up on request `id` (deadline passed or client gone) and tells the manager to stop.
-    pub fn cancel(&self, id: u64) {
+    pub(crate) fn cancel(&self, id: u64) {
         let was_pending = {
             let mut st = self.state();
             // A publish is never cancelled: the manager owns it once written.
@@ -212,14 +212,14 @@ impl Conn {
     }
 
     /// Stops new requests; the connection closes once the pending ones are answered.
-    pub fn begin_drain(&self) {
+    pub(crate) fn begin_drain(&self) {
         self.usable.store(false, Ordering::Release);
         self.state().draining = true;
         self.close_if_drained();
     }
 
     /// The manager's per-stream window, when it speaks streams (its HELLO said so).
-    pub fn peer_window(&self) -> Option<u32> {
+    pub(crate) fn peer_window(&self) -> Option<u32> {
         Some(self.peer_window.load(Ordering::Acquire)).filter(|w| *w > 0)
     }
 
@@ -446,7 +446,7 @@ impl Conn {
 /// Runs a connection on `stream` until it dies or drains; `on_open` receives it once it is usable.
 /// PUSH frames go to `pushes` (this router process's WebSocket subscribers), if it takes them.
 /// Returns the publishes the manager admitted and never reported done: lost if its pod died.
-pub async fn run<S: SplitIo>(
+pub(super) async fn run<S: SplitIo>(
     stream: S,
     peer: &str,
     pushes: &Pushes,

@@ -15,7 +15,7 @@ const MAX_ENDPOINTS: usize = 1024;
 
 /// Where a pool's endpoints come from.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub enum Source {
+pub(super) enum Source {
     /// A fixed list of `host:port`.
     Static(Vec<String>),
     /// `<service>.<namespace>.svc:<port>`, resolved every few seconds.
@@ -23,7 +23,7 @@ pub enum Source {
 }
 
 /// Starts keeping `pool` filled from `source`.
-pub fn start(pool: Arc<Pool>, source: Source) {
+pub(super) fn start(pool: Arc<Pool>, source: Source) {
     match source {
         Source::Static(list) => pool.update(list.into_iter().collect()),
         Source::Dns(name) => {

@@ -9,14 +9,14 @@ use std::time::{Duration, Instant};
 
 /// When a hold that starts at `now` ends: after the activation timeout, or at the request's
 /// deadline if that comes first.
-pub fn hold_until(now: Instant, activation_timeout: Duration, deadline: Instant) -> Instant {
+pub(super) fn hold_until(now: Instant, activation_timeout: Duration, deadline: Instant) -> Instant {
     (now + activation_timeout).min(deadline)
 }
 
 /// What requests are held for: an event type's handler (`manager` `None`) or one subscribing
 /// Manager of it.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
-pub struct Waiting {
+pub(crate) struct Waiting {
     /// The event type.
     pub event: Arc<str>,
     /// The subscribing Manager waited for; `None`: the type's handler.
@@ -25,7 +25,7 @@ pub struct Waiting {
 
 impl Waiting {
     /// Requests for `event`'s handler.
-    pub fn handler(event: &Arc<str>) -> Waiting {
+    pub(crate) fn handler(event: &Arc<str>) -> Waiting {
         Waiting {
             event: event.clone(),
             manager: None,
@@ -35,12 +35,12 @@ impl Waiting {
 
 /// Held requests per event type and Manager waited for.
 #[derive(Default)]
-pub struct HeldCounts {
+pub(super) struct HeldCounts {
     by_target: Mutex<HashMap<Waiting, Arc<AtomicU32>>>,
 }
 
 /// One held request; dropping it (delivered, timed out or the client went away) ends the hold.
-pub struct Held {
+pub(crate) struct Held {
     count: Arc<AtomicU32>,
 }
 
@@ -53,7 +53,7 @@ impl Drop for Held {
 impl HeldCounts {
     /// Counts one held request for `what`. The flag is true for the first of a series (the count
     /// went from 0 to 1): the caller then starts signalling the control plane.
-    pub fn hold(&self, what: &Waiting) -> (Held, Arc<AtomicU32>, bool) {
+    pub(super) fn hold(&self, what: &Waiting) -> (Held, Arc<AtomicU32>, bool) {
         let count = self
             .by_target
             .lock()

@@ -58,7 +58,7 @@ const MAX_TRIES: usize = 3;
 
 /// Why a request got no answer from a manager.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CallError {
+pub(crate) enum CallError {
     /// No manager endpoint is connected (503, retry later).
     NoEndpoint,
     /// Managers gave no credit before the deadline; the request was never sent (503, retry later).
@@ -86,7 +86,7 @@ pub enum CallError {
 }
 
 /// An event ready to send.
-pub struct Outgoing {
+pub(crate) struct Outgoing {
     /// Event type.
     pub event: Arc<str>,
     /// CloudEvents id.
@@ -124,7 +124,7 @@ impl Outgoing {
 
 /// When the call's stages ended, for Server-Timing.
 #[derive(Default, Debug)]
-pub struct CallTimes {
+pub(crate) struct CallTimes {
     /// Time spent waiting for flow-control credit.
     pub credit_wait: Duration,
     /// When the request frame was handed to its connection.
@@ -235,7 +235,7 @@ fn peer_tls(mesh: Option<&Arc<MeshTls>>, namespace: &str, manager: &str) -> Opti
 }
 
 /// The routing table (swapped whole, read without locks) and the manager connections.
-pub struct Upstream {
+pub(crate) struct Upstream {
     table: ArcSwap<Table>,
     /// Serialises table updates; never taken on the request path.
     update: Mutex<()>,
@@ -266,7 +266,7 @@ struct Control {
 /// tables replace it later): the handlers' destinations per event type, the subscribers per route key,
 /// and the Managers with fixed endpoints instead of DNS.
 #[derive(Clone, Copy)]
-pub struct Reach<'a> {
+pub(crate) struct Reach<'a> {
     pub destinations: &'a BTreeMap<EventType, Destination>,
     pub subscribers: &'a BTreeMap<String, Subscriber>,
     pub static_endpoints: &'a BTreeMap<String, Vec<String>>,
@@ -278,7 +278,7 @@ impl Upstream {
     /// Both roles use it (the router role for clients, the manager role for its app's outgoing events);
     /// PUSH frames go to `pushes` (the router role's WebSocket subscribers; `None` takes none).
     /// With `mesh`, connections are mTLS and each endpoint must be a pod of its Manager.
-    pub fn start(
+    pub(crate) fn start(
         name: &str,
         namespace: &str,
         reach: Reach<'_>,
@@ -349,7 +349,7 @@ impl Upstream {
 
     /// Sets the CloudEvents `source` that subscription filters see of the events leaving this
     /// sidecar (`/switchyard/<namespace>/<Router or Manager>`; the Router's by default).
-    pub fn with_source(mut self, source: String) -> Upstream {
+    pub(crate) fn with_source(mut self, source: String) -> Upstream {
         self.source = source;
         self
     }
@@ -381,13 +381,13 @@ impl Upstream {
 
     /// Holds requests whose event type has no ready endpoint and asks the control plane for a pod
     /// (see [`Upstream::ready_pool`]).
-    pub fn with_activation(mut self, activator: Activator) -> Upstream {
+    pub(crate) fn with_activation(mut self, activator: Activator) -> Upstream {
         self.activator = Some(Arc::new(activator));
         self
     }
 
     /// Marks this router as following the control plane at `url` (shown at `/routes`).
-    pub fn with_control_plane(mut self, url: String) -> Upstream {
+    pub(crate) fn with_control_plane(mut self, url: String) -> Upstream {
         self.control = Some(Control {
             url,
             connected: AtomicBool::new(false),
@@ -397,24 +397,24 @@ impl Upstream {
     }
 
     /// Name and namespace of the Router, as the control plane knows it.
-    pub fn identity(&self) -> (&str, &str) {
+    pub(crate) fn identity(&self) -> (&str, &str) {
         (&self.name, &self.namespace)
     }
 
     /// The pool serving `event`, if any Manager handles it.
-    pub fn pool_of(&self, event: &str) -> Option<Arc<Pool>> {
+    pub(crate) fn pool_of(&self, event: &str) -> Option<Arc<Pool>> {
         self.table.load().by_event.get(event).cloned()
     }
 
     /// The Manager and durable route of `event` when the current table says it is delivered
     /// durably (its publishes go to that Manager's stream); `None`: direct, or no route.
-    pub fn durable_of(&self, event: &str) -> Option<(Arc<str>, Arc<DurableRoute>)> {
+    pub(crate) fn durable_of(&self, event: &str) -> Option<(Arc<str>, Arc<DurableRoute>)> {
         self.table.load().durable.get(event).cloned()
     }
 
     /// Replaces the table with one from the control plane. Pools that keep their name keep their
     /// connections; pools that vanish drain; the config's DNS and static pools retire at the first one.
-    pub fn apply(&self, incoming: &RoutingTable) {
+    pub(crate) fn apply(&self, incoming: &RoutingTable) {
         let plan = table::plan(incoming);
         for reason in &plan.rejected {
             tracing::warn!(
@@ -529,7 +529,11 @@ impl Upstream {
     /// polling) until an endpoint is ready, the activation timeout passes or `deadline` comes; then
     /// the pool is returned as it is and the call fails with `NoEndpoint` (503 + Retry-After).
     /// None when no Manager handles `event`.
-    pub async fn ready_pool(&self, event: &Arc<str>, deadline: Instant) -> Option<Arc<Pool>> {
+    pub(crate) async fn ready_pool(
+        &self,
+        event: &Arc<str>,
+        deadline: Instant,
+    ) -> Option<Arc<Pool>> {
         self.ready(Waiting::handler(event), deadline, |t| {
             t.by_event.get(&**event).cloned()
         })
@@ -605,7 +609,7 @@ impl Upstream {
     }
 
     /// Records whether the control-plane stream is open.
-    pub fn set_connected(&self, connected: bool) {
+    pub(crate) fn set_connected(&self, connected: bool) {
         self.metrics
             .control_plane_connected
             .set(i64::from(connected));
@@ -615,7 +619,7 @@ impl Upstream {
     }
 
     /// The current table as `/routes` shows it.
-    pub fn view(&self) -> RoutesView {
+    pub(crate) fn view(&self) -> RoutesView {
         let table = self.table.load();
         RoutesView {
             router: self.name.clone(),
@@ -633,7 +637,7 @@ impl Upstream {
 
     /// Sends `out` to the least loaded of two endpoints of `pool` and waits for the answer until
     /// `deadline`. A request whose connection fails before it was written is tried on another endpoint.
-    pub async fn call(
+    pub(crate) async fn call(
         &self,
         pool: &Pool,
         out: &Outgoing,
@@ -649,7 +653,7 @@ impl Upstream {
     /// did reach a pod that then died may arrive twice, never zero times after an `Ok`. When every
     /// endpoint refused, the last refusal comes back as the answer (a 503 from the mesh).
     /// `deadline` bounds the wait for an endpoint, credit and the acknowledgement.
-    pub async fn publish(
+    pub(crate) async fn publish(
         &self,
         pool: &Pool,
         out: &Outgoing,

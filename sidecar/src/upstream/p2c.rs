@@ -2,7 +2,7 @@
 
 /// Index of the chosen candidate among `n`, given each one's load and a random source
 /// `rand(k)` returning a value in `0..k`. Ties go to the first pick.
-pub fn choose(
+pub(super) fn choose(
     n: usize,
     load: impl Fn(usize) -> usize,
     mut rand: impl FnMut(usize) -> usize,

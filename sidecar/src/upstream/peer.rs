@@ -23,7 +23,7 @@ const STABLE_AFTER: Duration = Duration::from_secs(5);
 
 /// How a pool's endpoints are reached over mTLS: this sidecar's TLS and the Manager expected.
 #[derive(Clone)]
-pub struct PeerTls {
+pub(crate) struct PeerTls {
     /// This sidecar's mesh TLS.
     pub(crate) mesh: Arc<MeshTls>,
     /// The Manager whose pods the endpoints must be.
@@ -31,7 +31,7 @@ pub struct PeerTls {
 }
 
 /// A manager endpoint and its connection.
-pub struct Peer {
+pub(crate) struct Peer {
     /// `host:port` of the manager sidecar's frame listener.
     pub addr: String,
     in_flight: AtomicUsize,
@@ -47,7 +47,7 @@ impl Peer {
     /// Creates the peer and starts its connection loop; its PUSH frames go to `pushes`, and each
     /// connection it opens bumps `changes` (held requests wait for that); admitted publishes a lost
     /// connection never confirmed are counted in `metrics`. With `tls` it connects with mTLS.
-    pub fn spawn(
+    pub(crate) fn spawn(
         addr: String,
         pushes: Pushes,
         changes: Arc<Changes>,
@@ -73,23 +73,23 @@ impl Peer {
     }
 
     /// The connection, when one is open and accepts new requests.
-    pub fn usable(&self) -> Option<Arc<Conn>> {
+    pub(crate) fn usable(&self) -> Option<Arc<Conn>> {
         self.slot().as_ref().filter(|c| c.is_usable()).cloned()
     }
 
     /// Requests currently using this endpoint (waiting for credit or for a reply).
-    pub fn load(&self) -> usize {
+    pub(crate) fn load(&self) -> usize {
         self.in_flight.load(Ordering::Relaxed)
     }
 
     /// Counts a request on this endpoint until the guard drops.
-    pub fn track(self: &Arc<Self>) -> LoadGuard {
+    pub(crate) fn track(self: &Arc<Self>) -> LoadGuard {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         LoadGuard(self.clone())
     }
 
     /// The endpoint left discovery: no reconnects; the open connection drains.
-    pub fn retire(&self) {
+    pub(crate) fn retire(&self) {
         self.stop.cancel();
         if let Some(c) = self.slot().clone() {
             c.begin_drain();
@@ -193,7 +193,7 @@ impl Peer {
 }
 
 /// Decrements the endpoint's load when dropped.
-pub struct LoadGuard(Arc<Peer>);
+pub(crate) struct LoadGuard(Arc<Peer>);
 
 impl Drop for LoadGuard {
     fn drop(&mut self) {

@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
 /// The peers of one destination.
-pub struct Pool {
+pub(crate) struct Pool {
     /// Manager name, for logs.
     pub name: String,
     peers: RwLock<Arc<Vec<Arc<Peer>>>>,
@@ -27,7 +27,7 @@ impl Pool {
     /// An empty pool whose endpoints' PUSH frames go to `pushes` and whose new connections bump
     /// `changes`; publishes its endpoints lost are counted in `metrics`. Its endpoints connect with
     /// mTLS expecting the Manager in `tls` (plain TCP with `None`).
-    pub fn new(
+    pub(crate) fn new(
         name: String,
         pushes: Pushes,
         changes: Arc<Changes>,
@@ -50,35 +50,35 @@ impl Pool {
 
     /// Sets the types its Manager may push (it handles them, or lists them in `spec.push`), from
     /// the current routing table.
-    pub fn allow_pushes(&self, types: BTreeSet<String>) {
+    pub(crate) fn allow_pushes(&self, types: BTreeSet<String>) {
         if let Some(g) = &self.gate {
             g.allow(types);
         }
     }
 
     /// The current peers; cheap to take per request.
-    pub fn snapshot(&self) -> Arc<Vec<Arc<Peer>>> {
+    pub(crate) fn snapshot(&self) -> Arc<Vec<Arc<Peer>>> {
         self.peers.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Whether some endpoint has an open connection that takes requests.
-    pub fn has_usable(&self) -> bool {
+    pub(crate) fn has_usable(&self) -> bool {
         self.snapshot().iter().any(|p| p.usable().is_some())
     }
 
     /// The pool left the routing table: its peers drain and discovery stops filling it.
-    pub fn retire(&self) {
+    pub(crate) fn retire(&self) {
         self.retired.store(true, Ordering::Release);
         self.replace(BTreeSet::new());
     }
 
     /// Whether [`Pool::retire`] was called.
-    pub fn is_retired(&self) -> bool {
+    pub(crate) fn is_retired(&self) -> bool {
         self.retired.load(Ordering::Acquire)
     }
 
     /// Makes the pool hold exactly `addrs`: new ones connect, vanished ones drain.
-    pub fn update(&self, addrs: BTreeSet<String>) {
+    pub(crate) fn update(&self, addrs: BTreeSet<String>) {
         self.replace_unless_retired(addrs, true);
     }
 

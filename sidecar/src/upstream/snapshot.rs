@@ -11,7 +11,7 @@ use switchyard_protocol::durable::DurableRoute;
 /// Where the routing table came from.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
-pub enum TableSource {
+pub(crate) enum TableSource {
     /// The rendered config: static endpoints (local mode) or the Managers' Service DNS names.
     Config,
     /// The operator's control-plane stream.
@@ -20,7 +20,7 @@ pub enum TableSource {
 
 /// One route, for `/routes`.
 #[derive(Clone, Debug)]
-pub struct RouteInfo {
+pub(crate) struct RouteInfo {
     /// Event type.
     pub event: String,
     /// Manager handling it.
@@ -34,7 +34,7 @@ pub struct RouteInfo {
 }
 
 /// An immutable routing table.
-pub struct Table {
+pub(crate) struct Table {
     /// The control plane's version (0 for the config's table).
     pub version: u64,
     /// Where it came from.
@@ -55,7 +55,7 @@ pub struct Table {
 /// The `/routes` document.
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
-pub struct RoutesView {
+pub(crate) struct RoutesView {
     /// Router name.
     pub router: String,
     /// Router namespace.
@@ -74,7 +74,7 @@ pub struct RoutesView {
 /// State of the control-plane stream.
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
-pub struct ControlPlaneView {
+pub(crate) struct ControlPlaneView {
     /// Its URL.
     pub url: String,
     /// Whether the stream is open now (false: serving from the last table).
@@ -86,7 +86,7 @@ pub struct ControlPlaneView {
 /// One route of `/routes`.
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
-pub struct RouteView {
+pub(crate) struct RouteView {
     /// Event type.
     pub event_type: String,
     /// Manager.
@@ -106,7 +106,7 @@ pub struct RouteView {
 /// A subscriber's route in `/routes`.
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
-pub struct SubscriptionView {
+pub(crate) struct SubscriptionView {
     /// The type or pattern observed.
     pub event: String,
     /// What is observed.
@@ -119,7 +119,7 @@ pub struct SubscriptionView {
 /// One endpoint of `/routes`.
 #[derive(Serialize, Debug)]
 #[serde(rename_all = "camelCase")]
-pub struct EndpointView {
+pub(crate) struct EndpointView {
     /// `host:port`.
     pub address: String,
     /// Whether a frame connection to it is open.
@@ -128,7 +128,7 @@ pub struct EndpointView {
 
 impl Table {
     /// The routes with their pools' current endpoints.
-    pub fn route_views(&self) -> Vec<RouteView> {
+    pub(crate) fn route_views(&self) -> Vec<RouteView> {
         self.routes
             .iter()
             .map(|r| {

@@ -9,7 +9,7 @@ use switchyard_protocol::durable::DurableRoute;
 
 /// One subscription as the sidecar holds it.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Spec {
+pub(crate) struct Spec {
     /// The route's key, `<event>@<manager>`: the subscription's name in metrics and `/routes`.
     pub key: Arc<str>,
     /// The subscribing Manager.
@@ -26,7 +26,7 @@ pub struct Spec {
 }
 
 /// A subscriber: its subscription and the pool of its Manager's pods.
-pub struct Sub {
+pub(crate) struct Sub {
     /// The subscription.
     pub spec: Spec,
     /// Its Manager's pods.
@@ -37,7 +37,7 @@ pub struct Sub {
 /// sidecar it leaves from, `/switchyard/<namespace>/<Router or Manager>`) and `datacontenttype`
 /// when it is not JSON's default.
 #[derive(Debug, Clone, Copy)]
-pub struct Attrs<'a> {
+pub(crate) struct Attrs<'a> {
     /// `type`.
     pub event: &'a str,
     /// `id`.
@@ -50,7 +50,7 @@ pub struct Attrs<'a> {
 
 impl<'a> Attrs<'a> {
     /// The attribute named `name`, if the event carries it.
-    pub fn get(&self, name: &str) -> Option<&'a str> {
+    pub(crate) fn get(&self, name: &str) -> Option<&'a str> {
         match name {
             "type" => Some(self.event),
             "id" => Some(self.id),
@@ -63,7 +63,7 @@ impl<'a> Attrs<'a> {
 
 impl Spec {
     /// Whether this subscription takes `what` of an event with attributes `attrs`.
-    pub fn wants(&self, what: Observe, attrs: &Attrs<'_>) -> bool {
+    pub(crate) fn wants(&self, what: Observe, attrs: &Attrs<'_>) -> bool {
         self.observe.contains(&what)
             && pattern_matches(&self.event, attrs.event)
             && self
@@ -76,7 +76,7 @@ impl Spec {
 /// The indices of `specs` that take `what` of the event, one per Manager (the first of its
 /// matching subscriptions), leaving out `handler` (the type's handling Manager, which gets the
 /// event as its handler: a publish reaches every Manager once).
-pub fn pick(
+pub(crate) fn pick(
     specs: impl IntoIterator<Item = impl std::ops::Deref<Target = Spec>>,
     what: Observe,
     attrs: &Attrs<'_>,

@@ -15,7 +15,7 @@ use switchyard_protocol::durable::DurableRoute;
 /// (`more`) is assembled apart and replaces the held one only once complete, so routing never
 /// sees half a table.
 #[derive(Debug, Default)]
-pub struct Held {
+pub(super) struct Held {
     version: u64,
     router: String,
     namespace: String,
@@ -26,12 +26,12 @@ pub struct Held {
 
 /// Most encoded bytes of one whole table, whether it comes as one message or in parts (a stream
 /// that keeps sending parts cannot grow the sidecar without bound).
-pub const MAX_TABLE: usize = 8 << 20;
+pub(super) const MAX_TABLE: usize = 8 << 20;
 
 /// A message that does not follow what is held: something was missed, and only a resubscription
 /// (which starts with a whole table) can repair it.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Gap {
+pub(super) enum Gap {
     /// A delta against another version than the one held.
     #[error("a delta from version {base} arrived while holding version {held}; resubscribing")]
     Delta {
@@ -60,7 +60,7 @@ pub enum Gap {
 impl Held {
     /// Applies one message of the stream and returns the whole table as of it, or `None` while a
     /// whole table's parts are still coming.
-    pub fn apply(&mut self, msg: RoutingTable) -> Result<Option<RoutingTable>, Gap> {
+    pub(super) fn apply(&mut self, msg: RoutingTable) -> Result<Option<RoutingTable>, Gap> {
         if let Some((version, _, _)) = &self.assembling
             && (msg.base != 0 || msg.version != *version)
         {
@@ -123,13 +123,13 @@ fn insert_routes(into: &mut BTreeMap<String, Route>, routes: Vec<Route>) {
 }
 
 /// Most endpoints kept per pool, as for DNS discovery.
-pub const MAX_ENDPOINTS: usize = 1024;
+pub(super) const MAX_ENDPOINTS: usize = 1024;
 /// Longest ordering-key pointer taken (the Manager spec's limit).
 const MAX_POINTER: usize = 256;
 
 /// The endpoints of one pool and the Manager they belong to.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PoolPlan {
+pub(super) struct PoolPlan {
     /// Manager name, for logs and `/routes`.
     pub manager: String,
     /// `ip:port` of its ready pods.
@@ -138,7 +138,7 @@ pub struct PoolPlan {
 
 /// What the router should hold after a table arrives.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct Plan {
+pub(super) struct Plan {
     /// Pools by name.
     pub pools: BTreeMap<String, PoolPlan>,
     /// Event type -> (Manager, pool name).
@@ -156,7 +156,7 @@ pub struct Plan {
 
 /// Plans the pools and routes of `table`. Routes naming the same pool share (the union of) their
 /// endpoints; an event type listed twice keeps its first route.
-pub fn plan(table: &RoutingTable) -> Plan {
+pub(super) fn plan(table: &RoutingTable) -> Plan {
     let mut out = Plan::default();
     for route in &table.routes {
         if route.event_type.is_empty() {
@@ -260,7 +260,7 @@ fn add_endpoints(out: &mut Plan, route: &Route, pool_name: &str) {
 }
 
 /// A subscriber's route as the sidecar holds it, or why it cannot be used.
-pub fn subscription(
+pub(super) fn subscription(
     key: &str,
     manager: &str,
     wire: &switchyard_protocol::control::v1::Subscription,

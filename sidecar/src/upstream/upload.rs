@@ -13,7 +13,7 @@ use switchyard_protocol::frame::Frame;
 use switchyard_protocol::stream::{self, Data, Trailers};
 
 /// A request body not read yet, sent with the event's head.
-pub struct Upload {
+pub(crate) struct Upload {
     body: Mutex<Option<Incoming>>,
     /// The most bytes taken (the route's `bodyLimit`).
     pub limit: usize,

@@ -9,7 +9,7 @@ use tokio_tungstenite::tungstenite::handshake::derive_accept_key;
 
 /// Why the request on the WebSocket path is not an acceptable upgrade.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Refused {
+pub(super) struct Refused {
     /// HTTP status (405, 426 or 400).
     pub status: u16,
     /// Problem detail.
@@ -28,7 +28,11 @@ fn has_token(headers: &HeaderMap, name: http::HeaderName, token: &str) -> bool {
 }
 
 /// Checks an upgrade request; the `Sec-WebSocket-Accept` value when it is acceptable.
-pub fn check(method: &Method, version: Version, headers: &HeaderMap) -> Result<String, Refused> {
+pub(super) fn check(
+    method: &Method,
+    version: Version,
+    headers: &HeaderMap,
+) -> Result<String, Refused> {
     if method != Method::GET {
         return Err(Refused {
             status: 405,

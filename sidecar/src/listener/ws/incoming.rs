@@ -12,15 +12,15 @@ use serde_json::{Map, Value};
 use std::sync::Arc;
 
 /// Longest event type a subscription may name (the PUSH frame's limit).
-pub const MAX_EVENT_LEN: usize = 255;
+pub(super) const MAX_EVENT_LEN: usize = 255;
 /// Longest token a `refresh` may carry (what an `Authorization` header would take).
-pub const MAX_TOKEN_LEN: usize = 8192;
+pub(super) const MAX_TOKEN_LEN: usize = 8192;
 /// Metric label of messages that named no usable command.
-pub const INVALID: &str = "invalid";
+pub(super) const INVALID: &str = "invalid";
 
 /// A checked message.
 #[derive(Debug)]
-pub enum Command {
+pub(super) enum Command {
     /// A routed command: an event for a manager.
     Call {
         /// The route.
@@ -57,7 +57,7 @@ impl std::fmt::Debug for WsRoute {
 
 /// A message refused before it became a command.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Bad {
+pub(super) struct Bad {
     /// HTTP-style status (400, 404).
     pub status: u16,
     /// What is wrong.
@@ -74,7 +74,7 @@ fn bad(status: u16, detail: impl Into<String>) -> Bad {
 /// A parsed message: its id (null when absent or unusable), the command label for metrics, and the
 /// command or why it was refused.
 #[derive(Debug)]
-pub struct Parsed<'a> {
+pub(super) struct Parsed<'a> {
     /// The message's `id`, echoed in the reply.
     pub id: Value,
     /// `command` for metrics: a configured or built-in command, else [`INVALID`].
@@ -84,7 +84,7 @@ pub struct Parsed<'a> {
 }
 
 /// Checks one text message against the routes.
-pub fn parse<'a>(text: &str, routes: &'a WsRoutes) -> Parsed<'a> {
+pub(super) fn parse<'a>(text: &str, routes: &'a WsRoutes) -> Parsed<'a> {
     let mut parsed = Parsed {
         id: Value::Null,
         label: INVALID,

@@ -18,7 +18,7 @@ use std::io::Write as _;
 
 /// Payload data in a message: JSON as JSON, other UTF-8 as a string, anything else base64.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Data {
+pub(super) enum Data {
     /// A JSON payload (JSON media type, or none, and valid JSON).
     Json(Value),
     /// UTF-8 that is not JSON.
@@ -29,7 +29,7 @@ pub enum Data {
 
 impl Data {
     /// Classifies a payload by its media type and content.
-    pub fn of(content_type: &str, payload: &[u8]) -> Data {
+    pub(super) fn of(content_type: &str, payload: &[u8]) -> Data {
         if json_media(content_type)
             && let Ok(v) = serde_json::from_slice::<Value>(payload)
         {
@@ -42,7 +42,7 @@ impl Data {
     }
 
     /// The JSON value, when the payload is JSON.
-    pub fn json(&self) -> Option<&Value> {
+    pub(super) fn json(&self) -> Option<&Value> {
         match self {
             Data::Json(v) => Some(v),
             _ => None,
@@ -50,7 +50,7 @@ impl Data {
     }
 
     /// The member this data becomes, rendered: `"data":..` or `"dataBase64":".."`.
-    pub fn member(&self) -> String {
+    pub(super) fn member(&self) -> String {
         match self {
             Data::Json(v) => format!("\"data\":{v}"),
             Data::Text(s) => format!("\"data\":{}", Value::from(s.as_str())),
@@ -99,7 +99,13 @@ fn reply_with(id: &Value, status: u16, members: &Map<String, Value>, timing: &st
 /// The app's answer to a command, whatever its status. Written straight into the message, members
 /// in the documented order: a JSON payload is checked (UTF-8, then JSON syntax, neither allocating)
 /// and copied as the app wrote it, not parsed into a tree (sorting its keys) and printed again.
-pub fn answer(id: &Value, status: u16, content_type: &str, payload: &[u8], timing: &str) -> String {
+pub(super) fn answer(
+    id: &Value,
+    status: u16,
+    content_type: &str,
+    payload: &[u8],
+    timing: &str,
+) -> String {
     let mut out = reply_head(
         id,
         status,
@@ -136,14 +142,14 @@ pub fn answer(id: &Value, status: u16, content_type: &str, payload: &[u8], timin
 
 /// A command refused at the edge or by the mesh (it never reached the app, or got no answer): the
 /// answer's `error` and, when a retry is safe, `retryAfter`.
-pub fn refusal(id: &Value, answer: &Answer, timing: &str) -> String {
+pub(super) fn refusal(id: &Value, answer: &Answer, timing: &str) -> String {
     let mut members = Map::new();
     crate::answer::ws::error_members(answer, &mut members);
     reply_with(id, answer.status, &members, timing)
 }
 
 /// A built-in command's success: `subscribe` and `unsubscribe` name the subscription.
-pub fn subscription(id: &Value, subscription: u64, timing: &str) -> String {
+pub(super) fn subscription(id: &Value, subscription: u64, timing: &str) -> String {
     let mut members = Map::new();
     members.insert("subscription".into(), Value::from(subscription));
     reply_with(id, 200, &members, timing)
@@ -151,7 +157,7 @@ pub fn subscription(id: &Value, subscription: u64, timing: &str) -> String {
 
 /// A `refresh` accepted: when the new token expires (seconds since the Unix epoch, its `exp`
 /// plus the leeway), and the subscriptions the new token no longer allows, which ended.
-pub fn refreshed(id: &Value, expires: u64, ended: &[u64], timing: &str) -> String {
+pub(super) fn refreshed(id: &Value, expires: u64, ended: &[u64], timing: &str) -> String {
     let mut members = Map::new();
     members.insert("expires".into(), Value::from(expires));
     if !ended.is_empty() {
@@ -162,7 +168,7 @@ pub fn refreshed(id: &Value, expires: u64, ended: &[u64], timing: &str) -> Strin
 
 /// A pushed event for subscription `sub`; `data` is [`Data::member`]; `dropped` counts the pushes
 /// of this subscription dropped (outbox full) since the last one delivered, shown when not zero.
-pub fn push(sub: u64, event: &str, data: &str, dropped: u64) -> String {
+pub(super) fn push(sub: u64, event: &str, data: &str, dropped: u64) -> String {
     let event = Value::from(event);
     if dropped == 0 {
         format!("{{\"type\":\"push\",\"subscription\":{sub},\"event\":{event},{data}}}")

@@ -47,11 +47,11 @@ use tokio_tungstenite::tungstenite::{Error as WsError, Message};
 use tokio_util::sync::CancellationToken;
 
 /// Commands of one connection between arrival and their reply being queued.
-pub const MAX_IN_FLIGHT: usize = 64;
+pub(super) const MAX_IN_FLIGHT: usize = 64;
 /// Outbox room beyond the replies' share, for pushes and pings.
 const PUSH_ROOM: usize = 192;
 /// Push subscriptions per connection.
-pub const MAX_SUBSCRIPTIONS: usize = 32;
+pub(super) const MAX_SUBSCRIPTIONS: usize = 32;
 /// Server ping period.
 const PING_EVERY: Duration = Duration::from_secs(10);
 /// A connection with no frame from the client for this long is dead.
@@ -68,7 +68,7 @@ const READ_BUFFER: usize = 16 * 1024;
 /// The size past which the connection is closed (1009) rather than the message refused with a
 /// reply: twice the limit plus 1 KiB, so a message a little too large gets a clear answer while
 /// memory per connection stays bounded.
-pub fn hard_limit(max: usize) -> usize {
+pub(super) fn hard_limit(max: usize) -> usize {
     max.saturating_mul(2).saturating_add(1024)
 }
 

@@ -9,7 +9,7 @@ use tokio_util::either::Either;
 
 /// The app's address.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub enum AppAddr {
+pub(crate) enum AppAddr {
     /// TCP, normally `127.0.0.1:<app.port>`.
     Tcp(SocketAddr),
     /// A Unix domain socket.
@@ -17,12 +17,12 @@ pub enum AppAddr {
 }
 
 /// A connection to the app over either transport.
-pub type AppStream = Either<TcpStream, UnixStream>;
+pub(crate) type AppStream = Either<TcpStream, UnixStream>;
 
 impl AppAddr {
     /// The authority requests to the app carry (`Host`, a gRPC channel's URI): the socket address,
     /// or `localhost` for a Unix socket, which has none.
-    pub fn authority(&self) -> String {
+    pub(crate) fn authority(&self) -> String {
         match self {
             AppAddr::Tcp(addr) => addr.to_string(),
             AppAddr::Unix(_) => "localhost".to_owned(),
@@ -30,7 +30,7 @@ impl AppAddr {
     }
 
     /// A new connection. TCP gets no Nagle: answers are small and latency is what counts.
-    pub async fn connect(&self) -> std::io::Result<AppStream> {
+    pub(crate) async fn connect(&self) -> std::io::Result<AppStream> {
         match self {
             AppAddr::Tcp(addr) => {
                 let stream = TcpStream::connect(addr).await?;

@@ -17,7 +17,7 @@ pub(super) type Sender = SendRequest<OutBody>;
 /// An answer's body as the app writes it. Its connection goes back to the idle stack once the body
 /// was read to its end, so a streamed answer costs no new connection; one dropped unfinished closes
 /// its connection with it (the app may still be writing the rest).
-pub struct AppBody {
+pub(crate) struct AppBody {
     body: Incoming,
     back: Option<(Sender, Arc<Idle>)>,
 }

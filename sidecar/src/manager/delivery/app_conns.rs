@@ -51,7 +51,7 @@ pub(crate) enum AppError {
 }
 
 /// What the app answered.
-pub struct Answer {
+pub(crate) struct Answer {
     /// HTTP status.
     pub status: u16,
     /// Media type of the body, empty when none.
@@ -69,7 +69,7 @@ pub struct Answer {
 const INLINE_MAX: u64 = 64 * 1024;
 
 /// Connections to one app address.
-pub struct AppConns {
+pub(crate) struct AppConns {
     addr: AppAddr,
     host: HeaderValue,
     idle: Arc<Idle>,
@@ -77,7 +77,7 @@ pub struct AppConns {
 
 impl AppConns {
     /// Connections to `addr`, keeping at most `max_idle` open between requests.
-    pub fn new(addr: AppAddr, max_idle: usize) -> Result<AppConns, AppError> {
+    pub(crate) fn new(addr: AppAddr, max_idle: usize) -> Result<AppConns, AppError> {
         let host =
             HeaderValue::from_str(&addr.authority()).map_err(|_| AppError::Host(addr.clone()))?;
         Ok(AppConns {
@@ -128,7 +128,7 @@ impl AppConns {
     /// is not small and of known length is handed back unread, to be streamed as the app writes
     /// it; its connection is reused only once that body was read to its end, so no request waits
     /// behind a long stream.
-    pub async fn exchange(
+    pub(crate) async fn exchange(
         &self,
         mut req: Request<OutBody>,
         max_body: usize,
@@ -203,7 +203,7 @@ impl AppConns {
 }
 
 /// The origin-form request target of `uri` (`/path?query`), which an HTTP/1 connection sends.
-pub fn origin_form(uri: &Uri) -> Uri {
+pub(crate) fn origin_form(uri: &Uri) -> Uri {
     uri.path_and_query()
         .map(|pq| Uri::from(pq.clone()))
         .unwrap_or_else(|| Uri::from_static("/"))

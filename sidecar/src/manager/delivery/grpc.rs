@@ -19,14 +19,14 @@ use tonic::transport::{Channel, Endpoint};
 const MAX_REPLY: usize = switchyard_protocol::frame::MAX_PAYLOAD;
 
 /// A Handler client bound to the app.
-pub struct GrpcDelivery {
+pub(crate) struct GrpcDelivery {
     client: HandlerClient<Channel>,
     source: String,
 }
 
 impl GrpcDelivery {
     /// A client for the app's Handler service at `app`; connects lazily and reconnects by itself.
-    pub fn new(app: AppAddr, source: &str) -> Result<GrpcDelivery, tonic::transport::Error> {
+    pub(crate) fn new(app: AppAddr, source: &str) -> Result<GrpcDelivery, tonic::transport::Error> {
         let endpoint = Endpoint::from_shared(format!("http://{}", app.authority()))?
             .connect_timeout(Duration::from_secs(2))
             // The app is on localhost: a dead peer shows up as a reset, but keep-alive also catches a hung one.
@@ -47,7 +47,7 @@ impl GrpcDelivery {
     }
 
     /// One attempt, bounded by `timeout` (sent as the gRPC deadline too, so the app can see it).
-    pub async fn attempt(&self, ev: &Request, timeout: Duration) -> Outcome {
+    pub(crate) async fn attempt(&self, ev: &Request, timeout: Duration) -> Outcome {
         let mut extensions = HashMap::new();
         if !ev.traceparent.is_empty() {
             extensions.insert("traceparent".to_owned(), ev.traceparent.clone());

@@ -36,7 +36,7 @@ pub(crate) enum TargetError {
 }
 
 /// An HTTP client bound to the app's event endpoint.
-pub struct HttpDelivery {
+pub(crate) struct HttpDelivery {
     conns: AppConns,
     /// The event path in origin form, as an HTTP/1 request carries it.
     uri: Uri,
@@ -45,7 +45,7 @@ pub struct HttpDelivery {
 
 impl HttpDelivery {
     /// A client for `http://<app>/<path>`, keeping up to `idle` connections open.
-    pub fn new(
+    pub(crate) fn new(
         app: AppAddr,
         path: &str,
         source: &str,
@@ -61,14 +61,14 @@ impl HttpDelivery {
     }
 
     /// The path events are posted to.
-    pub fn path(&self) -> &str {
+    pub(crate) fn path(&self) -> &str {
         self.uri.path()
     }
 
     /// One attempt, bounded by `timeout`.
     /// With `upload`, the request body is that stream (the router's client's, as it arrives);
     /// else the event's payload.
-    pub async fn attempt(
+    pub(crate) async fn attempt(
         &self,
         ev: &Request,
         timeout: Duration,

@@ -18,7 +18,7 @@ use std::time::Duration;
 use switchyard_protocol::frame::{MAX_PAYLOAD, Request};
 
 /// The app's protocol, with its client.
-pub enum Delivery {
+pub(crate) enum Delivery {
     /// CloudEvents HTTP binary mode.
     Http(Box<HttpDelivery>),
     /// The `switchyard.v1.Handler` gRPC service.
@@ -27,7 +27,7 @@ pub enum Delivery {
 
 impl Delivery {
     /// What a delivery targets, for the delivery span's attributes.
-    pub fn target(&self) -> AppTarget<'_> {
+    pub(crate) fn target(&self) -> AppTarget<'_> {
         match self {
             Delivery::Http(h) => AppTarget::Http(h.path()),
             Delivery::Grpc(_) => AppTarget::Grpc,
@@ -37,7 +37,7 @@ impl Delivery {
     /// One delivery attempt bounded by `timeout` (up to the answer's head, when it streams). The
     /// app's answer may stream only when `streams` (its router takes streamed answers).
     /// `upload` is the event's streamed body, when it streams (taken by this attempt).
-    pub async fn attempt(
+    pub(crate) async fn attempt(
         &self,
         ev: &Request,
         timeout: Duration,

@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 /// What one delivery attempt came to.
 #[derive(Debug)]
-pub enum Outcome {
+pub(crate) enum Outcome {
     /// The app answered (any status).
     Answer {
         /// HTTP status.
@@ -28,7 +28,7 @@ pub enum Outcome {
 }
 
 /// The error and its sources, one line.
-pub fn error_chain(e: &dyn std::error::Error) -> String {
+pub(super) fn error_chain(e: &dyn std::error::Error) -> String {
     let mut s = e.to_string();
     let mut src = e.source();
     while let Some(inner) = src {

@@ -14,14 +14,14 @@ use tonic::service::Routes;
 use tonic::{Request, Response, Status};
 
 /// Whether an HTTP request is a gRPC call.
-pub fn is_grpc<B>(req: &hyper::Request<B>) -> bool {
+pub(crate) fn is_grpc<B>(req: &hyper::Request<B>) -> bool {
     req.headers()
         .get(hyper::header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/grpc"))
 }
 
 /// The gRPC services of the local API.
-pub fn service(api: Arc<LocalApi>) -> Routes {
+pub(crate) fn service(api: Arc<LocalApi>) -> Routes {
     let svc = LocalApiServer::new(Grpc { api })
         .max_decoding_message_size(MAX_BODY + 1024)
         .max_encoding_message_size(switchyard_protocol::frame::DEFAULT_MAX_FRAME);
@@ -29,7 +29,7 @@ pub fn service(api: Arc<LocalApi>) -> Routes {
 }
 
 /// Serves one gRPC call.
-pub async fn call(
+pub(crate) async fn call(
     mut routes: Routes,
     req: hyper::Request<Incoming>,
 ) -> Result<hyper::Response<tonic::body::Body>, Infallible> {

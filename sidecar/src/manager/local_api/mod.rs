@@ -30,9 +30,9 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 /// Calls served at once; past it the app gets 503 + Retry-After (RESOURCE_EXHAUSTED).
-pub const MAX_CALLS: usize = 1024;
+pub(crate) const MAX_CALLS: usize = 1024;
 /// Largest payload taken from the app: 1 MiB, as at the router's edge.
-pub const MAX_BODY: usize = 1 << 20;
+pub(crate) const MAX_BODY: usize = 1 << 20;
 /// Time the app has to send a request head.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -40,7 +40,7 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_CONNECTIONS: usize = 16 * 1024;
 
 /// One call of the app, checked.
-pub struct Call<'a> {
+pub(crate) struct Call<'a> {
     /// What to do.
     pub op: Op,
     /// Event type.
@@ -69,7 +69,7 @@ impl Call<'_> {
 
 /// What a call came to.
 #[derive(Debug)]
-pub enum Done {
+pub(crate) enum Done {
     /// Published: a manager sidecar took the event.
     Accepted {
         /// The event's id.
@@ -96,11 +96,11 @@ pub enum Done {
 /// The event types a Manager's app may push to WebSocket clients: those the Manager handles and
 /// those its spec lists in `push`. Any other is another team's to push, and refused.
 #[derive(Clone, Debug, Default)]
-pub struct Pushable(BTreeSet<String>);
+pub(crate) struct Pushable(BTreeSet<String>);
 
 impl Pushable {
     /// From the Manager's handled types and its `push` list.
-    pub fn new<'a>(types: impl IntoIterator<Item = &'a str>) -> Pushable {
+    pub(crate) fn new<'a>(types: impl IntoIterator<Item = &'a str>) -> Pushable {
         Pushable(types.into_iter().map(str::to_owned).collect())
     }
 
@@ -120,7 +120,7 @@ impl Pushable {
 }
 
 /// The shared core of both protocols: the app's events take the dispatch stage, as a client's do.
-pub struct LocalApi {
+pub(crate) struct LocalApi {
     dispatch: Dispatch,
     pushable: Pushable,
     /// Bytes of the app's request bodies held at once.
@@ -164,7 +164,7 @@ impl LocalApi {
     }
 
     /// Counts a finished call.
-    pub fn count(&self, op: Op, status: u16) {
+    pub(crate) fn count(&self, op: Op, status: u16) {
         self.metrics
             .local_api
             .get_or_create(&LocalApiLabels {
@@ -176,7 +176,7 @@ impl LocalApi {
 
     /// Serves one call. Traced, a publish or push is a PRODUCER span under the app's
     /// `traceparent` and a request the SERVER span of the dispatch stage's spans.
-    pub async fn call(&self, mut call: Call<'_>) -> Result<Done, Answer> {
+    pub(crate) async fn call(&self, mut call: Call<'_>) -> Result<Done, Answer> {
         if call.op == Op::Push {
             self.pushable.check(call.event)?;
         }
@@ -269,7 +269,7 @@ impl LocalApi {
 
 /// Serves HTTP/1.1 and h2c on `listener` until `drain` fires: gRPC calls (`content-type:
 /// application/grpc*`) go to the `LocalApi` service, everything else to the HTTP API.
-pub async fn serve(listener: TcpListener, api: Arc<LocalApi>, drain: CancellationToken) {
+pub(crate) async fn serve(listener: TcpListener, api: Arc<LocalApi>, drain: CancellationToken) {
     let grpc = grpc::service(api.clone());
     let mut builder = auto::Builder::new(TokioExecutor::new());
     builder

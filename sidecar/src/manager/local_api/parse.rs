@@ -6,15 +6,15 @@ use std::time::Duration;
 use switchyard_crds::EventType;
 
 /// Reply deadline of `request` when the app gives none.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
+pub(crate) const DEFAULT_TIMEOUT: Duration = Duration::from_secs(30);
 /// Longest reply deadline of `request`; a longer `timeout` is cut to it.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(300);
+pub(crate) const MAX_TIMEOUT: Duration = Duration::from_secs(300);
 /// How long `publish` (and `request`) may wait for a manager endpoint and credit.
-pub const SEND_DEADLINE: Duration = Duration::from_secs(2);
+pub(crate) const SEND_DEADLINE: Duration = Duration::from_secs(2);
 
 /// What the app asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     /// Fire-and-forget to the Manager of the type.
     Publish,
     /// Send and wait for the reply.
@@ -25,7 +25,7 @@ pub enum Op {
 
 impl Op {
     /// The metric label and path segment.
-    pub fn as_str(self) -> &'static str {
+    pub(crate) fn as_str(self) -> &'static str {
         match self {
             Op::Publish => "publish",
             Op::Request => "request",
@@ -35,7 +35,7 @@ impl Op {
 }
 
 /// `/v1/{publish|request|push}/{event}` -> the operation and the event type.
-pub fn route(path: &str) -> Result<(Op, &str), Answer> {
+pub(crate) fn route(path: &str) -> Result<(Op, &str), Answer> {
     let not_found = || {
         Answer::refusal(
             404,
@@ -57,12 +57,12 @@ pub fn route(path: &str) -> Result<(Op, &str), Answer> {
 }
 
 /// Checks an event-type name as the CRDs do (400 naming the rule).
-pub fn event_type(name: &str) -> Result<(), Answer> {
+pub(crate) fn event_type(name: &str) -> Result<(), Answer> {
     EventType::check(name).map_err(|e| Answer::refusal(400, e))
 }
 
 /// The app's `ce-id`, kept when legal (1 to 255 visible ASCII characters), else a new one.
-pub fn ce_id(given: Option<&str>) -> Result<Option<String>, Answer> {
+pub(crate) fn ce_id(given: Option<&str>) -> Result<Option<String>, Answer> {
     match given {
         None | Some("") => Ok(None),
         Some(id) if id.len() <= 255 && id.bytes().all(|b| b.is_ascii_graphic()) => {
@@ -76,7 +76,7 @@ pub fn ce_id(given: Option<&str>) -> Result<Option<String>, Answer> {
 }
 
 /// The `timeout` value of the query string, if any.
-pub fn timeout_query(query: Option<&str>) -> Option<&str> {
+pub(crate) fn timeout_query(query: Option<&str>) -> Option<&str> {
     query?
         .split('&')
         .filter_map(|kv| kv.split_once('='))
@@ -86,7 +86,7 @@ pub fn timeout_query(query: Option<&str>) -> Option<&str> {
 
 /// The reply deadline from a `timeout` such as `250ms`, `5s` or `1m`: default when absent, cut to
 /// the cap, 400 when it does not parse or is zero.
-pub fn timeout(value: Option<&str>) -> Result<Duration, Answer> {
+pub(crate) fn timeout(value: Option<&str>) -> Result<Duration, Answer> {
     let Some(v) = value else {
         return Ok(DEFAULT_TIMEOUT);
     };

@@ -16,13 +16,13 @@ use tokio::net::TcpStream;
 use tokio_rustls::TlsConnector;
 
 /// Largest accepted discovery document or key set.
-pub const MAX_BODY: usize = 256 * 1024;
+pub(super) const MAX_BODY: usize = 256 * 1024;
 /// Longest one fetch (connect, TLS, request, body) may take.
-pub const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+pub(super) const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Why a fetch failed (logged and counted; the cached keys stay).
 #[derive(Debug, thiserror::Error)]
-pub enum FetchError {
+pub(super) enum FetchError {
     /// The URL is not `https://host[:port]/path`.
     #[error("{0:?} is not an https:// URL")]
     NotHttps(String),
@@ -57,7 +57,7 @@ pub enum FetchError {
 }
 
 /// A fetched body and its `Cache-Control` header.
-pub struct Fetched {
+pub(super) struct Fetched {
     /// The body.
     pub body: Bytes,
     /// The `Cache-Control` value, when there was one (as text).
@@ -66,13 +66,13 @@ pub struct Fetched {
 
 /// The HTTPS client for one issuer.
 #[derive(Clone)]
-pub struct Fetcher {
+pub(super) struct Fetcher {
     tls: TlsConnector,
 }
 
 /// The TLS client config: the system's roots plus the certificates of `extra_ca` (PEM). Errors
 /// name what is wrong with the CA file; having no system roots is not one when a CA is given.
-pub fn client_config(extra_ca: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
+pub(super) fn client_config(extra_ca: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
     let mut roots = rustls::RootCertStore::empty();
     // Unreadable system roots are skipped: a private CA alone may be all an issuer needs.
     let native = rustls_native_certs::load_native_certs();
@@ -104,14 +104,14 @@ pub fn client_config(extra_ca: Option<&[u8]>) -> Result<rustls::ClientConfig, St
 
 impl Fetcher {
     /// A client trusting `config`'s roots.
-    pub fn new(config: rustls::ClientConfig) -> Fetcher {
+    pub(super) fn new(config: rustls::ClientConfig) -> Fetcher {
         Fetcher {
             tls: TlsConnector::from(Arc::new(config)),
         }
     }
 
     /// GETs `url` (https only), within [`FETCH_TIMEOUT`] and [`MAX_BODY`].
-    pub async fn get(&self, url: &str) -> Result<Fetched, FetchError> {
+    pub(super) async fn get(&self, url: &str) -> Result<Fetched, FetchError> {
         match tokio::time::timeout(FETCH_TIMEOUT, self.get_unbounded(url)).await {
             Ok(r) => r,
             Err(_) => Err(FetchError::Timeout { url: url.into() }),

@@ -8,7 +8,7 @@ use std::collections::HashMap;
 
 /// What the sidecar reads of the discovery document.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Discovery {
+pub(super) struct Discovery {
     /// The issuer as the document states it (tokens carry it in `iss`).
     pub issuer: String,
     /// Where the key set is.
@@ -16,7 +16,7 @@ pub struct Discovery {
 }
 
 /// The discovery document's URL for `issuer` (OpenID Connect Discovery 1.0, section 4).
-pub fn discovery_url(issuer: &str) -> String {
+pub(super) fn discovery_url(issuer: &str) -> String {
     format!(
         "{}/.well-known/openid-configuration",
         issuer.trim_end_matches('/')
@@ -24,12 +24,12 @@ pub fn discovery_url(issuer: &str) -> String {
 }
 
 /// Whether two issuer URLs are the same, a trailing slash aside.
-pub fn same_issuer(a: &str, b: &str) -> bool {
+pub(super) fn same_issuer(a: &str, b: &str) -> bool {
     a.trim_end_matches('/') == b.trim_end_matches('/')
 }
 
 /// The discovery document in `body`, checked to be `issuer`'s and to name an https key set.
-pub fn parse_discovery(body: &[u8], issuer: &str) -> Result<Discovery, String> {
+pub(super) fn parse_discovery(body: &[u8], issuer: &str) -> Result<Discovery, String> {
     #[derive(Deserialize)]
     struct Doc {
         issuer: String,
@@ -56,7 +56,7 @@ pub fn parse_discovery(body: &[u8], issuer: &str) -> Result<Discovery, String> {
 }
 
 /// One verification key of the set.
-pub struct Key {
+pub(super) struct Key {
     /// The key.
     pub key: DecodingKey,
     /// The one algorithm it verifies (from its `alg`, or its type and curve).
@@ -65,7 +65,7 @@ pub struct Key {
 
 /// The usable keys of a key set, by `kid`.
 #[derive(Default)]
-pub struct KeySet {
+pub(super) struct KeySet {
     by_id: HashMap<String, Key>,
     /// A key with no `kid`, used only for tokens without one when it is the set's only key.
     unnamed: Vec<Key>,
@@ -73,7 +73,7 @@ pub struct KeySet {
 
 impl KeySet {
     /// The key a token with `kid` is verified with.
-    pub fn find(&self, kid: Option<&str>) -> Option<&Key> {
+    pub(super) fn find(&self, kid: Option<&str>) -> Option<&Key> {
         match kid {
             Some(k) => self.by_id.get(k),
             None if self.by_id.len() + self.unnamed.len() == 1 => {
@@ -84,7 +84,7 @@ impl KeySet {
     }
 
     /// The key ids, sorted (to tell whether a fetch changed the set).
-    pub fn ids(&self) -> Vec<&str> {
+    pub(super) fn ids(&self) -> Vec<&str> {
         let mut ids: Vec<&str> = self.by_id.keys().map(String::as_str).collect();
         ids.sort_unstable();
         ids
@@ -92,12 +92,12 @@ impl KeySet {
 
     /// Adds a key under `kid` (tests build sets without a JWKS document).
     #[cfg(test)]
-    pub fn insert(&mut self, kid: &str, key: Key) {
+    pub(super) fn insert(&mut self, kid: &str, key: Key) {
         self.by_id.insert(kid.into(), key);
     }
 
     /// How many usable keys it has.
-    pub fn len(&self) -> usize {
+    pub(super) fn len(&self) -> usize {
         self.by_id.len() + self.unnamed.len()
     }
 }
@@ -105,7 +105,7 @@ impl KeySet {
 /// The keys of the JWKS in `body` usable with `allowed`. Keys for encryption, of other types or
 /// algorithms, or that do not parse are skipped (an issuer may publish more than this verifies);
 /// a set with none usable is an error, so the keys at hand stay.
-pub fn parse_jwks(body: &[u8], allowed: &[Algorithm]) -> Result<KeySet, String> {
+pub(super) fn parse_jwks(body: &[u8], allowed: &[Algorithm]) -> Result<KeySet, String> {
     #[derive(Deserialize)]
     struct Doc {
         keys: Vec<serde_json::Value>,

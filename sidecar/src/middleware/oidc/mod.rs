@@ -57,7 +57,7 @@ struct Issuer {
 }
 
 /// The OIDC gate.
-pub struct OidcGate {
+pub(super) struct OidcGate {
     issuer: Arc<Issuer>,
     audiences: Vec<String>,
     leeway: Duration,
@@ -75,7 +75,7 @@ fn algorithm(a: OidcAlgorithm) -> Algorithm {
 impl OidcGate {
     /// Checks the spec, reads the CA file, and starts fetching the issuer's keys; `field` is the
     /// spec path of the `oidc` entry, for errors. Needs a Tokio runtime.
-    pub fn build(
+    pub(super) fn build(
         spec: &Oidc,
         secrets: &Secrets,
         field: &str,
@@ -256,7 +256,7 @@ impl OidcGate {
     }
 
     /// Verifies a token; its claims and when it stops being accepted.
-    pub fn verify(&self, token: &str) -> Result<Token, Denial> {
+    pub(super) fn verify(&self, token: &str) -> Result<Token, Denial> {
         let Some(p) = peek(token) else {
             return Err(deny_oidc(
                 "malformed",

@@ -6,21 +6,21 @@ use std::time::{Duration, Instant};
 
 /// Shortest cache lifetime: an issuer saying `no-store` or `max-age=0` is still not fetched per
 /// request.
-pub const MIN_LIFETIME: Duration = Duration::from_secs(60);
+pub(super) const MIN_LIFETIME: Duration = Duration::from_secs(60);
 /// Longest cache lifetime: keys an issuer removed stop being accepted within a day at most.
-pub const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
+pub(super) const MAX_LIFETIME: Duration = Duration::from_secs(24 * 3600);
 /// Lifetime of a key set whose answer had no `max-age`.
-pub const DEFAULT_LIFETIME: Duration = Duration::from_secs(15 * 60);
+pub(super) const DEFAULT_LIFETIME: Duration = Duration::from_secs(15 * 60);
 /// Wait after a failed fetch before the next scheduled one.
-pub const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
+pub(super) const RETRY_AFTER_FAILURE: Duration = Duration::from_secs(10);
 /// Least time between two early fetches asked for by tokens (an unknown `kid`, no keys yet), so
 /// tokens with made-up key ids cannot make the sidecar hammer the issuer.
-pub const EARLY_FETCH_INTERVAL: Duration = Duration::from_secs(10);
+pub(super) const EARLY_FETCH_INTERVAL: Duration = Duration::from_secs(10);
 /// Longest a request waits for an early fetch before it is decided with the keys at hand.
-pub const EARLY_FETCH_WAIT: Duration = Duration::from_secs(3);
+pub(super) const EARLY_FETCH_WAIT: Duration = Duration::from_secs(3);
 
 /// How long a key set fetched with this `Cache-Control` value is used before fetching it again.
-pub fn lifetime(cache_control: Option<&str>) -> Duration {
+pub(super) fn lifetime(cache_control: Option<&str>) -> Duration {
     let Some(value) = cache_control else {
         return DEFAULT_LIFETIME;
     };
@@ -44,13 +44,13 @@ pub fn lifetime(cache_control: Option<&str>) -> Duration {
 
 /// The rate limit on early fetches: at most one per [`EARLY_FETCH_INTERVAL`].
 #[derive(Debug, Default)]
-pub struct EarlyFetches {
+pub(super) struct EarlyFetches {
     last: Option<Instant>,
 }
 
 impl EarlyFetches {
     /// Whether an early fetch may start at `now`; if so, it is counted.
-    pub fn try_start(&mut self, now: Instant) -> bool {
+    pub(super) fn try_start(&mut self, now: Instant) -> bool {
         let allowed = self
             .last
             .is_none_or(|last| now.saturating_duration_since(last) >= EARLY_FETCH_INTERVAL);

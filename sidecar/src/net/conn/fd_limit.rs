@@ -3,18 +3,18 @@
 
 /// File descriptors kept out of the client-connection cap: the probe and admin ports, connections
 /// to managers and the control plane, DNS, files. A tenth of the limit, at least 64, at most 1024.
-pub fn reserve(limit: u64) -> u64 {
+pub(crate) fn reserve(limit: u64) -> u64 {
     (limit / 10).clamp(64, 1024).min(limit)
 }
 
 /// Client connections the limit leaves room for once the reserve is kept.
-pub fn room(limit: u64) -> u64 {
+pub(crate) fn room(limit: u64) -> u64 {
     limit - reserve(limit)
 }
 
 /// Raises the soft open-file limit to the hard one and returns the soft limit in force (`None`:
 /// unlimited). A failure keeps the old limit, which is what the cap is then derived from.
-pub fn raise() -> Option<u64> {
+pub(crate) fn raise() -> Option<u64> {
     use rustix::process::{Resource, getrlimit, setrlimit};
     let now = getrlimit(Resource::Nofile);
     if now.current != now.maximum {

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 
 /// The caps: most connections at once, and most from one client key.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Caps {
+pub(crate) struct Caps {
     /// Most connections at once (every listener sharing the tracker).
     pub total: usize,
     /// Most connections at once from one [`ClientKey`].
@@ -18,7 +18,7 @@ pub struct Caps {
 
 /// Why a connection was refused; its `label` is the metric's `reason`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Refusal {
+pub(crate) enum Refusal {
     /// The process holds `Caps::total` connections.
     Total,
     /// The client holds `Caps::per_client` connections.
@@ -27,7 +27,7 @@ pub enum Refusal {
 
 impl Refusal {
     /// The `reason` label.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Refusal::Total => "max_connections",
             Refusal::PerClient => "max_connections_per_client",
@@ -39,11 +39,11 @@ impl Refusal {
 /// holds a whole /64, so counting single v6 addresses would cap nothing). IPv4-mapped IPv6
 /// addresses (a dual-stack socket) count as the IPv4 address.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub struct ClientKey(IpAddr);
+pub(crate) struct ClientKey(IpAddr);
 
 impl ClientKey {
     /// The key of a client at `ip`.
-    pub fn of(ip: IpAddr) -> ClientKey {
+    pub(crate) fn of(ip: IpAddr) -> ClientKey {
         match ip.to_canonical() {
             IpAddr::V4(v4) => ClientKey(IpAddr::V4(v4)),
             IpAddr::V6(v6) => {
@@ -62,14 +62,14 @@ struct Counts {
 }
 
 /// The open connections of a process, against its [`Caps`].
-pub struct Tracker {
+pub(crate) struct Tracker {
     caps: Caps,
     counts: Mutex<Counts>,
 }
 
 impl Tracker {
     /// A tracker with nothing open.
-    pub fn new(caps: Caps) -> Arc<Tracker> {
+    pub(crate) fn new(caps: Caps) -> Arc<Tracker> {
         Arc::new(Tracker {
             caps,
             counts: Mutex::new(Counts::default()),
@@ -78,7 +78,7 @@ impl Tracker {
 
     /// Takes a slot for a connection from `ip`, or says which cap refuses it. `open` (the
     /// listener's gauge of open connections) counts the slot while it lives.
-    pub fn admit(self: &Arc<Self>, ip: IpAddr, open: &Gauge) -> Result<Slot, Refusal> {
+    pub(crate) fn admit(self: &Arc<Self>, ip: IpAddr, open: &Gauge) -> Result<Slot, Refusal> {
         let key = ClientKey::of(ip);
         let mut c = self.lock();
         if c.total >= self.caps.total {
@@ -101,7 +101,7 @@ impl Tracker {
 
     /// Connections open now.
     #[cfg(test)]
-    pub fn open(&self) -> usize {
+    pub(crate) fn open(&self) -> usize {
         self.lock().total
     }
 
@@ -126,7 +126,7 @@ impl Tracker {
 }
 
 /// One admitted connection; dropping it frees its place.
-pub struct Slot {
+pub(crate) struct Slot {
     tracker: Arc<Tracker>,
     key: ClientKey,
     open: Gauge,

@@ -12,7 +12,7 @@ const DUES: [Due; 4] = [Due::FirstByte, Due::Idle, Due::MaxAge, Due::Grace];
 
 /// One listener's connection metrics.
 #[derive(Clone, Debug)]
-pub struct Meters {
+pub(crate) struct Meters {
     /// Open connections.
     pub open: Gauge,
     /// Failed accepts.
@@ -23,7 +23,7 @@ pub struct Meters {
 
 impl Meters {
     /// The handles: `refused(reason)` and `closed(reason)` give the counter of a reason label.
-    pub fn new(
+    pub(crate) fn new(
         open: Gauge,
         accept_errors: Counter,
         refused: impl Fn(&'static str) -> Counter,
@@ -38,7 +38,7 @@ impl Meters {
     }
 
     /// The refusal counter of `r`.
-    pub fn refused(&self, r: Refusal) -> &Counter {
+    pub(crate) fn refused(&self, r: Refusal) -> &Counter {
         &self.refused[match r {
             Refusal::Total => 0,
             Refusal::PerClient => 1,
@@ -46,7 +46,7 @@ impl Meters {
     }
 
     /// The counter of connections `due` ended.
-    pub fn closed(&self, due: Due) -> &Counter {
+    pub(crate) fn closed(&self, due: Due) -> &Counter {
         &self.closed[match due {
             Due::FirstByte => 0,
             Due::Idle => 1,

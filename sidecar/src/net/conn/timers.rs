@@ -7,7 +7,7 @@ use std::time::{Duration, Instant};
 /// How long a connection may wait for its first request, sit idle, and live. `None` turns a
 /// timer off.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Timeouts {
+pub(crate) struct Timeouts {
     /// From accept to the first request.
     pub first_byte: Option<Duration>,
     /// With no request in flight, after the first.
@@ -20,7 +20,7 @@ pub struct Timeouts {
 
 impl Timeouts {
     /// No timer at all (the accept loop's drain still applies).
-    pub const NONE: Timeouts = Timeouts {
+    pub(crate) const NONE: Timeouts = Timeouts {
         first_byte: None,
         idle: None,
         max_age: None,
@@ -31,12 +31,12 @@ impl Timeouts {
 /// How long a connection told to end for idleness (or for sending nothing) has before it is closed:
 /// it has no request in flight by definition, so this only covers a request that crossed the
 /// GOAWAY and the client's answer to the GOAWAY's PING.
-pub const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(2);
+pub(crate) const IDLE_CLOSE_GRACE: Duration = Duration::from_secs(2);
 
 /// What a connection's requests did, shared by its request path (writes) and its watcher (reads).
 /// Two atomic updates per request; nothing wakes the watcher, which re-reads when a deadline passes.
 #[derive(Debug)]
-pub struct Activity {
+pub(crate) struct Activity {
     started: Instant,
     requested: AtomicBool,
     in_flight: AtomicU32,
@@ -46,7 +46,7 @@ pub struct Activity {
 
 impl Activity {
     /// A connection accepted at `started`.
-    pub fn new(started: Instant) -> Activity {
+    pub(crate) fn new(started: Instant) -> Activity {
         Activity {
             started,
             requested: AtomicBool::new(false),
@@ -56,18 +56,18 @@ impl Activity {
     }
 
     /// When the connection was accepted.
-    pub fn started(&self) -> Instant {
+    pub(crate) fn started(&self) -> Instant {
         self.started
     }
 
     /// A request arrived (its head is complete); it is in flight until [`Activity::end_at`].
-    pub fn begin(&self) {
+    pub(crate) fn begin(&self) {
         self.requested.store(true, Ordering::Relaxed);
         self.in_flight.fetch_add(1, Ordering::AcqRel);
     }
 
     /// A request that [`Activity::begin`] counted ended at `now` (its answer was sent or dropped).
-    pub fn end_at(&self, now: Instant) {
+    pub(crate) fn end_at(&self, now: Instant) {
         if self.in_flight.fetch_sub(1, Ordering::AcqRel) == 1 {
             let nanos = now.saturating_duration_since(self.started).as_nanos();
             // The latest end wins even when two requests' ends race here.
@@ -77,7 +77,7 @@ impl Activity {
     }
 
     /// The state the timers read.
-    pub fn seen(&self) -> Seen {
+    pub(crate) fn seen(&self) -> Seen {
         let in_flight = self.in_flight.load(Ordering::Acquire);
         Seen {
             requested: self.requested.load(Ordering::Relaxed),
@@ -90,7 +90,7 @@ impl Activity {
 
 /// A snapshot of [`Activity`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Seen {
+pub(crate) struct Seen {
     /// A request has arrived.
     pub requested: bool,
     /// A request is in flight now.
@@ -101,7 +101,7 @@ pub struct Seen {
 
 /// Which timer is due; its `label` is the closed-connection metric's `reason`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Due {
+pub(crate) enum Due {
     /// No request within the first-byte timeout: ask it to end.
     FirstByte,
     /// No request in flight for the idle timeout: ask it to end.
@@ -114,7 +114,7 @@ pub enum Due {
 
 impl Due {
     /// The `reason` label.
-    pub fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Due::FirstByte => "first_byte_timeout",
             Due::Idle => "idle_timeout",
@@ -126,7 +126,7 @@ impl Due {
 
 /// The next timer of a connection and when it is due; `closing` is the close deadline once the
 /// connection was asked to end (then nothing else matters). `None`: no timer is on.
-pub fn next(
+pub(crate) fn next(
     t: &Timeouts,
     started: Instant,
     seen: Seen,
@@ -150,7 +150,7 @@ pub fn next(
 }
 
 /// The grace a connection gets after it was asked to end for `due`.
-pub fn grace(t: &Timeouts, due: Due) -> Duration {
+pub(crate) fn grace(t: &Timeouts, due: Due) -> Duration {
     match due {
         Due::MaxAge => t.max_age_grace,
         Due::FirstByte | Due::Idle | Due::Grace => IDLE_CLOSE_GRACE,
@@ -159,7 +159,7 @@ pub fn grace(t: &Timeouts, due: Due) -> Duration {
 
 /// `age` spread by `jitter` in [0, 1): from 90 % to 100 % of it, so connections opened together
 /// (a client fleet after a rollout) do not all reconnect at once.
-pub fn jittered(age: Duration, jitter: f64) -> Duration {
+pub(crate) fn jittered(age: Duration, jitter: f64) -> Duration {
     age.mul_f64(1.0 - 0.1 * jitter.clamp(0.0, 1.0))
 }
 

@@ -16,7 +16,7 @@ use std::time::Instant;
 /// One accepted connection: its activity, and its place under the caps (freed when the last
 /// holder drops: the connection's task, its answers in flight, a WebSocket session it became).
 #[derive(Debug)]
-pub struct Conn {
+pub(crate) struct Conn {
     /// What its requests did.
     pub activity: Activity,
     _slot: Option<Slot>,
@@ -30,7 +30,7 @@ impl std::fmt::Debug for Slot {
 
 impl Conn {
     /// A connection accepted at `started`, holding `slot`.
-    pub fn new(started: Instant, slot: Option<Slot>) -> Arc<Conn> {
+    pub(crate) fn new(started: Instant, slot: Option<Slot>) -> Arc<Conn> {
         Arc::new(Conn {
             activity: Activity::new(started),
             _slot: slot,
@@ -41,7 +41,7 @@ impl Conn {
 /// In request extensions of upgrade requests: the connection, for a WebSocket session to keep
 /// once hyper has handed the socket over (the session then holds the connection's slot).
 #[derive(Clone, Debug)]
-pub struct Held {
+pub(crate) struct Held {
     _conn: Arc<Conn>,
 }
 
@@ -62,13 +62,13 @@ impl Drop for InFlight {
 }
 
 /// `inner` with each request counted in `conn`'s activity.
-pub fn track<S>(conn: Arc<Conn>, inner: S) -> Tracked<S> {
+pub(crate) fn track<S>(conn: Arc<Conn>, inner: S) -> Tracked<S> {
     Tracked { inner, conn }
 }
 
 /// See [`track`].
 #[derive(Clone, Debug)]
-pub struct Tracked<S> {
+pub(crate) struct Tracked<S> {
     inner: S,
     conn: Arc<Conn>,
 }
@@ -97,7 +97,7 @@ where
 
 pin_project_lite::pin_project! {
     /// The answer of a tracked request, still counted.
-    pub struct TrackedFuture<F> {
+    pub(crate) struct TrackedFuture<F> {
         #[pin]
         inner: F,
         held: Option<InFlight>,
@@ -120,7 +120,7 @@ where
 
 pin_project_lite::pin_project! {
     /// An answer's body; the request stays in flight until it is sent or dropped.
-    pub struct TrackedBody<B> {
+    pub(crate) struct TrackedBody<B> {
         #[pin]
         inner: B,
         held: Option<InFlight>,

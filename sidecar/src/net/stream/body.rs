@@ -16,13 +16,13 @@ use switchyard_protocol::stream::{Trailers, code};
 /// for a whole one.
 #[derive(Debug, thiserror::Error)]
 #[error("the stream was reset by its sender ({})", code::name(*.0))]
-pub struct StreamReset(pub(crate) u32);
+pub(crate) struct StreamReset(pub(crate) u32);
 
 /// Builds extra trailer fields from the stream's trailers (the router's `Server-Timing`).
 pub(crate) type TrailerHook = Box<dyn FnOnce(&Trailers, &mut HeaderMap) + Send + Sync>;
 
 /// The body of one received stream.
-pub struct StreamBody {
+pub(crate) struct StreamBody {
     id: u64,
     inbox: Arc<Inbox>,
     peer: Arc<dyn Peer>,

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::task::{Context, Poll};
 
 /// A body, whole or streamed.
-pub enum OutBody {
+pub(crate) enum OutBody {
     /// All of it, known now.
     Full(Full<Bytes>),
     /// A stream received from the other sidecar.

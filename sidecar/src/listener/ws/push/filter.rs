@@ -8,15 +8,15 @@ use serde_json::Value;
 use std::cmp::Ordering;
 
 /// Most conditions in one filter.
-pub const MAX_CONDITIONS: usize = 16;
+pub(crate) const MAX_CONDITIONS: usize = 16;
 /// Most values in an `in` list.
-pub const MAX_IN_VALUES: usize = 64;
+pub(crate) const MAX_IN_VALUES: usize = 64;
 /// Most segments of a dotted field path.
-pub const MAX_PATH_SEGMENTS: usize = 8;
+pub(crate) const MAX_PATH_SEGMENTS: usize = 8;
 
 /// A comparison.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Op {
+pub(crate) enum Op {
     /// Equal (numbers by value: `1` equals `1.0`).
     Eq,
     /// Not equal.
@@ -58,7 +58,7 @@ struct Condition {
 
 /// A validated filter; the empty filter matches every event.
 #[derive(Clone, Debug, Default, PartialEq)]
-pub struct Filter {
+pub(crate) struct Filter {
     conditions: Vec<Condition>,
 }
 
@@ -80,11 +80,11 @@ fn type_name(v: &Value) -> &'static str {
 /// A `filters` value that cannot be used; the message names the entry and the field.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{0}")]
-pub struct FilterError(String);
+pub(crate) struct FilterError(String);
 
 impl Filter {
     /// Checks a `filters` value (absent is the empty filter); the error names the entry and field.
-    pub fn parse(filters: Option<&Value>) -> Result<Filter, FilterError> {
+    pub(crate) fn parse(filters: Option<&Value>) -> Result<Filter, FilterError> {
         let list = match filters {
             None | Some(Value::Null) => return Ok(Filter::default()),
             Some(Value::Array(list)) => list,
@@ -110,12 +110,12 @@ impl Filter {
     }
 
     /// Whether the payload satisfies every condition.
-    pub fn matches(&self, payload: &Value) -> bool {
+    pub(crate) fn matches(&self, payload: &Value) -> bool {
         self.conditions.iter().all(|c| c.holds(payload))
     }
 
     /// Whether the filter has no condition.
-    pub fn is_empty(&self) -> bool {
+    pub(crate) fn is_empty(&self) -> bool {
         self.conditions.is_empty()
     }
 }

@@ -21,10 +21,10 @@ use tokio::sync::mpsc::error::TrySendError;
 use tokio_tungstenite::tungstenite::Message;
 
 /// Where a subscriber's messages go: its connection's one bounded outbox.
-pub type Outbox = mpsc::Sender<Message>;
+pub(crate) type Outbox = mpsc::Sender<Message>;
 
 /// One subscription of one WebSocket connection.
-pub struct Subscription {
+pub(crate) struct Subscription {
     /// Connection-unique id, given to the client.
     pub id: u64,
     /// Process-unique id of the connection, so a connection removes only its own subscriptions.
@@ -39,7 +39,13 @@ pub struct Subscription {
 
 impl Subscription {
     /// A subscription delivering to `out`.
-    pub fn new(conn: u64, id: u64, event: String, filter: Filter, out: Outbox) -> Subscription {
+    pub(crate) fn new(
+        conn: u64,
+        id: u64,
+        event: String,
+        filter: Filter,
+        out: Outbox,
+    ) -> Subscription {
         Subscription {
             id,
             conn,
@@ -52,14 +58,14 @@ impl Subscription {
 }
 
 /// Subscriptions by event type.
-pub struct Hub {
+pub(crate) struct Hub {
     by_event: RwLock<HashMap<String, Vec<Arc<Subscription>>>>,
     metrics: Arc<Metrics>,
 }
 
 /// What one push did, for tests and logs.
 #[derive(Debug, Default, PartialEq, Eq)]
-pub struct Fanout {
+pub(crate) struct Fanout {
     /// Subscribers it was queued for.
     pub delivered: usize,
     /// Matching subscribers whose outbox was full.
@@ -68,7 +74,7 @@ pub struct Fanout {
 
 impl Hub {
     /// An empty hub.
-    pub fn new(metrics: Arc<Metrics>) -> Hub {
+    pub(crate) fn new(metrics: Arc<Metrics>) -> Hub {
         Hub {
             by_event: RwLock::new(HashMap::new()),
             metrics,
@@ -76,14 +82,14 @@ impl Hub {
     }
 
     /// Adds a subscription.
-    pub fn add(&self, sub: Arc<Subscription>) {
+    pub(crate) fn add(&self, sub: Arc<Subscription>) {
         let mut map = self.by_event.write().unwrap_or_else(|p| p.into_inner());
         map.entry(sub.event.clone()).or_default().push(sub);
         self.metrics.ws.subscriptions.inc();
     }
 
     /// Removes subscription `id` of connection `conn`; whether it existed.
-    pub fn remove(&self, conn: u64, event: &str, id: u64) -> bool {
+    pub(crate) fn remove(&self, conn: u64, event: &str, id: u64) -> bool {
         let mut map = self.by_event.write().unwrap_or_else(|p| p.into_inner());
         let Some(list) = map.get_mut(event) else {
             return false;
@@ -101,7 +107,7 @@ impl Hub {
     }
 
     /// Queues `push` for every subscriber of its event type whose filter matches; never waits.
-    pub fn publish(&self, push: &Push) -> Fanout {
+    pub(crate) fn publish(&self, push: &Push) -> Fanout {
         let map = self.by_event.read().unwrap_or_else(|p| p.into_inner());
         let Some(subs) = map.get(&push.event) else {
             return Fanout::default();
