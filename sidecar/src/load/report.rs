@@ -17,6 +17,18 @@ pub(crate) struct Reporter {
     pub owner: String,
 }
 
+impl Reporter {
+    /// The pod `pod` of `role`, in the Router or Manager `owner` of `namespace`.
+    pub(crate) fn new(role: &'static str, pod: &str, namespace: &str, owner: &str) -> Reporter {
+        Reporter {
+            pod: pod.to_owned(),
+            namespace: namespace.to_owned(),
+            role,
+            owner: owner.to_owned(),
+        }
+    }
+}
+
 /// The `q` quantile (0..1) in milliseconds of the latencies counted in `buckets`, interpolated
 /// linearly inside the bucket like Prometheus' `histogram_quantile`; 0 when nothing was counted.
 pub(crate) fn quantile_ms(buckets: &[u64; BUCKETS], q: f64) -> f64 {

@@ -5,7 +5,6 @@
 use super::{RunError, bind, local_addr};
 use crate::admin::{self, DrainHook, Readiness};
 use crate::durable::Store;
-use crate::load::LoadMeters;
 use crate::load::report::Reporter;
 use crate::manager::access::Access;
 use crate::manager::delivery::app_addr::AppAddr;
@@ -411,21 +410,13 @@ fn report_load(
     pod: &str,
 ) -> JoinHandle<()> {
     let c = &checked.settings.config;
-    let meters = Arc::new(LoadMeters::new(
-        checked
-            .events
-            .iter()
-            .chain(&checked.subscribed)
-            .map(|e| Arc::<str>::from(e.as_str())),
-    ));
-    let _ = metrics.load.set(meters.clone());
-    let who = Reporter {
-        pod: pod.to_owned(),
-        namespace: c.namespace.clone(),
-        role: "manager",
-        owner: c.name.clone(),
-    };
-    super::push_load(cp, meters, who)
+    let events = checked
+        .events
+        .iter()
+        .chain(&checked.subscribed)
+        .map(|e| Arc::<str>::from(e.as_str()));
+    let who = Reporter::new("manager", pod, &c.namespace, &c.name);
+    super::report_load(cp, metrics, events, who)
 }
 
 /// The JetStream store of durable events, when `jetstream` is configured; refused when durable

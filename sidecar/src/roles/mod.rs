@@ -104,13 +104,17 @@ pub(crate) fn local_addr(listener: &tokio::net::TcpListener, asked: SocketAddr) 
     listener.local_addr().unwrap_or(asked)
 }
 
-/// Reports `meters` as `who` to the control plane `cp` for as long as the task lives, each
-/// report stream over a fresh connection (both roles report the same way).
-pub(crate) fn push_load(
+/// Meters the load of `events` (the metrics' `load`, which the load-aware pick reads) and reports
+/// it as `who` to the control plane `cp` for as long as the task lives, each report stream over a
+/// fresh connection: both roles report the same way.
+pub(crate) fn report_load(
     cp: &crate::net::control_plane::ControlPlane,
-    meters: std::sync::Arc<crate::load::meter::LoadMeters>,
+    metrics: &crate::metrics::Metrics,
+    events: impl IntoIterator<Item = std::sync::Arc<str>>,
     who: crate::load::report::Reporter,
 ) -> tokio::task::JoinHandle<()> {
+    let meters = std::sync::Arc::new(crate::load::meter::LoadMeters::new(events));
+    let _ = metrics.load.set(meters.clone());
     let dial = cp.clone();
     tokio::spawn(crate::load::push::run(
         cp.url(),

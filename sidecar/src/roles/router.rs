@@ -9,7 +9,6 @@ use crate::listener::tls::{self, EdgeCert};
 use crate::listener::ws::WsEdge;
 use crate::listener::ws::push::Hub;
 use crate::listener::{Edge, grpc, http};
-use crate::load::LoadMeters;
 use crate::load::report::Reporter;
 use crate::metrics::{EventLabel, Metrics};
 use crate::middleware::Stack;
@@ -208,15 +207,8 @@ fn report_load(
                 .iter()
                 .flat_map(|w| w.iter().map(|r| r.event.clone())),
         );
-    let meters = Arc::new(LoadMeters::new(events));
-    let _ = metrics.load.set(meters.clone());
-    let who = Reporter {
-        pod: pod.to_owned(),
-        namespace: config.namespace.clone(),
-        role: "router",
-        owner: config.name.clone(),
-    };
-    super::push_load(cp, meters, who)
+    let who = Reporter::new("router", pod, &config.namespace, &config.name);
+    super::report_load(cp, metrics, events, who)
 }
 
 /// A bound listener and its address.

@@ -8,7 +8,7 @@ use super::{Attempt, CallError, CallTimes, Outgoing, Upstream};
 use bytes::Bytes;
 use std::sync::Arc;
 use std::time::Instant;
-use switchyard_protocol::frame::{FLAG_NO_REPLY, Frame, MAX_PAYLOAD, Request};
+use switchyard_protocol::frame::{FLAG_NO_REPLY, Frame, MAX_PAYLOAD};
 use tokio::sync::oneshot;
 use tokio::time::{error::Elapsed, timeout_at};
 
@@ -133,29 +133,16 @@ fn request_frame(
     payload: Bytes,
 ) -> Frame {
     let remaining = deadline.saturating_duration_since(Instant::now());
-    Frame::Request(Request {
-        headers: out.headers.clone(),
-        id,
-        flags,
-        // The publisher's deadline only bounds getting the event out; the manager then delivers
-        // under its own attempt timeout and retries.
-        deadline_ms: if no_reply {
-            0
-        } else {
-            u32::try_from(remaining.as_millis())
-                .unwrap_or(u32::MAX)
-                .max(1)
-        },
-        event: out.event.to_string(),
-        ce_id: out.ce_id.clone(),
-        traceparent: out.traceparent.clone(),
-        tracestate: out.tracestate.clone(),
-        content_type: out
-            .content_type
-            .clone()
-            .unwrap_or_else(|| crate::edge::JSON.to_owned()),
-        payload,
-    })
+    // The publisher's deadline only bounds getting the event out; the manager then delivers
+    // under its own attempt timeout and retries.
+    let deadline_ms = if no_reply {
+        0
+    } else {
+        u32::try_from(remaining.as_millis())
+            .unwrap_or(u32::MAX)
+            .max(1)
+    };
+    Frame::Request(out.request(id, flags, deadline_ms, payload))
 }
 
 /// Streams the request's body within the manager's window while waiting for the answer; the

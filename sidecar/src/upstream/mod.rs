@@ -120,6 +120,26 @@ impl Outgoing {
             headers,
         }
     }
+
+    /// Its REQUEST frame as request `id`, carrying `payload` (the event's own, or empty when the
+    /// body streams after the head).
+    pub(crate) fn request(&self, id: u64, flags: u8, deadline_ms: u32, payload: Bytes) -> Request {
+        Request {
+            headers: self.headers.clone(),
+            id,
+            flags,
+            deadline_ms,
+            event: self.event.to_string(),
+            ce_id: self.ce_id.clone(),
+            traceparent: self.traceparent.clone(),
+            tracestate: self.tracestate.clone(),
+            content_type: self
+                .content_type
+                .clone()
+                .unwrap_or_else(|| crate::edge::JSON.to_owned()),
+            payload,
+        }
+    }
 }
 
 /// When the call's stages ended, for Server-Timing.
@@ -718,21 +738,8 @@ fn fits(out: &Outgoing) -> Result<(), CallError> {
     if out.payload.len() <= MAX_PAYLOAD - 4096 {
         return Ok(());
     }
-    let probe = Request {
-        headers: Vec::new(),
-        id: 0,
-        flags: 0,
-        deadline_ms: 0,
-        event: out.event.to_string(),
-        ce_id: out.ce_id.clone(),
-        traceparent: out.traceparent.clone(),
-        tracestate: out.tracestate.clone(),
-        content_type: out
-            .content_type
-            .clone()
-            .unwrap_or_else(|| crate::edge::JSON.to_owned()),
-        payload: out.payload.clone(),
-    };
+    // With its headers: they travel in the frame too.
+    let probe = out.request(0, 0, 0, out.payload.clone());
     probe
         .check(DEFAULT_MAX_FRAME)
         .map_err(|_| CallError::TooLarge {
