@@ -8,8 +8,8 @@
 //! process plumbing (`net`, `metrics`, `load`, `otel`, `config`, `secrets`, `backoff`, ...).
 //!
 //! Everything is crate-private; the few items below are exported for the binary, the benches, the
-//! CLI and the fuzz target, and nothing else; the public modules (`start_checks`, `fuzz_checks`,
-//! `bench`) hold only what those users name.
+//! CLI, the tests and the fuzz target, and nothing else; the public modules (`start_checks`,
+//! `fuzz_checks`, `bench`, `spans`) hold only what those users name.
 
 #![forbid(unsafe_code)]
 // `pub` only on what lib.rs makes public: everything else is `pub(crate)`, so rustc reports dead
@@ -56,6 +56,10 @@ pub use cli::run;
 // `switchyard check`: what a config is refused for at start, so the CLI refuses it first with the same
 // message.
 pub mod start_checks;
+
+// The span reference: the CLI writes `docs/reference/spans.md` from it, and the sidecar's tests check
+// every span they receive against it.
+pub use otel::catalog as spans;
 
 // The cargo-fuzz target (`fuzz/fuzz_targets/http_request.rs`): the edge's parsing on arbitrary input.
 #[doc(hidden)]

@@ -1,12 +1,13 @@
 //! The user guide's reference pages, generated from the code: the Router and Manager fields from the CRD
-//! schemas, the `switchyard` command's help from the built binary, and the metrics of the sidecar and the
-//! operator from their registries. The test renders every page and fails when a committed page differs, as
-//! `crds/tests/crds.rs` does for the CRD YAML; with `SWITCHYARD_WRITE_REFERENCE=1` (`make reference`) it writes
-//! them instead.
+//! schemas, the `switchyard` command's help from the built binary, the metrics of the sidecar and the
+//! operator from their registries, and the sidecar's spans from its span catalog. The test renders every
+//! page and fails when a committed page differs, as `crds/tests/crds.rs` does for the CRD YAML; with
+//! `SWITCHYARD_WRITE_REFERENCE=1` (`make reference`) it writes them instead.
 
 mod cli;
 mod crds;
 mod metrics;
+mod spans;
 
 use std::path::{Path, PathBuf};
 
@@ -60,4 +61,9 @@ fn cli_reference_is_fresh() {
 #[test]
 fn metrics_reference_is_fresh() {
     fresh("metrics.md", &metrics::page());
+}
+
+#[test]
+fn span_reference_is_fresh() {
+    fresh("spans.md", &spans::page());
 }

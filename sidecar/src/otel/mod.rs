@@ -6,6 +6,7 @@
 //! instead of riding on the `tracing` subscriber's current-span bookkeeping. Logs keep using
 //! `tracing` (see `crate::telemetry`).
 
+pub mod catalog;
 pub(crate) mod context;
 pub(crate) mod dropped;
 pub(crate) mod inbound;

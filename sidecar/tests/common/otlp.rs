@@ -38,6 +38,8 @@ pub struct GotSpan {
     pub attrs: HashMap<String, String>,
     pub status: i32,
     pub events: Vec<String>,
+    /// Each event's name with its attributes' keys.
+    pub event_attrs: Vec<(String, Vec<String>)>,
 }
 
 impl GotSpan {
@@ -94,7 +96,12 @@ impl TraceService for Store {
                         kind: s.kind,
                         attrs: flat(&s.attributes),
                         status: s.status.map_or(0, |st| st.code),
-                        events: s.events.into_iter().map(|e| e.name).collect(),
+                        events: s.events.iter().map(|e| e.name.clone()).collect(),
+                        event_attrs: s
+                            .events
+                            .into_iter()
+                            .map(|e| (e.name, e.attributes.into_iter().map(|kv| kv.key).collect()))
+                            .collect(),
                     });
                 }
             }
@@ -157,7 +164,35 @@ impl Receiver {
 }
 
 impl Drop for Receiver {
+    /// Stops it; and unless the test failed already, fails it when a sidecar sent a span the span
+    /// catalog (`switchyard_sidecar::spans`, from which docs/reference/spans.md is written) does
+    /// not list, or one with a kind, attribute or event it does not list.
     fn drop(&mut self) {
         self.task.abort();
+        if std::thread::panicking() {
+            return;
+        }
+        let spans = self.spans();
+        let mut wrong: Vec<String> = spans
+            .iter()
+            // A sidecar's spans: its resource names its role (the apps' own spans are theirs).
+            .filter(|s| s.resource.contains_key("switchyard.role"))
+            .filter_map(|s| {
+                let attrs: Vec<&str> = s.attrs.keys().map(String::as_str).collect();
+                let events: Vec<(&str, Vec<&str>)> = s
+                    .event_attrs
+                    .iter()
+                    .map(|(e, a)| (e.as_str(), a.iter().map(String::as_str).collect()))
+                    .collect();
+                switchyard_sidecar::spans::check(&s.name, s.kind, &attrs, &events).err()
+            })
+            .collect();
+        wrong.sort();
+        wrong.dedup();
+        assert!(
+            wrong.is_empty(),
+            "spans the catalog (sidecar/src/otel/catalog.rs) does not describe:\n{}",
+            wrong.join("\n")
+        );
     }
 }
