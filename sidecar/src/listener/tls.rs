@@ -33,22 +33,38 @@ pub(crate) struct EdgeCert {
     provider: Arc<rustls::crypto::CryptoProvider>,
 }
 
+/// Why a `tls.crt` and a `tls.key` cannot serve (at start-up a config error, at a reload logged
+/// with the old pair kept).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum PairError {
+    /// `tls.crt` is not PEM.
+    #[error("tls.crt is not PEM certificates: {0}")]
+    CrtNotPem(rustls_pki_types::pem::Error),
+    /// `tls.crt` is PEM without a certificate.
+    #[error("tls.crt holds no certificate")]
+    NoCertificate,
+    /// `tls.key` is not a PEM private key.
+    #[error("tls.key is not a PEM private key: {0}")]
+    KeyNotPem(rustls_pki_types::pem::Error),
+    /// The key does not fit the certificate, or is of a kind the provider cannot sign with.
+    #[error("the certificate and key cannot serve TLS: {0}")]
+    Unusable(rustls::Error),
+}
+
 /// The chain and key of a `tls.crt` and a `tls.key`, checked to fit each other, or why not.
 pub(crate) fn certified_key(
     crt: &[u8],
     key: &[u8],
     provider: &rustls::crypto::CryptoProvider,
-) -> Result<CertifiedKey, String> {
+) -> Result<CertifiedKey, PairError> {
     let certs = CertificateDer::pem_slice_iter(crt)
         .collect::<Result<Vec<_>, _>>()
-        .map_err(|e| format!("tls.crt is not PEM certificates: {e}"))?;
+        .map_err(PairError::CrtNotPem)?;
     if certs.is_empty() {
-        return Err("tls.crt holds no certificate".into());
+        return Err(PairError::NoCertificate);
     }
-    let key = PrivateKeyDer::from_pem_slice(key)
-        .map_err(|e| format!("tls.key is not a PEM private key: {e}"))?;
-    CertifiedKey::from_der(certs, key, provider)
-        .map_err(|e| format!("the certificate and key cannot serve TLS: {e}"))
+    let key = PrivateKeyDer::from_pem_slice(key).map_err(PairError::KeyNotPem)?;
+    CertifiedKey::from_der(certs, key, provider).map_err(PairError::Unusable)
 }
 
 impl EdgeCert {
@@ -78,13 +94,13 @@ impl EdgeCert {
             field: FIELD.to_owned(),
             files: vec![crt_path, key_path],
             loaded: vec![crt, key],
-            load: Box::new(move |contents| c.reload(&contents[0], &contents[1])),
+            load: Box::new(move |contents| Ok(c.reload(&contents[0], &contents[1])?)),
         });
         Ok(cert)
     }
 
     /// Swaps in a new pair, or says why it cannot serve (the old pair stays).
-    pub(crate) fn reload(&self, crt: &[u8], key: &[u8]) -> Result<(), String> {
+    pub(crate) fn reload(&self, crt: &[u8], key: &[u8]) -> Result<(), PairError> {
         let pair = certified_key(crt, key, &self.provider)?;
         self.current.store(Arc::new(pair));
         Ok(())
@@ -135,6 +151,7 @@ mod tests {
         let err = |c: &str, k: &str| {
             certified_key(c.as_bytes(), k.as_bytes(), &provider)
                 .err()
+                .map(|e| e.to_string())
                 .unwrap_or_default()
         };
         assert!(err("junk", &key).contains("tls.crt holds no certificate"));

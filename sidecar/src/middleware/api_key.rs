@@ -22,11 +22,20 @@ pub(super) struct ApiKeyGate {
     changes: watch::Sender<u64>,
 }
 
+/// Why a key file's bytes are not API keys (at start-up a config error, at a reload logged with the
+/// old keys kept).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum KeysError {
+    /// No line holds a key.
+    #[error("it holds no keys (one per line)")]
+    NoKeys,
+}
+
 /// The keys of a key file, or why there are none.
-fn keys_of(text: &[u8]) -> Result<Vec<Box<[u8]>>, String> {
+fn keys_of(text: &[u8]) -> Result<Vec<Box<[u8]>>, KeysError> {
     let keys = parse_keys(text);
     if keys.is_empty() {
-        return Err("it holds no keys (one per line)".into());
+        return Err(KeysError::NoKeys);
     }
     Ok(keys)
 }
@@ -71,13 +80,13 @@ impl ApiKeyGate {
             field: keys_field,
             files: vec![path],
             loaded: vec![text],
-            load: Box::new(move |contents| g.reload(&contents[0])),
+            load: Box::new(move |contents| Ok(g.reload(&contents[0])?)),
         });
         Ok(gate)
     }
 
     /// Installs the keys of a new key file, or says why not (the old keys stay).
-    pub(super) fn reload(&self, text: &[u8]) -> Result<(), String> {
+    pub(super) fn reload(&self, text: &[u8]) -> Result<(), KeysError> {
         self.keys.store(Arc::new(keys_of(text)?));
         self.changes.send_modify(|n| *n += 1);
         Ok(())
@@ -247,7 +256,10 @@ mod tests {
         changes.mark_unchanged();
         assert!(admits("k2") && !admits("k1"));
         assert_eq!(
-            gate.reload(b"\n \n").err().as_deref(),
+            gate.reload(b"\n \n")
+                .err()
+                .map(|e| e.to_string())
+                .as_deref(),
             Some("it holds no keys (one per line)")
         );
         assert!(!changes.has_changed().expect("open"));

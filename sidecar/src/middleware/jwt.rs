@@ -28,19 +28,29 @@ pub(super) struct JwtGate {
     changes: watch::Sender<u64>,
 }
 
+/// Why a key file's bytes are not a key of the gate's algorithm (at start-up a config error, at a
+/// reload logged with the old key kept).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum KeyError {
+    /// The HS256 secret is empty or only whitespace.
+    #[error("the HS256 secret is blank")]
+    BlankSecret,
+    /// The RS256 key is not an RSA public key in PEM.
+    #[error("not an RSA public key in PEM: {0}")]
+    NotRsaPem(jsonwebtoken::errors::Error),
+}
+
 /// The key of `algorithm` in a key file's bytes, or why it is not one.
-pub(super) fn parse_key(algorithm: JwtAlgorithm, raw: &[u8]) -> Result<DecodingKey, String> {
+pub(super) fn parse_key(algorithm: JwtAlgorithm, raw: &[u8]) -> Result<DecodingKey, KeyError> {
     match algorithm {
         JwtAlgorithm::HS256 => {
             let secret = trim_end(raw);
             if secret.is_empty() {
-                return Err("the HS256 secret is blank".into());
+                return Err(KeyError::BlankSecret);
             }
             Ok(DecodingKey::from_secret(secret))
         }
-        JwtAlgorithm::RS256 => {
-            DecodingKey::from_rsa_pem(raw).map_err(|e| format!("not an RSA public key in PEM: {e}"))
-        }
+        JwtAlgorithm::RS256 => DecodingKey::from_rsa_pem(raw).map_err(KeyError::NotRsaPem),
     }
 }
 
@@ -97,13 +107,13 @@ impl JwtGate {
             field: key_field,
             files: vec![path],
             loaded: vec![raw],
-            load: Box::new(move |contents| g.reload(&contents[0])),
+            load: Box::new(move |contents| Ok(g.reload(&contents[0])?)),
         });
         Ok(gate)
     }
 
     /// Installs a new key from its file's bytes, or says why it is not one (the old key stays).
-    pub(super) fn reload(&self, raw: &[u8]) -> Result<(), String> {
+    pub(super) fn reload(&self, raw: &[u8]) -> Result<(), KeyError> {
         let key = parse_key(self.algorithm, raw)?;
         self.key.store(Arc::new(key));
         self.changes.send_modify(|n| *n += 1);
@@ -467,7 +477,7 @@ mod tests {
             "bad_signature"
         );
         assert_eq!(
-            g.reload(b" \n").err().as_deref(),
+            g.reload(b" \n").err().map(|e| e.to_string()).as_deref(),
             Some("the HS256 secret is blank")
         );
         assert!(!changes.has_changed().expect("open"));

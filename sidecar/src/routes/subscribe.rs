@@ -58,6 +58,38 @@ struct Rule {
     claims: Vec<(String, String)>,
 }
 
+/// Why a session may not subscribe to an event type (sent to the client; never names what the
+/// token holds).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum Refusal {
+    /// No rule covers the type.
+    #[error("subscribing to {event} is not allowed on this endpoint")]
+    NotCovered {
+        /// The event type asked for.
+        event: String,
+    },
+    /// The deciding rule asks for a scope the token does not grant.
+    #[error("subscribing to {event} needs the scope `{scope}`, which the token does not grant")]
+    NoScope {
+        /// The event type asked for.
+        event: String,
+        /// The scope missing.
+        scope: String,
+    },
+    /// The deciding rule asks for a claim value the token does not hold.
+    #[error(
+        "subscribing to {event} needs the claim `{name}` to be `{value}`, which the token does not hold"
+    )]
+    NoClaim {
+        /// The event type asked for.
+        event: String,
+        /// The claim.
+        name: String,
+        /// The value it must have.
+        value: String,
+    },
+}
+
 /// The compiled rules of the WebSocket endpoint.
 #[derive(Debug, Clone)]
 pub(crate) struct SubscribePolicy {
@@ -165,31 +197,34 @@ impl SubscribePolicy {
         &self,
         event: &str,
         claims: Option<&Map<String, Value>>,
-    ) -> Result<(), String> {
+    ) -> Result<(), Refusal> {
         let Some(rule) = self
             .rules
             .iter()
             .find(|r| r.events.iter().any(|e| e.covers(event)))
         else {
-            return Err(format!(
-                "subscribing to {event} is not allowed on this endpoint"
-            ));
+            return Err(Refusal::NotCovered {
+                event: event.to_owned(),
+            });
         };
         let empty = Map::new();
         let claims = claims.unwrap_or(&empty);
         if let Some(scope) = rule.scopes.iter().find(|s| !has_scope(claims, s)) {
-            return Err(format!(
-                "subscribing to {event} needs the scope `{scope}`, which the token does not grant"
-            ));
+            return Err(Refusal::NoScope {
+                event: event.to_owned(),
+                scope: scope.clone(),
+            });
         }
         if let Some((name, value)) = rule
             .claims
             .iter()
             .find(|(name, value)| !claim_holds(claims, name, value))
         {
-            return Err(format!(
-                "subscribing to {event} needs the claim `{name}` to be `{value}`, which the token does not hold"
-            ));
+            return Err(Refusal::NoClaim {
+                event: event.to_owned(),
+                name: name.clone(),
+                value: value.clone(),
+            });
         }
         Ok(())
     }
@@ -267,12 +302,12 @@ mod tests {
         assert_eq!(p.decide("prices.tick", Some(&reader)), Ok(()));
         assert_eq!(p.decide("prices.eu.tick", Some(&reader)), Ok(()));
         assert_eq!(
-            p.decide("prices.tick", Some(&nobody)),
+            p.decide("prices.tick", Some(&nobody)).map_err(|e| e.to_string()),
             Err("subscribing to prices.tick needs the scope `prices:read`, which the token does not grant".into())
         );
         // `prices.*` does not cover `prices` itself: it falls through to `*`.
         assert_eq!(
-            p.decide("prices", Some(&reader)),
+            p.decide("prices", Some(&reader)).map_err(|e| e.to_string()),
             Err("subscribing to prices needs the claim `tier` to be `gold`, which the token does not hold".into())
         );
         assert_eq!(p.decide("news", None), Ok(()));
@@ -288,7 +323,7 @@ mod tests {
         let p = policy(json!([{"events": ["news"]}]));
         assert!(!p.needs_token());
         assert_eq!(
-            p.decide("prices.tick", None),
+            p.decide("prices.tick", None).map_err(|e| e.to_string()),
             Err("subscribing to prices.tick is not allowed on this endpoint".into())
         );
         let none = policy(json!([]));

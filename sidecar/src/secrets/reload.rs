@@ -27,8 +27,12 @@ use std::time::Duration;
 /// How often the files are looked at.
 pub(crate) const EVERY: Duration = Duration::from_secs(1);
 
+/// Why a loader refused new contents: its source's own error (a bad JWT key, API keys, TLS pair),
+/// boxed because the sources are of different modules; only its message is logged.
+pub(crate) type LoadError = Box<dyn std::error::Error + Send + Sync>;
+
 /// Parses and installs new contents (one per file, in the source's order), or says why not.
-pub(crate) type Loader = Box<dyn Fn(&[Vec<u8>]) -> Result<(), String> + Send + Sync>;
+pub(crate) type Loader = Box<dyn Fn(&[Vec<u8>]) -> Result<(), LoadError> + Send + Sync>;
 
 /// `switchyard_secret_reloads_total{secret,result}`: reloads by Secret name and result (`ok`,
 /// `error`).
@@ -115,7 +119,7 @@ impl Tracked {
                 self.source.loaded = contents;
                 Found::Reloaded
             }
-            Err(why) => Found::Failed(why),
+            Err(why) => Found::Failed(why.to_string()),
         }
     }
 }

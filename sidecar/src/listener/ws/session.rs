@@ -687,7 +687,7 @@ fn may_subscribe(
     if let Some(policy) = &routes.subscribe {
         policy
             .decide(event, claims)
-            .map_err(|detail| (403, detail))?;
+            .map_err(|refusal| (403, refusal.to_string()))?;
     }
     if subs.events.len() >= MAX_SUBSCRIPTIONS {
         let detail = format!(

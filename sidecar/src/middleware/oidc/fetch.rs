@@ -56,6 +56,26 @@ pub(super) enum FetchError {
     },
 }
 
+/// Why the TLS client config for the issuer cannot be built (reported against `caSecretRef`).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum CaError {
+    /// The CA file is not PEM.
+    #[error("not PEM certificates: {0}")]
+    NotPem(rustls_pki_types::pem::Error),
+    /// The CA file is PEM without a certificate.
+    #[error("holds no PEM certificate")]
+    NoCertificate,
+    /// A certificate of the CA file cannot be a trust anchor.
+    #[error("a certificate is not a usable CA: {0}")]
+    NotCa(rustls::Error),
+    /// Neither the system nor the spec gives a CA.
+    #[error("no CA certificates: the system has none and no caSecretRef is set")]
+    NoRoots,
+    /// The crypto provider offers no safe protocol version.
+    #[error("{0}")]
+    Provider(rustls::Error),
+}
+
 /// A fetched body and its `Cache-Control` header.
 pub(super) struct Fetched {
     /// The body.
@@ -72,7 +92,7 @@ pub(super) struct Fetcher {
 
 /// The TLS client config: the system's roots plus the certificates of `extra_ca` (PEM). Errors
 /// name what is wrong with the CA file; having no system roots is not one when a CA is given.
-pub(super) fn client_config(extra_ca: Option<&[u8]>) -> Result<rustls::ClientConfig, String> {
+pub(super) fn client_config(extra_ca: Option<&[u8]>) -> Result<rustls::ClientConfig, CaError> {
     let mut roots = rustls::RootCertStore::empty();
     // Unreadable system roots are skipped: a private CA alone may be all an issuer needs.
     let native = rustls_native_certs::load_native_certs();
@@ -80,24 +100,22 @@ pub(super) fn client_config(extra_ca: Option<&[u8]>) -> Result<rustls::ClientCon
     if let Some(pem) = extra_ca {
         let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_slice_iter(pem)
             .collect::<Result<_, _>>()
-            .map_err(|e| format!("not PEM certificates: {e}"))?;
+            .map_err(CaError::NotPem)?;
         if certs.is_empty() {
-            return Err("holds no PEM certificate".into());
+            return Err(CaError::NoCertificate);
         }
         for c in certs {
-            roots
-                .add(c)
-                .map_err(|e| format!("a certificate is not a usable CA: {e}"))?;
+            roots.add(c).map_err(CaError::NotCa)?;
         }
     }
     if roots.is_empty() {
-        return Err("no CA certificates: the system has none and no caSecretRef is set".into());
+        return Err(CaError::NoRoots);
     }
     Ok(rustls::ClientConfig::builder_with_provider(Arc::new(
         rustls::crypto::ring::default_provider(),
     ))
     .with_safe_default_protocol_versions()
-    .map_err(|e| e.to_string())?
+    .map_err(CaError::Provider)?
     .with_root_certificates(roots)
     .with_no_client_auth())
 }
@@ -207,7 +225,10 @@ mod tests {
 
     #[test]
     fn a_ca_file_that_is_not_pem_is_named() {
-        let err = client_config(Some(b"hello")).err().unwrap_or_default();
+        let err = client_config(Some(b"hello"))
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
         assert!(err.contains("PEM"), "{err}");
     }
 

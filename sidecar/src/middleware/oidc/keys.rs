@@ -28,26 +28,56 @@ pub(super) fn same_issuer(a: &str, b: &str) -> bool {
     a.trim_end_matches('/') == b.trim_end_matches('/')
 }
 
+/// Why the issuer's discovery document or key set cannot be used (logged; the keys at hand stay).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum KeysError {
+    /// The discovery document is not the JSON expected.
+    #[error("the discovery document is not readable: {0}")]
+    DiscoveryUnreadable(serde_json::Error),
+    /// The discovery document is another issuer's.
+    #[error("the discovery document is for issuer {stated:?}, not {expected:?}")]
+    OtherIssuer {
+        /// The issuer the document states.
+        stated: String,
+        /// The issuer configured.
+        expected: String,
+    },
+    /// The discovery document names a key set that is not on https.
+    #[error("the discovery document's jwks_uri {0:?} is not https://")]
+    JwksNotHttps(String),
+    /// The key set is not the JSON expected.
+    #[error("the key set is not readable: {0}")]
+    JwksUnreadable(serde_json::Error),
+    /// The key set has no key the allowed algorithms can use.
+    #[error("the key set has no signing key for {}", names(.0))]
+    NoSigningKey(Vec<Algorithm>),
+}
+
+/// The algorithms' names, comma-separated.
+fn names(algorithms: &[Algorithm]) -> String {
+    algorithms
+        .iter()
+        .map(|a| format!("{a:?}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// The discovery document in `body`, checked to be `issuer`'s and to name an https key set.
-pub(super) fn parse_discovery(body: &[u8], issuer: &str) -> Result<Discovery, String> {
+pub(super) fn parse_discovery(body: &[u8], issuer: &str) -> Result<Discovery, KeysError> {
     #[derive(Deserialize)]
     struct Doc {
         issuer: String,
         jwks_uri: String,
     }
-    let doc: Doc = serde_json::from_slice(body)
-        .map_err(|e| format!("the discovery document is not readable: {e}"))?;
+    let doc: Doc = serde_json::from_slice(body).map_err(KeysError::DiscoveryUnreadable)?;
     if !same_issuer(&doc.issuer, issuer) {
-        return Err(format!(
-            "the discovery document is for issuer {:?}, not {issuer:?}",
-            doc.issuer
-        ));
+        return Err(KeysError::OtherIssuer {
+            stated: doc.issuer,
+            expected: issuer.to_owned(),
+        });
     }
     if !doc.jwks_uri.starts_with("https://") {
-        return Err(format!(
-            "the discovery document's jwks_uri {:?} is not https://",
-            doc.jwks_uri
-        ));
+        return Err(KeysError::JwksNotHttps(doc.jwks_uri));
     }
     Ok(Discovery {
         issuer: doc.issuer,
@@ -105,13 +135,12 @@ impl KeySet {
 /// The keys of the JWKS in `body` usable with `allowed`. Keys for encryption, of other types or
 /// algorithms, or that do not parse are skipped (an issuer may publish more than this verifies);
 /// a set with none usable is an error, so the keys at hand stay.
-pub(super) fn parse_jwks(body: &[u8], allowed: &[Algorithm]) -> Result<KeySet, String> {
+pub(super) fn parse_jwks(body: &[u8], allowed: &[Algorithm]) -> Result<KeySet, KeysError> {
     #[derive(Deserialize)]
     struct Doc {
         keys: Vec<serde_json::Value>,
     }
-    let doc: Doc =
-        serde_json::from_slice(body).map_err(|e| format!("the key set is not readable: {e}"))?;
+    let doc: Doc = serde_json::from_slice(body).map_err(KeysError::JwksUnreadable)?;
     let mut set = KeySet::default();
     for raw in doc.keys {
         let Ok(jwk) = serde_json::from_value::<Jwk>(raw) else {
@@ -132,14 +161,7 @@ pub(super) fn parse_jwks(body: &[u8], allowed: &[Algorithm]) -> Result<KeySet, S
         }
     }
     if set.len() == 0 {
-        return Err(format!(
-            "the key set has no signing key for {}",
-            allowed
-                .iter()
-                .map(|a| format!("{a:?}"))
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        return Err(KeysError::NoSigningKey(allowed.to_vec()));
     }
     Ok(set)
 }
@@ -190,7 +212,7 @@ mod tests {
         k
     }
 
-    fn set(keys: serde_json::Value, allowed: &[Algorithm]) -> Result<KeySet, String> {
+    fn set(keys: serde_json::Value, allowed: &[Algorithm]) -> Result<KeySet, KeysError> {
         parse_jwks(json!({ "keys": keys }).to_string().as_bytes(), allowed)
     }
 
@@ -224,6 +246,7 @@ mod tests {
         // Only ES256 allowed: the RSA key is of no use, and nothing is left.
         let err = set(json!([rsa("r1")]), &[Algorithm::ES256])
             .err()
+            .map(|e| e.to_string())
             .unwrap_or_default();
         assert!(err.contains("no signing key for ES256"), "{err}");
         assert!(parse_jwks(b"{\"keys\": 5}", ALL).is_err());
@@ -246,6 +269,7 @@ mod tests {
             "https://id.example.com",
         )
         .err()
+        .map(|e| e.to_string())
         .unwrap_or_default();
         assert!(other.contains("evil.example.com"), "{other}");
         let plain = parse_discovery(
@@ -253,6 +277,7 @@ mod tests {
             "https://id.example.com",
         )
         .err()
+        .map(|e| e.to_string())
         .unwrap_or_default();
         assert!(plain.contains("not https"), "{plain}");
         assert_eq!(

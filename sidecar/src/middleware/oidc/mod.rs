@@ -40,6 +40,17 @@ struct Cached {
     keys: KeySet,
 }
 
+/// Why one fetch of the issuer's keys failed (logged; the keys at hand stay).
+#[derive(Debug, thiserror::Error)]
+enum KeysFetchError {
+    /// A document could not be fetched.
+    #[error(transparent)]
+    Fetch(#[from] fetch::FetchError),
+    /// A document fetched cannot be used.
+    #[error(transparent)]
+    Keys(#[from] keys::KeysError),
+}
+
 /// What the gate and its fetch task share.
 struct Issuer {
     /// The configured issuer URL.
@@ -117,7 +128,8 @@ impl OidcGate {
             ),
             None => None,
         };
-        let tls = fetch::client_config(ca.as_deref()).map_err(|why| bad(".caSecretRef", why))?;
+        let tls = fetch::client_config(ca.as_deref())
+            .map_err(|why| bad(".caSecretRef", why.to_string()))?;
         let issuer = Arc::new(Issuer {
             url: spec.issuer.clone(),
             algorithms: spec.algorithms.iter().copied().map(algorithm).collect(),
@@ -184,18 +196,10 @@ impl Issuer {
         lifetime
     }
 
-    async fn fetch_keys(&self) -> Result<(Cached, Duration), String> {
-        let doc = self
-            .fetcher
-            .get(&keys::discovery_url(&self.url))
-            .await
-            .map_err(|e| e.to_string())?;
+    async fn fetch_keys(&self) -> Result<(Cached, Duration), KeysFetchError> {
+        let doc = self.fetcher.get(&keys::discovery_url(&self.url)).await?;
         let discovery = keys::parse_discovery(&doc.body, &self.url)?;
-        let jwks = self
-            .fetcher
-            .get(&discovery.jwks_uri)
-            .await
-            .map_err(|e| e.to_string())?;
+        let jwks = self.fetcher.get(&discovery.jwks_uri).await?;
         let set = keys::parse_jwks(&jwks.body, &self.algorithms)?;
         Ok((
             Cached {
