@@ -271,6 +271,19 @@ pub fn find(name: &str) -> Option<&'static SpanDoc> {
         .max_by_key(|doc| fixed_len(doc.name))
 }
 
+/// How an exported span differs from the catalog.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum Mismatch {
+    #[error("span {0:?} is not in the span catalog")]
+    Unknown(String),
+    #[error("span {span:?} (catalog entry {entry:?}): {}", problems.join("; "))]
+    Differs {
+        span: String,
+        entry: &'static str,
+        problems: Vec<String>,
+    },
+}
+
 /// Checks a span as exported: a known name, of its kind (OTLP's number), with only the attributes
 /// and events its entry lists. Every problem, named.
 pub fn check(
@@ -278,9 +291,9 @@ pub fn check(
     kind: i32,
     attributes: &[&str],
     events: &[(&str, Vec<&str>)],
-) -> Result<(), String> {
+) -> Result<(), Mismatch> {
     let Some(doc) = find(name) else {
-        return Err(format!("span {name:?} is not in the span catalog"));
+        return Err(Mismatch::Unknown(name.to_owned()));
     };
     let mut wrong = Vec::new();
     if kind != doc.kind as i32 {
@@ -302,11 +315,11 @@ pub fn check(
     if wrong.is_empty() {
         Ok(())
     } else {
-        Err(format!(
-            "span {name:?} (catalog entry {:?}): {}",
-            doc.name,
-            wrong.join("; ")
-        ))
+        Err(Mismatch::Differs {
+            span: name.to_owned(),
+            entry: doc.name,
+            problems: wrong,
+        })
     }
 }
 
@@ -381,7 +394,9 @@ mod tests {
             )
             .is_ok()
         );
-        let e = check("send orders", Kind::Server as i32, &["made.up"], &[]).expect_err("two");
+        let e = check("send orders", Kind::Server as i32, &["made.up"], &[])
+            .expect_err("two")
+            .to_string();
         assert!(e.contains("kind 2") && e.contains("\"made.up\""), "{e}");
         let e = check(
             "deliver orders",
@@ -389,7 +404,8 @@ mod tests {
             &[],
             &[("retry", vec![attr::ERROR_TYPE, "x"]), ("oops", vec![])],
         )
-        .expect_err("events");
+        .expect_err("events")
+        .to_string();
         assert!(
             e.contains("\"x\" of event \"retry\"") && e.contains("\"oops\""),
             "{e}"

@@ -175,7 +175,7 @@ pub(super) fn plan(table: &RoutingTable) -> Plan {
             Some(wire) => match subscription(&route.event_type, &route.manager, wire) {
                 Ok(spec) => Some(spec),
                 Err(reason) => {
-                    out.rejected.push(reason);
+                    out.rejected.push(reason.to_string());
                     continue;
                 }
             },
@@ -259,12 +259,23 @@ fn add_endpoints(out: &mut Plan, route: &Route, pool_name: &str) {
     }
 }
 
+/// Why a subscriber's route from the control plane cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum SubscriptionError {
+    #[error("subscription {key}: observes nothing this sidecar knows ({observe:?})")]
+    ObservesNothingKnown { key: String, observe: Vec<String> },
+    #[error("subscription {key}: its filter is not one: {reason}")]
+    NotAFilter { key: String, reason: String },
+    #[error("subscription {key}: {reason}")]
+    BadFilter { key: String, reason: String },
+}
+
 /// A subscriber's route as the sidecar holds it, or why it cannot be used.
 pub(super) fn subscription(
     key: &str,
     manager: &str,
     wire: &switchyard_protocol::control::v1::Subscription,
-) -> Result<Spec, String> {
+) -> Result<Spec, SubscriptionError> {
     let observe: Vec<Observe> = wire
         .observe
         .iter()
@@ -277,18 +288,24 @@ pub(super) fn subscription(
         })
         .collect();
     if observe.is_empty() {
-        return Err(format!(
-            "subscription {key}: observes nothing this sidecar knows ({:?})",
-            wire.observe
-        ));
+        return Err(SubscriptionError::ObservesNothingKnown {
+            key: key.to_owned(),
+            observe: wire.observe.clone(),
+        });
     }
     let filter = if wire.filter.is_empty() {
         None
     } else {
-        let f: Filter = serde_json::from_str(&wire.filter)
-            .map_err(|e| format!("subscription {key}: its filter is not one: {e}"))?;
+        let f: Filter =
+            serde_json::from_str(&wire.filter).map_err(|e| SubscriptionError::NotAFilter {
+                key: key.to_owned(),
+                reason: e.to_string(),
+            })?;
         f.check("filter")
-            .map_err(|e| format!("subscription {key}: {e}"))?;
+            .map_err(|e| SubscriptionError::BadFilter {
+                key: key.to_owned(),
+                reason: e.to_string(),
+            })?;
         Some(f)
     };
     Ok(Spec {

@@ -184,7 +184,9 @@ impl Drop for Receiver {
                     .iter()
                     .map(|(e, a)| (e.as_str(), a.iter().map(String::as_str).collect()))
                     .collect();
-                switchyard_sidecar::spans::check(&s.name, s.kind, &attrs, &events).err()
+                switchyard_sidecar::spans::check(&s.name, s.kind, &attrs, &events)
+                    .err()
+                    .map(|e| e.to_string())
             })
             .collect();
         wrong.sort();

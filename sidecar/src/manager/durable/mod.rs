@@ -40,7 +40,7 @@ mod verdict;
 
 use super::worker::Worker;
 use crate::backoff;
-use crate::durable::{Store, header};
+use crate::durable::{DurableError, Store, header};
 use crate::net::budget::Held;
 use async_nats::HeaderMap;
 use async_nats::jetstream::{self, AckKind, Message, consumer::PullConsumer};
@@ -48,7 +48,7 @@ use bytes::Bytes;
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use need::Need;
-use pull::Pull;
+use pull::{Pull, PullError};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 use switchyard_protocol::durable::{ConsumerPlan, Lane, StreamLimits};
@@ -179,12 +179,9 @@ async fn open(
     store: &Store,
     own: &OwnStream,
     plan: &ConsumerPlan,
-) -> Result<(PullConsumer, jetstream::Context), String> {
-    let consumer = store
-        .consumer(&own.manager, own.limits, plan)
-        .await
-        .map_err(|e| e.to_string())?;
-    let context = store.context().await.map_err(|e| e.to_string())?;
+) -> Result<(PullConsumer, jetstream::Context), DurableError> {
+    let consumer = store.consumer(&own.manager, own.limits, plan).await?;
+    let context = store.context().await?;
     Ok((consumer, context))
 }
 
@@ -361,7 +358,7 @@ async fn idle<D>(
     context: &jetstream::Context,
     max_bytes: usize,
     drain: &CancellationToken,
-) -> Result<(Vec<Message>, bool), String>
+) -> Result<(Vec<Message>, bool), PullError>
 where
     D: Future<Output = ()>,
 {

@@ -32,6 +32,15 @@ fn unsent(status: &async_nats::Message) -> Option<usize> {
         .ok()
 }
 
+/// Why a pull request could not be made (the connection is closing, or lost meanwhile).
+#[derive(Debug, thiserror::Error)]
+pub(super) enum PullError {
+    #[error(transparent)]
+    Subscribe(#[from] async_nats::SubscribeError),
+    #[error(transparent)]
+    Request(#[from] async_nats::jetstream::consumer::pull::BatchRequestError),
+}
+
 /// A pull request in progress.
 pub(super) struct Pull {
     sub: Subscriber,
@@ -53,13 +62,10 @@ impl Pull {
         context: &jetstream::Context,
         (batch, max_bytes): (usize, usize),
         wait: Option<Duration>,
-    ) -> Result<Pull, String> {
+    ) -> Result<Pull, PullError> {
         let client = context.client();
         let inbox = client.new_inbox();
-        let sub = client
-            .subscribe(inbox.clone())
-            .await
-            .map_err(|e| e.to_string())?;
+        let sub = client.subscribe(inbox.clone()).await?;
         let config = BatchConfig {
             batch,
             expires: wait,
@@ -67,10 +73,7 @@ impl Pull {
             max_bytes,
             ..BatchConfig::default()
         };
-        consumer
-            .request_batch(config, inbox.into())
-            .await
-            .map_err(|e| e.to_string())?;
+        consumer.request_batch(config, inbox.into()).await?;
         Ok(Pull {
             sub,
             context: context.clone(),
