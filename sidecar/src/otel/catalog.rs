@@ -48,6 +48,27 @@ const RESPONSE_STATUS: &str = "switchyard.response.status";
 /// The messaging attributes of every hop span.
 const MESSAGING: [&str; 2] = [attr::MESSAGING_SYSTEM, attr::MESSAGING_DESTINATION_NAME];
 
+/// A hop that sends or processes an event without naming it (a request, a push)...
+const HOP: &[&str] = &[
+    MESSAGING[0],
+    MESSAGING[1],
+    attr::MESSAGING_OPERATION_TYPE,
+    attr::MESSAGING_OPERATION_NAME,
+    RESPONSE_STATUS,
+    attr::ERROR_TYPE,
+];
+
+/// ...and one that names it by its CloudEvents id (a publish, a send, a process, a dead letter).
+const HOP_WITH_ID: &[&str] = &[
+    MESSAGING[0],
+    MESSAGING[1],
+    attr::MESSAGING_MESSAGE_ID,
+    attr::MESSAGING_OPERATION_TYPE,
+    attr::MESSAGING_OPERATION_NAME,
+    RESPONSE_STATUS,
+    attr::ERROR_TYPE,
+];
+
 /// Every span, in the order a request meets them.
 pub const SPANS: &[SpanDoc] = &[
     SpanDoc {
@@ -127,14 +148,7 @@ pub const SPANS: &[SpanDoc] = &[
         kind: Kind::Server,
         role: "manager",
         when: "an app's request through its local API",
-        attributes: &[
-            MESSAGING[0],
-            MESSAGING[1],
-            attr::MESSAGING_OPERATION_TYPE,
-            attr::MESSAGING_OPERATION_NAME,
-            RESPONSE_STATUS,
-            attr::ERROR_TYPE,
-        ],
+        attributes: HOP,
         events: &[],
     },
     SpanDoc {
@@ -142,15 +156,7 @@ pub const SPANS: &[SpanDoc] = &[
         kind: Kind::Producer,
         role: "manager",
         when: "an app's publish through its local API",
-        attributes: &[
-            MESSAGING[0],
-            MESSAGING[1],
-            attr::MESSAGING_MESSAGE_ID,
-            attr::MESSAGING_OPERATION_TYPE,
-            attr::MESSAGING_OPERATION_NAME,
-            RESPONSE_STATUS,
-            attr::ERROR_TYPE,
-        ],
+        attributes: HOP_WITH_ID,
         events: &[],
     },
     SpanDoc {
@@ -158,14 +164,7 @@ pub const SPANS: &[SpanDoc] = &[
         kind: Kind::Producer,
         role: "manager",
         when: "an app's push to WebSocket clients through its local API",
-        attributes: &[
-            MESSAGING[0],
-            MESSAGING[1],
-            attr::MESSAGING_OPERATION_TYPE,
-            attr::MESSAGING_OPERATION_NAME,
-            RESPONSE_STATUS,
-            attr::ERROR_TYPE,
-        ],
+        attributes: HOP,
         events: &[],
     },
     SpanDoc {
@@ -186,15 +185,7 @@ pub const SPANS: &[SpanDoc] = &[
         kind: Kind::Client,
         role: "router, manager",
         when: "the hop to a Manager pod; its context travels in the frame",
-        attributes: &[
-            MESSAGING[0],
-            MESSAGING[1],
-            attr::MESSAGING_MESSAGE_ID,
-            attr::MESSAGING_OPERATION_TYPE,
-            attr::MESSAGING_OPERATION_NAME,
-            RESPONSE_STATUS,
-            attr::ERROR_TYPE,
-        ],
+        attributes: HOP_WITH_ID,
         events: &[],
     },
     SpanDoc {
@@ -202,15 +193,7 @@ pub const SPANS: &[SpanDoc] = &[
         kind: Kind::Server,
         role: "manager",
         when: "an event a Manager pod received (over the mesh, or pulled from JetStream)",
-        attributes: &[
-            MESSAGING[0],
-            MESSAGING[1],
-            attr::MESSAGING_MESSAGE_ID,
-            attr::MESSAGING_OPERATION_TYPE,
-            attr::MESSAGING_OPERATION_NAME,
-            RESPONSE_STATUS,
-            attr::ERROR_TYPE,
-        ],
+        attributes: HOP_WITH_ID,
         events: &[],
     },
     SpanDoc {
@@ -249,15 +232,7 @@ pub const SPANS: &[SpanDoc] = &[
         kind: Kind::Producer,
         role: "manager",
         when: "an event that failed its last attempt, published to the dead-letter type",
-        attributes: &[
-            MESSAGING[0],
-            MESSAGING[1],
-            attr::MESSAGING_MESSAGE_ID,
-            attr::MESSAGING_OPERATION_TYPE,
-            attr::MESSAGING_OPERATION_NAME,
-            RESPONSE_STATUS,
-            attr::ERROR_TYPE,
-        ],
+        attributes: HOP_WITH_ID,
         events: &[],
     },
 ];
