@@ -178,7 +178,10 @@ async fn reconcile_inner(manager: &Manager, shared: &Shared) -> Result<Action> {
         let rendered = &ctx.render.sidecar_image;
         for d in &mut children.deployments {
             let dep_name = d.name_any();
-            let cached = owned.deployment(&ns, &dep_name);
+            let cached = owned
+                .deployment(&ns, &dep_name)
+                .await
+                .map_err(|()| Error::CacheClosed("deployments"))?;
             let live = cached
                 .as_ref()
                 .and_then(|c| c.metadata.generation)

@@ -29,6 +29,9 @@ pub(super) struct Owned {
     routers: Store<Router>,
     /// True once the Routers were listed: before that, "no such Router" would be a guess.
     routers_listed: watch::Receiver<bool>,
+    /// True once the Deployments were listed: before that, "no Deployment yet" would be a guess, and
+    /// the sidecar-image pace would let a workload roll without a slot.
+    deployments_listed: watch::Receiver<bool>,
 }
 
 /// The trigger streams that fill [`Owned`]; the controller polls them.
@@ -71,11 +74,17 @@ impl Owned {
         let (config_maps, cw) = reflector::store();
         let (routers, rw) = reflector::store();
         let (listed_tx, routers_listed) = watch::channel(false);
+        let (deployments_listed_tx, deployments_listed) = watch::channel(false);
         let triggers = Triggers {
             deployments: watcher(target.api::<Deployment>(client.clone()), children.clone())
                 .default_backoff()
                 .modify(strip_deployment)
                 .reflect(dw)
+                .inspect(move |ev| {
+                    if matches!(ev, Ok(watcher::Event::InitDone)) {
+                        deployments_listed_tx.send_replace(true);
+                    }
+                })
                 .touched_objects()
                 .boxed(),
             services: watcher(
@@ -117,6 +126,7 @@ impl Owned {
             config_maps,
             routers,
             routers_listed,
+            deployments_listed,
         };
         (owned, triggers)
     }
@@ -132,9 +142,16 @@ impl Owned {
             .map(|r| (*r).clone()))
     }
 
-    /// The cached Deployment `ns/name` (without its pod template).
-    pub(super) fn deployment(&self, ns: &str, name: &str) -> Option<std::sync::Arc<Deployment>> {
-        self.deployments.get(&ObjectRef::new(name).within(ns))
+    /// The cached Deployment `ns/name` (without its pod template) once the Deployments were listed;
+    /// `None` when there is none, `Err` once the cache is gone (the operator stops).
+    pub(super) async fn deployment(
+        &self,
+        ns: &str,
+        name: &str,
+    ) -> Result<Option<std::sync::Arc<Deployment>>, ()> {
+        let mut listed = self.deployments_listed.clone();
+        listed.wait_for(|l| *l).await.map_err(|_| ())?;
+        Ok(self.deployments.get(&ObjectRef::new(name).within(ns)))
     }
 
     /// The cached Deployments controlled by the object of `owner_uid`.
