@@ -27,10 +27,14 @@ pub struct Span {
     pub parent: String,
     /// Span name.
     pub name: String,
+    /// `Span.kind`, as OTLP numbers it (1 internal, 2 server, 3 client, ...).
+    pub kind: i32,
     /// Attributes, values as strings.
     pub attrs: HashMap<String, String>,
     /// `Status.code`: 0 unset, 1 ok, 2 error.
     pub status: i32,
+    /// Its events: each name with its attributes' keys.
+    pub events: Vec<(String, Vec<String>)>,
 }
 
 impl Span {
@@ -82,8 +86,14 @@ impl TraceService for Store {
                         span_id: hex(&s.span_id),
                         parent: hex(&s.parent_span_id),
                         name: s.name,
+                        kind: s.kind,
                         attrs: flat(&s.attributes),
                         status: s.status.map_or(0, |st| st.code),
+                        events: s
+                            .events
+                            .into_iter()
+                            .map(|e| (e.name, e.attributes.into_iter().map(|kv| kv.key).collect()))
+                            .collect(),
                     });
                 }
             }

@@ -6,7 +6,8 @@
 //!   `e2e/cluster/build-prometheus`) returns data for every one of those queries;
 //! - with `OTEL_EXPORTER_OTLP_ENDPOINT` set, it exports a span per reconcile (`reconcile router`,
 //!   `reconcile manager`; failures marked) and per autoscaler decision (`scale manager`) to an OTLP
-//!   receiver in this process, with a resource per the semantic conventions.
+//!   receiver in this process, with a resource per the semantic conventions, each span one the
+//!   operator's span catalog (`switchyard_operator::spans`, docs/reference/spans.md) describes.
 
 use anyhow::{Context, Result, bail, ensure};
 use futures::SinkExt;
@@ -267,6 +268,29 @@ async fn operator_metrics_match_the_dashboard_and_its_spans_reach_the_collector(
     ensure!(
         reconciles as f64 >= counted,
         "{reconciles} reconcile spans for {counted} reconciles"
+    );
+    // Every span is one the span catalog (and so docs/reference/spans.md) describes, of its kind,
+    // with only the attributes and events it lists.
+    let wrong: Vec<String> = spans
+        .iter()
+        .filter_map(|s| {
+            let attrs: Vec<&str> = s.attrs.keys().map(String::as_str).collect();
+            let events: Vec<(&str, Vec<&str>)> = s
+                .events
+                .iter()
+                .map(|(e, keys)| (e.as_str(), keys.iter().map(String::as_str).collect()))
+                .collect();
+            switchyard_operator::spans::check(&s.name, s.kind, &attrs, &events)
+                .err()
+                .map(|e| e.to_string())
+        })
+        .collect();
+    ensure!(
+        wrong.is_empty(),
+        "{} of {} spans differ from the operator's span catalog:\n{}",
+        wrong.len(),
+        spans.len(),
+        wrong.join("\n")
     );
     Ok(())
 }

@@ -30,6 +30,8 @@ mod wiring;
 pub mod nats_access;
 pub mod render;
 pub mod validate;
+// Every span the operator exports: the span reference page and the telemetry e2e read it.
+pub mod spans;
 pub use error::{Error, Result};
 
 // The binary: its flags, its logs, and the operator it runs.

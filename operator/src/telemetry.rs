@@ -1,7 +1,10 @@
 //! Structured logging through `tracing`, and, when `OTEL_EXPORTER_OTLP_ENDPOINT` is set, the
 //! operator's spans (one per reconcile, one per autoscaler decision) exported over OTLP/gRPC
 //! through `tracing-opentelemetry`. Only this crate's spans are exported: kube-runtime's own are
-//! logging detail, not trace structure.
+//! logging detail, not trace structure. Log lines stay logs: the bridge would otherwise attach every
+//! one written inside a span to it as a span event (OpenTelemetry now carries such records as logs,
+//! not span events), and the spans would be exactly what `spans.rs` catalogs only until the next log
+//! line.
 
 use crate::settings::LogFormat;
 use opentelemetry::KeyValue;
@@ -10,7 +13,7 @@ use opentelemetry_otlp::WithExportConfig as _;
 use opentelemetry_sdk::Resource;
 use opentelemetry_sdk::trace::SdkTracerProvider;
 use opentelemetry_semantic_conventions::attribute as attr;
-use tracing_subscriber::filter::Targets;
+use tracing_subscriber::filter::{FilterExt as _, Targets, filter_fn};
 use tracing_subscriber::{EnvFilter, Layer as _, fmt, prelude::*};
 
 /// The variable that turns span export on (and names the collector).
@@ -86,7 +89,9 @@ pub fn init(filter: &str, format: LogFormat, identity: &str) -> anyhow::Result<O
             let layer = tracing_opentelemetry::layer()
                 .with_tracer(provider.tracer("switchyard-operator"))
                 .with_filter(
-                    Targets::new().with_target("switchyard_operator", tracing::Level::INFO),
+                    Targets::new()
+                        .with_target("switchyard_operator", tracing::Level::INFO)
+                        .and(filter_fn(|meta| meta.is_span())),
                 );
             (Some(layer), Some(Tracing(provider)))
         }

@@ -15,6 +15,7 @@ pub mod memory;
 pub mod nats_access;
 pub mod path_template;
 pub mod ports;
+pub mod spans;
 pub mod stream;
 pub mod tracestate;
 

@@ -4,44 +4,7 @@
 //! checked against it ([`check`]), so the list, the page and the code cannot drift apart.
 
 use opentelemetry_semantic_conventions::attribute as attr;
-
-/// The kind of a span, as OTLP numbers it.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Kind {
-    Internal = 1,
-    Server = 2,
-    Client = 3,
-    Producer = 4,
-}
-
-impl Kind {
-    /// Its name in OTLP's JSON and in trace viewers.
-    pub fn name(self) -> &'static str {
-        match self {
-            Kind::Internal => "INTERNAL",
-            Kind::Server => "SERVER",
-            Kind::Client => "CLIENT",
-            Kind::Producer => "PRODUCER",
-        }
-    }
-}
-
-/// One span.
-#[derive(Debug)]
-pub struct SpanDoc {
-    /// Its name; `{…}` stands for a part that varies (without spaces), `{METHOD}` for an HTTP
-    /// method (upper-case letters).
-    pub name: &'static str,
-    pub kind: Kind,
-    /// `router`, `manager`, or both.
-    pub role: &'static str,
-    /// When it is made.
-    pub when: &'static str,
-    /// Every attribute it may carry (some only on an outcome).
-    pub attributes: &'static [&'static str],
-    /// Its events, each with the attributes it may carry.
-    pub events: &'static [(&'static str, &'static [&'static str])],
-}
+pub use switchyard_protocol::spans::{Kind, Mismatch, SpanDoc};
 
 const RESPONSE_STATUS: &str = "switchyard.response.status";
 
@@ -237,99 +200,19 @@ pub const SPANS: &[SpanDoc] = &[
     },
 ];
 
-/// The entry a span named `name` is made from: of those whose pattern matches, the one with the
-/// most fixed text (`broker orders` is a broker span, not an HTTP request of method `broker`).
+/// The entry a span named `name` is made from (see [`switchyard_protocol::spans::find`]).
 pub fn find(name: &str) -> Option<&'static SpanDoc> {
-    SPANS
-        .iter()
-        .filter(|doc| matches(doc.name, name))
-        .max_by_key(|doc| fixed_len(doc.name))
+    switchyard_protocol::spans::find(SPANS, name)
 }
 
-/// How an exported span differs from the catalog.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum Mismatch {
-    #[error("span {0:?} is not in the span catalog")]
-    Unknown(String),
-    #[error("span {span:?} (catalog entry {entry:?}): {}", problems.join("; "))]
-    Differs {
-        span: String,
-        entry: &'static str,
-        problems: Vec<String>,
-    },
-}
-
-/// Checks a span as exported: a known name, of its kind (OTLP's number), with only the attributes
-/// and events its entry lists. Every problem, named.
+/// Checks a span as a sidecar exported it against [`SPANS`]: every problem, named.
 pub fn check(
     name: &str,
     kind: i32,
     attributes: &[&str],
     events: &[(&str, Vec<&str>)],
 ) -> Result<(), Mismatch> {
-    let Some(doc) = find(name) else {
-        return Err(Mismatch::Unknown(name.to_owned()));
-    };
-    let mut wrong = Vec::new();
-    if kind != doc.kind as i32 {
-        wrong.push(format!("kind {kind}, the catalog says {}", doc.kind.name()));
-    }
-    for a in attributes.iter().filter(|a| !doc.attributes.contains(a)) {
-        wrong.push(format!("attribute {a:?} not listed"));
-    }
-    for (event, attrs) in events {
-        match doc.events.iter().find(|(e, _)| e == event) {
-            None => wrong.push(format!("event {event:?} not listed")),
-            Some((_, listed)) => {
-                for a in attrs.iter().filter(|a| !listed.contains(a)) {
-                    wrong.push(format!("attribute {a:?} of event {event:?} not listed"));
-                }
-            }
-        }
-    }
-    if wrong.is_empty() {
-        Ok(())
-    } else {
-        Err(Mismatch::Differs {
-            span: name.to_owned(),
-            entry: doc.name,
-            problems: wrong,
-        })
-    }
-}
-
-/// Whether `name` fits `pattern` word by word: a word with `{…}` fits any word that has its text
-/// before and after the braces around something; `{METHOD}` only an upper-case word.
-fn matches(pattern: &str, name: &str) -> bool {
-    let (mut p, mut n) = (pattern.split(' '), name.split(' '));
-    loop {
-        match (p.next(), n.next()) {
-            (None, None) => return true,
-            (Some(pw), Some(nw)) if word_matches(pw, nw) => {}
-            _ => return false,
-        }
-    }
-}
-
-fn word_matches(pattern: &str, word: &str) -> bool {
-    if pattern == "{METHOD}" {
-        return !word.is_empty() && word.bytes().all(|b| b.is_ascii_uppercase());
-    }
-    let Some((before, rest)) = pattern.split_once('{') else {
-        return pattern == word;
-    };
-    let after = rest.split_once('}').map_or("", |(_, a)| a);
-    word.len() > before.len() + after.len() && word.starts_with(before) && word.ends_with(after)
-}
-
-fn fixed_len(pattern: &str) -> usize {
-    pattern
-        .split(' ')
-        .map(|w| match w.split_once('{') {
-            None => w.len(),
-            Some((before, rest)) => before.len() + rest.split_once('}').map_or(0, |(_, a)| a.len()),
-        })
-        .sum()
+    switchyard_protocol::spans::check(SPANS, name, kind, attributes, events)
 }
 
 #[cfg(test)]
@@ -356,36 +239,6 @@ mod tests {
             find("switchyard.v1.Gateway/").is_none(),
             "a placeholder is not empty"
         );
-    }
-
-    #[test]
-    fn a_span_with_an_attribute_or_kind_the_catalog_lacks_is_named() {
-        assert!(
-            check(
-                "send orders",
-                Kind::Client as i32,
-                &[attr::MESSAGING_SYSTEM],
-                &[]
-            )
-            .is_ok()
-        );
-        let e = check("send orders", Kind::Server as i32, &["made.up"], &[])
-            .expect_err("two")
-            .to_string();
-        assert!(e.contains("kind 2") && e.contains("\"made.up\""), "{e}");
-        let e = check(
-            "deliver orders",
-            Kind::Client as i32,
-            &[],
-            &[("retry", vec![attr::ERROR_TYPE, "x"]), ("oops", vec![])],
-        )
-        .expect_err("events")
-        .to_string();
-        assert!(
-            e.contains("\"x\" of event \"retry\"") && e.contains("\"oops\""),
-            "{e}"
-        );
-        assert!(check("nothing at all here", 1, &[], &[]).is_err());
     }
 
     #[test]
