@@ -7,7 +7,8 @@
 //! event (type, ce-id, status, trace, latency; the Router's as JSON lines, parsed), filtered in the
 //! sidecar, and no credential. A ServiceAccount that may list pods but do nothing on
 //! `pods/portforward`, then only `create` it, is refused with the API server's reason naming the
-//! verb missing and what a tap needs; granted `get` too, the same kubeconfig taps.
+//! verb missing and what a tap needs; granted `get` too, the same kubeconfig taps. Last, with the
+//! Manager at two pods, one tap of it forwards to both and shows the events each pod handled.
 
 use anyhow::{Context, Result, bail, ensure};
 use k8s_openapi::api::core::v1::Pod;
@@ -83,7 +84,82 @@ async fn tap_the_quickstart(c: &'static Cluster, node: &Node) -> Result<()> {
     };
     let cli = cli_binary().await?;
     both_taps_show_the_same_event_without_credentials(&cli, &c.kubeconfig, &pods, &http).await?;
-    without_portforward_rbac_the_tap_is_refused_naming_it(c, &cli, &pods).await
+    without_portforward_rbac_the_tap_is_refused_naming_it(c, &cli, &pods).await?;
+    a_tap_of_a_scaled_manager_reads_every_pod(c, node, &cli, &pods.ns, &http).await
+}
+
+/// The Manager at two pods (`kubectl scale manager handlers --replicas 2`): one tap of
+/// `--manager handlers` opens a port-forward to each and shows the events each pod handled, named
+/// by pod.
+async fn a_tap_of_a_scaled_manager_reads_every_pod(
+    c: &Cluster,
+    node: &Node,
+    cli: &Path,
+    ns: &str,
+    http: &RouterClient,
+) -> Result<()> {
+    c.kubectl()
+        .args(["-n", ns, "scale", "manager", "handlers", "--replicas", "2"])
+        .ok()
+        .await?;
+    let client = c.client().await?;
+    let names = eventually("two Ready manager pods on the node", timeout(), || async {
+        let pods = live_pods(&client, ns, MANAGER_PODS).await?;
+        ensure!(pods.len() == 2, "{} pods {MANAGER_PODS}", pods.len());
+        for p in &pods {
+            check_running_on(p, &node.name)?;
+        }
+        Ok(pods
+            .iter()
+            .map(|p| format!("manager {ns}/{}", p.name_any()))
+            .collect::<Vec<_>>())
+    })
+    .await?;
+    let mut tap = Tap::start(
+        cli,
+        [
+            "--kubeconfig".to_owned(),
+            c.kubeconfig.display().to_string(),
+            "-n".to_owned(),
+            ns.to_owned(),
+            "--manager".to_owned(),
+            "handlers".to_owned(),
+        ],
+    )?;
+    let checked: Result<()> = async {
+        for name in &names {
+            tap.seen_or_wait(&format!("{name}'s tap open"), |l| {
+                l == format!("[{name}] tapping the manager (at most 100 events/s)")
+            })
+            .await?;
+        }
+        // The router spreads requests over the pods once both are in its table: send until each
+        // pod's tap has shown one.
+        let deadline = tokio::time::Instant::now() + timeout();
+        loop {
+            let noop = send(http, "GET", "/noop", None).await?;
+            ensure!(noop == 200, "GET /noop answered {noop}");
+            let out = tap.output();
+            let quiet: Vec<&String> = names
+                .iter()
+                .filter(|n| !out.contains(&format!("[{n}] 200 type=noop ")))
+                .collect();
+            if quiet.is_empty() {
+                return Ok(());
+            }
+            ensure!(
+                tokio::time::Instant::now() < deadline,
+                "no noop tapped at {quiet:?} within {:?}:\n{out}",
+                timeout()
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+    .await;
+    tap.stop().await?;
+    checked?;
+    eprintln!("[e2e] one tap read both manager pods: {names:?}");
+    Ok(())
 }
 
 /// The namespace and pod names of the applied quickstart.
