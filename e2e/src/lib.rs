@@ -9,6 +9,7 @@
 //! Nothing here skips: when the cluster cannot start, the charts cannot be installed or the
 //! operator cannot be built, every test that needs them fails with the reason and the log tail.
 
+pub mod ca_secret;
 pub mod client;
 pub mod cluster;
 pub mod cmd;

@@ -13,15 +13,14 @@
 //! an issuer with less than 30 days left signs.
 
 use anyhow::{Context, Result, bail, ensure};
-use k8s_openapi::ByteString;
 use k8s_openapi::api::core::v1::Secret;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
-use kube::api::{Api, PostParams};
-use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, KeyPair, KeyUsagePurpose};
+use kube::api::Api;
 use rustls_pki_types::CertificateDer;
 use std::time::SystemTime;
 use switchyard_crds::status::MESH_TRUST;
 use switchyard_crds::{Manager, Router};
+use switchyard_e2e::ca_secret::{issuer_for, write};
 use switchyard_e2e::identity::channel;
 use switchyard_e2e::mesh_release::{CA_SECRET, MeshRelease, NAMESPACE};
 use switchyard_e2e::operator::{OperatorLock, free_port};
@@ -37,23 +36,6 @@ use switchyard_protocol::control::v1::identity_client::IdentityClient;
 fn intermediate(root: &CaPem) -> Result<(String, String)> {
     // Ninety days, as a cert-manager issuer: shorter-lived than the root (the expiry gauges differ).
     issuer_for(root, 90)
-}
-
-/// An issuer under `root` valid for `days`: certificate and key, PEM.
-fn issuer_for(root: &CaPem, days: u64) -> Result<(String, String)> {
-    let root_issuer = rcgen::Issuer::from_ca_cert_pem(&root.cert, KeyPair::from_pem(&root.key)?)?;
-    let key = KeyPair::generate()?;
-    let mut params = CertificateParams::default();
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "switchyard issuer (e2e)");
-    params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
-    params.key_usages = vec![KeyUsagePurpose::KeyCertSign, KeyUsagePurpose::CrlSign];
-    let now = SystemTime::now();
-    params.not_before = (now - std::time::Duration::from_secs(60)).into();
-    params.not_after = (now + std::time::Duration::from_secs(days * 24 * 3600)).into();
-    let cert = params.signed_by(&key, &root_issuer)?;
-    Ok((cert.pem(), key.serialize_pem()))
 }
 
 fn ders(text: &str) -> Result<Vec<CertificateDer<'static>>> {
@@ -73,20 +55,6 @@ async fn trust_of(
         .with_context(|| format!("Identity.Trust of {}", op.identity))?
         .into_inner();
     Ok((reply.anchors, reply.signer))
-}
-
-/// Writes `data` entries into the CA Secret.
-async fn write(secrets: &Api<Secret>, entries: &[(&str, &str)]) -> Result<()> {
-    let mut s = secrets.get(CA_SECRET).await?;
-    let data = s.data.get_or_insert_default();
-    for (k, v) in entries {
-        data.insert((*k).to_owned(), ByteString(v.as_bytes().to_vec()));
-    }
-    secrets
-        .replace(CA_SECRET, &PostParams::default(), &s)
-        .await
-        .context("writing the CA Secret")?;
-    Ok(())
 }
 
 /// Waits until both replicas answer `anchors` and, when given, `signer`.
@@ -218,7 +186,7 @@ async fn rotate(c: &switchyard_e2e::Cluster, ops: &mut Replicas) -> Result<()> {
 
     // 1. The new root joins the bundle.
     let bundle = format!("{r1_pem}{}", r2.cert);
-    write(&secrets, &[("ca.crt", &bundle)]).await?;
+    write(&secrets, CA_SECRET, &[("ca.crt", &bundle)]).await?;
     both_show(
         ops,
         "both replicas trust both roots",
@@ -229,7 +197,12 @@ async fn rotate(c: &switchyard_e2e::Cluster, ops: &mut Replicas) -> Result<()> {
     .await?;
 
     // 2. The issuer is re-issued under the new root (announced, signing after 2 s).
-    write(&secrets, &[("tls.crt", &i2_pem), ("tls.key", &i2_key)]).await?;
+    write(
+        &secrets,
+        CA_SECRET,
+        &[("tls.crt", &i2_pem), ("tls.key", &i2_key)],
+    )
+    .await?;
     both_show(
         ops,
         "both replicas sign with the new issuer",
@@ -240,7 +213,7 @@ async fn rotate(c: &switchyard_e2e::Cluster, ops: &mut Replicas) -> Result<()> {
     .await?;
 
     // 3. The old root leaves; each replica's own certificate now verifies under the new root alone.
-    write(&secrets, &[("ca.crt", &r2.cert)]).await?;
+    write(&secrets, CA_SECRET, &[("ca.crt", &r2.cert)]).await?;
     both_show(
         ops,
         "both replicas trust the new root only",
@@ -334,7 +307,12 @@ async fn rotate(c: &switchyard_e2e::Cluster, ops: &mut Replicas) -> Result<()> {
     // An issuer with 20 days left: every object says so, naming its end.
     let (i3_pem, i3_key) = issuer_for(&r2, 20)?;
     let i3 = ders(&i3_pem)?;
-    write(&secrets, &[("tls.crt", &i3_pem), ("tls.key", &i3_key)]).await?;
+    write(
+        &secrets,
+        CA_SECRET,
+        &[("tls.crt", &i3_pem), ("tls.key", &i3_key)],
+    )
+    .await?;
     let soon = format!("the mesh issuer expires at {}", date_of(&i3[0])?);
     trust_says(&client, &ns.name, "ExpiresSoon", &soon).await?;
     eprintln!(

@@ -30,6 +30,8 @@ use switchyard_e2e::release::{Release, release};
 use switchyard_e2e::{Cluster, TestNamespace, cluster, eventually, fixtures, timeout};
 use tokio::sync::OnceCell;
 
+#[path = "pods/ca_rotation.rs"]
+mod ca_rotation;
 #[path = "pods/durable.rs"]
 mod durable;
 #[path = "pods/memory.rs"]
@@ -136,6 +138,12 @@ fn main() -> ExitCode {
         (
             "a_nodeport_router_is_reached_from_outside_the_node_with_the_clients_address",
             |e| Box::pin(nodeport::nodeport_router_reached_from_outside_the_node(e)),
+        ),
+        // It leaves the operator signing with another issuer under another root, as a user's
+        // rotation does: any trial after it runs on the rotated CA.
+        (
+            "a_staged_ca_rotation_under_load_through_real_pods_fails_no_request",
+            |e| Box::pin(ca_rotation::a_staged_ca_rotation_under_load_fails_no_request(e)),
         ),
     ];
     let trials = tests

@@ -105,6 +105,7 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             metrics.clone(),
             futures::future::pending::<()>(),
         ));
+        tokio::spawn(identity::gone_pods::run(client.clone(), identity.clone()));
         if settings.jetstream_insecure {
             tracing::warn!(
                 "--jetstream-insecure: durable events travel to JetStream in the clear, and any pod that reaches it can read, publish or delete them"

@@ -1,6 +1,8 @@
 //! The certificates this replica issued that are still in use (pure but for the lock): the latest
-//! per pod, until it expires. They tell when a rotation is done: once no pod's latest certificate
-//! is from a previous issuer, the old root can leave the bundle.
+//! per pod, until it expires or the pod is gone. They tell when a rotation is done: once no pod's
+//! latest certificate is from a previous issuer, the old root can leave the bundle. A pod deleted
+//! before it renewed (a rollout, a scale-down) would otherwise count for the rest of its
+//! certificate's life, a day by default: `gone_pods` looks those up and forgets them.
 
 use rustls_pki_types::CertificateDer;
 use std::collections::HashMap;
@@ -23,10 +25,13 @@ pub(crate) struct Leaves {
     pub previous: usize,
 }
 
+/// A pod: its namespace and name.
+pub(crate) type PodKey = (String, String);
+
 /// The latest certificate of each pod: its end of validity and its issuer.
 #[derive(Default)]
 pub(crate) struct LeafBook {
-    latest: Mutex<HashMap<(String, String), (SystemTime, CertificateDer<'static>)>>,
+    latest: Mutex<HashMap<PodKey, (SystemTime, CertificateDer<'static>)>>,
 }
 
 impl LeafBook {
@@ -40,7 +45,7 @@ impl LeafBook {
         let Ok(mut map) = self.latest.lock() else {
             return;
         };
-        let key = (subject.id.uri(), subject.pod.clone());
+        let key = (subject.id.namespace.clone(), subject.pod.clone());
         if map.len() >= MAX_LEAVES && !map.contains_key(&key) {
             let now = SystemTime::now();
             map.retain(|_, (t, _)| *t > now);
@@ -67,6 +72,26 @@ impl LeafBook {
             out.oldest_expiry = Some(out.oldest_expiry.map_or(*t, |o| o.min(*t)));
         }
         out
+    }
+
+    /// At most `max` of the pods whose latest certificate another issuer than `signer` signed:
+    /// those a rotation waits on.
+    pub(crate) fn previous_pods(&self, signer: &CertificateDer<'_>, max: usize) -> Vec<PodKey> {
+        let Ok(map) = self.latest.lock() else {
+            return Vec::new();
+        };
+        map.iter()
+            .filter(|(_, (_, by))| by.as_ref() != signer.as_ref())
+            .map(|(k, _)| k.clone())
+            .take(max)
+            .collect()
+    }
+
+    /// Forgets the certificate of `pod`: the pod is gone, nothing uses it any more.
+    pub(crate) fn forget(&self, pod: &PodKey) {
+        if let Ok(mut map) = self.latest.lock() {
+            map.remove(pod);
+        }
     }
 }
 
@@ -106,5 +131,20 @@ mod tests {
         let s = book.summary(&new, now + Duration::from_secs(60));
         assert_eq!((s.current, s.previous), (1, 0));
         assert_eq!(s.oldest_expiry, Some(now + Duration::from_secs(200)));
+    }
+
+    #[test]
+    fn a_forgotten_pod_no_longer_holds_the_rotation() {
+        let now = SystemTime::now();
+        let (old, new) = (CertificateDer::from(vec![1]), CertificateDer::from(vec![2]));
+        let book = LeafBook::default();
+        book.issued(&pod("a"), now + Duration::from_secs(100), &old);
+        book.issued(&pod("b"), now + Duration::from_secs(100), &new);
+        let waiting = book.previous_pods(&new, 10);
+        assert_eq!(waiting, vec![("shop".to_owned(), "a".to_owned())]);
+        assert!(book.previous_pods(&new, 0).is_empty(), "at most max");
+        book.forget(&waiting[0]);
+        let s = book.summary(&new, now);
+        assert_eq!((s.current, s.previous), (1, 0));
     }
 }

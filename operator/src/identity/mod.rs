@@ -6,12 +6,14 @@
 //!
 //! `owner` is the pure core (review status, pod, owners -> who), `review` the API shell,
 //! `throttle` what keeps it cheap (rate limits per caller, reviews cached by token hash),
-//! `ca_secret` the CA's storage, `rotation` the watch of it, `leaves` the certificates in use,
-//! `expiry` what the `MeshTrust` condition says and `condition` its writer.
+//! `ca_secret` the CA's storage, `rotation` the watch of it, `leaves` the certificates in use and
+//! `gone_pods` what forgets those of deleted pods, `expiry` what the `MeshTrust` condition says and
+//! `condition` its writer.
 
 pub(crate) mod ca_secret;
 pub(crate) mod condition;
 pub(crate) mod expiry;
+pub(crate) mod gone_pods;
 pub(crate) mod leaves;
 pub(crate) mod owner;
 pub(crate) mod review;
