@@ -32,6 +32,8 @@ use tokio::sync::OnceCell;
 
 #[path = "pods/durable.rs"]
 mod durable;
+#[path = "pods/handlers.rs"]
+mod handlers;
 #[path = "pods/memory.rs"]
 mod memory;
 #[path = "pods/nodeport.rs"]
@@ -136,6 +138,10 @@ fn main() -> ExitCode {
         (
             "a_nodeport_router_is_reached_from_outside_the_node_with_the_clients_address",
             |e| Box::pin(nodeport::nodeport_router_reached_from_outside_the_node(e)),
+        ),
+        (
+            "the_python_js_and_go_handler_examples_answer_through_real_pods_from_their_images",
+            |e| Box::pin(handlers::handler_examples_answer_from_their_images(e)),
         ),
     ];
     let trials = tests
