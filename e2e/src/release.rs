@@ -21,6 +21,9 @@ use tokio::sync::OnceCell;
 /// The version the tests release: the workspace's, so the examples' image tags resolve too.
 pub const VERSION: &str = env!("CARGO_PKG_VERSION");
 
+/// The languages of the handler examples released as images (`switchyard-example-<lang>`).
+pub const HANDLERS: [&str; 3] = ["python", "js", "go"];
+
 /// An image in the registry: its reference by digest and that digest.
 #[derive(Clone, Debug)]
 pub struct Pushed {
@@ -43,6 +46,8 @@ pub struct Release {
     pub sidecar: Pushed,
     /// The example app.
     pub example_app: Pushed,
+    /// The handler examples' images (`examples/cluster/<lang>.yaml`), by language: python, js, go.
+    pub handlers: BTreeMap<&'static str, Pushed>,
     /// nats-server, mirrored into the registry as `<registry>/nats:<tag>`.
     pub nats: Pushed,
     /// Its tag (the nats-server version).
@@ -91,12 +96,18 @@ async fn make(node: &Node) -> Result<Release> {
     let images = read_env(&dir.join("images.env"))?;
     let charts = read_env(&dir.join("charts.env"))?;
     let (nats, nats_tag) = mirror_nats(node, &dir.join("images")).await?;
+    let mut handlers = BTreeMap::new();
+    for lang in HANDLERS {
+        let key = format!("EXAMPLE_{}", lang.to_uppercase());
+        handlers.insert(lang, pushed(&images, &key, &dir)?);
+    }
     Ok(Release {
         version: VERSION.to_string(),
         registry: node.registry.clone(),
         operator: pushed(&images, "OPERATOR", &dir)?,
         sidecar: pushed(&images, "SIDECAR", &dir)?,
         example_app: pushed(&images, "EXAMPLE_APP", &dir)?,
+        handlers,
         nats,
         nats_tag,
         operator_chart: get(&charts, "SWITCHYARD_OPERATOR_CHART", &dir)?,

@@ -1426,7 +1426,12 @@ async fn check_and_the_api_server_agree_on_every_example_and_refused_fixture() -
     let cli = switchyard_e2e::sidecar::cli_binary().await?;
     let root = switchyard_e2e::repo_root().join("examples");
     let mut files = Vec::new();
-    for dir in [root.clone(), root.join("accepted"), root.join("refused")] {
+    for dir in [
+        root.clone(),
+        root.join("cluster"),
+        root.join("accepted"),
+        root.join("refused"),
+    ] {
         for e in std::fs::read_dir(&dir).with_context(|| dir.display().to_string())? {
             let p = e?.path();
             if p.extension().is_some_and(|x| x == "yaml") {

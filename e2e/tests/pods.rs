@@ -34,6 +34,8 @@ use tokio::sync::OnceCell;
 mod ca_rotation;
 #[path = "pods/durable.rs"]
 mod durable;
+#[path = "pods/handlers.rs"]
+mod handlers;
 #[path = "pods/memory.rs"]
 mod memory;
 #[path = "pods/nodeport.rs"]
@@ -144,6 +146,10 @@ fn main() -> ExitCode {
         (
             "a_staged_ca_rotation_under_load_through_real_pods_fails_no_request",
             |e| Box::pin(ca_rotation::a_staged_ca_rotation_under_load_fails_no_request(e)),
+        ),
+        (
+            "the_python_js_and_go_handler_examples_answer_through_real_pods_from_their_images",
+            |e| Box::pin(handlers::handler_examples_answer_from_their_images(e)),
         ),
     ];
     let trials = tests
