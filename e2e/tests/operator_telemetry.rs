@@ -280,9 +280,15 @@ async fn operator_metrics_match_the_dashboard_and_its_spans_reach_the_collector(
                 .iter()
                 .map(|(e, keys)| (e.as_str(), keys.iter().map(String::as_str).collect()))
                 .collect();
-            switchyard_operator::spans::check(&s.name, s.kind, &attrs, &events)
-                .err()
-                .map(|e| e.to_string())
+            switchyard_protocol::spans::check(
+                switchyard_operator::spans::SPANS,
+                &s.name,
+                s.kind,
+                &attrs,
+                &events,
+            )
+            .err()
+            .map(|e| e.to_string())
         })
         .collect();
     ensure!(

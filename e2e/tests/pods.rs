@@ -924,13 +924,7 @@ async fn mesh_is_certified(env: &'static Env) -> Result<()> {
         &[("side", "client"), ("result", "ok")],
     );
     ensure!(client_ok >= 1.0, "the router made no mTLS handshake");
-    let op = env
-        .operator
-        .lock()
-        .ok()
-        .and_then(|o| o.as_ref().map(|o| o.pod_ip))
-        .context("no operator pod")?;
-    let op_metrics = pod_metrics(op, pod_operator::METRICS_PORT).await?;
+    let op_metrics = operator_metrics(env).await?;
     for kind in ["router", "manager"] {
         let n = sample(
             &op_metrics,
@@ -1143,6 +1137,17 @@ async fn two_subscribers_receive_a_publish(env: &'static Env) -> Result<()> {
     }
     eprintln!("[e2e] order.created reached billing and shipping in their pods, once each");
     Ok(())
+}
+
+/// `/metrics` of the operator pod.
+async fn operator_metrics(env: &Env) -> Result<String> {
+    let op = env
+        .operator
+        .lock()
+        .ok()
+        .and_then(|o| o.as_ref().map(|o| o.pod_ip))
+        .context("no operator pod")?;
+    pod_metrics(op, pod_operator::METRICS_PORT).await
 }
 
 /// `/metrics` of the pod at `ip` on `port`.

@@ -1,9 +1,9 @@
 //! Every span the operator exports (pure): the reconciles of each controller and the autoscaler's
 //! decisions. The user guide's span reference (`docs/reference/spans.md`) is written from this list
 //! beside the sidecar's, and `e2e/tests/operator_telemetry.rs` checks every span a real operator
-//! sends its OTLP receiver against it ([`check`]).
+//! sends its OTLP receiver against it (`switchyard_protocol::spans::check`).
 
-use switchyard_protocol::spans::{Kind, Mismatch, SpanDoc};
+use switchyard_protocol::spans::{Kind, SpanDoc};
 
 /// What `tracing-opentelemetry` adds to every span: where it was made, on which thread, and how
 /// long it was busy and idle.
@@ -83,26 +83,17 @@ pub const SPANS: &[SpanDoc] = &[
     },
 ];
 
-/// Checks a span as the operator exported it against [`SPANS`]: every problem, named.
-pub fn check(
-    name: &str,
-    kind: i32,
-    attributes: &[&str],
-    events: &[(&str, Vec<&str>)],
-) -> Result<(), Mismatch> {
-    switchyard_protocol::spans::check(SPANS, name, kind, attributes, events)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use switchyard_protocol::spans::check;
 
     #[test]
     fn a_reconcile_span_names_its_object_and_the_bridge_fields() {
         let attrs = ["router", "namespace", "busy_ns", "code.line.number"];
-        assert!(check("reconcile router", 1, &attrs, &[]).is_ok());
-        let e = check("reconcile router", 1, &["manager"], &[]).expect_err("manager");
+        assert!(check(SPANS, "reconcile router", 1, &attrs, &[]).is_ok());
+        let e = check(SPANS, "reconcile router", 1, &["manager"], &[]).expect_err("manager");
         assert!(e.to_string().contains("\"manager\" not listed"), "{e}");
-        assert!(check("reconcile gateway", 1, &[], &[]).is_err());
+        assert!(check(SPANS, "reconcile gateway", 1, &[], &[]).is_err());
     }
 }

@@ -10,7 +10,8 @@
 //! no certification or handshake fails; the same pods run with no container restarted.
 
 use super::{
-    Env, MANAGER_PODS, ROUTER_PODS, apply_quickstart, describe, failures, pod_metrics, sample,
+    Env, MANAGER_PODS, ROUTER_PODS, apply_quickstart, describe, failures, operator_metrics,
+    pod_metrics, sample,
 };
 use anyhow::{Context, Result, ensure};
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -231,17 +232,11 @@ async fn rotate(
     )
     .await?;
     // As the runbook says: until the operator counts no leaf of the previous issuer.
-    let op = env
-        .operator
-        .lock()
-        .ok()
-        .and_then(|o| o.as_ref().map(|o| o.pod_ip))
-        .context("no operator pod")?;
     eventually(
         "the operator to count no leaf of the previous issuer",
         timeout(),
         || async {
-            let m = pod_metrics(op, pod_operator::METRICS_PORT).await?;
+            let m = operator_metrics(env).await?;
             let previous = sample(&m, LEAVES, &[("issuer", "previous")]);
             ensure!(previous == 0.0, "{previous} leaves of the previous issuer");
             Ok(())

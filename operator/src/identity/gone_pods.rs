@@ -43,8 +43,10 @@ pub(crate) async fn run(client: kube::Client, identity: Arc<MeshIdentity>) {
                         identity.leaves.forget(&(namespace.clone(), pod));
                     }
                 }
+                // Seen only during a rotation, every round until it works: the runbook's wait for
+                // the previous issuer's leaves to reach 0 depends on it.
                 Err(e) => {
-                    tracing::debug!(namespace, error = %e, "listing pods failed; looking again later");
+                    tracing::warn!(namespace, error = %e, "listing the pods a mesh CA rotation waits on failed; trying again in 5 s");
                 }
             }
         }
