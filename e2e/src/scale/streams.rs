@@ -177,6 +177,14 @@ impl Streams {
     }
 }
 
+/// The loopback address stream `s` connects from: one of its own, as each sidecar is a pod with its
+/// own address, so the control plane's cap per peer address (64 connections) counts each stream as
+/// the peer it stands for (500 streams from 127.0.0.1 alone were refused past the 64th).
+fn source_address(s: usize) -> std::net::IpAddr {
+    let [hi, lo] = u16::try_from(s + 1).unwrap_or(u16::MAX).to_be_bytes();
+    std::net::IpAddr::V4(std::net::Ipv4Addr::new(127, 1, hi, lo))
+}
+
 /// Follows Router `router` (namespace `ns`) at `url` as stream `s` until the task is aborted.
 pub async fn follow(
     streams: Arc<Streams>,
@@ -189,7 +197,10 @@ pub async fn follow(
     let stats = streams.stats[s].clone();
     loop {
         let ended = async {
-            let channel = Endpoint::from_shared(url.clone())?.connect().await?;
+            let channel = Endpoint::from_shared(url.clone())?
+                .local_address(Some(source_address(s)))
+                .connect()
+                .await?;
             let mut client = ControlPlaneClient::new(channel).max_decoding_message_size(64 << 20);
             let mut stream = client
                 .watch_routes(WatchRoutesRequest {
