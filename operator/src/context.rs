@@ -21,6 +21,8 @@ pub(crate) struct Context {
     pub scope: Scope,
     /// The pace of sidecar image changes across the mesh (`--sidecar-rollouts-at-once`).
     pub rollouts: SidecarRollouts,
+    /// Changes of the mesh's trust (with mesh TLS): every Router and Manager is reconciled again.
+    pub trust_changes: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl Context {
@@ -43,7 +45,17 @@ impl Context {
             render,
             scope,
             rollouts: SidecarRollouts::new(DEFAULT_ROLLOUTS_AT_ONCE),
+            trust_changes: None,
         }
+    }
+
+    /// Every Router and Manager is reconciled again when `changes` moves.
+    pub(crate) fn with_trust_changes(
+        mut self,
+        changes: Option<tokio::sync::watch::Receiver<u64>>,
+    ) -> Self {
+        self.trust_changes = changes;
+        self
     }
 
     /// At most `at_once` Deployments change their sidecar image at a time.

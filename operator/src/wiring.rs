@@ -232,7 +232,8 @@ pub async fn run(settings: Settings) -> anyhow::Result<ExitCode> {
             identity,
             settings.watch_namespaces.clone(),
         )
-        .with_rollouts_at_once(settings.sidecar_rollouts_at_once),
+        .with_rollouts_at_once(settings.sidecar_rollouts_at_once)
+        .with_trust_changes(mesh.as_ref().map(|m| m.trust_changes())),
     );
     // Controllers stop on a shutdown signal or when leadership is lost; losing it exits non-zero so the
     // pod restarts as a fresh candidate rather than keeping stale caches.

@@ -65,6 +65,7 @@ pub(crate) async fn run(
                 .map(|m| ObjectRef::from_obj(&*m))
                 .collect::<Vec<_>>()
         })
+        .reconcile_all_on(super::trust_changes(&ctx))
         .graceful_shutdown_on(shutdown.clone())
         .run(
             reconcile,

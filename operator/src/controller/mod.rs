@@ -56,6 +56,19 @@ pub(crate) async fn run(
     );
 }
 
+/// A reconcile of every object each time the mesh's trust changes: each sidecar ConfigMap carries
+/// the trust bundle (`ca.crt`) a new pod starts with, and the periodic resync would bring it only
+/// minutes later, while a pod bootstrapped with the old bundle cannot verify an operator whose
+/// certificate a new issuer signed. Without mesh TLS, a stream that ends at once.
+fn trust_changes(ctx: &Context) -> impl futures::Stream<Item = ()> + Send + Sync + 'static {
+    use futures::StreamExt;
+    let changes = ctx
+        .trust_changes
+        .clone()
+        .unwrap_or_else(|| tokio::sync::watch::channel(0).1);
+    tokio_stream::wrappers::WatchStream::from_changes(changes).map(|_| ())
+}
+
 /// Field manager of the autoscaler's status fields (desired replicas, load figures): apart from the
 /// controllers' so server-side apply merges the two writers' fields instead of one erasing the other.
 pub(crate) const AUTOSCALER_FIELD_MANAGER: &str = "switchyard-autoscaler";

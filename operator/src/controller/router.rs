@@ -56,6 +56,7 @@ pub(super) async fn run(
         m.namespace()
             .map(|ns| ObjectRef::<Router>::new(&m.spec.router_ref.name).within(&ns))
     })
+    .reconcile_all_on(super::trust_changes(&ctx))
     .graceful_shutdown_on(shutdown.clone())
     .run(reconcile, error_policy, Arc::new(Shared { ctx, managers }));
     super::drain(stream, NAME, shutdown).await;

@@ -112,9 +112,23 @@ pub(crate) struct MeshIdentity {
     pub settings: IdentitySettings,
     /// The certificates issued that are still in use.
     pub leaves: Arc<leaves::LeafBook>,
+    /// Bumped when the trust (anchors or issuers) changes: the controllers re-render every
+    /// sidecar ConfigMap's `ca.crt` at once, so a pod that starts during a rotation trusts the
+    /// new root from its first call (the operator's own certificate moves to the new issuer).
+    trust_changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl MeshIdentity {
+    /// Says that the trust changed (the rotation watch calls it).
+    pub(crate) fn trust_changed(&self) {
+        self.trust_changes.send_modify(|n| *n = n.wrapping_add(1));
+    }
+
+    /// Follows the changes [`MeshIdentity::trust_changed`] says.
+    pub(crate) fn trust_changes(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.trust_changes.subscribe()
+    }
+
     /// Loads (or makes) the CA and certifies the operator itself.
     pub(crate) async fn start(
         client: &kube::Client,
@@ -147,6 +161,7 @@ impl MeshIdentity {
             issuing: Arc::new(Issuing::new(authority, subject, settings.lifetime)?),
             settings,
             leaves: Arc::default(),
+            trust_changes: tokio::sync::watch::Sender::new(0),
         })
     }
 

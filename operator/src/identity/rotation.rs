@@ -49,6 +49,7 @@ pub(crate) async fn run(
                 match identity.issuing.tick(SystemTime::now()) {
                     Ok(true) => {
                         metrics.ca_rotation("switched");
+                        identity.trust_changed();
                         tracing::info!("the new mesh issuer signs from now on; sidecars renew early as they see it");
                     }
                     Ok(false) => {}
@@ -89,7 +90,14 @@ fn take(identity: &MeshIdentity, metrics: &Metrics, secret: &Secret, namespace: 
             return;
         }
     };
-    match identity.issuing.offer(ca, SystemTime::now()) {
+    let change = identity.issuing.offer(ca, SystemTime::now());
+    if matches!(
+        change,
+        Ok(Change::Anchors | Change::Staged | Change::Switched)
+    ) {
+        identity.trust_changed();
+    }
+    match change {
         Ok(Change::Same) => {}
         Ok(Change::Anchors) => {
             metrics.ca_rotation("anchors");
